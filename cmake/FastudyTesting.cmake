@@ -1,0 +1,31 @@
+# Test helpers shared by every tests/ subdirectory.
+#   fastudy_gtest(NAME SOURCES a.cpp b.cpp LIBS lib1 lib2 [LABELS l] [RANKS 1 2 4])
+# builds one GoogleTest executable. Without RANKS it is registered test by test (gtest_discover_tests);
+# with RANKS it runs whole under mpirun once per rank count (name_np<N>).
+include(GoogleTest)
+
+set(FASTUDY_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+
+function(fastudy_gtest name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS;RANKS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE FASTUDY_TEST_DATA="${CMAKE_SOURCE_DIR}/tests/data"
+                                             FASTUDY_CONFIGS="${CMAKE_SOURCE_DIR}/configs"
+                                             FASTUDY_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 600)
+  endif()
+  if(T_RANKS)
+    foreach(n IN LISTS T_RANKS)
+      add_test(NAME ${name}_np${n}
+               COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} --oversubscribe
+                       ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS})
+      set_tests_properties(${name}_np${n} PROPERTIES ENVIRONMENT "${FASTUDY_MPI_ENV}"
+                           TIMEOUT ${T_TIMEOUT} LABELS "mpi;${T_LABELS}" PROCESSORS ${n})
+    endforeach()
+  else()
+    gtest_discover_tests(${name} PROPERTIES ENVIRONMENT "${FASTUDY_MPI_ENV}" TIMEOUT ${T_TIMEOUT}
+                         LABELS "${T_LABELS}" DISCOVERY_TIMEOUT 60)
+  endif()
+endfunction()

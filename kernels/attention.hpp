@@ -1,0 +1,89 @@
+// Attention kernels on the CPU in any number format: the fp64 reference (golden), baseline
+// (S = QK^T*scale materialised, softmax, P.V) and flash (tiled online softmax, FA-1 and FA-2 loop
+// orders), forward and backward. This header is the kernel interface used by the microbenchmark, the
+// trainer and the tests; it stays free of LibTorch.
+//
+// Shapes: B batch, H heads, N sequence, d head dim. Every tensor is contiguous row-major [B, H, N, d];
+// lse (log-sum-exp of each softmax row, natural log, scaled scores) is [B, H, N].
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <optional>
+
+#include "kernels/format.hpp"
+
+namespace fastudy {
+
+// Which format each step of attention runs in.
+struct PrecisionPolicy {
+  std::string name = "pure";  // preset name ("pure", "mixed") or the custom policy's name
+  Format q = Format::fp32;    // storage of Q, K, V (inputs are rounded on entry)
+  Format k = Format::fp32;
+  Format v = Format::fp32;
+  Format s = Format::fp32;         // storage of scores S = QK^T*scale
+  Format p = Format::fp32;         // storage of probabilities P before P.V
+  Format o = Format::fp32;         // storage of the output O (and of the running O in flash)
+  Format accum = Format::fp32;     // accumulator of dot products (QK^T and P.V), rounded after every add
+  Format stats = Format::fp32;     // softmax statistics: running max, running sum
+  Format rescale = Format::fp32;   // the rescale factor alpha = exp(m_old - m_new)
+  Format division = Format::fp32;  // the final division by the row sum
+  Format grad = Format::fp32;      // storage of dO, dQ, dK, dV and dS in the backward pass
+};
+
+// pure: every step in f (the paper's re-implementation). mixed: storage (q,k,v,s,p,o,grad) in f,
+// accumulators, statistics, rescale and division in fp32 (or f when f is wider), as GPU kernels do.
+PrecisionPolicy make_policy(std::string_view preset, Format f);
+// "pure, mixed"
+std::string policy_preset_names();
+
+enum class AttentionKind : std::uint8_t { baseline, flash };
+std::string_view to_string(AttentionKind k);
+std::optional<AttentionKind> parse_attention_kind(std::string_view name);
+
+// kv_outer: FlashAttention-1 (outer loop over K/V blocks, O re-normalised after every tile).
+// q_outer: FlashAttention-2 (outer loop over Q blocks, one final normalisation).
+enum class LoopOrder : std::uint8_t { kv_outer, q_outer };
+std::string_view to_string(LoopOrder o);
+std::optional<LoopOrder> parse_loop_order(std::string_view name);
+
+struct AttentionShape {
+  std::int64_t batch = 1, heads = 1, seq_len = 1, head_dim = 1;
+  bool causal = false;
+  double scale = 0.0;  // 0 means 1/sqrt(head_dim)
+};
+
+struct AttentionParams {
+  AttentionKind kind = AttentionKind::flash;
+  PrecisionPolicy policy;
+  int block_q = 64;   // Br, flash only; clipped to seq_len
+  int block_kv = 64;  // Bc, flash only; clipped to seq_len
+  LoopOrder order = LoopOrder::q_outer;
+};
+
+// What a forward call did, for the microbenchmark's columns.
+struct AttentionStats {
+  std::int64_t tiles_kv = 0;        // ceil(N / Bc) (1 for baseline)
+  double rescales_per_row = 0.0;    // mean number of O rescalings per query row (0 for baseline)
+};
+
+// The golden value: fp64, naive loops, no rounding. lse may be null.
+void attention_forward_reference(const AttentionShape& shape, const double* q, const double* k, const double* v,
+                                 double* o, double* lse);
+void attention_backward_reference(const AttentionShape& shape, const double* q, const double* k, const double* v,
+                                  const double* dout, double* dq, double* dk, double* dv);
+
+// Baseline or flash (params.kind) with every step rounded as params.policy says. T is the container
+// (float or double); values held in it are rounded to the policy's formats. lse is written for the
+// backward pass (it may be null when no backward follows).
+template <class T>
+AttentionStats attention_forward(const AttentionShape& shape, const AttentionParams& params, const T* q, const T* k,
+                                 const T* v, T* o, T* lse);
+// The flash backward recomputes P from the saved lse, as the real kernels do; baseline recomputes S
+// and P from q and k.
+template <class T>
+void attention_backward(const AttentionShape& shape, const AttentionParams& params, const T* q, const T* k,
+                        const T* v, const T* o, const T* lse, const T* dout, T* dq, T* dk, T* dv);
+
+}  // namespace fastudy

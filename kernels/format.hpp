@@ -1,0 +1,41 @@
+// Number formats emulated on the CPU: fp64, fp32, tf32, fp16, bf16, fp8 (e4m3, e5m2).
+//
+// A value "in format F" is stored in a float or double whose bit pattern is exactly representable in
+// F; round_to() produces it by round-to-nearest-even, with F's overflow, subnormal and NaN rules,
+// bit-exact with the hardware conversions (F16C for fp16, c10::BFloat16 for bf16, the OCP FP8 spec).
+// The same words name a format everywhere: enum, TOML, CSV, CLI (`fp16`, `bf16`, ...).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fastudy {
+
+enum class Format : std::uint8_t { fp64, fp32, tf32, fp16, bf16, fp8_e4m3, fp8_e5m2 };
+
+// Every format, widest first.
+inline constexpr Format kAllFormats[] = {Format::fp64, Format::fp32,     Format::tf32,    Format::fp16,
+                                         Format::bf16, Format::fp8_e4m3, Format::fp8_e5m2};
+
+std::string_view to_string(Format f);
+std::optional<Format> parse_format(std::string_view name);
+// "fp64, fp32, tf32, fp16, bf16, fp8_e4m3, fp8_e5m2": for error messages.
+std::string format_names();
+
+// Explicit mantissa (fraction) bits: fp64 52, fp32 23, tf32 10, fp16 10, bf16 7, e4m3 3, e5m2 2.
+int mantissa_bits(Format f);
+// Unit roundoff u = 2^-(mantissa_bits+1): the relative error bound of one RNE rounding (normal range).
+double unit_roundoff(Format f);
+
+// Round to the nearest value of format f, ties to even. Rounding a double goes straight to f (one
+// rounding, never through fp32). fp64 is the identity; rounding a float to fp64 or fp32 is too.
+float round_to(Format f, float x);
+double round_to(Format f, double x);
+void round_inplace(Format f, float* x, std::size_t n);
+void round_inplace(Format f, double* x, std::size_t n);
+
+}  // namespace fastudy

@@ -1,0 +1,808 @@
+// grid.toml -> Study: strict parsing (toml++), validation with file:line:col messages, defaults, and
+// expansion of [grid] into variants with stable ids and content hashes.
+//
+// Every section is read through a Section, which remembers the keys it consumed; whatever is left is
+// an unknown key, reported with a "did you mean" suggestion. Validation that spans keys (d_model vs
+// heads, block sizes vs seq_len) runs after all sections are read, pointing at the offending key.
+#include "src/config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+namespace fastudy {
+
+namespace {
+
+std::string format_location(const std::string& file, int line, int column) {
+  std::ostringstream os;
+  os << file;
+  if (line > 0) {
+    os << ':' << line;
+    if (column > 0) os << ':' << column;
+  }
+  return os.str();
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& sep = ", ") {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
+// "did you mean `d_model`?" when a known word is close enough to be a typo.
+std::string suggestion(const std::string& word, const std::vector<std::string>& known) {
+  std::string best;
+  std::size_t best_d = std::string::npos;
+  for (const auto& k : known) {
+    std::size_t d = edit_distance(word, k);
+    if (d < best_d) best_d = d, best = k;
+  }
+  if (!best.empty() && best_d <= std::max<std::size_t>(2, word.size() / 3)) return "did you mean `" + best + "`?";
+  return "";
+}
+
+const std::vector<std::string> kAttentionKinds{"baseline", "flash"};
+const std::vector<std::string> kInits{"normal", "xavier_uniform", "kaiming_normal", "scaled"};
+const std::vector<std::string> kTrainFormats{"fp64", "fp32", "tf32", "bf16", "fp16"};
+const std::vector<std::string> kLoopOrders{"kv_outer", "q_outer"};
+const std::vector<std::string> kDataKinds{"synthetic", "text", "tokens"};
+const std::vector<std::string> kSchedules{"cosine", "constant"};
+const std::vector<std::string> kDistributions{"normal", "uniform", "outliers"};
+const std::vector<std::string> kPasses{"forward", "backward"};
+const std::vector<std::string> kMetrics{"w1", "w2", "max_abs", "mean_abs", "rel_l2"};
+const std::vector<std::string> kPolicySteps{"q", "k", "v", "s", "p", "o", "accum", "stats", "rescale", "division", "grad"};
+
+std::vector<std::string> all_format_names() {
+  std::vector<std::string> out;
+  for (Format f : kAllFormats) out.emplace_back(to_string(f));
+  return out;
+}
+
+// Reads one TOML table, tracks which keys were used, and turns every problem into a ConfigError.
+class Section {
+ public:
+  Section(const std::string& file, std::string name, const toml::table* table, const toml::source_region& where)
+      : file_(file), name_(std::move(name)), table_(table), where_(where) {}
+
+  const std::string& name() const { return name_; }
+  bool present() const { return table_ != nullptr; }
+  const toml::table* table() const { return table_; }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& message, const std::string& hint = {}) const {
+    const toml::node* n = node(key);
+    const auto& src = n ? n->source() : where_;
+    throw ConfigError(file_, static_cast<int>(src.begin.line), static_cast<int>(src.begin.column), qualified(key),
+                      message, hint);
+  }
+
+  std::string qualified(const std::string& key) const { return name_.empty() ? key : name_ + "." + key; }
+
+  const toml::node* node(const std::string& key) const { return table_ ? table_->get(key) : nullptr; }
+
+  bool has(const std::string& key) {
+    used_.insert(key);
+    return node(key) != nullptr;
+  }
+
+  void get(const std::string& key, std::string& out) {
+    if (!has(key)) return;
+    auto v = node(key)->value<std::string>();
+    if (!node(key)->is_string() || !v) fail(key, "`" + qualified(key) + "` must be a string", "write it in quotes: " + key + " = \"...\"");
+    out = *v;
+  }
+  void get(const std::string& key, bool& out) {
+    if (!has(key)) return;
+    if (!node(key)->is_boolean()) fail(key, "`" + qualified(key) + "` must be true or false");
+    out = *node(key)->value<bool>();
+  }
+  void get(const std::string& key, std::int64_t& out) {
+    if (!has(key)) return;
+    if (!node(key)->is_integer()) fail(key, "`" + qualified(key) + "` must be an integer (got " + type_name(*node(key)) + ")");
+    out = *node(key)->value<std::int64_t>();
+  }
+  void get(const std::string& key, int& out) {
+    std::int64_t v = out;
+    get(key, v);
+    if (v < INT32_MIN || v > INT32_MAX) fail(key, "`" + qualified(key) + "` = " + std::to_string(v) + " is out of range");
+    out = static_cast<int>(v);
+  }
+  void get(const std::string& key, std::uint64_t& out) {
+    std::int64_t v = static_cast<std::int64_t>(out);
+    get(key, v);
+    if (v < 0) fail(key, "`" + qualified(key) + "` must be >= 0 (got " + std::to_string(v) + ")");
+    out = static_cast<std::uint64_t>(v);
+  }
+  void get(const std::string& key, double& out) {
+    if (!has(key)) return;
+    const toml::node* n = node(key);
+    if (!n->is_number()) fail(key, "`" + qualified(key) + "` must be a number (got " + type_name(*n) + ")");
+    out = *n->value<double>();
+    if (!std::isfinite(out)) fail(key, "`" + qualified(key) + "` must be finite");
+  }
+
+  const toml::array* array(const std::string& key) {
+    if (!has(key)) return nullptr;
+    const toml::array* a = node(key)->as_array();
+    if (!a) fail(key, "`" + qualified(key) + "` must be an array (got " + type_name(*node(key)) + ")",
+                 "write it as " + key + " = [ ... ]");
+    if (a->empty()) fail(key, "`" + qualified(key) + "` is empty", "give at least one value");
+    return a;
+  }
+
+  // An array of strings, each one of `allowed` (if given), without duplicates.
+  void get_words(const std::string& key, std::vector<std::string>& out, const std::vector<std::string>& allowed) {
+    const toml::array* a = array(key);
+    if (!a) return;
+    out.clear();
+    for (const auto& el : *a) {
+      auto s = el.value<std::string>();
+      if (!el.is_string() || !s) fail_at(el, key, "`" + qualified(key) + "` must hold strings (got " + type_name(el) + ")");
+      if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), *s) == allowed.end())
+        fail_at(el, key, "`" + qualified(key) + "` has unknown value \"" + *s + "\"; allowed: " + join(allowed),
+                suggestion(*s, allowed));
+      if (std::find(out.begin(), out.end(), *s) != out.end())
+        fail_at(el, key, "`" + qualified(key) + "` lists \"" + *s + "\" twice", "remove the duplicate");
+      out.push_back(*s);
+    }
+  }
+
+  void get_ints(const std::string& key, std::vector<int>& out, std::int64_t min_value) {
+    const toml::array* a = array(key);
+    if (!a) return;
+    out.clear();
+    for (const auto& el : *a) {
+      if (!el.is_integer()) fail_at(el, key, "`" + qualified(key) + "` must hold integers (got " + type_name(el) + ")");
+      std::int64_t v = *el.value<std::int64_t>();
+      if (v < min_value || v > INT32_MAX)
+        fail_at(el, key, "`" + qualified(key) + "` value " + std::to_string(v) + " must be >= " + std::to_string(min_value));
+      if (std::find(out.begin(), out.end(), static_cast<int>(v)) != out.end())
+        fail_at(el, key, "`" + qualified(key) + "` lists " + std::to_string(v) + " twice", "remove the duplicate");
+      out.push_back(static_cast<int>(v));
+    }
+  }
+
+  // Every key that was not consumed is an error.
+  void finish(const std::vector<std::string>& known_hint = {}) const {
+    if (!table_) return;
+    for (auto&& [k, v] : *table_) {
+      std::string key(k.str());
+      if (used_.count(key)) continue;
+      std::vector<std::string> known(used_.begin(), used_.end());
+      known.insert(known.end(), known_hint.begin(), known_hint.end());
+      std::string hint = suggestion(key, known);
+      if (hint.empty()) hint = "known keys in [" + name_ + "]: " + join(known);
+      throw ConfigError(file_, static_cast<int>(k.source().begin.line), static_cast<int>(k.source().begin.column),
+                        qualified(key), "unknown key `" + key + "` in [" + name_ + "]", hint);
+    }
+  }
+
+  [[noreturn]] void fail_at(const toml::node& n, const std::string& key, const std::string& message,
+                            const std::string& hint = {}) const {
+    throw ConfigError(file_, static_cast<int>(n.source().begin.line), static_cast<int>(n.source().begin.column),
+                      qualified(key), message, hint);
+  }
+
+  static std::string type_name(const toml::node& n) {
+    switch (n.type()) {
+      case toml::node_type::string: return "a string";
+      case toml::node_type::integer: return "an integer";
+      case toml::node_type::floating_point: return "a float";
+      case toml::node_type::boolean: return "a boolean";
+      case toml::node_type::array: return "an array";
+      case toml::node_type::table: return "a table";
+      default: return "a date/time";
+    }
+  }
+
+ private:
+  const std::string& file_;
+  std::string name_;
+  const toml::table* table_;
+  toml::source_region where_;
+  std::set<std::string> used_;
+};
+
+void require(bool ok, Section& s, const std::string& key, const std::string& message, const std::string& hint = {}) {
+  if (!ok) s.fail(key, message, hint);
+}
+
+// Canonical text of an axis value, and the token it contributes to a variant id.
+std::string id_token(const std::string& axis, const std::string& value) {
+  if (axis == "seed") return "s" + value;
+  if (axis == "data_seed") return "d" + value;
+  if (axis == "block_q") return "bq" + value;
+  if (axis == "block_kv") return "bkv" + value;
+  if (axis == "lr") return "lr" + value;
+  return value;
+}
+
+std::string format_double(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  // Shortest form that round-trips.
+  for (int p = 1; p <= 17; ++p) {
+    char s[64];
+    std::snprintf(s, sizeof s, "%.*g", p, v);
+    if (std::strtod(s, nullptr) == v) return s;
+  }
+  return buf;
+}
+
+toml::array to_array(const std::vector<std::string>& v) {
+  toml::array a;
+  for (const auto& s : v) a.push_back(s);
+  return a;
+}
+toml::array to_array(const std::vector<int>& v) {
+  toml::array a;
+  for (int s : v) a.push_back(static_cast<std::int64_t>(s));
+  return a;
+}
+
+toml::table model_table(const ModelConfig& m) {
+  return toml::table{{"vocab", m.vocab},   {"d_model", m.d_model}, {"heads", m.heads},
+                     {"layers", m.layers}, {"seq_len", m.seq_len}, {"mlp_ratio", m.mlp_ratio}};
+}
+toml::table data_table(const DataConfig& d) {
+  return toml::table{{"kind", d.kind},
+                     {"path", d.path},
+                     {"seed", static_cast<std::int64_t>(d.seed)},
+                     {"span_len", d.span_len}};
+}
+toml::table train_table(const TrainConfig& t) {
+  return toml::table{{"steps", t.steps},
+                     {"batch", t.batch},
+                     {"lr", t.lr},
+                     {"min_lr", t.min_lr},
+                     {"warmup", t.warmup},
+                     {"schedule", t.schedule},
+                     {"weight_decay", t.weight_decay},
+                     {"beta1", t.beta1},
+                     {"beta2", t.beta2},
+                     {"eps", t.eps},
+                     {"grad_clip", t.grad_clip},
+                     {"checkpoint_every", t.checkpoint_every},
+                     {"ranks_per_variant", t.ranks_per_variant},
+                     {"shadow_attention", t.shadow_attention},
+                     {"log_every", t.log_every},
+                     {"spike_window", t.spike_window},
+                     {"spike_threshold", t.spike_threshold},
+                     {"loss_scale", t.loss_scale},
+                     {"loss_scale_window", t.loss_scale_window}};
+}
+toml::table attention_table(const AttentionConfig& a) {
+  toml::table t{{"block_q", a.block_q},
+                {"block_kv", a.block_kv},
+                {"loop_order", std::string(to_string(a.loop_order))},
+                {"policy", a.policy}};
+  if (!a.custom_policies.empty()) {
+    toml::table pols;
+    for (const auto& [name, steps] : a.custom_policies) {
+      toml::table p;
+      for (const auto& [step, f] : steps) p.insert(step, std::string(to_string(f)));
+      pols.insert(name, std::move(p));
+    }
+    t.insert("policies", std::move(pols));
+  }
+  return t;
+}
+
+std::string to_toml_text(const toml::table& t) {
+  std::ostringstream os;
+  os << t;
+  return os.str();
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::string file, int line, int column, std::string key, const std::string& message,
+                         std::string hint)
+    : std::runtime_error(format_location(file, line, column) + ": " + message + (hint.empty() ? "" : "\nhint: " + hint)),
+      file_(std::move(file)),
+      line_(line),
+      column_(column),
+      key_(std::move(key)) {}
+
+const std::string& Variant::axis(const std::string& name) const {
+  static const std::string empty;
+  for (const auto& [k, v] : axes)
+    if (k == name) return v;
+  return empty;
+}
+
+bool Study::has_phase(const std::string& p) const { return std::find(phases.begin(), phases.end(), p) != phases.end(); }
+
+const Variant* Study::find_variant(const std::string& id) const {
+  for (const auto& v : variants)
+    if (v.id == id) return &v;
+  return nullptr;
+}
+
+const std::vector<std::string>& known_axes() {
+  static const std::vector<std::string> axes{"attention", "precision", "seed",     "init",       "data_seed",
+                                             "policy",    "block_q",   "block_kv", "loop_order", "lr"};
+  return axes;
+}
+
+const std::vector<std::string>& known_phases() {
+  static const std::vector<std::string> phases{"microbench", "train", "reduce", "report"};
+  return phases;
+}
+
+std::string content_hash(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a 64-bit offset basis
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ULL;  // FNV prime
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+PrecisionPolicy resolve_policy(const AttentionConfig& cfg, const std::string& name, Format f) {
+  auto it = cfg.custom_policies.find(name);
+  if (it == cfg.custom_policies.end()) return make_policy(name, f);
+  // A custom policy starts from `pure` in the variant's format and overrides the steps it names.
+  PrecisionPolicy p = make_policy("pure", f);
+  p.name = name;
+  for (const auto& [step, fmt] : it->second) {
+    if (step == "q") p.q = fmt;
+    else if (step == "k") p.k = fmt;
+    else if (step == "v") p.v = fmt;
+    else if (step == "s") p.s = fmt;
+    else if (step == "p") p.p = fmt;
+    else if (step == "o") p.o = fmt;
+    else if (step == "accum") p.accum = fmt;
+    else if (step == "stats") p.stats = fmt;
+    else if (step == "rescale") p.rescale = fmt;
+    else if (step == "division") p.division = fmt;
+    else if (step == "grad") p.grad = fmt;
+  }
+  return p;
+}
+
+Study load_study(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path, 0, 0, "", "cannot open the grid file", "check the path; `fastudy --help` shows the usage");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw ConfigError(path, 0, 0, "", "cannot read the grid file");
+  return parse_study(ss.str(), path);
+}
+
+Study parse_study(const std::string& text, const std::string& file) {
+  toml::table root;
+  try {
+    root = toml::parse(text, file);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(file, static_cast<int>(e.source().begin.line), static_cast<int>(e.source().begin.column), "",
+                      "TOML syntax error: " + std::string(e.description()));
+  }
+
+  Study st;
+  st.file = file;
+  const toml::source_region top{};
+
+  auto section = [&](const std::string& name) {
+    const toml::node* n = root.get(name);
+    if (n && !n->is_table())
+      throw ConfigError(file, static_cast<int>(n->source().begin.line), static_cast<int>(n->source().begin.column),
+                        name, "`" + name + "` must be a table: write [" + name + "] on its own line");
+    return Section(file, name, n ? n->as_table() : nullptr, n ? n->source() : top);
+  };
+
+  // Unknown top-level sections.
+  const std::vector<std::string> sections{"study", "grid", "model", "data", "train", "attention", "microbench", "reduce"};
+  for (auto&& [k, v] : root) {
+    std::string key(k.str());
+    if (std::find(sections.begin(), sections.end(), key) == sections.end()) {
+      std::string hint = suggestion(key, sections);
+      if (hint.empty()) hint = "known sections: " + join(sections);
+      throw ConfigError(file, static_cast<int>(k.source().begin.line), static_cast<int>(k.source().begin.column), key,
+                        "unknown section or key `" + key + "` at the top level", hint);
+    }
+  }
+
+  // [study]
+  Section study = section("study");
+  study.get("name", st.name);
+  study.get("out", st.out);
+  study.get_words("phases", st.phases, known_phases());
+  require(!st.name.empty() && st.name.find_first_of("/\\ \t") == std::string::npos, study, "name",
+          "[study] name \"" + st.name + "\" must be non-empty, without spaces or slashes", "use e.g. name = \"quick\"");
+  require(!st.out.empty(), study, "out", "[study] out must not be empty", "name the output directory, e.g. out = \"out/quick\"");
+  study.finish();
+
+  // [model]
+  Section model = section("model");
+  ModelConfig& m = st.model;
+  model.get("vocab", m.vocab);
+  model.get("d_model", m.d_model);
+  model.get("heads", m.heads);
+  model.get("layers", m.layers);
+  model.get("seq_len", m.seq_len);
+  model.get("mlp_ratio", m.mlp_ratio);
+  require(m.vocab >= 2, model, "vocab", "[model] vocab = " + std::to_string(m.vocab) + " must be >= 2");
+  require(m.d_model >= 1, model, "d_model", "[model] d_model must be >= 1");
+  require(m.heads >= 1, model, "heads", "[model] heads must be >= 1");
+  require(m.layers >= 1, model, "layers", "[model] layers must be >= 1");
+  require(m.seq_len >= 2, model, "seq_len", "[model] seq_len must be >= 2");
+  require(m.mlp_ratio >= 1, model, "mlp_ratio", "[model] mlp_ratio must be >= 1");
+  require(m.d_model % m.heads == 0, model, "d_model",
+          "[model] d_model = " + std::to_string(m.d_model) + " is not divisible by heads = " + std::to_string(m.heads),
+          "choose d_model a multiple of heads (head dim = d_model / heads)");
+  model.finish();
+
+  // [data]
+  Section data = section("data");
+  DataConfig& d = st.data;
+  data.get("kind", d.kind);
+  data.get("path", d.path);
+  data.get("seed", d.seed);
+  data.get("span_len", d.span_len);
+  require(std::find(kDataKinds.begin(), kDataKinds.end(), d.kind) != kDataKinds.end(), data, "kind",
+          "[data] kind = \"" + d.kind + "\" is unknown; allowed: " + join(kDataKinds), suggestion(d.kind, kDataKinds));
+  require(d.kind == "synthetic" || !d.path.empty(), data, "kind",
+          "[data] kind = \"" + d.kind + "\" needs a path", "add path = \"/path/to/file\"");
+  require(d.kind != "synthetic" || d.path.empty(), data, "path",
+          "[data] path is set but kind = \"synthetic\" reads no file", "remove path, or set kind = \"text\" or \"tokens\"");
+  require(d.kind != "text" || m.vocab >= 256, model, "vocab",
+          "[data] kind = \"text\" uses byte tokens, which need [model] vocab >= 256 (got " + std::to_string(m.vocab) + ")",
+          "set vocab = 256");
+  require(d.span_len >= 1 && d.span_len < m.seq_len, data, "span_len",
+          "[data] span_len = " + std::to_string(d.span_len) + " must be in [1, seq_len)");
+  data.finish();
+
+  // [train]
+  Section train = section("train");
+  TrainConfig& t = st.train;
+  train.get("steps", t.steps);
+  train.get("batch", t.batch);
+  train.get("lr", t.lr);
+  train.get("min_lr", t.min_lr);
+  train.get("warmup", t.warmup);
+  train.get("schedule", t.schedule);
+  train.get("weight_decay", t.weight_decay);
+  train.get("beta1", t.beta1);
+  train.get("beta2", t.beta2);
+  train.get("eps", t.eps);
+  train.get("grad_clip", t.grad_clip);
+  train.get("checkpoint_every", t.checkpoint_every);
+  train.get("ranks_per_variant", t.ranks_per_variant);
+  train.get("shadow_attention", t.shadow_attention);
+  train.get("log_every", t.log_every);
+  train.get("spike_window", t.spike_window);
+  train.get("spike_threshold", t.spike_threshold);
+  train.get("loss_scale", t.loss_scale);
+  train.get("loss_scale_window", t.loss_scale_window);
+  require(t.steps >= 1, train, "steps", "[train] steps = " + std::to_string(t.steps) + " must be >= 1");
+  require(t.batch >= 1, train, "batch", "[train] batch must be >= 1");
+  require(t.lr > 0, train, "lr", "[train] lr must be > 0");
+  require(t.min_lr >= 0 && t.min_lr <= t.lr, train, "min_lr", "[train] min_lr must be in [0, lr]");
+  require(t.warmup >= 0 && t.warmup <= t.steps, train, "warmup", "[train] warmup must be in [0, steps]");
+  require(std::find(kSchedules.begin(), kSchedules.end(), t.schedule) != kSchedules.end(), train, "schedule",
+          "[train] schedule = \"" + t.schedule + "\" is unknown; allowed: " + join(kSchedules), suggestion(t.schedule, kSchedules));
+  require(t.weight_decay >= 0, train, "weight_decay", "[train] weight_decay must be >= 0");
+  require(t.beta1 >= 0 && t.beta1 < 1, train, "beta1", "[train] beta1 must be in [0, 1)");
+  require(t.beta2 >= 0 && t.beta2 < 1, train, "beta2", "[train] beta2 must be in [0, 1)");
+  require(t.eps > 0, train, "eps", "[train] eps must be > 0");
+  require(t.grad_clip >= 0, train, "grad_clip", "[train] grad_clip must be >= 0 (0 disables clipping)");
+  require(t.checkpoint_every >= 1, train, "checkpoint_every", "[train] checkpoint_every must be >= 1");
+  require(t.ranks_per_variant >= 1, train, "ranks_per_variant", "[train] ranks_per_variant must be >= 1");
+  require(t.batch % t.ranks_per_variant == 0, train, "batch",
+          "[train] batch = " + std::to_string(t.batch) + " is not divisible by ranks_per_variant = " +
+              std::to_string(t.ranks_per_variant),
+          "the global batch is sharded evenly over a variant's ranks");
+  require(t.log_every >= 1, train, "log_every", "[train] log_every must be >= 1");
+  require(t.spike_window >= 2, train, "spike_window", "[train] spike_window must be >= 2");
+  require(t.spike_threshold > 1, train, "spike_threshold", "[train] spike_threshold must be > 1");
+  require(t.loss_scale >= 1, train, "loss_scale", "[train] loss_scale must be >= 1");
+  require(t.loss_scale_window >= 1, train, "loss_scale_window", "[train] loss_scale_window must be >= 1");
+  train.finish();
+
+  // [attention]
+  Section att = section("attention");
+  AttentionConfig& a = st.attention;
+  att.get("block_q", a.block_q);
+  att.get("block_kv", a.block_kv);
+  std::string loop = std::string(to_string(a.loop_order));
+  att.get("loop_order", loop);
+  if (auto lo = parse_loop_order(loop)) a.loop_order = *lo;
+  else att.fail("loop_order", "[attention] loop_order = \"" + loop + "\" is unknown; allowed: " + join(kLoopOrders),
+                suggestion(loop, kLoopOrders));
+  att.get("policy", a.policy);
+  if (att.has("policies")) {
+    const toml::node* pn = att.node("policies");
+    if (!pn->is_table()) att.fail("policies", "[attention] policies must be a table of policies",
+                                  "write [attention.policies.NAME] with step = \"format\" lines");
+    for (auto&& [pk, pv] : *pn->as_table()) {
+      std::string pname(pk.str());
+      if (pname == "pure" || pname == "mixed")
+        throw ConfigError(file, static_cast<int>(pk.source().begin.line), static_cast<int>(pk.source().begin.column),
+                          "attention.policies." + pname, "a custom policy cannot be named \"" + pname + "\" (a preset)",
+                          "choose another name");
+      if (!pv.is_table())
+        throw ConfigError(file, static_cast<int>(pv.source().begin.line), static_cast<int>(pv.source().begin.column),
+                          "attention.policies." + pname, "policy `" + pname + "` must be a table of step = \"format\"");
+      Section ps(file, "attention.policies." + pname, pv.as_table(), pv.source());
+      auto& steps = a.custom_policies[pname];
+      for (const auto& step : kPolicySteps) {
+        std::string fmt;
+        ps.get(step, fmt);
+        if (fmt.empty()) continue;
+        auto f = parse_format(fmt);
+        if (!f) ps.fail(step, "unknown format \"" + fmt + "\"; allowed: " + format_names(), suggestion(fmt, all_format_names()));
+        steps[step] = *f;
+      }
+      ps.finish(kPolicySteps);
+    }
+  }
+  require(a.block_q >= 1, att, "block_q", "[attention] block_q must be >= 1");
+  require(a.block_kv >= 1, att, "block_kv", "[attention] block_kv must be >= 1");
+  require(a.block_q <= m.seq_len, att, "block_q",
+          "[attention] block_q = " + std::to_string(a.block_q) + " is larger than [model] seq_len = " + std::to_string(m.seq_len),
+          "use a block size <= seq_len");
+  require(a.block_kv <= m.seq_len, att, "block_kv",
+          "[attention] block_kv = " + std::to_string(a.block_kv) + " is larger than [model] seq_len = " + std::to_string(m.seq_len),
+          "use a block size <= seq_len");
+  auto policy_known = [&](const std::string& p) { return p == "pure" || p == "mixed" || a.custom_policies.count(p); };
+  std::vector<std::string> policy_names{"pure", "mixed"};
+  for (const auto& [k, v] : a.custom_policies) policy_names.push_back(k);
+  require(policy_known(a.policy), att, "policy",
+          "[attention] policy = \"" + a.policy + "\" is neither a preset nor a [attention.policies." + a.policy + "] table; known: " +
+              join(policy_names),
+          suggestion(a.policy, policy_names));
+  att.finish();
+
+  // [microbench]
+  Section mb = section("microbench");
+  MicrobenchConfig& mc = st.microbench;
+  {
+    std::vector<std::string> formats;
+    mb.get_words("formats", formats, all_format_names());
+    if (!formats.empty()) {
+      mc.formats.clear();
+      for (const auto& f : formats) mc.formats.push_back(*parse_format(f));
+    }
+    mb.get_words("policies", mc.policies, policy_names);
+    mb.get_ints("seq_lens", mc.seq_lens, 1);
+    mb.get_ints("head_dims", mc.head_dims, 1);
+    if (const toml::array* blocks = mb.array("blocks")) {
+      mc.blocks.clear();
+      for (const auto& el : *blocks) {
+        const toml::array* pair = el.as_array();
+        if (!pair || pair->size() != 2 || !(*pair)[0].is_integer() || !(*pair)[1].is_integer())
+          mb.fail_at(el, "blocks", "[microbench] blocks must be a list of [block_q, block_kv] integer pairs",
+                     "e.g. blocks = [[16, 16], [32, 64]]");
+        int bq = static_cast<int>(*(*pair)[0].value<std::int64_t>());
+        int bkv = static_cast<int>(*(*pair)[1].value<std::int64_t>());
+        if (bq < 1 || bkv < 1) mb.fail_at(el, "blocks", "[microbench] block sizes must be >= 1");
+        if (std::find(mc.blocks.begin(), mc.blocks.end(), std::make_pair(bq, bkv)) != mc.blocks.end())
+          mb.fail_at(el, "blocks", "[microbench] blocks lists [" + std::to_string(bq) + ", " + std::to_string(bkv) + "] twice",
+                     "remove the duplicate");
+        mc.blocks.emplace_back(bq, bkv);
+      }
+    }
+    std::vector<std::string> orders;
+    mb.get_words("loop_orders", orders, kLoopOrders);
+    if (!orders.empty()) {
+      mc.loop_orders.clear();
+      for (const auto& o : orders) mc.loop_orders.push_back(*parse_loop_order(o));
+    }
+    if (const toml::array* causal = mb.array("causal")) {
+      mc.causal.clear();
+      for (const auto& el : *causal) {
+        if (!el.is_boolean()) mb.fail_at(el, "causal", "[microbench] causal must hold booleans, e.g. causal = [false, true]");
+        bool c = *el.value<bool>();
+        if (std::find(mc.causal.begin(), mc.causal.end(), c) != mc.causal.end())
+          mb.fail_at(el, "causal", "[microbench] causal lists a value twice", "remove the duplicate");
+        mc.causal.push_back(c);
+      }
+    }
+    mb.get_words("passes", mc.passes, kPasses);
+    mb.get("trials", mc.trials);
+    mb.get("batch", mc.batch);
+    mb.get("heads", mc.heads);
+    mb.get("distribution", mc.distribution);
+    mb.get("outlier_fraction", mc.outlier_fraction);
+    mb.get("outlier_scale", mc.outlier_scale);
+    mb.get("seed", mc.seed);
+    require(mc.trials >= 1, mb, "trials", "[microbench] trials must be >= 1");
+    require(mc.batch >= 1, mb, "batch", "[microbench] batch must be >= 1");
+    require(mc.heads >= 1, mb, "heads", "[microbench] heads must be >= 1");
+    require(std::find(kDistributions.begin(), kDistributions.end(), mc.distribution) != kDistributions.end(), mb,
+            "distribution", "[microbench] distribution = \"" + mc.distribution + "\" is unknown; allowed: " + join(kDistributions),
+            suggestion(mc.distribution, kDistributions));
+    require(mc.outlier_fraction >= 0 && mc.outlier_fraction <= 1, mb, "outlier_fraction",
+            "[microbench] outlier_fraction must be in [0, 1]");
+    require(mc.outlier_scale > 0, mb, "outlier_scale", "[microbench] outlier_scale must be > 0");
+  }
+  mb.finish();
+
+  // [reduce]
+  Section red = section("reduce");
+  ReduceConfig& rc = st.reduce;
+  red.get_words("metrics", rc.metrics, kMetrics);
+  if (const toml::array* steps = red.array("steps")) {
+    rc.steps.clear();
+    for (const auto& el : *steps) {
+      if (!el.is_integer() || *el.value<std::int64_t>() < 0)
+        red.fail_at(el, "steps", "[reduce] steps must hold non-negative integers (checkpoint steps)");
+      rc.steps.push_back(*el.value<std::int64_t>());
+    }
+  }
+  red.get("per_tensor", rc.per_tensor);
+  red.get("whole_model", rc.whole_model);
+  require(std::find(rc.metrics.begin(), rc.metrics.end(), "w1") != rc.metrics.end(), red, "metrics",
+          "[reduce] metrics must include \"w1\" (the ranking is built on it)");
+  require(rc.per_tensor || rc.whole_model, red, "per_tensor", "[reduce] per_tensor and whole_model cannot both be false");
+  red.finish();
+
+  // [grid]
+  Section grid = section("grid");
+  if (grid.present()) {
+    for (auto&& [k, v] : *grid.table()) {
+      std::string axis(k.str());
+      const auto& known = known_axes();
+      if (std::find(known.begin(), known.end(), axis) == known.end()) {
+        std::string hint = suggestion(axis, known);
+        if (hint.empty()) hint = "known axes: " + join(known);
+        throw ConfigError(file, static_cast<int>(k.source().begin.line), static_cast<int>(k.source().begin.column),
+                          "grid." + axis, "unknown grid axis `" + axis + "`", hint);
+      }
+      std::vector<std::string> values;
+      if (axis == "attention") grid.get_words(axis, values, kAttentionKinds);
+      else if (axis == "precision") {
+        grid.get_words(axis, values, {});
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          if (std::find(kTrainFormats.begin(), kTrainFormats.end(), values[i]) == kTrainFormats.end()) {
+            std::string msg = "[grid] precision has unknown training format \"" + values[i] + "\"; allowed: " + join(kTrainFormats);
+            std::string hint = suggestion(values[i], kTrainFormats);
+            if (values[i].rfind("fp8", 0) == 0) hint = "fp8 formats are for the microbenchmark only ([microbench] formats)";
+            grid.fail_at(*v.as_array()->get(i), axis, msg, hint);
+          }
+        }
+      } else if (axis == "init") grid.get_words(axis, values, kInits);
+      else if (axis == "loop_order") grid.get_words(axis, values, kLoopOrders);
+      else if (axis == "policy") grid.get_words(axis, values, policy_names);
+      else if (axis == "lr") {
+        const toml::array* arr = grid.array(axis);
+        for (const auto& el : *arr) {
+          if (!el.is_number() || *el.value<double>() <= 0)
+            grid.fail_at(el, axis, "[grid] lr must hold positive numbers");
+          std::string s = format_double(*el.value<double>());
+          if (std::find(values.begin(), values.end(), s) != values.end())
+            grid.fail_at(el, axis, "[grid] lr lists " + s + " twice", "remove the duplicate");
+          values.push_back(s);
+        }
+      } else {  // integer axes: seed, data_seed, block_q, block_kv
+        std::vector<int> ints;
+        grid.get_ints(axis, ints, axis == "block_q" || axis == "block_kv" ? 1 : 0);
+        for (std::size_t i = 0; i < ints.size(); ++i) {
+          if ((axis == "block_q" || axis == "block_kv") && ints[i] > m.seq_len)
+            grid.fail_at(*v.as_array()->get(i), axis,
+                         "[grid] " + axis + " = " + std::to_string(ints[i]) + " is larger than [model] seq_len = " +
+                             std::to_string(m.seq_len),
+                         "use block sizes <= seq_len");
+          values.push_back(std::to_string(ints[i]));
+        }
+      }
+      st.axes.emplace_back(axis, values);
+    }
+  }
+
+  // Expand the cross product, first axis slowest.
+  std::vector<std::size_t> idx(st.axes.size(), 0);
+  bool done = false;
+  while (!done) {
+    Variant var;
+    var.model = st.model;
+    var.data = st.data;
+    var.train = st.train;
+    var.attention_cfg = st.attention;
+    std::vector<std::string> tokens;
+    for (std::size_t a = 0; a < st.axes.size(); ++a) {
+      const std::string& axis = st.axes[a].first;
+      const std::string& value = st.axes[a].second[idx[a]];
+      var.axes.emplace_back(axis, value);
+      tokens.push_back(id_token(axis, value));
+      if (axis == "attention") var.attention = *parse_attention_kind(value);
+      else if (axis == "precision") var.precision = *parse_format(value);
+      else if (axis == "seed") var.seed = std::stoull(value);
+      else if (axis == "init") var.init = value;
+      else if (axis == "data_seed") var.data.seed = std::stoull(value);
+      else if (axis == "policy") var.attention_cfg.policy = value;
+      else if (axis == "block_q") var.attention_cfg.block_q = std::stoi(value);
+      else if (axis == "block_kv") var.attention_cfg.block_kv = std::stoi(value);
+      else if (axis == "loop_order") var.attention_cfg.loop_order = *parse_loop_order(value);
+      else if (axis == "lr") var.train.lr = std::stod(value), var.train.min_lr = std::min(var.train.min_lr, var.train.lr);
+    }
+    var.id = tokens.empty() ? "default" : join(tokens, "-");
+    toml::table vt{{"variant", toml::table{{"id", var.id},
+                                           {"attention", std::string(to_string(var.attention))},
+                                           {"precision", std::string(to_string(var.precision))},
+                                           {"seed", static_cast<std::int64_t>(var.seed)},
+                                           {"init", var.init}}},
+                   {"model", model_table(var.model)},
+                   {"data", data_table(var.data)},
+                   {"train", train_table(var.train)},
+                   {"attention", attention_table(var.attention_cfg)}};
+    var.resolved_toml = to_toml_text(vt);
+    var.hash = content_hash(var.resolved_toml);
+    st.variants.push_back(std::move(var));
+
+    // Advance the odometer, last axis fastest.
+    done = true;
+    for (std::size_t a = st.axes.size(); a-- > 0;) {
+      if (++idx[a] < st.axes[a].second.size()) {
+        done = false;
+        break;
+      }
+      idx[a] = 0;
+    }
+  }
+
+  // The whole resolved study.
+  toml::table gt;
+  for (const auto& [axis, values] : st.axes) gt.insert(axis, to_array(values));
+  std::vector<std::string> fnames;
+  for (Format f : mc.formats) fnames.emplace_back(to_string(f));
+  std::vector<std::string> onames;
+  for (LoopOrder o : mc.loop_orders) onames.emplace_back(to_string(o));
+  toml::array blocks, causal, steps;
+  for (const auto& [bq, bkv] : mc.blocks) blocks.push_back(toml::array{bq, bkv});
+  for (bool c : mc.causal) causal.push_back(c);
+  for (auto s : rc.steps) steps.push_back(s);
+  toml::table resolved{
+      {"study", toml::table{{"name", st.name}, {"out", st.out}, {"phases", to_array(st.phases)}}},
+      {"grid", gt},
+      {"model", model_table(st.model)},
+      {"data", data_table(st.data)},
+      {"train", train_table(st.train)},
+      {"attention", attention_table(st.attention)},
+      {"microbench", toml::table{{"formats", to_array(fnames)},
+                                 {"policies", to_array(mc.policies)},
+                                 {"seq_lens", to_array(mc.seq_lens)},
+                                 {"head_dims", to_array(mc.head_dims)},
+                                 {"blocks", blocks},
+                                 {"loop_orders", to_array(onames)},
+                                 {"causal", causal},
+                                 {"passes", to_array(mc.passes)},
+                                 {"trials", mc.trials},
+                                 {"batch", mc.batch},
+                                 {"heads", mc.heads},
+                                 {"distribution", mc.distribution},
+                                 {"outlier_fraction", mc.outlier_fraction},
+                                 {"outlier_scale", mc.outlier_scale},
+                                 {"seed", static_cast<std::int64_t>(mc.seed)}}},
+      {"reduce", toml::table{{"metrics", to_array(rc.metrics)},
+                             {"steps", steps},
+                             {"per_tensor", rc.per_tensor},
+                             {"whole_model", rc.whole_model}}}};
+  st.resolved_toml = to_toml_text(resolved);
+  st.hash = content_hash(st.resolved_toml);
+  return st;
+}
+
+}  // namespace fastudy

@@ -1,0 +1,162 @@
+// The study configuration: what a grid.toml says, validated and with every default filled in.
+//
+// load_study() parses a grid.toml with toml++, rejects anything unknown, mistyped or inconsistent
+// with a ConfigError that names the file, line, column and key, and expands [grid] into variants:
+// the cross product of the axes, each with a stable readable id and a content hash of its resolved
+// configuration. This header stays free of toml++ and LibTorch: most files include it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/attention.hpp"
+#include "kernels/format.hpp"
+
+namespace fastudy {
+
+// A configuration error: exit code 2, nothing written. what() is the full message
+// ("grid.toml:12:3: [model] d_model = 100 ...\nhint: ...").
+class ConfigError : public std::runtime_error {
+ public:
+  ConfigError(std::string file, int line, int column, std::string key, const std::string& message,
+              std::string hint = {});
+  const std::string& file() const { return file_; }
+  int line() const { return line_; }
+  int column() const { return column_; }
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string file_;
+  int line_, column_;
+  std::string key_;
+};
+
+struct ModelConfig {
+  int vocab = 64;
+  int d_model = 64;
+  int heads = 4;
+  int layers = 2;
+  int seq_len = 64;
+  int mlp_ratio = 4;
+};
+
+struct DataConfig {
+  std::string kind = "synthetic";  // synthetic | text | tokens
+  std::string path;                // text: any file (byte tokens); tokens: flat uint16 ids (nanoGPT layout)
+  std::uint64_t seed = 1234;       // the data seed: fixed across variants unless it is a grid axis
+  int span_len = 8;                // synthetic: length of the spans that repeat inside a sequence
+};
+
+struct TrainConfig {
+  std::int64_t steps = 200;
+  int batch = 16;              // global batch (sequences per step), sharded over a variant's ranks
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  std::int64_t warmup = 20;
+  std::string schedule = "cosine";  // cosine | constant
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;      // max global grad norm; 0 disables clipping
+  std::int64_t checkpoint_every = 50;
+  int ranks_per_variant = 1;
+  bool shadow_attention = false;
+  std::int64_t log_every = 10;
+  int spike_window = 20;          // running window for loss-spike detection (steps)
+  double spike_threshold = 2.0;   // a spike: loss > threshold x running mean of the window
+  double loss_scale = 65536.0;    // fp16: initial dynamic loss scale
+  std::int64_t loss_scale_window = 200;  // fp16: grow the scale after this many finite steps
+};
+
+// The attention kernel settings shared by every variant (grid axes may override some of them).
+struct AttentionConfig {
+  int block_q = 32;
+  int block_kv = 32;
+  LoopOrder loop_order = LoopOrder::q_outer;
+  std::string policy = "mixed";  // a preset (pure, mixed) or the name of a [attention.policies.NAME]
+  std::map<std::string, std::map<std::string, Format>> custom_policies;  // NAME -> {step -> format}
+};
+
+struct MicrobenchConfig {
+  std::vector<Format> formats{Format::fp64, Format::fp32, Format::fp16, Format::bf16};
+  std::vector<std::string> policies{"pure", "mixed"};
+  std::vector<int> seq_lens{256};
+  std::vector<int> head_dims{64};
+  std::vector<std::pair<int, int>> blocks{{32, 32}};  // (block_q, block_kv) pairs
+  std::vector<LoopOrder> loop_orders{LoopOrder::kv_outer, LoopOrder::q_outer};
+  std::vector<bool> causal{false};
+  std::vector<std::string> passes{"forward"};  // forward, backward
+  int trials = 2;
+  int batch = 1;
+  int heads = 2;
+  std::string distribution = "normal";  // normal | uniform | outliers
+  double outlier_fraction = 0.01;       // outliers: fraction of entries scaled by outlier_scale
+  double outlier_scale = 20.0;
+  std::uint64_t seed = 7;
+};
+
+struct ReduceConfig {
+  std::vector<std::string> metrics{"w1", "max_abs", "mean_abs", "rel_l2"};
+  std::vector<std::int64_t> steps;   // empty: every checkpoint step
+  bool per_tensor = true;
+  bool whole_model = true;
+};
+
+// One point of the grid: the axis values and the fully resolved configuration it trains with.
+struct Variant {
+  std::string id;  // e.g. "flash-bf16-s1-normal"
+  std::vector<std::pair<std::string, std::string>> axes;  // (axis, value) in grid order
+  AttentionKind attention = AttentionKind::flash;
+  Format precision = Format::fp32;
+  std::uint64_t seed = 0;           // the init seed
+  std::string init = "normal";      // normal | xavier_uniform | kaiming_normal | scaled
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  AttentionConfig attention_cfg;
+  std::string hash;                 // content hash (hex) of the resolved configuration
+  std::string resolved_toml;        // the resolved configuration, as TOML
+  const std::string& axis(const std::string& name) const;  // value of an axis ("" when absent)
+};
+
+struct Study {
+  std::string file;                    // the grid.toml path it came from
+  std::string name = "study";
+  std::string out = "fastudy-out";     // output directory (relative to the working directory)
+  std::vector<std::string> phases{"microbench", "train", "reduce", "report"};
+  std::vector<std::pair<std::string, std::vector<std::string>>> axes;  // [grid], in file order
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  AttentionConfig attention;
+  MicrobenchConfig microbench;
+  ReduceConfig reduce;
+  std::vector<Variant> variants;
+  std::string hash;                    // content hash of the whole resolved study
+  std::string resolved_toml;           // the whole resolved study, as TOML (defaults filled in)
+
+  bool has_phase(const std::string& p) const;
+  const Variant* find_variant(const std::string& id) const;
+};
+
+// The grid axes fastudy knows, with what each overrides.
+const std::vector<std::string>& known_axes();
+// Every phase name, in run order: microbench, train, reduce, report.
+const std::vector<std::string>& known_phases();
+
+// Parse, validate and expand. Throws ConfigError.
+Study load_study(const std::string& path);
+Study parse_study(const std::string& toml_text, const std::string& source_name);
+
+// The resolved policy a variant's attention runs with, for a format.
+PrecisionPolicy resolve_policy(const AttentionConfig& cfg, const std::string& name, Format f);
+
+// 64-bit FNV-1a of a string, as 16 hex digits: the content hash used for configs.
+std::string content_hash(const std::string& text);
+
+}  // namespace fastudy

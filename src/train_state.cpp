@@ -1,0 +1,32 @@
+#include "src/train_state.hpp"
+
+#include <functional>
+#include <numeric>
+
+namespace fastudy {
+
+std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i64: return 8;
+    case DType::u8: return 1;
+  }
+  return 1;
+}
+
+const char* to_string(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::i64: return "i64";
+    case DType::u8: return "u8";
+  }
+  return "?";
+}
+
+std::int64_t NamedArray::numel() const {
+  return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+}  // namespace fastudy

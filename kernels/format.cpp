@@ -1,0 +1,98 @@
+// Number format names, properties and the runtime-dispatched rounding (a switch over the inline
+// templates of kernels/round.hpp). Kernels that round in hot loops use round_to_format<F> directly.
+#include "kernels/format.hpp"
+
+#include "kernels/round.hpp"
+
+namespace fastudy {
+
+std::string_view to_string(Format f) {
+  switch (f) {
+    case Format::fp64: return "fp64";
+    case Format::fp32: return "fp32";
+    case Format::tf32: return "tf32";
+    case Format::fp16: return "fp16";
+    case Format::bf16: return "bf16";
+    case Format::fp8_e4m3: return "fp8_e4m3";
+    case Format::fp8_e5m2: return "fp8_e5m2";
+  }
+  return "unknown";
+}
+
+std::optional<Format> parse_format(std::string_view name) {
+  for (Format f : kAllFormats) {
+    if (to_string(f) == name) return f;
+  }
+  return std::nullopt;
+}
+
+std::string format_names() {
+  std::string names;
+  for (Format f : kAllFormats) {
+    if (!names.empty()) names += ", ";
+    names += to_string(f);
+  }
+  return names;
+}
+
+namespace {
+
+template <class T>
+T round_switch(Format f, T x) {
+  switch (f) {
+    case Format::fp64: return round_to_format<Format::fp64>(x);
+    case Format::fp32: return round_to_format<Format::fp32>(x);
+    case Format::tf32: return round_to_format<Format::tf32>(x);
+    case Format::fp16: return round_to_format<Format::fp16>(x);
+    case Format::bf16: return round_to_format<Format::bf16>(x);
+    case Format::fp8_e4m3: return round_to_format<Format::fp8_e4m3>(x);
+    case Format::fp8_e5m2: return round_to_format<Format::fp8_e5m2>(x);
+  }
+  return x;
+}
+
+template <Format F, class T>
+void round_span(T* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = round_to_format<F>(x[i]);
+}
+
+template <class T>
+void round_inplace_switch(Format f, T* x, std::size_t n) {
+  switch (f) {
+    case Format::fp64: return round_span<Format::fp64>(x, n);
+    case Format::fp32: return round_span<Format::fp32>(x, n);
+    case Format::tf32: return round_span<Format::tf32>(x, n);
+    case Format::fp16: return round_span<Format::fp16>(x, n);
+    case Format::bf16: return round_span<Format::bf16>(x, n);
+    case Format::fp8_e4m3: return round_span<Format::fp8_e4m3>(x, n);
+    case Format::fp8_e5m2: return round_span<Format::fp8_e5m2>(x, n);
+  }
+}
+
+}  // namespace
+
+int mantissa_bits(Format f) {
+  switch (f) {
+    case Format::fp64: return FormatTraits<Format::fp64>::p;
+    case Format::fp32: return FormatTraits<Format::fp32>::p;
+    case Format::tf32: return FormatTraits<Format::tf32>::p;
+    case Format::fp16: return FormatTraits<Format::fp16>::p;
+    case Format::bf16: return FormatTraits<Format::bf16>::p;
+    case Format::fp8_e4m3: return FormatTraits<Format::fp8_e4m3>::p;
+    case Format::fp8_e5m2: return FormatTraits<Format::fp8_e5m2>::p;
+  }
+  return 0;
+}
+
+double unit_roundoff(Format f) {
+  double u = 0.5;
+  for (int i = 0; i < mantissa_bits(f); ++i) u *= 0.5;
+  return u;
+}
+
+float round_to(Format f, float x) { return round_switch(f, x); }
+double round_to(Format f, double x) { return round_switch(f, x); }
+void round_inplace(Format f, float* x, std::size_t n) { round_inplace_switch(f, x, n); }
+void round_inplace(Format f, double* x, std::size_t n) { round_inplace_switch(f, x, n); }
+
+}  // namespace fastudy

@@ -1,0 +1,144 @@
+// Per-value round-to-nearest-even into the emulated number formats, as inline templates on the
+// format so hot loops pay no call and no switch. format.cpp's round_to() is a switch over these.
+// Usable from CUDA later: every function is FASTUDY_HD (__host__ __device__ under nvcc).
+//
+// Method (same for float and double sources): inf/NaN first (NaN stays NaN, quiet, sign kept; inf
+// stays inf, except fp8 e4m3 "fn" which has no inf and gives NaN). Values in the target's normal
+// range are rounded on the bit pattern: add half an ulp minus one plus the lowest kept bit (ties to
+// even), clear the dropped bits; a carry into the exponent is the correct result. Anything above the
+// largest finite value afterwards overflowed: inf (IEEE formats) or NaN (e4m3, OCP "saturate to
+// NaN" mode: max 448). Values below the target's smallest normal round to the fixed subnormal quantum
+// 2^(emin - p) by adding and subtracting a magic constant 2^(emin - p + source mantissa bits), which
+// the hardware rounds ties-to-even. Signed zero is kept.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/format.hpp"
+
+#if defined(__CUDACC__)
+#define FASTUDY_HD __host__ __device__
+#else
+#define FASTUDY_HD
+#endif
+
+namespace fastudy {
+
+// p explicit mantissa bits, emin/emax the exponents of the smallest and largest normal binade,
+// max_mantissa the fraction bits (p wide) of the largest finite value, nan_on_overflow for e4m3.
+template <Format F>
+struct FormatTraits;
+template <>
+struct FormatTraits<Format::fp64> {
+  static constexpr int p = 52, emin = -1022, emax = 1023;
+  static constexpr bool nan_on_overflow = false;
+};
+template <>
+struct FormatTraits<Format::fp32> {
+  static constexpr int p = 23, emin = -126, emax = 127;
+  static constexpr bool nan_on_overflow = false;
+};
+template <>
+struct FormatTraits<Format::tf32> {
+  static constexpr int p = 10, emin = -126, emax = 127;
+  static constexpr bool nan_on_overflow = false;
+};
+template <>
+struct FormatTraits<Format::fp16> {
+  static constexpr int p = 10, emin = -14, emax = 15;
+  static constexpr bool nan_on_overflow = false;
+};
+template <>
+struct FormatTraits<Format::bf16> {
+  static constexpr int p = 7, emin = -126, emax = 127;
+  static constexpr bool nan_on_overflow = false;
+};
+template <>
+struct FormatTraits<Format::fp8_e4m3> {
+  // 0x7F / 0xFF (exponent 1111, mantissa 111) is the only NaN, so 1.110b * 2^8 = 448 is the max.
+  static constexpr int p = 3, emin = -6, emax = 8;
+  static constexpr bool nan_on_overflow = true;
+};
+template <>
+struct FormatTraits<Format::fp8_e5m2> {
+  static constexpr int p = 2, emin = -14, emax = 15;
+  static constexpr bool nan_on_overflow = false;
+};
+
+namespace detail {
+
+template <class To, class From>
+FASTUDY_HD inline To bits_as(From x) {
+  static_assert(sizeof(To) == sizeof(From), "bit cast between different sizes");
+  To t;
+  std::memcpy(&t, &x, sizeof(To));
+  return t;
+}
+
+// The bit layout of the source type.
+template <class T>
+struct SourceBits;
+template <>
+struct SourceBits<float> {
+  using U = std::uint32_t;
+  static constexpr int p = 23, bias = 127;
+};
+template <>
+struct SourceBits<double> {
+  using U = std::uint64_t;
+  static constexpr int p = 52, bias = 1023;
+};
+
+}  // namespace detail
+
+// True when rounding a T into F can change nothing (F at least as wide as T in every respect).
+template <Format F, class T>
+constexpr bool round_is_identity() {
+  using Tr = FormatTraits<F>;
+  using S = detail::SourceBits<T>;
+  return Tr::p >= S::p && Tr::emin <= 1 - S::bias && !Tr::nan_on_overflow && Tr::emax >= S::bias;
+}
+
+template <Format F, class T>
+FASTUDY_HD inline T round_to_format(T x) {
+  if constexpr (round_is_identity<F, T>()) {
+    return x;
+  } else {
+    using Tr = FormatTraits<F>;
+    using S = detail::SourceBits<T>;
+    using U = typename S::U;
+    constexpr int kShift = S::p - Tr::p;
+    constexpr U kOne = 1;
+    constexpr U kSignMask = kOne << (8 * sizeof(U) - 1);
+    constexpr U kExpMask = ~kSignMask & ~((kOne << S::p) - 1);  // also the bits of +inf
+    constexpr U kQuietNan = kExpMask | (kOne << (S::p - 1));
+    // Largest finite value of F: exponent emax, fraction all ones (e4m3: all ones but the last bit).
+    constexpr U kMaxFraction = ((kOne << Tr::p) - 1) - (Tr::nan_on_overflow ? 1 : 0);
+    constexpr U kMaxBits = (U(Tr::emax + S::bias) << S::p) | (kMaxFraction << kShift);
+    constexpr U kMinNormalBits = U(Tr::emin + S::bias) << S::p;
+
+    const U u = detail::bits_as<U>(x);
+    const U sign = u & kSignMask;
+    U a = u ^ sign;
+    if (a >= kExpMask) {  // inf or NaN
+      if (a > kExpMask || Tr::nan_on_overflow) return detail::bits_as<T>(sign | kQuietNan);
+      return x;
+    }
+    if (Tr::emin > 1 - S::bias && a < kMinNormalBits) {
+      // Subnormal in F: round to multiples of 2^(emin - p) with the hardware's ties-to-even.
+      constexpr U kMagicBits = U(Tr::emin - Tr::p + S::p + S::bias) << S::p;
+      const T magic = detail::bits_as<T>(kMagicBits);
+      const T r = (detail::bits_as<T>(a) + magic) - magic;
+      return detail::bits_as<T>(detail::bits_as<U>(r) | sign);
+    }
+    if constexpr (kShift > 0) {
+      a += ((kOne << (kShift - 1)) - 1) + ((a >> kShift) & 1);
+      a &= ~((kOne << kShift) - 1);
+    }
+    if (a > kMaxBits) a = Tr::nan_on_overflow ? kQuietNan : kExpMask;
+    return detail::bits_as<T>(a | sign);
+  }
+}
+
+}  // namespace fastudy

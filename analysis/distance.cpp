@@ -1,0 +1,709 @@
+// Distances between weight distributions: the implementation of analysis/distance.hpp.
+//
+// Hot loops: for each fixed global block of kPairwiseBlock indices, every pair (i, j) is reduced with
+// a lane kernel (kLanes independent fp64 partial sums, fixed lane order, no FMA contraction) that GCC
+// vectorises; the kernels are compiled for AVX-512, AVX2 and baseline x86-64 (target_clones) and
+// picked at load time, all rounding identically. The block's sums then go exactly into ExactSum limbs.
+#include "analysis/distance.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+namespace fastudy {
+
+// ---- exact summation ----------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::int64_t kLimbMask = (std::int64_t{1} << 32) - 1;
+
+std::uint64_t bits_of(double x) {
+  std::uint64_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+}  // namespace
+
+void exact_add(std::int64_t* limbs, double x) {
+  // x = M * 2^E with M < 2^53 an integer and E >= -1074; bit position p = E + 1074 >= 0.
+  const std::uint64_t u = bits_of(x);
+  const std::uint64_t biased = (u >> 52) & 0x7ff;
+  std::uint64_t m = u & ((std::uint64_t{1} << 52) - 1);
+  int p = 0;
+  if (biased == 0) {
+    if (m == 0) return;
+  } else {
+    m |= std::uint64_t{1} << 52;
+    p = static_cast<int>(biased) - 1;  // E = biased - 1075, p = E + 1074
+  }
+  const int k = p / 32;
+  const unsigned __int128 t = static_cast<unsigned __int128>(m) << (p % 32);
+  limbs[k] += static_cast<std::int64_t>(static_cast<std::uint64_t>(t) & kLimbMask);
+  limbs[k + 1] += static_cast<std::int64_t>(static_cast<std::uint64_t>(t >> 32) & kLimbMask);
+  limbs[k + 2] += static_cast<std::int64_t>(static_cast<std::uint64_t>(t >> 64) & kLimbMask);
+}
+
+void exact_normalize(std::int64_t* limbs) {
+  std::int64_t carry = 0;
+  for (int k = 0; k < kExactLimbs - 1; ++k) {
+    const std::int64_t v = limbs[k] + carry;
+    limbs[k] = v & kLimbMask;
+    carry = v >> 32;
+  }
+  limbs[kExactLimbs - 1] += carry;
+}
+
+double exact_value(const std::int64_t* limbs) {
+  std::int64_t l[kExactLimbs];
+  std::memcpy(l, limbs, sizeof l);
+  exact_normalize(l);  // canonical form: the result depends only on the exact value
+  int top = kExactLimbs - 1;
+  while (top >= 0 && l[top] == 0) --top;
+  if (top < 0) return 0.0;
+  // The top three limbs carry at least 65 significant bits; adding them from the top rounds twice at
+  // most, so the result is within 1 ulp of the exact sum (faithful), and a function of it alone.
+  double r = 0.0;
+  for (int k = top; k >= std::max(0, top - 2); --k)
+    r += std::ldexp(static_cast<double>(l[k]), 32 * k - 1074);
+  return r;
+}
+
+void ExactSum::add(const ExactSum& other) {
+  for (int k = 0; k < kExactLimbs; ++k) limbs_[k] += other.limbs_[k];
+  exact_normalize(limbs_.data());
+}
+
+// ---- radix sort ---------------------------------------------------------------------------------
+
+namespace {
+
+// Monotone map of the IEEE bit pattern to an unsigned key: negative values flip all bits, positive
+// ones flip the sign bit. Order: -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN.
+template <class U>
+U to_key(U u) {
+  constexpr U sign = U{1} << (sizeof(U) * 8 - 1);
+  return (u & sign) ? static_cast<U>(~u) : static_cast<U>(u | sign);
+}
+template <class U>
+U from_key(U k) {
+  constexpr U sign = U{1} << (sizeof(U) * 8 - 1);
+  return (k & sign) ? static_cast<U>(k & ~sign) : static_cast<U>(~k);
+}
+
+template <class T>
+void radix_sort_impl(T* values, std::size_t n) {
+  using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  constexpr int kBits = 11;
+  constexpr int kBuckets = 1 << kBits;
+  constexpr int kPasses = (static_cast<int>(sizeof(U)) * 8 + kBits - 1) / kBits;
+  if (n < 2) return;
+  std::vector<U> a(n), b(n);
+  std::vector<std::size_t> hist(static_cast<std::size_t>(kPasses) * kBuckets, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    U u;
+    std::memcpy(&u, &values[i], sizeof u);
+    const U k = to_key(u);
+    a[i] = k;
+    for (int p = 0; p < kPasses; ++p) ++hist[p * kBuckets + ((k >> (p * kBits)) & (kBuckets - 1))];
+  }
+  U* src = a.data();
+  U* dst = b.data();
+  for (int p = 0; p < kPasses; ++p) {
+    std::size_t* h = &hist[static_cast<std::size_t>(p) * kBuckets];
+    const U first = (src[0] >> (p * kBits)) & (kBuckets - 1);
+    if (h[first] == n) continue;  // every key has this digit: the pass would not move anything
+    std::size_t offset = 0;
+    for (int d = 0; d < kBuckets; ++d) {
+      const std::size_t c = h[d];
+      h[d] = offset;
+      offset += c;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const U k = src[i];
+      dst[h[(k >> (p * kBits)) & (kBuckets - 1)]++] = k;
+    }
+    std::swap(src, dst);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const U u = from_key(src[i]);
+    std::memcpy(&values[i], &u, sizeof u);
+  }
+}
+
+}  // namespace
+
+void radix_sort(float* values, std::size_t n) { radix_sort_impl(values, n); }
+void radix_sort(double* values, std::size_t n) { radix_sort_impl(values, n); }
+
+// ---- lane kernels -------------------------------------------------------------------------------
+
+namespace {
+
+constexpr int kLanes = 8;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define FASTUDY_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define FASTUDY_CLONES
+#endif
+
+// Fold the lanes in a fixed tree order.
+inline double fold(const double* s) {
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+// sum |a-b| (and sum (a-b)^2 if sq != nullptr) over len values, all finite.
+#define FASTUDY_SORTED_KERNEL(NAME, T)                                                      \
+  FASTUDY_CLONES void NAME(const T* a, const T* b, std::size_t len, double* abs_out,      \
+                           double* sq_out) {                                              \
+    double sa[kLanes] = {}, sq[kLanes] = {};                                              \
+    std::size_t i = 0;                                                                    \
+    if (sq_out) {                                                                         \
+      for (; i + kLanes <= len; i += kLanes)                                              \
+        for (int l = 0; l < kLanes; ++l) {                                                \
+          const double d = static_cast<double>(a[i + l]) - static_cast<double>(b[i + l]); \
+          sa[l] += std::fabs(d);                                                          \
+          sq[l] += d * d;                                                                 \
+        }                                                                                 \
+    } else {                                                                              \
+      for (; i + kLanes <= len; i += kLanes)                                              \
+        for (int l = 0; l < kLanes; ++l)                                                  \
+          sa[l] += std::fabs(static_cast<double>(a[i + l]) - static_cast<double>(b[i + l])); \
+    }                                                                                     \
+    for (int l = 0; i < len; ++i, ++l) {                                                  \
+      const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);             \
+      sa[l] += std::fabs(d);                                                              \
+      sq[l] += d * d;                                                                     \
+    }                                                                                     \
+    *abs_out = fold(sa);                                                                  \
+    if (sq_out) *sq_out = fold(sq);                                                       \
+  }
+
+// sum |a-b|, sum (a-b)^2, max |a-b| over len values, all finite.
+#define FASTUDY_ELEMENTWISE_KERNEL(NAME, T)                                                 \
+  FASTUDY_CLONES void NAME(const T* a, const T* b, std::size_t len, double* abs_out,      \
+                           double* sq_out, double* max_out) {                             \
+    double sa[kLanes] = {}, sq[kLanes] = {}, mx[kLanes] = {};                             \
+    std::size_t i = 0;                                                                    \
+    for (; i + kLanes <= len; i += kLanes)                                                \
+      for (int l = 0; l < kLanes; ++l) {                                                  \
+        const double d = std::fabs(static_cast<double>(a[i + l]) - static_cast<double>(b[i + l])); \
+        sa[l] += d;                                                                       \
+        sq[l] += d * d;                                                                   \
+        mx[l] = mx[l] > d ? mx[l] : d;                                                    \
+      }                                                                                   \
+    for (int l = 0; i < len; ++i, ++l) {                                                  \
+      const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));  \
+      sa[l] += d;                                                                         \
+      sq[l] += d * d;                                                                     \
+      mx[l] = mx[l] > d ? mx[l] : d;                                                      \
+    }                                                                                     \
+    *abs_out = fold(sa);                                                                  \
+    *sq_out = fold(sq);                                                                   \
+    double m = 0;                                                                         \
+    for (int l = 0; l < kLanes; ++l) m = m > mx[l] ? m : mx[l];                           \
+    *max_out = m;                                                                         \
+  }
+
+// sum x^2 over len values, all finite.
+#define FASTUDY_SQUARES_KERNEL(NAME, T)                                                     \
+  FASTUDY_CLONES double NAME(const T* x, std::size_t len) {                               \
+    double s[kLanes] = {};                                                                \
+    std::size_t i = 0;                                                                    \
+    for (; i + kLanes <= len; i += kLanes)                                                \
+      for (int l = 0; l < kLanes; ++l) {                                                  \
+        const double v = static_cast<double>(x[i + l]);                                   \
+        s[l] += v * v;                                                                    \
+      }                                                                                   \
+    for (int l = 0; i < len; ++i, ++l) {                                                  \
+      const double v = static_cast<double>(x[i]);                                         \
+      s[l] += v * v;                                                                      \
+    }                                                                                     \
+    return fold(s);                                                                       \
+  }
+
+// True if all len values are finite (x - x is 0 for finite x, NaN otherwise).
+#define FASTUDY_FINITE_KERNEL(NAME, T)                                                      \
+  FASTUDY_CLONES bool NAME(const T* x, std::size_t len) {                                 \
+    T s[kLanes] = {};                                                                     \
+    std::size_t i = 0;                                                                    \
+    for (; i + kLanes <= len; i += kLanes)                                                \
+      for (int l = 0; l < kLanes; ++l) s[l] += x[i + l] - x[i + l];                       \
+    for (int l = 0; i < len; ++i, ++l) s[l] += x[i] - x[i];                               \
+    T t = 0;                                                                              \
+    for (int l = 0; l < kLanes; ++l) t += s[l];                                           \
+    return t == 0;                                                                        \
+  }
+
+FASTUDY_SORTED_KERNEL(sorted_kernel_f, float)
+FASTUDY_SORTED_KERNEL(sorted_kernel_d, double)
+FASTUDY_ELEMENTWISE_KERNEL(elementwise_kernel_f, float)
+FASTUDY_ELEMENTWISE_KERNEL(elementwise_kernel_d, double)
+FASTUDY_SQUARES_KERNEL(squares_kernel_f, float)
+FASTUDY_SQUARES_KERNEL(squares_kernel_d, double)
+FASTUDY_FINITE_KERNEL(finite_kernel_f, float)
+FASTUDY_FINITE_KERNEL(finite_kernel_d, double)
+
+void sorted_kernel(const float* a, const float* b, std::size_t n, double* s, double* q) {
+  sorted_kernel_f(a, b, n, s, q);
+}
+void sorted_kernel(const double* a, const double* b, std::size_t n, double* s, double* q) {
+  sorted_kernel_d(a, b, n, s, q);
+}
+void elementwise_kernel(const float* a, const float* b, std::size_t n, double* s, double* q, double* m) {
+  elementwise_kernel_f(a, b, n, s, q, m);
+}
+void elementwise_kernel(const double* a, const double* b, std::size_t n, double* s, double* q,
+                        double* m) {
+  elementwise_kernel_d(a, b, n, s, q, m);
+}
+double squares_kernel(const float* x, std::size_t n) { return squares_kernel_f(x, n); }
+double squares_kernel(const double* x, std::size_t n) { return squares_kernel_d(x, n); }
+bool all_finite(const float* x, std::size_t n) { return finite_kernel_f(x, n); }
+bool all_finite(const double* x, std::size_t n) { return finite_kernel_d(x, n); }
+
+// Scalar versions for blocks that hold a non-finite value: skip those indices, count them. They use
+// the same lane assignment as the kernels, so a block without non-finite values gives the same sums.
+template <class T>
+void sorted_slow(const T* a, const T* b, std::size_t len, double* abs_out, double* sq_out,
+                 std::uint64_t* skipped) {
+  double sa[kLanes] = {}, sq[kLanes] = {};
+  for (std::size_t i = 0; i < len; ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    if (!std::isfinite(d * d)) {  // a non-finite value, or |a-b| > 1.3e154 (fp64 inputs only)
+      ++*skipped;
+      continue;
+    }
+    sa[i % kLanes] += std::fabs(d);
+    sq[i % kLanes] += d * d;
+  }
+  *abs_out = fold(sa);
+  if (sq_out) *sq_out = fold(sq);
+}
+
+template <class T>
+void elementwise_slow(const T* a, const T* b, std::size_t len, double* abs_out, double* sq_out,
+                      double* max_out, std::uint64_t* skipped) {
+  double sa[kLanes] = {}, sq[kLanes] = {};
+  double m = 0;
+  for (std::size_t i = 0; i < len; ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    if (!std::isfinite(d * d)) {  // a non-finite value, or |a-b| > 1.3e154 (fp64 inputs only)
+      ++*skipped;
+      continue;
+    }
+    sa[i % kLanes] += d;
+    sq[i % kLanes] += d * d;
+    m = m > d ? m : d;
+  }
+  *abs_out = fold(sa);
+  *sq_out = fold(sq);
+  *max_out = m;
+}
+
+template <class T>
+double squares_slow(const T* x, std::size_t len) {
+  double s[kLanes] = {};
+  for (std::size_t i = 0; i < len; ++i)
+    if (std::isfinite(static_cast<double>(x[i]) * static_cast<double>(x[i])))
+      s[i % kLanes] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return fold(s);
+}
+
+// Layout of one pair's slot in PairwisePartials::sums.
+constexpr std::size_t kSortedAbs = 0;
+constexpr std::size_t kSortedSq = kExactLimbs;
+constexpr std::size_t kAbs = 2 * kExactLimbs;
+constexpr std::size_t kSq = 3 * kExactLimbs;
+constexpr std::size_t kCountSorted = 4 * kExactLimbs;
+constexpr std::size_t kCount = kCountSorted + 1;
+constexpr std::size_t kNonfinite = kCountSorted + 2;
+constexpr std::size_t kNonfiniteSorted = kCountSorted + 3;
+
+// The blocks of [begin, end) cut at global multiples of kPairwiseBlock.
+template <class F>
+void for_each_block(std::size_t begin, std::size_t end, F&& f) {
+  std::size_t b0 = begin;
+  while (b0 < end) {
+    const std::size_t b1 = std::min(end, (b0 / kPairwiseBlock + 1) * kPairwiseBlock);
+    f(b0, b1);
+    b0 = b1;
+  }
+}
+
+std::string where(const char* what, std::size_t i) {
+  return std::string(what) + "[" + std::to_string(i) + "]";
+}
+
+}  // namespace
+
+// ---- one pair, scipy semantics ------------------------------------------------------------------
+
+namespace {
+
+void check_values(ArrayView<double> x, const char* name) {
+  if (x.empty())
+    throw DistanceError(std::string("wasserstein distance: ") + name + " is empty",
+                        "a distribution needs at least one value (scipy raises the same error)");
+  for (std::size_t i = 0; i < x.size; ++i)
+    if (!std::isfinite(x[i]))
+      throw DistanceError("wasserstein distance: " + where(name, i) + " = " + std::to_string(x[i]) +
+                              " is not finite",
+                          "the distance between distributions with NaN or inf is undefined; "
+                          "check the checkpoint for diverged weights");
+}
+
+void check_weights(ArrayView<double> w, std::size_t n, const char* name) {
+  if (w.empty()) return;
+  if (w.size != n)
+    throw DistanceError(std::string("wasserstein distance: ") + name + " has " +
+                        std::to_string(w.size) + " entries but the values have " + std::to_string(n));
+  double sum = 0;
+  for (std::size_t i = 0; i < w.size; ++i) {
+    if (!(w[i] >= 0) || std::isinf(w[i]))
+      throw DistanceError("wasserstein distance: " + where(name, i) + " = " + std::to_string(w[i]),
+                          "weights must be non-negative and finite");
+    sum += w[i];
+  }
+  if (!(sum > 0) || !std::isfinite(sum))
+    throw DistanceError(std::string("wasserstein distance: ") + name + " sums to " +
+                            std::to_string(sum),
+                        "the weights must have a positive finite sum; pass no weights for uniform ones");
+}
+
+std::vector<double> sorted_copy(ArrayView<double> x) {
+  std::vector<double> s(x.data, x.data + x.size);
+  radix_sort(s.data(), s.size());
+  return s;
+}
+
+std::vector<double> widen(ArrayView<float> x) { return std::vector<double>(x.data, x.data + x.size); }
+
+// Equal sizes, already sorted: sum |a-b| (and (a-b)^2) exactly, by the same blocks as the engine.
+void sorted_sums(const double* a, const double* b, std::size_t n, ExactSum& abs_sum, ExactSum* sq_sum) {
+  for_each_block(0, n, [&](std::size_t b0, std::size_t b1) {
+    double s = 0, q = 0;
+    sorted_kernel(a + b0, b + b0, b1 - b0, &s, sq_sum ? &q : nullptr);
+    abs_sum.add(s);
+    if (sq_sum) sq_sum->add(q);
+  });
+}
+
+}  // namespace
+
+double wasserstein1(ArrayView<double> u, ArrayView<double> v, ArrayView<double> u_weights,
+                    ArrayView<double> v_weights) {
+  check_values(u, "u_values");
+  check_values(v, "v_values");
+  check_weights(u_weights, u.size, "u_weights");
+  check_weights(v_weights, v.size, "v_weights");
+
+  if (u.size == v.size && u_weights.empty() && v_weights.empty()) {
+    const std::vector<double> su = sorted_copy(u), sv = sorted_copy(v);
+    ExactSum s;
+    sorted_sums(su.data(), sv.data(), su.size(), s, nullptr);
+    return s.value() / static_cast<double>(u.size);
+  }
+
+  // General case: sort values with their weights, then walk the merged support once. Between two
+  // consecutive support points x < x', F_u = (weight of u values <= x) / total weight, the same for
+  // v, and the integral gains |F_u - F_v| (x' - x). Ties contribute zero width, as in scipy.
+  auto sorted_with_weights = [](ArrayView<double> x, ArrayView<double> w) {
+    std::vector<std::pair<double, double>> p(x.size);
+    for (std::size_t i = 0; i < x.size; ++i) p[i] = {x[i], w.empty() ? 1.0 : w[i]};
+    std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    return p;
+  };
+  const auto su = sorted_with_weights(u, u_weights);
+  const auto sv = sorted_with_weights(v, v_weights);
+  // Totals and running sums as scipy: cumulative sums in order; without weights, counts / size.
+  double total_u = 0, total_v = 0;
+  for (const auto& p : su) total_u += p.second;
+  for (const auto& p : sv) total_v += p.second;
+  if (u_weights.empty()) total_u = static_cast<double>(u.size);
+  if (v_weights.empty()) total_v = static_cast<double>(v.size);
+
+  ExactSum integral;
+  std::size_t iu = 0, iv = 0;
+  double cu = 0, cv = 0;
+  double x = std::min(su[0].first, sv[0].first);
+  for (;;) {
+    while (iu < su.size() && su[iu].first <= x) cu += su[iu++].second;
+    while (iv < sv.size() && sv[iv].first <= x) cv += sv[iv++].second;
+    if (iu == su.size() && iv == sv.size()) break;
+    const double next = std::min(iu < su.size() ? su[iu].first : std::numeric_limits<double>::infinity(),
+                                 iv < sv.size() ? sv[iv].first : std::numeric_limits<double>::infinity());
+    integral.add(std::fabs(cu / total_u - cv / total_v) * (next - x));
+    x = next;
+  }
+  return integral.value();
+}
+
+double wasserstein1(ArrayView<float> u, ArrayView<float> v, ArrayView<double> u_weights,
+                    ArrayView<double> v_weights) {
+  const std::vector<double> du = widen(u), dv = widen(v);
+  return wasserstein1(ArrayView<double>(du), ArrayView<double>(dv), u_weights, v_weights);
+}
+
+double wasserstein2(ArrayView<double> u, ArrayView<double> v) {
+  check_values(u, "u_values");
+  check_values(v, "v_values");
+  if (u.size != v.size)
+    throw DistanceError("wasserstein2: the sizes differ (" + std::to_string(u.size) + " vs " +
+                            std::to_string(v.size) + ")",
+                        "wasserstein2 is implemented for equal sizes without weights only");
+  const std::vector<double> su = sorted_copy(u), sv = sorted_copy(v);
+  ExactSum s, q;
+  sorted_sums(su.data(), sv.data(), su.size(), s, &q);
+  return std::sqrt(q.value() / static_cast<double>(u.size));
+}
+
+double wasserstein2(ArrayView<float> u, ArrayView<float> v) {
+  const std::vector<double> du = widen(u), dv = widen(v);
+  return wasserstein2(ArrayView<double>(du), ArrayView<double>(dv));
+}
+
+namespace {
+
+template <class T>
+ElementwiseMetrics elementwise_impl(ArrayView<T> a, ArrayView<T> ref) {
+  if (a.size != ref.size)
+    throw DistanceError("elementwise metrics: the sizes differ (" + std::to_string(a.size) + " vs " +
+                            std::to_string(ref.size) + ")",
+                        "elementwise metrics compare the same parameter in two variants");
+  PairwisePartials p(2);
+  accumulate_elementwise<T>({a.data, ref.data}, 0, a.size, p);
+  const PairMetrics& m = p.finalize().at(0, 1);
+  return {m.max_abs, m.mean_abs, m.rel_l2, m.count, m.nonfinite};
+}
+
+}  // namespace
+
+ElementwiseMetrics elementwise_metrics(ArrayView<double> a, ArrayView<double> ref) {
+  return elementwise_impl(a, ref);
+}
+ElementwiseMetrics elementwise_metrics(ArrayView<float> a, ArrayView<float> ref) {
+  return elementwise_impl(a, ref);
+}
+
+// ---- SortedSet ----------------------------------------------------------------------------------
+
+template <class T>
+void SortedSet<T>::add(ArrayView<T> values) {
+  std::vector<T> s(values.data, values.data + values.size);
+  radix_sort(s.data(), s.size());
+  add_sorted(std::move(s));
+}
+
+template <class T>
+void SortedSet<T>::add_sorted(std::vector<T> sorted) {
+  if (!sorted_.empty() && sorted.size() != n_)
+    throw DistanceError("SortedSet: variant " + std::to_string(sorted_.size()) + " has " +
+                            std::to_string(sorted.size()) + " values, the others " + std::to_string(n_),
+                        "every variant of a tensor must have the same number of parameters");
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (!std::isfinite(sorted[i])) ++bad;
+    if (i > 0 && sorted[i] < sorted[i - 1])
+      throw DistanceError("SortedSet: variant " + std::to_string(sorted_.size()) +
+                          " is not sorted at index " + std::to_string(i));
+  }
+  n_ = sorted.size();
+  sorted_.push_back(std::move(sorted));
+  nonfinite_.push_back(bad);
+}
+
+template class SortedSet<float>;
+template class SortedSet<double>;
+
+IndexRange block_aligned_part(std::size_t n, std::size_t parts, std::size_t part) {
+  if (parts == 0 || part >= parts) return {0, 0};
+  const std::size_t blocks = (n + kPairwiseBlock - 1) / kPairwiseBlock;
+  const std::size_t b0 = blocks * part / parts, b1 = blocks * (part + 1) / parts;
+  return {std::min(n, b0 * kPairwiseBlock), std::min(n, b1 * kPairwiseBlock)};
+}
+
+// ---- PairwisePartials ---------------------------------------------------------------------------
+
+PairwisePartials::PairwisePartials(std::size_t variants)
+    : variants_(variants),
+      sums_(pair_count() * kPairSums + variants * kExactLimbs, 0),
+      maxima_(pair_count(), 0.0) {}
+
+std::size_t PairwisePartials::pair_index(std::size_t i, std::size_t j) const {
+  return i * (2 * variants_ - i - 1) / 2 + (j - i - 1);
+}
+
+void PairwisePartials::combine(const PairwisePartials& other) {
+  if (other.variants_ != variants_)
+    throw DistanceError("PairwisePartials::combine: " + std::to_string(variants_) + " vs " +
+                        std::to_string(other.variants_) + " variants");
+  for (std::size_t k = 0; k < sums_.size(); ++k) sums_[k] += other.sums_[k];
+  for (std::size_t k = 0; k < maxima_.size(); ++k) maxima_[k] = std::max(maxima_[k], other.maxima_[k]);
+  has_w2_ = has_w2_ || other.has_w2_;
+}
+
+PairwiseMatrix PairwisePartials::finalize() const {
+  const std::size_t V = variants_;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  PairwiseMatrix out;
+  out.variants = V;
+  out.pairs.assign(V * V, PairMetrics{});
+  std::vector<double> norm2(V);
+  for (std::size_t v = 0; v < V; ++v) norm2[v] = exact_value(&sums_[pair_count() * kPairSums + v * kExactLimbs]);
+  auto ratio = [](double num, double den) {
+    if (den > 0) return std::sqrt(num) / std::sqrt(den);
+    return num > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+  };
+  for (std::size_t i = 0; i < V; ++i) {
+    for (std::size_t j = i + 1; j < V; ++j) {
+      const std::int64_t* s = &sums_[pair_index(i, j) * kPairSums];
+      PairMetrics m;
+      m.count_sorted = static_cast<std::uint64_t>(s[kCountSorted]);
+      m.count = static_cast<std::uint64_t>(s[kCount]);
+      m.nonfinite = static_cast<std::uint64_t>(s[kNonfinite]);
+      m.nonfinite_sorted = static_cast<std::uint64_t>(s[kNonfiniteSorted]);
+      const bool sorted_ok = m.count_sorted > 0 && m.nonfinite_sorted == 0;
+      const double ns = static_cast<double>(m.count_sorted);
+      m.w1 = sorted_ok ? exact_value(s + kSortedAbs) / ns : nan;
+      m.w2 = sorted_ok && has_w2_ ? std::sqrt(exact_value(s + kSortedSq) / ns) : nan;
+      const double sq = exact_value(s + kSq);
+      if (m.count > 0) {
+        m.max_abs = maxima_[pair_index(i, j)];
+        m.mean_abs = exact_value(s + kAbs) / static_cast<double>(m.count);
+      } else {
+        m.max_abs = m.mean_abs = nan;
+      }
+      PairMetrics mt = m;
+      m.rel_l2 = m.count > 0 ? ratio(sq, norm2[j]) : nan;
+      mt.rel_l2 = m.count > 0 ? ratio(sq, norm2[i]) : nan;
+      out.pairs[i * V + j] = m;
+      out.pairs[j * V + i] = mt;
+    }
+  }
+  return out;
+}
+
+// ---- accumulation -------------------------------------------------------------------------------
+
+template <class T>
+void accumulate_sorted(const SortedSet<T>& set, std::size_t begin, std::size_t end,
+                       PairwisePartials& partials, SortedMetrics which) {
+  const std::size_t V = set.variants();
+  if (partials.variants() != V)
+    throw DistanceError("accumulate_sorted: the partials are for " + std::to_string(partials.variants()) +
+                        " variants, the set has " + std::to_string(V));
+  if (begin > end || end > set.size())
+    throw DistanceError("accumulate_sorted: range [" + std::to_string(begin) + ", " +
+                        std::to_string(end) + ") is outside [0, " + std::to_string(set.size()) + ")");
+  const bool w2 = which == SortedMetrics::w1_w2;
+  partials.set_has_w2(w2 || (partials.has_w2() && begin == end));
+  std::int64_t* sums = partials.sums();
+  std::vector<char> finite(V);
+  for_each_block(begin, end, [&](std::size_t b0, std::size_t b1) {
+    const std::size_t len = b1 - b0;
+    for (std::size_t v = 0; v < V; ++v)
+      finite[v] = set.nonfinite(v) == 0 || all_finite(set.sorted(v) + b0, len);
+    std::size_t p = 0;
+    for (std::size_t i = 0; i < V; ++i) {
+      const T* a = set.sorted(i) + b0;
+      for (std::size_t j = i + 1; j < V; ++j, ++p) {
+        std::int64_t* s = sums + p * PairwisePartials::kPairSums;
+        double sa = 0, sq = 0;
+        std::uint64_t skipped = 0;
+        if (finite[i] && finite[j]) sorted_kernel(a, set.sorted(j) + b0, len, &sa, w2 ? &sq : nullptr);
+        if (!(finite[i] && finite[j]) || !std::isfinite(sa) || !std::isfinite(sq))
+          sorted_slow(a, set.sorted(j) + b0, len, &sa, w2 ? &sq : nullptr, &skipped);
+        if (!std::isfinite(sa) || !std::isfinite(sq)) {
+          skipped = len;
+          sa = sq = 0;
+        }
+        s[kNonfiniteSorted] += static_cast<std::int64_t>(skipped);
+        exact_add(s + kSortedAbs, sa);
+        if (w2) exact_add(s + kSortedSq, sq);
+        s[kCountSorted] += static_cast<std::int64_t>(len);
+      }
+    }
+  });
+  for (std::size_t p = 0; p < partials.pair_count(); ++p) {
+    exact_normalize(sums + p * PairwisePartials::kPairSums + kSortedAbs);
+    exact_normalize(sums + p * PairwisePartials::kPairSums + kSortedSq);
+  }
+}
+
+template <class T>
+void accumulate_elementwise(const std::vector<const T*>& values, std::size_t begin, std::size_t end,
+                            PairwisePartials& partials) {
+  const std::size_t V = values.size();
+  if (partials.variants() != V)
+    throw DistanceError("accumulate_elementwise: the partials are for " +
+                        std::to_string(partials.variants()) + " variants, got " + std::to_string(V));
+  if (begin > end) throw DistanceError("accumulate_elementwise: begin > end");
+  std::int64_t* sums = partials.sums();
+  std::int64_t* norms = sums + partials.pair_count() * PairwisePartials::kPairSums;
+  double* maxima = partials.maxima();
+  std::vector<char> finite(V);
+  for_each_block(begin, end, [&](std::size_t b0, std::size_t b1) {
+    const std::size_t len = b1 - b0;
+    for (std::size_t v = 0; v < V; ++v) {
+      finite[v] = all_finite(values[v] + b0, len);
+      double q = finite[v] ? squares_kernel(values[v] + b0, len) : 0.0;
+      if (!finite[v] || !std::isfinite(q)) q = squares_slow(values[v] + b0, len);
+      if (std::isfinite(q)) exact_add(norms + v * kExactLimbs, q);
+    }
+    std::size_t p = 0;
+    for (std::size_t i = 0; i < V; ++i) {
+      const T* a = values[i] + b0;
+      for (std::size_t j = i + 1; j < V; ++j, ++p) {
+        std::int64_t* s = sums + p * PairwisePartials::kPairSums;
+        double sa = 0, sq = 0, mx = 0;
+        std::uint64_t skipped = 0;
+        if (finite[i] && finite[j]) elementwise_kernel(a, values[j] + b0, len, &sa, &sq, &mx);
+        if (!(finite[i] && finite[j]) || !std::isfinite(sq))
+          elementwise_slow(a, values[j] + b0, len, &sa, &sq, &mx, &skipped);
+        if (!std::isfinite(sq)) {  // 2048 squares near DBL_MAX: the whole block is out of range
+          skipped = len;
+          sa = sq = mx = 0;
+        }
+        exact_add(s + kAbs, sa);
+        exact_add(s + kSq, sq);
+        maxima[p] = std::max(maxima[p], mx);
+        s[kCount] += static_cast<std::int64_t>(len - skipped);
+        s[kNonfinite] += static_cast<std::int64_t>(skipped);
+      }
+    }
+  });
+  for (std::size_t p = 0; p < partials.pair_count(); ++p) {
+    exact_normalize(sums + p * PairwisePartials::kPairSums + kAbs);
+    exact_normalize(sums + p * PairwisePartials::kPairSums + kSq);
+  }
+  for (std::size_t v = 0; v < V; ++v) exact_normalize(norms + v * kExactLimbs);
+}
+
+template <class T>
+PairwiseMatrix pairwise_matrix(const std::vector<const T*>& values, std::size_t n) {
+  SortedSet<T> set;
+  for (const T* v : values) set.add(ArrayView<T>(v, n));
+  PairwisePartials p(values.size());
+  accumulate_sorted(set, 0, n, p);
+  accumulate_elementwise(values, 0, n, p);
+  return p.finalize();
+}
+
+template void accumulate_sorted(const SortedSet<float>&, std::size_t, std::size_t, PairwisePartials&,
+                                SortedMetrics);
+template void accumulate_sorted(const SortedSet<double>&, std::size_t, std::size_t, PairwisePartials&,
+                                SortedMetrics);
+template void accumulate_elementwise(const std::vector<const float*>&, std::size_t, std::size_t,
+                                     PairwisePartials&);
+template void accumulate_elementwise(const std::vector<const double*>&, std::size_t, std::size_t,
+                                     PairwisePartials&);
+template PairwiseMatrix pairwise_matrix(const std::vector<const float*>&, std::size_t);
+template PairwiseMatrix pairwise_matrix(const std::vector<const double*>&, std::size_t);
+
+}  // namespace fastudy

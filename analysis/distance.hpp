@@ -1,0 +1,238 @@
+// Distances between weight distributions: 1-D Wasserstein (W1, W2) and elementwise deviation
+// (max |a-b|, mean |a-b|, relative L2), in fp64, exact-summed so that results do not depend on how the
+// work was split. Free of LibTorch and MPI: the reduce job distributes, this file only computes.
+//
+// Two layers:
+//  - one-shot functions with scipy's semantics, for a single pair of arbitrary arrays:
+//      wasserstein1(u, v, u_weights, v_weights)  == scipy.stats.wasserstein_distance
+//      elementwise_metrics(a, ref)
+//  - the pairwise engine for V variants of the same tensor (all of length n): sort each variant once
+//    (SortedSet, linear-time radix sort), then every pair i<j with one linear pass over an index range
+//    [begin, end), accumulated into PairwisePartials. Partials of disjoint ranges combine by integer
+//    addition (exact sums) and max, so ranks can split [0, n) and combine with MPI:
+//      MPI_Allreduce(MPI_IN_PLACE, p.sums(),   p.sums_size(),   MPI_INT64_T, MPI_SUM, comm);
+//      MPI_Allreduce(MPI_IN_PLACE, p.maxima(), p.maxima_size(), MPI_DOUBLE,  MPI_MAX, comm);
+//    then finalize() gives the V x V matrices.
+//
+// Determinism guarantee (tested in tests/analysis/test_pairwise.cpp):
+//  - The index range is cut into fixed blocks at global multiples of kPairwiseBlock. Inside a block the
+//    sums are plain fp64 lane sums in a fixed order (and -ffp-contract=off, so every ISA variant of the
+//    kernel rounds identically); each block's sum is then added EXACTLY into a fixed-point integer
+//    accumulator (ExactSum). Integer addition is associative, so:
+//      * splits of [0, n) whose cut points are multiples of kPairwiseBlock (block_aligned_part) give
+//        bit-identical results for any number of parts and any combination order;
+//      * arbitrary cut points change only the rounding of the (at most two) blocks that are cut: the
+//        results agree to rounding level (a few ulp of the block sums; see the test for the bound).
+//  - finalize() rounds each exact sum to double once (faithfully: error < 1 ulp) and then divides.
+//
+// Whole-model W1 (all parameters flattened into one distribution): concatenate each variant's tensors
+// in one fixed order (the same in every variant, so elementwise metrics stay aligned) and build a
+// SortedSet over the concatenation. The radix sort is linear in n, so a k-way merge of per-tensor sorted
+// arrays (O(n log k)) would not be cheaper; concatenate-and-sort is also simpler to split over ranks.
+//
+// Non-finite values (NaN, +-inf) are counted, never silently propagated:
+//  - elementwise metrics skip the indices where either value is non-finite and report their number in
+//    PairMetrics::nonfinite (max/mean/rel_l2 are then over the finite indices only);
+//  - W1/W2 of a distribution containing a non-finite value is undefined: w1 = w2 = NaN and
+//    PairMetrics::nonfinite_sorted counts the offending sorted positions.
+//  - the one-shot wasserstein1() throws DistanceError instead (like scipy's input validation).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "src/util/error.hpp"
+
+namespace fastudy {
+
+// Invalid input to a distance (empty array, negative weight, non-finite value, size mismatch).
+class DistanceError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A read-only view of n contiguous values (C++17 has no std::span).
+template <class T>
+struct ArrayView {
+  const T* data = nullptr;
+  std::size_t size = 0;
+  constexpr ArrayView() = default;
+  constexpr ArrayView(const T* d, std::size_t n) : data(d), size(n) {}
+  ArrayView(const std::vector<T>& v) : data(v.data()), size(v.size()) {}  // NOLINT: implicit on purpose
+  bool empty() const { return size == 0; }
+  const T& operator[](std::size_t i) const { return data[i]; }
+};
+
+// ---- one pair, scipy semantics ------------------------------------------------------------------
+
+// scipy.stats.wasserstein_distance(u, v, u_weights, v_weights): the integral of |F_u - F_v| over the
+// merged sorted support, F the (weighted) empirical CDFs. Sizes may differ; weights are optional
+// (empty view = uniform), non-negative, with a positive finite sum. Equal sizes without weights use the
+// equivalent mean |sorted(u) - sorted(v)|. Throws DistanceError on invalid input (scipy raises
+// ValueError for the same cases; scipy does not check non-finite values, this does).
+double wasserstein1(ArrayView<double> u, ArrayView<double> v, ArrayView<double> u_weights = {},
+                    ArrayView<double> v_weights = {});
+double wasserstein1(ArrayView<float> u, ArrayView<float> v, ArrayView<double> u_weights = {},
+                    ArrayView<double> v_weights = {});
+
+// W2 for equal sizes without weights: sqrt(mean (sorted(u) - sorted(v))^2). Throws DistanceError.
+double wasserstein2(ArrayView<double> u, ArrayView<double> v);
+double wasserstein2(ArrayView<float> u, ArrayView<float> v);
+
+// The same parameter in two variants, index by index (a the variant, ref the reference):
+//   max_abs  = max_k |a_k - ref_k|
+//   mean_abs = sum_k |a_k - ref_k| / count
+//   rel_l2   = sqrt(sum_k (a_k - ref_k)^2) / sqrt(sum_k ref_k^2)   (0 if both are 0, +inf if only ref is)
+// over the `count` indices where both values are finite; `nonfinite` counts the skipped indices.
+// Sums are exact (ExactSum) and rounded once. Throws DistanceError if the sizes differ.
+struct ElementwiseMetrics {
+  double max_abs = 0;
+  double mean_abs = 0;
+  double rel_l2 = 0;
+  std::uint64_t count = 0;
+  std::uint64_t nonfinite = 0;
+};
+ElementwiseMetrics elementwise_metrics(ArrayView<double> a, ArrayView<double> ref);
+ElementwiseMetrics elementwise_metrics(ArrayView<float> a, ArrayView<float> ref);
+
+// ---- exact summation ----------------------------------------------------------------------------
+
+// Exact sum of non-negative finite doubles as a fixed-point integer: limb k holds bits
+// [32k, 32k+32) of the value in units of 2^-1074 (the smallest subnormal), so every finite double is
+// representable; the top limbs give headroom above DBL_MAX. Limbs are int64 with 31 spare bits, so
+// up to 2^31 additions (or MPI_SUM over up to 2^31 normalized accumulators) cannot overflow.
+// value() depends only on the exact sum, never on the order of additions.
+inline constexpr int kExactLimbs = 68;
+void exact_add(std::int64_t* limbs, double x);        // x >= 0 and finite (checked by callers)
+void exact_normalize(std::int64_t* limbs);            // propagate carries: limbs[k] in [0, 2^32)
+double exact_value(const std::int64_t* limbs);        // faithful rounding (< 1 ulp); inf beyond DBL_MAX
+
+class ExactSum {
+ public:
+  void add(double x) { exact_add(limbs_.data(), x); }
+  void add(const ExactSum& other);
+  double value() const { return exact_value(limbs_.data()); }
+
+ private:
+  std::array<std::int64_t, kExactLimbs> limbs_{};
+};
+
+// ---- the pairwise engine ------------------------------------------------------------------------
+
+// Every variant's values of one tensor (or of the whole model), sorted once. T is float (fp32
+// checkpoints: half the memory traffic) or double; all arithmetic is fp64 either way.
+template <class T>
+class SortedSet {
+ public:
+  SortedSet() = default;
+  // Copies and sorts (LSD radix sort on the IEEE bit pattern, linear time; -0 sorts before +0, NaNs
+  // at the ends). Every variant must have the same length. Counts the non-finite values.
+  void add(ArrayView<T> values);
+  // An array that is already sorted ascending (e.g. sorted on another rank and broadcast). Checked.
+  void add_sorted(std::vector<T> sorted);
+
+  std::size_t variants() const { return sorted_.size(); }
+  std::size_t size() const { return n_; }
+  const T* sorted(std::size_t v) const { return sorted_[v].data(); }
+  std::uint64_t nonfinite(std::size_t v) const { return nonfinite_[v]; }
+
+ private:
+  std::size_t n_ = 0;
+  std::vector<std::vector<T>> sorted_;
+  std::vector<std::uint64_t> nonfinite_;
+};
+
+// Sort a copy of values ascending with the same radix sort (exposed for tests and callers that sort
+// per tensor themselves).
+void radix_sort(float* values, std::size_t n);
+void radix_sort(double* values, std::size_t n);
+
+// Block size of the fixed global blocking (elements). Cut points that are multiples of it keep the
+// results bit-identical (see the guarantee above).
+inline constexpr std::size_t kPairwiseBlock = 2048;
+
+struct IndexRange {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+// Part `part` of `parts` near-equal block-aligned pieces of [0, n) (some may be empty).
+IndexRange block_aligned_part(std::size_t n, std::size_t parts, std::size_t part);
+
+// The finalized metrics of one ordered pair (i, j): j is the reference of rel_l2.
+struct PairMetrics {
+  double w1 = 0;        // mean |sorted_i - sorted_j| over the sorted positions (NaN if nonfinite_sorted)
+  double w2 = 0;        // sqrt(mean (sorted_i - sorted_j)^2) (NaN if nonfinite_sorted or not computed)
+  double max_abs = 0;   // elementwise, over indices where both values are finite
+  double mean_abs = 0;
+  double rel_l2 = 0;    // ||x_i - x_j|| / ||x_j||; ||x_j|| over the finite entries of x_j
+  std::uint64_t count_sorted = 0;      // sorted positions accumulated
+  std::uint64_t count = 0;             // elementwise indices with both values finite
+  std::uint64_t nonfinite = 0;         // elementwise indices skipped
+  std::uint64_t nonfinite_sorted = 0;  // sorted positions where either value is non-finite
+};
+
+// V x V, row-major: at(i, j). Symmetric except rel_l2 (row = variant, column = reference); the
+// diagonal is zero.
+struct PairwiseMatrix {
+  std::size_t variants = 0;
+  std::vector<PairMetrics> pairs;
+  const PairMetrics& at(std::size_t i, std::size_t j) const { return pairs[i * variants + j]; }
+};
+
+// Which sorted metrics accumulate_sorted computes (W2 costs one more multiply-add per element).
+enum class SortedMetrics { w1, w1_w2 };
+
+// Partial sums over some index range for every unordered pair i < j, in two flat buffers: `sums`
+// (exact accumulators and counts, combined with integer +) and `maxima` (max |a-b|, combined with max).
+// Layout of sums: per pair (i<j, row-major upper triangle) kPairSums int64 (4 ExactSums: sorted |d|,
+// sorted d^2, |d|, d^2; then count_sorted, count, nonfinite, nonfinite_sorted), then per variant one
+// ExactSum of x^2 (finite entries). Both buffers start zeroed; sums are kept normalized between calls.
+class PairwisePartials {
+ public:
+  static constexpr std::size_t kPairSums = 4 * kExactLimbs + 4;
+
+  PairwisePartials() = default;
+  explicit PairwisePartials(std::size_t variants);
+
+  std::size_t variants() const { return variants_; }
+  std::size_t pair_count() const { return variants_ * (variants_ - (variants_ > 0)) / 2; }
+  std::size_t pair_index(std::size_t i, std::size_t j) const;  // i < j < variants
+
+  std::int64_t* sums() { return sums_.data(); }
+  const std::int64_t* sums() const { return sums_.data(); }
+  std::size_t sums_size() const { return sums_.size(); }
+  double* maxima() { return maxima_.data(); }
+  const double* maxima() const { return maxima_.data(); }
+  std::size_t maxima_size() const { return maxima_.size(); }
+  // Whether W2 was accumulated (set by accumulate_sorted; combine keeps it if either had it).
+  bool has_w2() const { return has_w2_; }
+  void set_has_w2(bool b) { has_w2_ = b; }
+
+  // Exactly what the two MPI reductions do, on one process: sums add, maxima take the max.
+  void combine(const PairwisePartials& other);
+  PairwiseMatrix finalize() const;
+
+ private:
+  std::size_t variants_ = 0;
+  bool has_w2_ = false;
+  std::vector<std::int64_t> sums_;
+  std::vector<double> maxima_;
+};
+
+// W1 (and W2) partial sums over sorted positions [begin, end) for every pair of `set`'s variants.
+template <class T>
+void accumulate_sorted(const SortedSet<T>& set, std::size_t begin, std::size_t end,
+                       PairwisePartials& partials, SortedMetrics which = SortedMetrics::w1_w2);
+// Elementwise partial sums (max |d|, sum |d|, sum d^2, sum x^2) over indices [begin, end) of the
+// unsorted arrays values[v] (each of length >= end, same order of parameters in every variant).
+template <class T>
+void accumulate_elementwise(const std::vector<const T*>& values, std::size_t begin, std::size_t end,
+                            PairwisePartials& partials);
+
+// One process, whole range: sort, accumulate everything, finalize. values[v] has n entries.
+template <class T>
+PairwiseMatrix pairwise_matrix(const std::vector<const T*>& values, std::size_t n);
+
+}  // namespace fastudy

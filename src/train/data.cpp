@@ -1,0 +1,165 @@
+// The training data stream: synthetic, text and tokens sources (see data.hpp).
+#include "src/train/data.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "src/train/rng.hpp"
+#include "src/util/error.hpp"
+
+namespace fastudy::train {
+namespace {
+
+std::vector<char> read_file(const std::string& path, const std::string& kind) {
+  if (path.empty()) {
+    throw Error("[data] kind = \"" + kind + "\" needs a file, but [data] path is empty",
+                "set [data] path = \"/path/to/file\", or use kind = \"synthetic\"");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw Error("cannot open data file '" + path + "': " + std::strerror(errno),
+                "check [data] path (relative paths are taken from the working directory)");
+  }
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    throw Error("cannot read data file '" + path + "': " + std::strerror(errno), "check the file's permissions");
+  }
+  return bytes;
+}
+
+double entropy_of_counts(const std::vector<std::int64_t>& counts, std::int64_t total) {
+  double h = 0.0;
+  for (std::int64_t c : counts) {
+    if (c > 0) {
+      const double p = static_cast<double>(c) / static_cast<double>(total);
+      h -= p * std::log(p);
+    }
+  }
+  return h;
+}
+
+}  // namespace
+
+DataStream::DataStream(const DataConfig& data, const ModelConfig& model)
+    : kind_(data.kind), seed_(data.seed), seq_len_(model.seq_len), vocab_(model.vocab), span_len_(data.span_len) {
+  if (vocab_ < 2 || seq_len_ < 1) {
+    throw Error("[model] vocab = " + std::to_string(vocab_) + ", seq_len = " + std::to_string(seq_len_) +
+                    ": the data stream needs vocab >= 2 and seq_len >= 1",
+                "fix [model] vocab and seq_len");
+  }
+  const std::int64_t need = seq_len_ + 1;
+  if (kind_ == "synthetic") {
+    if (span_len_ < 1) {
+      throw Error("[data] span_len = " + std::to_string(span_len_) + " must be >= 1", "set [data] span_len = 8");
+    }
+    // Zipf(1): p(t) = (1 / (t + 1)) / H_vocab.
+    double norm = 0.0;
+    for (int t = 0; t < vocab_; ++t) norm += 1.0 / (t + 1);
+    double acc = 0.0;
+    zipf_cdf_.resize(vocab_);
+    for (int t = 0; t < vocab_; ++t) {
+      const double p = (1.0 / (t + 1)) / norm;
+      unigram_entropy_ -= p * std::log(p);
+      acc += p;
+      zipf_cdf_[t] = acc;
+    }
+    zipf_cdf_.back() = 1.0;
+    return;
+  }
+  if (kind_ == "text") {
+    if (vocab_ < 256) {
+      throw Error("[data] kind = \"text\" uses byte tokens (0..255), but [model] vocab = " + std::to_string(vocab_),
+                  "set [model] vocab = 256 (or more) for text data");
+    }
+    const std::vector<char> bytes = read_file(data.path, kind_);
+    tokens_.resize(bytes.size());
+    for (std::size_t i = 0; i < bytes.size(); ++i) tokens_[i] = static_cast<unsigned char>(bytes[i]);
+  } else if (kind_ == "tokens") {
+    const std::vector<char> bytes = read_file(data.path, kind_);
+    if (bytes.size() % 2 != 0) {
+      throw Error("data file '" + data.path + "' has " + std::to_string(bytes.size()) +
+                      " bytes, not a whole number of uint16 token ids",
+                  "kind = \"tokens\" expects a flat little-endian uint16 file (nanoGPT's train.bin); "
+                  "for raw text use kind = \"text\"");
+    }
+    tokens_.resize(bytes.size() / 2);
+    for (std::size_t i = 0; i < tokens_.size(); ++i) {
+      const auto lo = static_cast<unsigned char>(bytes[2 * i]);
+      const auto hi = static_cast<unsigned char>(bytes[2 * i + 1]);
+      tokens_[i] = static_cast<std::uint16_t>(lo | (hi << 8));
+      if (tokens_[i] >= vocab_) {
+        throw Error("data file '" + data.path + "': token id " + std::to_string(tokens_[i]) + " at position " +
+                        std::to_string(i) + " is >= [model] vocab = " + std::to_string(vocab_),
+                    "set [model] vocab to at least the tokenizer's vocabulary size (" +
+                        std::to_string(tokens_[i] + 1) + " or more)");
+      }
+    }
+  } else {
+    throw Error("[data] kind = \"" + kind_ + "\" is not a data source", "use synthetic, text or tokens");
+  }
+  if (static_cast<std::int64_t>(tokens_.size()) < need) {
+    throw Error("data file '" + data.path + "' holds " + std::to_string(tokens_.size()) +
+                    " tokens, fewer than one sequence (seq_len + 1 = " + std::to_string(need) + ")",
+                "use a longer file or a smaller [model] seq_len");
+  }
+  std::vector<std::int64_t> counts(vocab_, 0);
+  for (std::uint16_t t : tokens_) ++counts[t];
+  unigram_entropy_ = entropy_of_counts(counts, static_cast<std::int64_t>(tokens_.size()));
+}
+
+void DataStream::synthetic_sequence(std::int64_t index, std::int64_t* out) const {
+  Rng rng(seed_, static_cast<std::uint64_t>(index));
+  const std::int64_t n = seq_len_ + 1;
+  auto draw = [&]() {
+    const double u = rng.uniform();
+    std::int64_t lo = 0, hi = vocab_ - 1;
+    while (lo < hi) {  // first t with cdf[t] > u
+      const std::int64_t mid = (lo + hi) / 2;
+      if (zipf_cdf_[mid] > u) hi = mid; else lo = mid + 1;
+    }
+    return lo;
+  };
+  for (std::int64_t pos = 0; pos < n; pos += span_len_) {
+    const std::int64_t len = std::min<std::int64_t>(span_len_, n - pos);
+    const bool copy = pos >= span_len_ && rng.uniform() < 0.5;
+    if (copy) {
+      const std::int64_t src = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(pos - span_len_ + 1)));
+      for (std::int64_t j = 0; j < len; ++j) out[pos + j] = out[src + j];
+    } else {
+      for (std::int64_t j = 0; j < len; ++j) out[pos + j] = draw();
+    }
+  }
+}
+
+void DataStream::sequence(std::int64_t index, std::int64_t* out) const {
+  if (kind_ == "synthetic") {
+    synthetic_sequence(index, out);
+    return;
+  }
+  Rng rng(seed_, static_cast<std::uint64_t>(index));
+  const std::int64_t n = seq_len_ + 1;
+  const auto start = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(tokens_.size() - n + 1)));
+  for (std::int64_t j = 0; j < n; ++j) out[j] = tokens_[start + j];
+}
+
+std::vector<std::int64_t> DataStream::batch(std::int64_t cursor, int global_batch, int rank, int world) const {
+  if (world < 1 || rank < 0 || rank >= world || global_batch % world != 0) {
+    std::ostringstream msg;
+    msg << "[train] batch = " << global_batch << " cannot be split evenly over " << world
+        << " ranks of a variant (rank " << rank << ")";
+    throw Error(msg.str(), "make [train] batch a multiple of [train] ranks_per_variant");
+  }
+  const std::int64_t local = global_batch / world;
+  const std::int64_t n = seq_len_ + 1;
+  std::vector<std::int64_t> out(static_cast<std::size_t>(local * n));
+  for (std::int64_t r = 0; r < local; ++r) {
+    sequence(cursor * global_batch + rank * local + r, out.data() + r * n);
+  }
+  return out;
+}
+
+}  // namespace fastudy::train

@@ -1,0 +1,58 @@
+// The training data stream of a variant: synthetic (embedded), text (byte tokens) or tokens (uint16).
+//
+// A batch is a pure function of (data seed, cursor): global sequence i of the stream (i = cursor *
+// batch + row) is drawn from its own random stream keyed by (data seed, i). So the stream resumes from
+// TrainState::data_cursor without replaying anything, variants with the same data seed see identical
+// batches in identical order, and each rank of a data-parallel group takes its rows of the same global
+// batch. Each sequence has seq_len + 1 tokens: inputs are [0, seq_len), targets [1, seq_len].
+//
+// synthetic: tokens drawn i.i.d. from a Zipf(1) unigram over the vocab, built span by span
+//   (span_len tokens); each span after the first is, with probability 1/2, a copy of an earlier
+//   stretch of the same sequence. Copied tokens are predictable only by looking back (attention), so
+//   a model that learns the copy rule gets its loss well below the unigram entropy.
+// text: every byte of a file is a token (vocab must be >= 256); a sequence starts at a random offset.
+// tokens: a flat file of little-endian uint16 token ids (nanoGPT's train.bin), random offsets.
+// No LibTorch here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/config.hpp"
+
+namespace fastudy::train {
+
+class DataStream {
+ public:
+  // Loads and validates the source. Throws fastudy::Error (naming the file, with a hint) when a file
+  // is missing, unreadable, too short, or holds token ids >= vocab, or when the kind is unknown.
+  DataStream(const DataConfig& data, const ModelConfig& model);
+
+  // Tokens of global sequence `index`: seq_len + 1 values in [0, vocab).
+  void sequence(std::int64_t index, std::int64_t* out) const;
+
+  // Rows [rank * b, (rank + 1) * b) of global batch `cursor`, b = global_batch / world, as
+  // b * (seq_len + 1) tokens, row-major. Throws when global_batch is not a multiple of world.
+  std::vector<std::int64_t> batch(std::int64_t cursor, int global_batch, int rank, int world) const;
+
+  // Entropy (nats) of the stream's unigram distribution: the loss of the best model that ignores
+  // context. Analytic for synthetic, measured over the whole file otherwise.
+  double unigram_entropy() const { return unigram_entropy_; }
+
+  std::int64_t seq_len() const { return seq_len_; }
+
+ private:
+  void synthetic_sequence(std::int64_t index, std::int64_t* out) const;
+
+  std::string kind_;
+  std::uint64_t seed_;
+  std::int64_t seq_len_;
+  int vocab_;
+  int span_len_;
+  std::vector<double> zipf_cdf_;       // synthetic
+  std::vector<std::uint16_t> tokens_;  // text and tokens
+  double unigram_entropy_ = 0.0;
+};
+
+}  // namespace fastudy::train

@@ -1,0 +1,275 @@
+// One variant's training step by step: forward/backward with emulated precision, gradient allreduce,
+// fp16 dynamic loss scaling, clipping, AdamW, and the exact TrainState round trip (see engine.hpp).
+#include "src/train/engine.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "src/util/error.hpp"
+
+namespace fastudy::train {
+namespace {
+
+constexpr const char* kTrainerFormat = "1";  // TrainState layout version written into attrs
+
+NamedArray to_array(const std::string& name, const torch::Tensor& t) {
+  const torch::Tensor c = t.detach().contiguous();
+  NamedArray a;
+  a.name = name;
+  a.shape = c.sizes().vec();
+  a.dtype = c.scalar_type() == torch::kDouble ? DType::f64 : DType::f32;
+  a.data.resize(static_cast<std::size_t>(c.numel()) * dtype_size(a.dtype));
+  std::memcpy(a.data.data(), c.data_ptr(), a.data.size());
+  return a;
+}
+
+// Copy `a` into `t` exactly, after checking name, shape and dtype.
+void from_array(const NamedArray& a, const std::string& name, torch::Tensor& t) {
+  const DType want = t.scalar_type() == torch::kDouble ? DType::f64 : DType::f32;
+  if (a.name != name || a.shape != t.sizes().vec() || a.dtype != want ||
+      a.data.size() != static_cast<std::size_t>(t.numel()) * dtype_size(want)) {
+    std::ostringstream msg;
+    msg << "resume state does not fit this variant: expected " << name << " (" << to_string(want) << ", "
+        << t.numel() << " values), found " << a.name << " (" << to_string(a.dtype) << ", " << a.numel()
+        << " values)";
+    throw Error(msg.str(), "resume only from a checkpoint written for the same variant and model configuration");
+  }
+  torch::NoGradGuard no_grad;
+  t.copy_(torch::from_blob(const_cast<std::byte*>(a.data.data()), t.sizes(), t.scalar_type()));
+}
+
+std::string format_double(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
+}
+
+}  // namespace
+
+int configure_torch_threads() {
+  int threads = 1;
+  if (const char* env = std::getenv("FASTUDY_TORCH_THREADS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end != '\0' || n < 1 || n > 1024) {
+      throw Error(std::string("FASTUDY_TORCH_THREADS = '") + env + "' is not a thread count",
+                  "set it to a positive integer (1 gives machine-independent results), or unset it");
+    }
+    threads = static_cast<int>(n);
+  }
+  at::set_num_threads(threads);
+  return threads;
+}
+
+double learning_rate(const TrainConfig& t, std::int64_t step) {
+  if (t.warmup > 0 && step <= t.warmup) return t.lr * static_cast<double>(step) / static_cast<double>(t.warmup);
+  if (t.schedule == "constant") return t.lr;
+  const double span = static_cast<double>(std::max<std::int64_t>(1, t.steps - t.warmup));
+  const double progress = std::clamp(static_cast<double>(step - t.warmup) / span, 0.0, 1.0);
+  return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resume)
+    : v_(v),
+      hooks_(hooks),
+      emu_(Emulation::of(v.precision)),
+      data_(v.data, v.model),
+      model_(v.model, emu_.dtype) {
+  configure_torch_threads();
+  const TrainConfig& t = v.train;
+  if (t.schedule != "cosine" && t.schedule != "constant") {
+    throw Error("[train] schedule = \"" + t.schedule + "\" is not a schedule", "use cosine or constant");
+  }
+  if (hooks.world < 1 || hooks.rank < 0 || hooks.rank >= hooks.world) {
+    throw Error("trainer hooks: rank " + std::to_string(hooks.rank) + " of " + std::to_string(hooks.world) +
+                " is not a position in a group");
+  }
+  if (hooks.world > 1 && (!hooks.allreduce_mean_f32 || !hooks.allreduce_mean_f64)) {
+    throw Error("trainer hooks: a group of " + std::to_string(hooks.world) + " ranks needs allreduce functions");
+  }
+  if (t.batch < 1 || t.batch % hooks.world != 0) {
+    throw Error("[train] batch = " + std::to_string(t.batch) + " cannot be split evenly over " +
+                    std::to_string(hooks.world) + " ranks of a variant",
+                "make [train] batch a multiple of [train] ranks_per_variant");
+  }
+  model_.init(v.init, v.seed);
+  attention_.params.kind = v.attention;
+  attention_.params.policy = resolve_policy(v.attention_cfg, v.attention_cfg.policy, v.precision);
+  attention_.params.block_q = v.attention_cfg.block_q;
+  attention_.params.block_kv = v.attention_cfg.block_kv;
+  attention_.params.order = v.attention_cfg.loop_order;
+  attention_.shadow = t.shadow_attention;
+  attention_.shadow_sink = &shadow_;
+  for (const auto& [name, p] : model_.params()) {
+    exp_avg_.push_back(torch::zeros_like(p).set_requires_grad(false));
+    exp_avg_sq_.push_back(torch::zeros_like(p).set_requires_grad(false));
+    decay_.push_back(p.dim() >= 2);
+  }
+  loss_scale_ = v.precision == Format::fp16 ? t.loss_scale : 1.0;
+  if (resume == nullptr) return;
+
+  const auto& params = model_.params();
+  if (resume->params.size() != params.size() || resume->optimizer.size() != 2 * params.size()) {
+    throw Error("resume state has " + std::to_string(resume->params.size()) + " parameters and " +
+                    std::to_string(resume->optimizer.size()) + " optimizer arrays; variant " + v.id + " needs " +
+                    std::to_string(params.size()) + " and " + std::to_string(2 * params.size()),
+                "resume only from a checkpoint written for the same variant and model configuration");
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor p = params[i].second;
+    from_array(resume->params[i], params[i].first, p);
+    from_array(resume->optimizer[2 * i], params[i].first + ".exp_avg", exp_avg_[i]);
+    from_array(resume->optimizer[2 * i + 1], params[i].first + ".exp_avg_sq", exp_avg_sq_[i]);
+  }
+  bool have_adam_step = false;
+  for (const NamedArray& a : resume->extra) {
+    if (a.name == "adamw.step" && a.dtype == DType::i64 && a.numel() == 1) {
+      adam_step_ = *a.as<std::int64_t>();
+      have_adam_step = true;
+    }
+  }
+  if (!have_adam_step) {
+    throw Error("resume state of variant " + v.id + " has no 'adamw.step' entry",
+                "resume only from a state that train_variant saved");
+  }
+  step_ = resume->step;
+  cursor_ = resume->data_cursor;
+  loss_scale_ = resume->loss_scale;
+  good_steps_ = resume->good_steps;
+  loss_history_ = resume->loss_history;
+}
+
+Engine::Step Engine::step() {
+  const auto start = std::chrono::steady_clock::now();
+  const TrainConfig& t = v_.train;
+  const std::int64_t next = step_ + 1;
+  const double lr = learning_rate(t, next);
+  const std::int64_t local = t.batch / hooks_.world;
+  std::vector<std::int64_t> batch = data_.batch(cursor_, t.batch, hooks_.rank, hooks_.world);
+  const torch::Tensor tokens = torch::from_blob(batch.data(), {local, v_.model.seq_len + 1}, torch::kLong);
+
+  auto& params = model_.params();
+  for (auto& [name, p] : params) p.mutable_grad() = torch::Tensor();
+  shadow_.clear();
+  const torch::Tensor loss = model_.loss(tokens, emu_, attention_);
+  const double scale = loss_scale_;
+  (scale == 1.0 ? loss : loss * scale).backward();
+  double loss_value = loss.item<double>();
+
+  // One flat gradient buffer: bucketed for the allreduce, clipped and unscaled as a whole.
+  std::vector<torch::Tensor> parts;
+  parts.reserve(params.size());
+  for (auto& [name, p] : params) {
+    parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
+  }
+  torch::Tensor flat = torch::cat(parts).contiguous();
+  if (hooks_.world > 1) {
+    if (flat.scalar_type() == torch::kDouble) {
+      hooks_.allreduce_mean_f64(flat.data_ptr<double>(), static_cast<std::size_t>(flat.numel()));
+    } else {
+      hooks_.allreduce_mean_f32(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()));
+    }
+    hooks_.allreduce_mean_f64(&loss_value, 1);
+  }
+  if (scale != 1.0) flat.div_(scale);
+  const double grad_norm = flat.to(torch::kDouble).norm().item<double>();
+
+  Step out;
+  out.log = StepLog{next, loss_value, grad_norm, scale, 0.0, lr, false, false};
+  if (!std::isfinite(loss_value)) {
+    out.diverged = true;
+    out.event = "diverged: training loss is " + format_double(loss_value) + " at step " + std::to_string(next) +
+                " (precision " + std::string(to_string(v_.precision)) + ", lr " + format_double(lr) + ")";
+    return out;
+  }
+  double mean = 0.0;
+  const auto window = static_cast<std::size_t>(std::max(0, t.spike_window));
+  if (window > 0 && loss_history_.size() >= window) {
+    for (std::size_t i = loss_history_.size() - window; i < loss_history_.size(); ++i) mean += loss_history_[i];
+    mean /= static_cast<double>(window);
+    out.log.spike = loss_value > t.spike_threshold * mean;
+  }
+  if (out.log.spike) {
+    out.event = "loss spike: " + format_double(loss_value) + " > " + format_double(t.spike_threshold) +
+                " x running mean " + format_double(mean) + " of the last " + std::to_string(window) + " steps";
+  }
+
+  if (!std::isfinite(grad_norm)) {
+    if (v_.precision != Format::fp16 || loss_scale_ <= 1.0) {
+      out.diverged = true;
+      out.event = "diverged: gradient norm is " + format_double(grad_norm) + " at step " + std::to_string(next) +
+                  (v_.precision == Format::fp16 ? " even with fp16 loss scale 1" : "") + " (precision " +
+                  std::string(to_string(v_.precision)) + ")";
+      return out;
+    }
+    out.log.skipped = true;
+    loss_scale_ /= 2.0;
+    good_steps_ = 0;
+    out.event = (out.event.empty() ? "" : out.event + "; ") + "fp16 gradient overflow: step skipped, loss scale " +
+                format_double(scale) + " -> " + format_double(loss_scale_);
+  } else {
+    if (t.grad_clip > 0.0 && grad_norm > t.grad_clip) flat.mul_(t.grad_clip / (grad_norm + 1e-6));
+    // AdamW as torch::optim::AdamW computes it (decoupled weight decay, bias-corrected moments).
+    ++adam_step_;
+    const double bias1 = 1.0 - std::pow(t.beta1, static_cast<double>(adam_step_));
+    const double bias2 = 1.0 - std::pow(t.beta2, static_cast<double>(adam_step_));
+    torch::NoGradGuard no_grad;
+    std::int64_t offset = 0;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      torch::Tensor& p = params[i].second;
+      const torch::Tensor g = flat.narrow(0, offset, p.numel()).view(p.sizes());
+      offset += p.numel();
+      if (decay_[i]) p.mul_(1.0 - lr * t.weight_decay);
+      exp_avg_[i].mul_(t.beta1).add_(g, 1.0 - t.beta1);
+      exp_avg_sq_[i].mul_(t.beta2).addcmul_(g, g, 1.0 - t.beta2);
+      const torch::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias2)).add_(t.eps);
+      p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
+    }
+    if (v_.precision == Format::fp16 && ++good_steps_ >= t.loss_scale_window) {
+      loss_scale_ *= 2.0;
+      good_steps_ = 0;
+    }
+  }
+  step_ = next;
+  ++cursor_;
+  loss_history_.push_back(loss_value);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.log.tokens_per_s = static_cast<double>(t.batch) * v_.model.seq_len / std::max(seconds, 1e-9);
+  return out;
+}
+
+TrainState Engine::state() const {
+  TrainState s;
+  s.step = step_;
+  s.data_cursor = cursor_;
+  s.loss_scale = loss_scale_;
+  s.good_steps = good_steps_;
+  s.loss_history = loss_history_;
+  const auto& params = model_.params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    s.params.push_back(to_array(params[i].first, params[i].second));
+    s.optimizer.push_back(to_array(params[i].first + ".exp_avg", exp_avg_[i]));
+    s.optimizer.push_back(to_array(params[i].first + ".exp_avg_sq", exp_avg_sq_[i]));
+  }
+  NamedArray adam;
+  adam.name = "adamw.step";
+  adam.shape = {1};
+  adam.dtype = DType::i64;
+  adam.data.resize(sizeof(std::int64_t));
+  std::memcpy(adam.data.data(), &adam_step_, sizeof(std::int64_t));
+  s.extra.push_back(std::move(adam));
+  s.attrs["variant"] = v_.id;
+  s.attrs["config_hash"] = v_.hash;
+  s.attrs["precision"] = std::string(to_string(v_.precision));
+  s.attrs["attention"] = std::string(to_string(v_.attention));
+  s.attrs["init"] = v_.init;
+  s.attrs["seed"] = std::to_string(v_.seed);
+  s.attrs["trainer_format"] = kTrainerFormat;
+  for (const auto& [axis, value] : v_.axes) s.attrs["axis." + axis] = value;
+  return s;
+}
+
+}  // namespace fastudy::train

@@ -1,0 +1,60 @@
+// One variant's training, step by step (LibTorch; internal to src/train, its tests and benchmark).
+//
+// Engine owns the model, the AdamW state, the fp16 loss scaler and the data cursor, and turns them
+// into a TrainState and back exactly. train_variant() (trainer.cpp) drives it and writes the logs;
+// the benchmark times Engine::step() directly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/train/data.hpp"
+#include "src/train/model.hpp"
+#include "src/train/trainer.hpp"
+
+namespace fastudy::train {
+
+// Sets LibTorch's intra-op threads from FASTUDY_TORCH_THREADS (default 1). Throws on a bad value.
+int configure_torch_threads();
+
+// Learning rate at step s (1-based): linear warmup over `warmup` steps, then cosine to min_lr at
+// `steps` (or constant lr).
+double learning_rate(const TrainConfig& t, std::int64_t step);
+
+class Engine {
+ public:
+  // Builds the model (initial weights from v.seed) and, with `resume`, restores it exactly.
+  // Throws fastudy::Error for a bad configuration, data source or resume state.
+  Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resume);
+
+  struct Step {
+    StepLog log;
+    bool diverged = false;
+    std::string event;  // spike, skipped step or divergence: what happened ("" when nothing)
+  };
+  // One optimizer step on the next global batch.
+  Step step();
+
+  TrainState state() const;
+  std::int64_t steps_done() const { return step_; }
+  const std::vector<ShadowRecord>& shadow() const { return shadow_; }  // records of the last step
+  const DataStream& data() const { return data_; }
+  const Gpt& model() const { return model_; }
+
+ private:
+  Variant v_;
+  TrainHooks hooks_;
+  Emulation emu_;
+  DataStream data_;
+  Gpt model_;
+  AttentionSetup attention_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<bool> decay_;  // weight decay on matrices and embeddings, not on biases and LayerNorm
+  std::int64_t step_ = 0, cursor_ = 0, adam_step_ = 0, good_steps_ = 0;
+  double loss_scale_ = 1.0;
+  std::vector<double> loss_history_;
+  std::vector<ShadowRecord> shadow_;
+};
+
+}  // namespace fastudy::train

@@ -1,0 +1,128 @@
+// train_variant() and initial_state(): drive the Engine over a variant's steps, write train_log.csv
+// and shadow.csv, call the checkpoint, stop and progress hooks (see trainer.hpp).
+#include "src/train/trainer.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "src/train/engine.hpp"
+#include "src/util/error.hpp"
+
+namespace fastudy {
+namespace {
+
+constexpr const char* kTrainLogHeader = "step,loss,grad_norm,lr,loss_scale,skipped,spike,tokens_per_s";
+constexpr const char* kShadowHeader = "step,layer,max_abs,mean_abs";
+
+// Opens <dir>/<name> for the run: a fresh file with `header`, or on resume the old file cut back to the
+// rows with step <= resumed_step (rows written after the checkpoint belong to steps that are redone).
+std::ofstream open_log(const std::filesystem::path& path, const char* header, const TrainState* resume) {
+  std::vector<std::string> kept;
+  if (resume != nullptr) {
+    std::ifstream in(path);
+    std::string line;
+    bool first = true;
+    while (std::getline(in, line)) {
+      if (first) {
+        first = false;
+        continue;
+      }
+      const auto comma = line.find(',');
+      if (comma == std::string::npos || line.find_first_not_of("0123456789") != comma) continue;
+      if (std::stoll(line.substr(0, comma)) <= resume->step) kept.push_back(line);
+    }
+  }
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) {
+    throw Error("cannot write " + path.string(), "check that the output directory is writable");
+  }
+  out << header << '\n';
+  for (const auto& line : kept) out << line << '\n';
+  return out;
+}
+
+std::string num(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  return buf;
+}
+
+}  // namespace
+
+std::string_view to_string(TrainOutcome o) {
+  switch (o) {
+    case TrainOutcome::done: return "done";
+    case TrainOutcome::diverged: return "diverged";
+    case TrainOutcome::stopped: return "stopped";
+  }
+  return "?";
+}
+
+TrainState initial_state(const Variant& v) {
+  const train::Engine engine(v, TrainHooks{}, nullptr);
+  return engine.state();
+}
+
+TrainResult train_variant(const Variant& v, const std::string& variant_dir, const TrainHooks& hooks,
+                          const TrainState* resume) {
+  train::Engine engine(v, hooks, resume);
+  const TrainConfig& t = v.train;
+  TrainResult result{TrainOutcome::done, engine.steps_done(), std::numeric_limits<double>::quiet_NaN(), {}, {}};
+  if (resume != nullptr && !resume->loss_history.empty()) result.final_loss = resume->loss_history.back();
+
+  const bool writer = hooks.rank == 0;
+  std::ofstream log, shadow;
+  if (writer) {
+    std::error_code ec;
+    std::filesystem::create_directories(variant_dir, ec);
+    if (ec) throw Error("cannot create " + variant_dir + ": " + ec.message(), "check the output directory");
+    log = open_log(std::filesystem::path(variant_dir) / "train_log.csv", kTrainLogHeader, resume);
+    if (t.shadow_attention) {
+      shadow = open_log(std::filesystem::path(variant_dir) / "shadow.csv", kShadowHeader, resume);
+    }
+  }
+  auto save = [&]() {
+    if (log.is_open()) log.flush();
+    if (shadow.is_open()) shadow.flush();
+    if (hooks.save_checkpoint) hooks.save_checkpoint(engine.state());
+  };
+
+  while (engine.steps_done() < t.steps) {
+    const train::Engine::Step s = engine.step();
+    const StepLog& l = s.log;
+    if (!s.event.empty()) result.events.emplace_back(l.step, s.event);
+    if (writer) {
+      log << l.step << ',' << num(l.loss) << ',' << num(l.grad_norm) << ',' << num(l.lr) << ',' << num(l.loss_scale)
+          << ',' << (l.skipped ? 1 : 0) << ',' << (l.spike ? 1 : 0) << ',' << num(l.tokens_per_s) << '\n';
+      for (const auto& r : engine.shadow()) {
+        shadow << l.step << ',' << r.layer << ',' << num(r.max_abs) << ',' << num(r.mean_abs) << '\n';
+      }
+    }
+    result.final_loss = l.loss;
+    if (s.diverged) {
+      result.outcome = TrainOutcome::diverged;
+      result.step = engine.steps_done();
+      result.reason = s.event;
+      if (log.is_open()) log.flush();
+      return result;
+    }
+    if (hooks.on_step) hooks.on_step(l);
+    const bool at_checkpoint = (t.checkpoint_every > 0 && l.step % t.checkpoint_every == 0) || l.step == t.steps;
+    if (at_checkpoint) save();
+    if (hooks.stop_requested && hooks.stop_requested()) {
+      if (!at_checkpoint) save();
+      result.outcome = TrainOutcome::stopped;
+      result.step = engine.steps_done();
+      result.reason = "stop requested after step " + std::to_string(l.step);
+      return result;
+    }
+    if (t.log_every > 0 && l.step % t.log_every == 0 && log.is_open()) log.flush();
+  }
+  result.step = engine.steps_done();
+  return result;
+}
+
+}  // namespace fastudy

@@ -1,0 +1,77 @@
+// The single-variant trainer: a small GPT-style decoder trained with one attention kind, one emulated
+// training precision and one init seed, everything else bit-identical across variants.
+//
+// This is the interface the jobs and the distributed runner call; it stays free of LibTorch (the model
+// lives in model.hpp/model.cpp, included only by src/train, its tests and its benchmark).
+//
+// Model: token + position embeddings, `layers` pre-norm blocks (LayerNorm, causal multi-head attention
+// with a fused qkv Linear and an output projection, LayerNorm, MLP d -> mlp_ratio*d -> d with GELU),
+// final LayerNorm, an untied LM head (no bias). Parameter names are module paths:
+// tok_emb.weight, pos_emb.weight, blocks.<i>.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}.{weight,bias},
+// ln_f.{weight,bias}, lm_head.weight.
+//
+// Randomness: init from the variant's seed (one stream per parameter name), data from [data] seed; no
+// other randomness (no dropout). Threads: LibTorch runs with FASTUDY_TORCH_THREADS threads (default 1,
+// set with at::set_num_threads when training starts); results are bit-identical for a fixed thread
+// count, and the default makes them independent of the machine.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "src/config.hpp"
+#include "src/train_state.hpp"
+
+namespace fastudy {
+
+struct StepLog {
+  std::int64_t step;    // steps completed (1 after the first update)
+  double loss;          // mean training loss of the global batch at this step (before the update)
+  double grad_norm;     // global gradient norm (unscaled, before clipping; inf/nan on fp16 overflow)
+  double loss_scale;    // fp16 dynamic loss scale used for this step (1 otherwise)
+  double tokens_per_s;  // global batch tokens / wall time of this step
+  double lr;
+  bool skipped;         // fp16 overflow: the update was skipped and the loss scale halved
+  bool spike;           // loss > spike_threshold x mean of the previous spike_window losses
+};
+
+struct TrainHooks {
+  int rank = 0, world = 1;  // position inside the variant's group of ranks: the global batch is sharded over `world`
+  std::function<void(float*, std::size_t)> allreduce_mean_f32;   // average a flat buffer over the group (empty: single rank)
+  std::function<void(double*, std::size_t)> allreduce_mean_f64;
+  std::function<void(const TrainState&)> save_checkpoint;        // called at checkpoint_every steps and at the end (all ranks of the group call it; the state is identical on all)
+  std::function<bool()> stop_requested;                          // polled every step: if true, save a checkpoint and return `stopped` (must agree on all ranks of the group)
+  std::function<void(const StepLog&)> on_step;                   // progress (called every step)
+};
+
+enum class TrainOutcome { done, diverged, stopped };
+
+struct TrainResult {
+  TrainOutcome outcome;
+  std::int64_t step;       // steps completed
+  double final_loss;       // loss of the last step (nan when there was none)
+  std::string reason;      // why it diverged or stopped ("" when done)
+  std::vector<std::pair<std::int64_t, std::string>> events;  // (step, what): spikes, skipped steps, divergence
+};
+
+// Initial weights of a variant (what step 0 looks like), without training.
+TrainState initial_state(const Variant& v);
+
+// Train (or resume from `resume`, which must be a state this function saved) until train.steps.
+// Writes <variant_dir>/train_log.csv (rank 0 of the group), and shadow.csv when shadow_attention.
+// A NaN/Inf loss (or non-finite gradients outside fp16 loss scaling) ends the variant as `diverged`
+// with the reason; configuration and data errors throw fastudy::Error.
+//
+// TrainState layout: params are the master weights (f32; f64 for an fp64 variant) in module-path
+// order; optimizer holds "<param>.exp_avg" and "<param>.exp_avg_sq"; extra holds "adamw.step" (i64,
+// updates applied: fp16 skipped steps do not count); data_cursor == step; attrs carry variant,
+// config_hash, precision, attention, init, seed and trainer_format.
+TrainResult train_variant(const Variant& v, const std::string& variant_dir, const TrainHooks& hooks,
+                          const TrainState* resume);
+
+std::string_view to_string(TrainOutcome o);
+
+}  // namespace fastudy

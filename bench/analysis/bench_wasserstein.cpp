@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -201,18 +202,20 @@ int export_mode(const std::string& dir, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::string export_dir;
+  int reps = 3;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--export") == 0) {
-      if (i + 1 >= argc) {
-        std::cerr << "usage: bench_wasserstein --export DIR [--reps K]\n";
-        return 2;
-      }
-      int reps = 3;
-      if (i + 3 < argc + 1 && i + 2 < argc && std::strcmp(argv[i + 2], "--reps") == 0 && i + 3 < argc)
-        reps = std::max(1, std::atoi(argv[i + 3]));
-      return export_mode(argv[i + 1], reps);
+    const bool has_value = i + 1 < argc;
+    if (std::strcmp(argv[i], "--export") == 0 && has_value) {
+      export_dir = argv[++i];
+    } else if (std::strcmp(argv[i], "--reps") == 0 && has_value) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--export") == 0 || std::strcmp(argv[i], "--reps") == 0) {
+      std::cerr << "usage: bench_wasserstein --export DIR [--reps K]   (or Google Benchmark flags)\n";
+      return 2;
     }
   }
+  if (!export_dir.empty()) return export_mode(export_dir, reps);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   benchmark::RunSpecifiedBenchmarks();

@@ -34,7 +34,10 @@ struct Data {
 };
 
 // V variants that share a base (like trained weights that drifted apart), n not a block multiple.
-Data make_data(std::size_t V, std::size_t n, unsigned seed) {
+// wide: every block of kPairwiseBlock indices scaled by its own power of two in [2^-11, 2^11], so
+// that block sums span many binades and fp64 additions of them round differently in different
+// groupings (the case where only the exact combination stays bit-identical).
+Data make_data(std::size_t V, std::size_t n, unsigned seed, bool wide = false) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> base(0.0f, 0.02f), drift(0.0f, 1e-3f);
   std::vector<float> b(n);
@@ -43,7 +46,10 @@ Data make_data(std::size_t V, std::size_t n, unsigned seed) {
   for (std::size_t k = 0; k < V; ++k) {
     std::vector<float> x(b);
     const float scale = 1.0f + 0.5f * static_cast<float>(k);
-    for (auto& v : x) v += scale * drift(rng);
+    for (std::size_t i = 0; i < n; ++i) {
+      x[i] += scale * drift(rng);
+      if (wide) x[i] = std::ldexp(x[i], static_cast<int>((i / kPairwiseBlock) * 7 % 23) - 11);
+    }
     d.x.push_back(std::move(x));
   }
   return d;
@@ -85,8 +91,10 @@ void expect_same_bits(const PairwiseMatrix& a, const PairwiseMatrix& b) {
   }
 }
 
+// Runs the pieces [cuts[k], cuts[k+1]) separately and combines them. naive_w1_sums (if given) gets,
+// per pair, the fp64 sum of the pieces' rounded W1 sums: what a combination in doubles would give.
 PairwiseMatrix split_run(const Data& d, const SortedSet<float>& set, const std::vector<std::size_t>& cuts,
-                         bool reverse) {
+                         bool reverse, std::vector<double>* naive_w1_sums = nullptr) {
   // cuts: 0 = c0 < c1 < ... < ck = n. Each piece is one "rank"; combine in forward or reverse order.
   std::vector<PairwisePartials> parts;
   for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
@@ -96,6 +104,12 @@ PairwiseMatrix split_run(const Data& d, const SortedSet<float>& set, const std::
     parts.push_back(std::move(p));
   }
   if (reverse) std::reverse(parts.begin(), parts.end());
+  if (naive_w1_sums) {
+    naive_w1_sums->assign(parts.front().pair_count(), 0.0);
+    for (const auto& p : parts)
+      for (std::size_t k = 0; k < p.pair_count(); ++k)
+        (*naive_w1_sums)[k] += exact_value(p.sums() + k * PairwisePartials::kPairSums);  // sorted |d|
+  }
   PairwisePartials total(d.x.size());
   for (const auto& p : parts) total.combine(p);
   return total.finalize();
@@ -139,10 +153,12 @@ TEST(Pairwise, AgreesBitForBitWithTheOneShotFunctions) {
 
 TEST(Pairwise, BlockAlignedSplitsAreBitIdentical) {
   const std::size_t n = 7 * kPairwiseBlock + 123;
-  const Data d = make_data(6, n, 3);
+  const Data d = make_data(6, n, 3, true);
   SortedSet<float> set;
   for (const auto& x : d.x) set.add(x);
-  const PairwiseMatrix whole = split_run(d, set, {0, n}, false);
+  std::vector<double> whole_naive, naive;
+  const PairwiseMatrix whole = split_run(d, set, {0, n}, false, &whole_naive);
+  int naive_differs = 0;
   for (std::size_t parts : {2u, 3u, 4u, 9u}) {
     std::vector<std::size_t> cuts{0};
     for (std::size_t k = 0; k < parts; ++k) {
@@ -153,9 +169,12 @@ TEST(Pairwise, BlockAlignedSplitsAreBitIdentical) {
     ASSERT_EQ(cuts.back(), n);
     for (bool reverse : {false, true}) {
       SCOPED_TRACE("parts " + std::to_string(parts) + (reverse ? " reversed" : ""));
-      expect_same_bits(whole, split_run(d, set, cuts, reverse));
+      expect_same_bits(whole, split_run(d, set, cuts, reverse, &naive));
+      for (std::size_t k = 0; k < naive.size(); ++k) naive_differs += naive[k] != whole_naive[k];
     }
   }
+  // The data is hard enough: combining the pieces in fp64 would have changed some results.
+  EXPECT_GT(naive_differs, 0);
 }
 
 TEST(Pairwise, ArbitrarySplitsAgreeToRoundingLevel) {

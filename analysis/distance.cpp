@@ -134,17 +134,38 @@ void radix_sort_impl(T* values, std::size_t n) {
   constexpr int kTop = 11;
   constexpr std::size_t kBuckets = std::size_t{1} << kTop;
   if (n < 2) return;
+  // The MSD pass reads kStreams interleaved quarters of the input with their own counters: weights
+  // fall into few top-digit buckets, and one counter would serialise on store-to-load forwarding.
+  constexpr std::size_t kStreams = 4;
+  const std::size_t chunk = (n + kStreams - 1) / kStreams;
   std::vector<U> a(n), b(n);
-  std::vector<std::size_t> start(kBuckets + 1, 0);
+  std::vector<std::size_t> count(kStreams * kBuckets, 0);
   for (std::size_t i = 0; i < n; ++i) {
     U u;
     std::memcpy(&u, &values[i], sizeof u);
     a[i] = to_key(u);
-    ++start[(a[i] >> (kBits - kTop)) + 1];
   }
-  for (std::size_t d = 0; d < kBuckets; ++d) start[d + 1] += start[d];
-  std::vector<std::size_t> next(start.begin(), start.end() - 1);
-  for (std::size_t i = 0; i < n; ++i) b[next[a[i] >> (kBits - kTop)]++] = a[i];
+  for (std::size_t i = 0; i < chunk; ++i)
+    for (std::size_t st = 0; st < kStreams; ++st) {
+      const std::size_t k = st * chunk + i;
+      if (k < n) ++count[st * kBuckets + (a[k] >> (kBits - kTop))];
+    }
+  std::vector<std::size_t> start(kBuckets + 1, 0);
+  std::size_t offset = 0;
+  for (std::size_t d = 0; d < kBuckets; ++d) {
+    start[d] = offset;
+    for (std::size_t st = 0; st < kStreams; ++st) {
+      const std::size_t c = count[st * kBuckets + d];
+      count[st * kBuckets + d] = offset;
+      offset += c;
+    }
+  }
+  start[kBuckets] = n;
+  for (std::size_t i = 0; i < chunk; ++i)
+    for (std::size_t st = 0; st < kStreams; ++st) {
+      const std::size_t k = st * chunk + i;
+      if (k < n) b[count[st * kBuckets + (a[k] >> (kBits - kTop))]++] = a[k];
+    }
   for (std::size_t d = 0; d < kBuckets; ++d) {
     const std::size_t len = start[d + 1] - start[d];
     if (len > 1) lsd_sort(b.data() + start[d], a.data() + start[d], len, kBits - kTop);

@@ -586,7 +586,12 @@ void PairwisePartials::combine(const PairwisePartials& other) {
                         std::to_string(other.variants_) + " variants");
   for (std::size_t k = 0; k < sums_.size(); ++k) sums_[k] += other.sums_[k];
   for (std::size_t k = 0; k < maxima_.size(); ++k) maxima_[k] = std::max(maxima_[k], other.maxima_[k]);
-  has_w2_ = has_w2_ || other.has_w2_;
+  if (w2_ == W2::unknown || other.w2_ == W2::no) w2_ = other.w2_;
+}
+
+void PairwisePartials::note_sorted_metrics(SortedMetrics which) {
+  const W2 w = which == SortedMetrics::w1_w2 ? W2::yes : W2::no;
+  if (w2_ == W2::unknown || w == W2::no) w2_ = w;
 }
 
 PairwiseMatrix PairwisePartials::finalize() const {
@@ -612,7 +617,7 @@ PairwiseMatrix PairwisePartials::finalize() const {
       const bool sorted_ok = m.count_sorted > 0 && m.nonfinite_sorted == 0;
       const double ns = static_cast<double>(m.count_sorted);
       m.w1 = sorted_ok ? exact_value(s + kSortedAbs) / ns : nan;
-      m.w2 = sorted_ok && has_w2_ ? std::sqrt(exact_value(s + kSortedSq) / ns) : nan;
+      m.w2 = sorted_ok && has_w2() ? std::sqrt(exact_value(s + kSortedSq) / ns) : nan;
       const double sq = exact_value(s + kSq);
       if (m.count > 0) {
         m.max_abs = maxima_[pair_index(i, j)];
@@ -643,7 +648,7 @@ void accumulate_sorted(const SortedSet<T>& set, std::size_t begin, std::size_t e
     throw DistanceError("accumulate_sorted: range [" + std::to_string(begin) + ", " +
                         std::to_string(end) + ") is outside [0, " + std::to_string(set.size()) + ")");
   const bool w2 = which == SortedMetrics::w1_w2;
-  partials.set_has_w2(w2 || (partials.has_w2() && begin == end));
+  partials.note_sorted_metrics(which);
   std::int64_t* sums = partials.sums();
   std::vector<char> finite(V);
   for_each_block(begin, end, [&](std::size_t b0, std::size_t b1) {

@@ -206,9 +206,12 @@ class PairwisePartials {
   double* maxima() { return maxima_.data(); }
   const double* maxima() const { return maxima_.data(); }
   std::size_t maxima_size() const { return maxima_.size(); }
-  // Whether W2 was accumulated (set by accumulate_sorted; combine keeps it if either had it).
-  bool has_w2() const { return has_w2_; }
-  void set_has_w2(bool b) { has_w2_ = b; }
+  // Whether every sorted accumulation into these partials (and those combined in) included W2; W2 is
+  // NaN after finalize() otherwise. Local state, not in the buffers: after an MPI reduction it is
+  // right when every rank used the same SortedMetrics (or set it with set_has_w2).
+  bool has_w2() const { return w2_ == W2::yes; }
+  void set_has_w2(bool b) { w2_ = b ? W2::yes : W2::no; }
+  void note_sorted_metrics(SortedMetrics which);  // accumulate_sorted calls it
 
   // Exactly what the two MPI reductions do, on one process: sums add, maxima take the max.
   void combine(const PairwisePartials& other);
@@ -216,7 +219,7 @@ class PairwisePartials {
 
  private:
   std::size_t variants_ = 0;
-  bool has_w2_ = false;
+  enum class W2 { unknown, yes, no } w2_ = W2::unknown;  // unknown: no sorted accumulation yet
   std::vector<std::int64_t> sums_;
   std::vector<double> maxima_;
 };

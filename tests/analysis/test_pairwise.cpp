@@ -270,6 +270,22 @@ TEST(Pairwise, DoubleStorageAndW1Only) {
   EXPECT_TRUE(std::isnan(m.at(0, 1).mean_abs));  // no elementwise pass: no elementwise counts
 }
 
+TEST(Pairwise, W2OnlyWhenEveryPieceHadIt) {
+  const Data d = make_data(3, 3 * kPairwiseBlock, 8);
+  SortedSet<float> set;
+  for (const auto& x : d.x) set.add(x);
+  PairwisePartials a(3), b(3), total(3);
+  accumulate_sorted(set, 0, kPairwiseBlock, a, SortedMetrics::w1_w2);
+  accumulate_sorted(set, kPairwiseBlock, d.n, b, SortedMetrics::w1);
+  total.combine(a);
+  EXPECT_TRUE(total.has_w2());
+  EXPECT_FALSE(std::isnan(total.finalize().at(0, 1).w2));
+  total.combine(b);
+  EXPECT_FALSE(total.has_w2());
+  EXPECT_TRUE(std::isnan(total.finalize().at(0, 1).w2));
+  EXPECT_EQ(total.finalize().at(0, 1).w1, pairwise_matrix(d.ptrs(), d.n).at(0, 1).w1);
+}
+
 TEST(Pairwise, InputChecks) {
   SortedSet<float> set;
   set.add(std::vector<float>{1, 2, 3});

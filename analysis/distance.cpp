@@ -66,7 +66,8 @@ double exact_value(const std::int64_t* limbs) {
   while (top >= 0 && l[top] == 0) --top;
   if (top < 0) return 0.0;
   // The top three limbs carry at least 65 significant bits; adding them from the top rounds twice at
-  // most, so the result is within 1 ulp of the exact sum (faithful), and a function of it alone.
+  // most (0.5 ulp each; the limbs below add < 2^-64 relative), so the result is within about 1 ulp of
+  // the exact sum, and a function of the exact sum alone.
   double r = 0.0;
   for (int k = top; k >= std::max(0, top - 2); --k)
     r += std::ldexp(static_cast<double>(l[k]), 32 * k - 1074);

@@ -107,7 +107,7 @@ ElementwiseMetrics elementwise_metrics(ArrayView<float> a, ArrayView<float> ref)
 inline constexpr int kExactLimbs = 68;
 void exact_add(std::int64_t* limbs, double x);        // x >= 0 and finite (checked by callers)
 void exact_normalize(std::int64_t* limbs);            // propagate carries: limbs[k] in [0, 2^32)
-double exact_value(const std::int64_t* limbs);        // faithful rounding (< 1 ulp); inf beyond DBL_MAX
+double exact_value(const std::int64_t* limbs);        // within ~1 ulp; inf beyond DBL_MAX
 
 class ExactSum {
  public:

@@ -307,6 +307,95 @@ toml::table attention_table(const AttentionConfig& a) {
   return t;
 }
 
+// The fields of one microbenchmark sweep, from [microbench] or one [[microbench.sweeps]] table.
+void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>& policy_names) {
+  const std::string sec = "[" + mb.name() + "] ";
+  std::vector<std::string> formats;
+  mb.get_words("formats", formats, all_format_names());
+  if (!formats.empty()) {
+    mc.formats.clear();
+    for (const auto& f : formats) mc.formats.push_back(*parse_format(f));
+  }
+  mb.get_words("policies", mc.policies, policy_names);
+  mb.get_ints("seq_lens", mc.seq_lens, 1);
+  mb.get_ints("head_dims", mc.head_dims, 1);
+  if (const toml::array* blocks = mb.array("blocks")) {
+    mc.blocks.clear();
+    for (const auto& el : *blocks) {
+      const toml::array* pair = el.as_array();
+      if (!pair || pair->size() != 2 || !(*pair)[0].is_integer() || !(*pair)[1].is_integer())
+        mb.fail_at(el, "blocks", sec + "blocks must be a list of [block_q, block_kv] integer pairs",
+                   "e.g. blocks = [[16, 16], [32, 64]]");
+      int bq = static_cast<int>(*(*pair)[0].value<std::int64_t>());
+      int bkv = static_cast<int>(*(*pair)[1].value<std::int64_t>());
+      if (bq < 1 || bkv < 1) mb.fail_at(el, "blocks", sec + "block sizes must be >= 1");
+      if (std::find(mc.blocks.begin(), mc.blocks.end(), std::make_pair(bq, bkv)) != mc.blocks.end())
+        mb.fail_at(el, "blocks", sec + "blocks lists [" + std::to_string(bq) + ", " + std::to_string(bkv) + "] twice",
+                   "remove the duplicate");
+      mc.blocks.emplace_back(bq, bkv);
+    }
+  }
+  std::vector<std::string> orders;
+  mb.get_words("loop_orders", orders, kLoopOrders);
+  if (!orders.empty()) {
+    mc.loop_orders.clear();
+    for (const auto& o : orders) mc.loop_orders.push_back(*parse_loop_order(o));
+  }
+  if (const toml::array* causal = mb.array("causal")) {
+    mc.causal.clear();
+    for (const auto& el : *causal) {
+      if (!el.is_boolean()) mb.fail_at(el, "causal", sec + "causal must hold booleans, e.g. causal = [false, true]");
+      bool c = *el.value<bool>();
+      if (std::find(mc.causal.begin(), mc.causal.end(), c) != mc.causal.end())
+        mb.fail_at(el, "causal", sec + "causal lists a value twice", "remove the duplicate");
+      mc.causal.push_back(c);
+    }
+  }
+  mb.get_words("passes", mc.passes, kPasses);
+  mb.get("trials", mc.trials);
+  mb.get("batch", mc.batch);
+  mb.get("heads", mc.heads);
+  mb.get("distribution", mc.distribution);
+  mb.get("outlier_fraction", mc.outlier_fraction);
+  mb.get("outlier_scale", mc.outlier_scale);
+  mb.get("seed", mc.seed);
+  require(mc.trials >= 1, mb, "trials", sec + "trials must be >= 1");
+  require(mc.batch >= 1, mb, "batch", sec + "batch must be >= 1");
+  require(mc.heads >= 1, mb, "heads", sec + "heads must be >= 1");
+  require(std::find(kDistributions.begin(), kDistributions.end(), mc.distribution) != kDistributions.end(), mb,
+          "distribution", sec + "distribution = \"" + mc.distribution + "\" is unknown; allowed: " + join(kDistributions),
+          suggestion(mc.distribution, kDistributions));
+  require(mc.outlier_fraction >= 0 && mc.outlier_fraction <= 1, mb, "outlier_fraction",
+          sec + "outlier_fraction must be in [0, 1]");
+  require(mc.outlier_scale > 0, mb, "outlier_scale", sec + "outlier_scale must be > 0");
+}
+
+toml::table sweep_table(const MicrobenchSweep& mc) {
+  std::vector<std::string> fnames;
+  for (Format f : mc.formats) fnames.emplace_back(to_string(f));
+  std::vector<std::string> onames;
+  for (LoopOrder o : mc.loop_orders) onames.emplace_back(to_string(o));
+  toml::array blocks, causal;
+  for (const auto& [bq, bkv] : mc.blocks) blocks.push_back(toml::array{bq, bkv});
+  for (bool c : mc.causal) causal.push_back(c);
+  return toml::table{{"name", mc.name},
+                     {"formats", to_array(fnames)},
+                     {"policies", to_array(mc.policies)},
+                     {"seq_lens", to_array(mc.seq_lens)},
+                     {"head_dims", to_array(mc.head_dims)},
+                     {"blocks", blocks},
+                     {"loop_orders", to_array(onames)},
+                     {"causal", causal},
+                     {"passes", to_array(mc.passes)},
+                     {"trials", mc.trials},
+                     {"batch", mc.batch},
+                     {"heads", mc.heads},
+                     {"distribution", mc.distribution},
+                     {"outlier_fraction", mc.outlier_fraction},
+                     {"outlier_scale", mc.outlier_scale},
+                     {"seed", static_cast<std::int64_t>(mc.seed)}};
+}
+
 std::string to_toml_text(const toml::table& t) {
   std::ostringstream os;
   os << t;
@@ -467,7 +556,7 @@ Study parse_study(const std::string& text, const std::string& file) {
           "[data] kind = \"" + d.kind + "\" needs a path", "add path = \"/path/to/file\"");
   require(d.kind != "synthetic" || d.path.empty(), data, "path",
           "[data] path is set but kind = \"synthetic\" reads no file", "remove path, or set kind = \"text\" or \"tokens\"");
-  require(d.kind != "text" || m.vocab >= 256, model, "vocab",
+  require(d.kind != "text" || m.vocab >= 256, data, "kind",
           "[data] kind = \"text\" uses byte tokens, which need [model] vocab >= 256 (got " + std::to_string(m.vocab) + ")",
           "set vocab = 256");
   require(d.span_len >= 1 && d.span_len < m.seq_len, data, "span_len",
@@ -577,66 +666,28 @@ Study parse_study(const std::string& text, const std::string& file) {
 
   // [microbench]
   Section mb = section("microbench");
-  MicrobenchConfig& mc = st.microbench;
-  {
-    std::vector<std::string> formats;
-    mb.get_words("formats", formats, all_format_names());
-    if (!formats.empty()) {
-      mc.formats.clear();
-      for (const auto& f : formats) mc.formats.push_back(*parse_format(f));
+  MicrobenchSweep base;
+  read_sweep(mb, base, policy_names);
+  if (mb.has("sweeps")) {
+    const toml::node* sn = mb.node("sweeps");
+    const toml::array* arr = sn->as_array();
+    if (!arr || arr->empty() || !arr->is_array_of_tables())
+      mb.fail("sweeps", "[microbench] sweeps must be an array of tables", "write each sweep as [[microbench.sweeps]]");
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      const toml::node& el = *arr->get(i);
+      MicrobenchSweep sw = base;
+      sw.name = "sweep" + std::to_string(i + 1);
+      Section ss(file, "microbench.sweeps", el.as_table(), el.source());
+      ss.get("name", sw.name);
+      read_sweep(ss, sw, policy_names);
+      if (!names.insert(sw.name).second)
+        ss.fail("name", "[[microbench.sweeps]] name \"" + sw.name + "\" is used twice", "give every sweep its own name");
+      ss.finish();
+      st.microbench.sweeps.push_back(std::move(sw));
     }
-    mb.get_words("policies", mc.policies, policy_names);
-    mb.get_ints("seq_lens", mc.seq_lens, 1);
-    mb.get_ints("head_dims", mc.head_dims, 1);
-    if (const toml::array* blocks = mb.array("blocks")) {
-      mc.blocks.clear();
-      for (const auto& el : *blocks) {
-        const toml::array* pair = el.as_array();
-        if (!pair || pair->size() != 2 || !(*pair)[0].is_integer() || !(*pair)[1].is_integer())
-          mb.fail_at(el, "blocks", "[microbench] blocks must be a list of [block_q, block_kv] integer pairs",
-                     "e.g. blocks = [[16, 16], [32, 64]]");
-        int bq = static_cast<int>(*(*pair)[0].value<std::int64_t>());
-        int bkv = static_cast<int>(*(*pair)[1].value<std::int64_t>());
-        if (bq < 1 || bkv < 1) mb.fail_at(el, "blocks", "[microbench] block sizes must be >= 1");
-        if (std::find(mc.blocks.begin(), mc.blocks.end(), std::make_pair(bq, bkv)) != mc.blocks.end())
-          mb.fail_at(el, "blocks", "[microbench] blocks lists [" + std::to_string(bq) + ", " + std::to_string(bkv) + "] twice",
-                     "remove the duplicate");
-        mc.blocks.emplace_back(bq, bkv);
-      }
-    }
-    std::vector<std::string> orders;
-    mb.get_words("loop_orders", orders, kLoopOrders);
-    if (!orders.empty()) {
-      mc.loop_orders.clear();
-      for (const auto& o : orders) mc.loop_orders.push_back(*parse_loop_order(o));
-    }
-    if (const toml::array* causal = mb.array("causal")) {
-      mc.causal.clear();
-      for (const auto& el : *causal) {
-        if (!el.is_boolean()) mb.fail_at(el, "causal", "[microbench] causal must hold booleans, e.g. causal = [false, true]");
-        bool c = *el.value<bool>();
-        if (std::find(mc.causal.begin(), mc.causal.end(), c) != mc.causal.end())
-          mb.fail_at(el, "causal", "[microbench] causal lists a value twice", "remove the duplicate");
-        mc.causal.push_back(c);
-      }
-    }
-    mb.get_words("passes", mc.passes, kPasses);
-    mb.get("trials", mc.trials);
-    mb.get("batch", mc.batch);
-    mb.get("heads", mc.heads);
-    mb.get("distribution", mc.distribution);
-    mb.get("outlier_fraction", mc.outlier_fraction);
-    mb.get("outlier_scale", mc.outlier_scale);
-    mb.get("seed", mc.seed);
-    require(mc.trials >= 1, mb, "trials", "[microbench] trials must be >= 1");
-    require(mc.batch >= 1, mb, "batch", "[microbench] batch must be >= 1");
-    require(mc.heads >= 1, mb, "heads", "[microbench] heads must be >= 1");
-    require(std::find(kDistributions.begin(), kDistributions.end(), mc.distribution) != kDistributions.end(), mb,
-            "distribution", "[microbench] distribution = \"" + mc.distribution + "\" is unknown; allowed: " + join(kDistributions),
-            suggestion(mc.distribution, kDistributions));
-    require(mc.outlier_fraction >= 0 && mc.outlier_fraction <= 1, mb, "outlier_fraction",
-            "[microbench] outlier_fraction must be in [0, 1]");
-    require(mc.outlier_scale > 0, mb, "outlier_scale", "[microbench] outlier_scale must be > 0");
+  } else {
+    st.microbench.sweeps.push_back(base);
   }
   mb.finish();
 
@@ -766,14 +817,10 @@ Study parse_study(const std::string& text, const std::string& file) {
   // The whole resolved study.
   toml::table gt;
   for (const auto& [axis, values] : st.axes) gt.insert(axis, to_array(values));
-  std::vector<std::string> fnames;
-  for (Format f : mc.formats) fnames.emplace_back(to_string(f));
-  std::vector<std::string> onames;
-  for (LoopOrder o : mc.loop_orders) onames.emplace_back(to_string(o));
-  toml::array blocks, causal, steps;
-  for (const auto& [bq, bkv] : mc.blocks) blocks.push_back(toml::array{bq, bkv});
-  for (bool c : mc.causal) causal.push_back(c);
+  toml::array steps;
   for (auto s : rc.steps) steps.push_back(s);
+  toml::array sweeps;
+  for (const auto& sw : st.microbench.sweeps) sweeps.push_back(sweep_table(sw));
   toml::table resolved{
       {"study", toml::table{{"name", st.name}, {"out", st.out}, {"phases", to_array(st.phases)}}},
       {"grid", gt},
@@ -781,25 +828,11 @@ Study parse_study(const std::string& text, const std::string& file) {
       {"data", data_table(st.data)},
       {"train", train_table(st.train)},
       {"attention", attention_table(st.attention)},
-      {"microbench", toml::table{{"formats", to_array(fnames)},
-                                 {"policies", to_array(mc.policies)},
-                                 {"seq_lens", to_array(mc.seq_lens)},
-                                 {"head_dims", to_array(mc.head_dims)},
-                                 {"blocks", blocks},
-                                 {"loop_orders", to_array(onames)},
-                                 {"causal", causal},
-                                 {"passes", to_array(mc.passes)},
-                                 {"trials", mc.trials},
-                                 {"batch", mc.batch},
-                                 {"heads", mc.heads},
-                                 {"distribution", mc.distribution},
-                                 {"outlier_fraction", mc.outlier_fraction},
-                                 {"outlier_scale", mc.outlier_scale},
-                                 {"seed", static_cast<std::int64_t>(mc.seed)}}},
+      {"microbench", toml::table{{"sweeps", sweeps}}},
       {"reduce", toml::table{{"metrics", to_array(rc.metrics)},
-                             {"steps", steps},
                              {"per_tensor", rc.per_tensor},
                              {"whole_model", rc.whole_model}}}};
+  if (!steps.empty()) resolved["reduce"].as_table()->insert("steps", steps);
   st.resolved_toml = to_toml_text(resolved);
   st.hash = content_hash(st.resolved_toml);
   return st;

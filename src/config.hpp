@@ -82,7 +82,9 @@ struct AttentionConfig {
   std::map<std::string, std::map<std::string, Format>> custom_policies;  // NAME -> {step -> format}
 };
 
-struct MicrobenchConfig {
+// One sweep of the microbenchmark: the cross product of its lists.
+struct MicrobenchSweep {
+  std::string name = "main";
   std::vector<Format> formats{Format::fp64, Format::fp32, Format::fp16, Format::bf16};
   std::vector<std::string> policies{"pure", "mixed"};
   std::vector<int> seq_lens{256};
@@ -98,6 +100,12 @@ struct MicrobenchConfig {
   double outlier_fraction = 0.01;       // outliers: fraction of entries scaled by outlier_scale
   double outlier_scale = 20.0;
   std::uint64_t seed = 7;
+};
+
+// [microbench] holds the defaults; each [[microbench.sweeps]] overrides some of them (e.g. the paper's
+// format sweep, sequence-length sweep and block-area sweep). Without sweeps, [microbench] is one sweep.
+struct MicrobenchConfig {
+  std::vector<MicrobenchSweep> sweeps;
 };
 
 struct ReduceConfig {

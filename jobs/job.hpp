@@ -1,0 +1,89 @@
+// The jobs (phases and tools) of the fastudy command line, registered in one table (registry.cpp).
+//
+// A job gets a JobContext: the parsed command line, the study (loaded and validated before anything
+// is written), the output directory and the provenance header. It returns an exit code (0 success,
+// 1 runtime failure) or throws: ConfigError/UsageError -> 2, anything else -> 1, handled by main().
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "src/config.hpp"
+#include "src/provenance.hpp"
+
+namespace fastudy {
+
+namespace mpi {
+class Comm;
+}
+
+struct SlurmOptions {
+  int nodes = 1;
+  int ntasks_per_node = 1;
+  int gpus_per_node = 0;
+  std::string time = "01:00:00";
+  std::string partition;
+  std::string account;
+  std::string launcher = "srun";  // srun | mpirun
+  bool submit = false;
+};
+
+struct CliOptions {
+  std::string command;       // the job name ("run", "plan", ...)
+  std::string target;        // GRID.toml, or OUT for report/status
+  std::string out;           // --out (overrides [study] out)
+  bool resume = false;
+  bool force = false;
+  bool allow_missing = false;
+  int ranks = 1;             // plan --ranks
+  std::vector<std::string> variants;  // train --variant (empty: all)
+  SlurmOptions slurm;
+  std::string command_line;  // argv joined, for provenance
+};
+
+struct JobContext {
+  CliOptions opts;
+  std::optional<Study> study;  // set when the target is (or the output directory holds) a grid
+  std::string out_dir;         // resolved output directory
+  Provenance prov;
+  mpi::Comm* world = nullptr;  // set for jobs that run under MPI
+};
+
+using JobFn = int (*)(JobContext&);
+
+struct JobInfo {
+  std::string name;
+  std::string summary;
+  std::string usage;     // "fastudy plan GRID.toml --ranks N"
+  bool uses_mpi = false; // initialise MPI and gather ranks/hosts for provenance
+  bool target_is_out = false;  // the positional argument is an output directory (or a grid)
+  JobFn run = nullptr;
+};
+
+const std::vector<JobInfo>& job_registry();
+const JobInfo* find_job(const std::string& name);
+
+// The jobs, one file each.
+int job_run(JobContext& ctx);
+int job_plan(JobContext& ctx);
+int job_microbench(JobContext& ctx);
+int job_train(JobContext& ctx);
+int job_reduce(JobContext& ctx);
+int job_report(JobContext& ctx);
+int job_status(JobContext& ctx);
+int job_slurm(JobContext& ctx);
+
+// Output directory policy shared by the phases that create results (output.cpp).
+// A new or empty directory is created and receives study.toml (the resolved config) and
+// provenance.txt. An existing study directory is refused unless --resume (continue; the grid's hash
+// must match unless --force) or --force (start over: the directory's fastudy outputs are removed).
+// A non-empty directory that is not a fastudy study is always refused.
+void prepare_output(JobContext& ctx);
+// Atomically write a text file (tmp + rename) in the output directory.
+void write_text_file(const std::string& path, const std::string& text);
+std::string read_text_file(const std::string& path);
+bool file_exists(const std::string& path);
+
+}  // namespace fastudy

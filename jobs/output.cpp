@@ -1,0 +1,90 @@
+// The output directory policy: create, refuse, resume or start over; atomic text files.
+#include <fstream>
+#include <filesystem>
+#include <sstream>
+
+#include "jobs/job.hpp"
+#include "src/util/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace fastudy {
+
+bool file_exists(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(path, ec);
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read " + path, "check that the file exists and is readable");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error("cannot create " + tmp, "check that the directory exists and is writable");
+    out << text;
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw Error("writing " + path + " failed (disk full?)", "free space on the file system and run again");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
+}
+
+void prepare_output(JobContext& ctx) {
+  const Study& st = *ctx.study;
+  const fs::path out(ctx.out_dir);
+  const fs::path marker = out / "study.toml";
+  std::error_code ec;
+  bool exists = fs::exists(out, ec);
+  bool empty = exists && fs::is_directory(out, ec) && fs::is_empty(out, ec);
+  if (exists && !fs::is_directory(out, ec))
+    throw UsageError("output path " + out.string() + " exists and is not a directory", "choose another --out");
+
+  if (exists && !empty) {
+    if (!fs::exists(marker)) {
+      throw UsageError("output directory " + out.string() + " is not empty and holds no fastudy study (no study.toml)",
+                       "choose another --out; fastudy never deletes files it did not write");
+    }
+    if (ctx.opts.force && !ctx.opts.resume) {
+      // Start over: remove what fastudy writes, then recreate.
+      for (const auto& entry : fs::directory_iterator(out)) fs::remove_all(entry.path(), ec);
+      if (ec) throw Error("cannot clear " + out.string() + ": " + ec.message());
+    } else if (ctx.opts.resume) {
+      Study previous = parse_study(read_text_file(marker.string()), marker.string());
+      std::string changed;
+      for (const auto& v : st.variants) {
+        const Variant* before = previous.find_variant(v.id);
+        if (before && before->hash != v.hash) changed += (changed.empty() ? "" : ", ") + v.id;
+      }
+      if (!changed.empty() && !ctx.opts.force)
+        throw UsageError("the grid changed since " + out.string() + " was started: the configuration of " + changed +
+                             " differs from the one in " + marker.string(),
+                         "restore the grid, pass --force with --resume to retrain the changed variants from scratch, or "
+                         "use another --out");
+      write_text_file(marker.string(), st.resolved_toml);
+      write_text_file((out / "provenance.txt").string(), ctx.prov.header());
+      return;
+    } else {
+      throw UsageError("output directory " + out.string() + " already holds a study",
+                       "pass --resume to continue it, --force to start over (its outputs are deleted), or --out DIR");
+    }
+  }
+  fs::create_directories(out, ec);
+  if (ec) throw Error("cannot create output directory " + out.string() + ": " + ec.message(),
+                      "check the path and permissions, or pass --out DIR");
+  write_text_file(marker.string(), st.resolved_toml);
+  write_text_file((out / "provenance.txt").string(), ctx.prov.header());
+}
+
+}  // namespace fastudy

@@ -1,0 +1,111 @@
+// `fastudy plan GRID.toml --ranks N`: the variants, how N ranks split into groups, and estimates of
+// parameters, checkpoint bytes and memory per rank. Writes nothing.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "jobs/estimate.hpp"
+#include "jobs/job.hpp"
+#include "src/util/error.hpp"
+
+namespace fastudy {
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+std::int64_t parameter_count(const ModelConfig& m) {
+  const std::int64_t D = m.d_model, V = m.vocab, N = m.seq_len, F = static_cast<std::int64_t>(m.mlp_ratio) * m.d_model;
+  const std::int64_t per_layer = 2 * D              // ln1
+                                 + D * 3 * D + 3 * D  // qkv
+                                 + D * D + D          // attention output projection
+                                 + 2 * D              // ln2
+                                 + D * F + F          // mlp up
+                                 + F * D + D;         // mlp down
+  return V * D + N * D + m.layers * per_layer + 2 * D + D * V;  // embeddings, blocks, final norm, untied head
+}
+
+std::int64_t checkpoint_count(const TrainConfig& t) {
+  std::int64_t n = t.steps / t.checkpoint_every;
+  if (t.steps % t.checkpoint_every != 0) ++n;  // the final step is always saved
+  return n;
+}
+
+VariantEstimate estimate_variant(const Variant& v) {
+  VariantEstimate e;
+  e.params = parameter_count(v.model);
+  const double elt = v.precision == Format::fp64 ? 8.0 : 4.0;  // master weights: fp64 or fp32
+  e.checkpoint_bytes = 3.0 * elt * static_cast<double>(e.params);  // weights + two AdamW moments
+  e.checkpoints = checkpoint_count(v.train);
+  const int ranks = v.train.ranks_per_variant;
+  const double local_batch = static_cast<double>(v.train.batch) / ranks;
+  // Weights, gradients and two moments, plus activations kept for backward: per layer about
+  // (10 + 2 * mlp_ratio) values of B*N*d_model, and the logits B*N*vocab (x3 with softmax/grad).
+  const double act = local_batch * v.model.seq_len *
+                     (v.model.layers * (10.0 + 2.0 * v.model.mlp_ratio) * v.model.d_model + 3.0 * v.model.vocab);
+  e.memory_per_rank = 4.0 * elt * static_cast<double>(e.params) + elt * act;
+  return e;
+}
+
+int job_plan(JobContext& ctx) {
+  const Study& st = *ctx.study;
+  const int ranks = ctx.opts.ranks;
+  if (ranks < 1) throw UsageError("--ranks must be >= 1 (got " + std::to_string(ranks) + ")");
+  const int rpv = st.train.ranks_per_variant;
+  if (ranks % rpv != 0)
+    throw UsageError(std::to_string(ranks) + " ranks cannot be split into groups of ranks_per_variant = " +
+                         std::to_string(rpv) + " (" + std::to_string(ranks % rpv) + " would be left over)",
+                     "use a multiple of " + std::to_string(rpv) + " ranks, or change [train] ranks_per_variant");
+  const int groups = ranks / rpv;
+  const std::size_t nv = st.variants.size();
+
+  std::ostringstream os;
+  os << "# study " << st.name << " (" << st.file << "), config hash " << st.hash << "\n";
+  os << "phases: ";
+  for (std::size_t i = 0; i < st.phases.size(); ++i) os << (i ? ", " : "") << st.phases[i];
+  os << "\noutput: " << (ctx.opts.out.empty() ? st.out : ctx.opts.out) << "\n";
+  os << "grid: ";
+  for (std::size_t i = 0; i < st.axes.size(); ++i) {
+    os << (i ? " x " : "") << st.axes[i].first << "[" << st.axes[i].second.size() << "]";
+  }
+  os << " = " << nv << " variant" << (nv == 1 ? "" : "s") << "\n\n";
+
+  double total_ckpt = 0;
+  std::int64_t steps_total = 0;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-32s %-17s %12s %12s %14s\n", "variant", "hash", "params", "checkpoints",
+                "ckpt bytes");
+  os << line;
+  VariantEstimate first{};
+  for (std::size_t i = 0; i < nv; ++i) {
+    const Variant& v = st.variants[i];
+    VariantEstimate e = estimate_variant(v);
+    if (i == 0) first = e;
+    total_ckpt += e.checkpoint_bytes * static_cast<double>(e.checkpoints);
+    steps_total += v.train.steps;
+    std::snprintf(line, sizeof line, "%-32s %-17s %12lld %12lld %14s\n", v.id.c_str(), v.hash.c_str(),
+                  static_cast<long long>(e.params), static_cast<long long>(e.checkpoints),
+                  human_bytes(e.checkpoint_bytes * static_cast<double>(e.checkpoints)).c_str());
+    os << line;
+  }
+  os << "\nranks: " << ranks << " -> " << groups << " group" << (groups == 1 ? "" : "s") << " of " << rpv
+     << " rank" << (rpv == 1 ? "" : "s") << " (ranks_per_variant)\n";
+  const std::size_t rounds = (nv + static_cast<std::size_t>(groups) - 1) / static_cast<std::size_t>(groups);
+  os << "schedule: " << nv << " variants over " << groups << " groups, dynamic; about " << rounds
+     << " variant" << (rounds == 1 ? "" : "s") << " per group";
+  if (static_cast<std::size_t>(groups) > nv)
+    os << "; " << (static_cast<std::size_t>(groups) - nv) << " group(s) will idle in the train phase (fewer variants than groups)";
+  os << "\ncheckpoints: " << human_bytes(total_ckpt) << " in total\n";
+  os << "memory per rank (estimate, training): " << human_bytes(first.memory_per_rank) << "\n";
+  os << "batch per rank: " << st.train.batch / rpv << " sequences of " << st.model.seq_len << " tokens\n";
+  std::cout << os.str();
+  return kExitOk;
+}
+
+}  // namespace fastudy

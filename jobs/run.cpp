@@ -1,0 +1,30 @@
+// `fastudy [run] GRID.toml`: every phase the grid enables, in order (microbench, train, reduce,
+// report). Each phase reads only what the previous ones wrote, so any of them can also run alone.
+#include "jobs/job.hpp"
+#include "src/util/error.hpp"
+#include "src/util/log.hpp"
+
+namespace fastudy {
+
+int job_run(JobContext& ctx) {
+  const Study& st = *ctx.study;
+  int status = kExitOk;
+  struct Phase {
+    const char* name;
+    JobFn fn;
+  };
+  const Phase phases[] = {{"microbench", job_microbench}, {"train", job_train}, {"reduce", job_reduce}, {"report", job_report}};
+  bool first = true;
+  for (const auto& ph : phases) {
+    if (!st.has_phase(ph.name)) continue;
+    log::info("== phase " + std::string(ph.name));
+    // The first phase applies the output-directory policy; later ones continue the same study.
+    if (!first) ctx.opts.resume = true, ctx.opts.force = false;
+    first = false;
+    int rc = ph.fn(ctx);
+    if (rc != kExitOk) status = rc;
+  }
+  return status;
+}
+
+}  // namespace fastudy

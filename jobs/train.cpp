@@ -1,0 +1,215 @@
+// `fastudy train GRID.toml`: train every variant of the grid on groups of ranks, data-parallel inside
+// a group, with parallel-HDF5 checkpoints, resumable after a kill.
+//
+// Layout of the output directory:
+//   OUT/status.csv                               state of every variant (kept current by rank 0)
+//   OUT/variants/<id>/train_log.csv              per-step log (and shadow.csv when recorded)
+//   OUT/checkpoints/<id>/step_<NNNNNNN>.h5       checkpoints (whole or absent)
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+#include <sstream>
+
+#include "jobs/collective.hpp"
+#include "jobs/job.hpp"
+#include "src/io/checkpoint.hpp"
+#include "src/runtime/mpi.hpp"
+#include "src/runtime/reducer.hpp"
+#include "src/runtime/scheduler.hpp"
+#include "src/runtime/status.hpp"
+#include "src/train/trainer.hpp"
+#include "src/util/log.hpp"
+
+namespace fs = std::filesystem;
+
+namespace fastudy {
+
+namespace {
+
+std::vector<const Variant*> select_variants(const Study& st, const std::vector<std::string>& ids) {
+  std::vector<const Variant*> out;
+  if (ids.empty()) {
+    for (const auto& v : st.variants) out.push_back(&v);
+    return out;
+  }
+  for (const auto& id : ids) {
+    const Variant* v = st.find_variant(id);
+    if (!v) {
+      std::string known;
+      for (const auto& w : st.variants) known += (known.empty() ? "" : ", ") + w.id;
+      throw UsageError("--variant " + id + " is not a variant of " + st.file, "variants: " + known);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+// Before a resumed schedule: a variant recorded as done whose final checkpoint is missing, invalid or
+// was trained with another configuration goes back to the queue (rank 0 only).
+void requeue_stale_done(const std::string& out, const std::vector<const Variant*>& variants,
+                        const std::string& status_path) {
+  if (!file_exists(status_path)) return;
+  std::vector<StatusRow> rows = read_status_csv(status_path);
+  bool changed = false;
+  for (auto& row : rows) {
+    if (row.state != TaskState::done) continue;
+    const Variant* v = nullptr;
+    for (const auto* w : variants)
+      if (w->id == row.variant) v = w;
+    if (!v) continue;
+    auto ref = latest_valid_checkpoint(checkpoint_dir(out, v->id));
+    std::string why;
+    if (!ref || ref->step < v->train.steps) why = "its final checkpoint is missing";
+    else if (read_checkpoint(ref->path).attrs["config_hash"] != v->hash) why = "its configuration changed";
+    if (why.empty()) continue;
+    log::info("requeue " + v->id + ": " + why);
+    row.state = TaskState::queued;
+    row.reason = why;
+    changed = true;
+  }
+  if (changed) write_status_csv(status_path, rows);
+}
+
+std::string format_seconds(double s) {
+  std::ostringstream os;
+  if (s >= 3600) os << static_cast<int>(s / 3600) << "h" << static_cast<int>(std::fmod(s, 3600) / 60) << "m";
+  else if (s >= 60) os << static_cast<int>(s / 60) << "m" << static_cast<int>(std::fmod(s, 60)) << "s";
+  else os << static_cast<int>(std::round(s)) << "s";
+  return os.str();
+}
+
+}  // namespace
+
+int job_train(JobContext& ctx) {
+  const Study& st = *ctx.study;
+  mpi::Comm& world = *ctx.world;
+  const std::string out = ctx.out_dir;
+  const std::string status_path = (fs::path(out) / "status.csv").string();
+  std::vector<const Variant*> variants;
+
+  on_root(world, [&] {
+    check_layout(world.size(), st.train.ranks_per_variant);
+    variants = select_variants(st, ctx.opts.variants);
+    prepare_output(ctx);
+    if (ctx.opts.resume) requeue_stale_done(out, variants, status_path);
+  });
+  if (world.rank() != 0) variants = select_variants(st, ctx.opts.variants);
+  install_stop_signals();
+
+  std::vector<std::string> ids;
+  for (const auto* v : variants) ids.push_back(v->id);
+  const int groups = world.size() / st.train.ranks_per_variant;
+  log::info(ctx.prov.header() + "train: " + std::to_string(ids.size()) + " variants on " + std::to_string(groups) +
+            " group(s) of " + std::to_string(st.train.ranks_per_variant) + " rank(s)");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::mutex event_mutex;
+  int finished = 0;
+  ScheduleOptions opts;
+  opts.resume = ctx.opts.resume;
+  opts.on_event = [&](const StatusRow& row, int group) {
+    std::lock_guard<std::mutex> lock(event_mutex);
+    std::ostringstream os;
+    if (row.state == TaskState::running) {
+      os << "[group " << group << "] start  " << row.variant;
+    } else {
+      ++finished;
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double eta = elapsed / finished * static_cast<double>(ids.size() - static_cast<std::size_t>(finished));
+      os << "[group " << group << "] " << to_string(row.state) << " " << row.variant << " at step " << row.step;
+      if (std::isfinite(row.loss)) os << ", loss " << row.loss;
+      if (!row.reason.empty()) os << " (" << row.reason << ")";
+      os << " [" << finished << "/" << ids.size() << ", ETA " << format_seconds(eta) << "]";
+    }
+    log::info(os.str());
+  };
+
+  TaskFn run_task = [&](int task, mpi::Comm& group, Progress& progress) -> TaskOutcome {
+    const Variant& v = *variants[static_cast<std::size_t>(task)];
+    if (stop_signal_received()) return {TaskState::failed, 0, NAN, "not started: a stop signal was received"};
+    const std::string vdir = (fs::path(out) / "variants" / v.id).string();
+    const std::string cdir = checkpoint_dir(out, v.id);
+    if (group.rank() == 0) {
+      fs::create_directories(vdir);
+      fs::create_directories(cdir);
+    }
+    group.barrier();
+
+    // The latest valid checkpoint, chosen by the group's rank 0 so that every rank resumes the same one.
+    std::string path;
+    if (group.rank() == 0) {
+      std::vector<std::string> skipped;
+      if (auto ref = latest_valid_checkpoint(cdir, &skipped)) path = ref->path;
+      for (const auto& s : skipped) log::warn(v.id + ": ignoring checkpoint " + s);
+    }
+    group.bcast(path);
+    std::optional<TrainState> resume;
+    if (!path.empty()) {
+      TrainState s = read_checkpoint(group, path);
+      if (s.attrs["config_hash"] == v.hash) {
+        resume = std::move(s);
+      } else if (!ctx.opts.force) {
+        return {TaskState::failed, 0, NAN,
+                "checkpoint " + path + " was written with another configuration (hash " + s.attrs["config_hash"] +
+                    "); pass --resume --force to retrain it"};
+      } else if (group.rank() == 0) {
+        for (const auto& e : fs::directory_iterator(cdir)) fs::remove(e.path());
+      }
+    }
+    if (resume && resume->step >= v.train.steps) {
+      double loss = resume->loss_history.empty() ? NAN : resume->loss_history.back();
+      return {TaskState::done, resume->step, loss, ""};
+    }
+
+    std::unique_ptr<GradientReducer> reducer = make_reducer(group, "auto");
+    TrainHooks hooks;
+    hooks.rank = group.rank();
+    hooks.world = group.size();
+    if (group.size() > 1) {
+      hooks.allreduce_mean_f32 = [&](float* p, std::size_t n) { reducer->allreduce_mean(p, n); };
+      hooks.allreduce_mean_f64 = [&](double* p, std::size_t n) { reducer->allreduce_mean(p, n); };
+    }
+    hooks.save_checkpoint = [&](const TrainState& s) { write_checkpoint(group, checkpoint_path(out, v.id, s.step), s); };
+    hooks.stop_requested = [&] {
+      std::int64_t flag = stop_signal_received() ? 1 : 0;
+      return (group.size() > 1 ? group.allreduce_max(flag) : flag) != 0;
+    };
+    const std::int64_t log_every = v.train.log_every;
+    hooks.on_step = [&](const StepLog& l) {
+      progress.report(l.step, l.loss);
+      if (world.rank() == 0 && (l.step % log_every == 0 || l.skipped || l.spike)) {
+        std::ostringstream os;
+        os << "  " << v.id << " step " << l.step << "/" << v.train.steps << " loss " << l.loss << " lr " << l.lr
+           << " " << static_cast<long long>(l.tokens_per_s) << " tok/s";
+        if (l.skipped) os << " (fp16 overflow: step skipped, loss scale " << l.loss_scale << ")";
+        if (l.spike) os << " (loss spike)";
+        log::info(os.str());
+      }
+    };
+    TrainResult r = train_variant(v, vdir, hooks, resume ? &*resume : nullptr);
+    switch (r.outcome) {
+      case TrainOutcome::done: return {TaskState::done, r.step, r.final_loss, ""};
+      case TrainOutcome::diverged: return {TaskState::diverged, r.step, r.final_loss, r.reason};
+      case TrainOutcome::stopped:
+        return {TaskState::failed, r.step, r.final_loss, "stopped by a signal at step " + std::to_string(r.step) +
+                                                             " (checkpointed); continue with --resume"};
+    }
+    return {TaskState::failed, r.step, r.final_loss, "unknown outcome"};
+  };
+
+  ScheduleResult res = run_schedule(world, st.train.ranks_per_variant, ids, run_task, status_path, opts);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::ostringstream os;
+  os << "train: " << res.done << " done, " << res.diverged << " diverged, " << res.failed << " failed";
+  if (res.skipped) os << ", " << res.skipped << " already done";
+  os << " in " << format_seconds(elapsed) << " (status: " << status_path << ")";
+  log::info(os.str());
+  if (stop_signal_received()) {
+    log::warn("stopped by a signal; run the same command with --resume to continue");
+    return kExitFailure;
+  }
+  return res.all_done() ? kExitOk : kExitFailure;
+}
+
+}  // namespace fastudy

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install fastudy's dependencies from Debian's packages and build it (Release, CPU; CUDA parts too
+# when nvcc is found). Usage: scripts/setup.sh [BUILD_DIR]   (default: build)
+# Safe to run again: apt skips what is installed and the build is incremental.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${1:-build}
+
+packages=(
+  build-essential cmake pkg-config ccache git
+  libtorch-dev libopenblas0-openmp            # LibTorch; OpenBLAS instead of the reference BLAS (~10x faster)
+  libopenmpi-dev openmpi-bin                  # MPI
+  libhdf5-openmpi-dev hdf5-tools zlib1g-dev   # parallel HDF5 (+ h5dump), zlib for checksums
+  libboost-program-options-dev libtomlplusplus-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-matplotlib python3-h5py python3-scipy python3-numpy   # plots, report, scipy cross-checks
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
+cmake --build "$build_dir" -j2
+echo "setup: built $build_dir/fastudy"

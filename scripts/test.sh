@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set up (install + build) and run the whole test suite: unit tests, MPI tests under mpirun with 1, 2
+# and 4 ranks, and end-to-end runs of the CLI. Usage: scripts/test.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${1:-build}
+scripts/setup.sh "$build_dir"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ctest --test-dir "$build_dir" --output-on-failure -j2 --timeout 900

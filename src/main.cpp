@@ -1,0 +1,246 @@
+// fastudy: measure and rank the sources of numeric deviation in neural-network training.
+//
+//   fastudy GRID.toml                 run every phase the grid enables (same as `fastudy run GRID.toml`)
+//   mpirun -n 64 fastudy GRID.toml    the same over 64 ranks
+//   fastudy <job> --help              the options of one job (plan, microbench, train, reduce, report, status, slurm)
+//
+// Exit codes: 0 success; 1 runtime failure (or some variants failed); 2 usage or configuration error
+// (nothing written). On an MPI run a runtime failure on any rank ends the whole job (MPI_Abort).
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include <boost/program_options.hpp>
+
+#include "fastudy/version.hpp"
+#include "jobs/collective.hpp"
+#include "jobs/job.hpp"
+#include "src/runtime/mpi.hpp"
+#include "src/util/error.hpp"
+#include "src/util/log.hpp"
+
+namespace po = boost::program_options;
+using namespace fastudy;
+
+namespace {
+
+void print_global_help(std::ostream& os) {
+  os << "fastudy " FASTUDY_VERSION " - rank the sources of numeric deviation in neural-network training\n\n"
+        "usage: fastudy [JOB] GRID.toml [options]      (JOB defaults to `run`)\n"
+        "       mpirun -n N fastudy GRID.toml [options]\n\njobs:\n";
+  for (const auto& j : job_registry()) {
+    os << "  " << j.name << std::string(12 - std::min<std::size_t>(11, j.name.size()), ' ') << j.summary << "\n";
+  }
+  os << "\ncommon options: --out DIR, --resume, --force, -q/--quiet, -v/--verbose, -h/--help, --version\n"
+        "`fastudy JOB --help` shows the options of one job.\n\n"
+        "exit codes: 0 success; 1 runtime failure (or some variants failed or diverged);\n"
+        "            2 usage or configuration error (nothing written)\n";
+}
+
+po::options_description common_options() {
+  po::options_description d("common options");
+  d.add_options()("help,h", "show this help")("out,o", po::value<std::string>(),
+                                               "output directory (overrides [study] out)")(
+      "resume", "continue the study in an existing output directory")(
+      "force", "start over in an existing output directory (its outputs are deleted); with --resume, accept a "
+               "changed grid")("quiet,q", "print errors only")("verbose,v", "print debug lines");
+  return d;
+}
+
+po::options_description job_options(const std::string& job, CliOptions& o) {
+  po::options_description d("options of `" + job + "`");
+  if (job == "plan") {
+    d.add_options()("ranks,n", po::value<int>(&o.ranks)->default_value(1), "number of MPI ranks to plan for");
+  } else if (job == "train" || job == "run") {
+    d.add_options()("variant", po::value<std::vector<std::string>>(&o.variants),
+                    "train only this variant id (repeatable; default: all)");
+  }
+  if (job == "reduce" || job == "run") {
+    d.add_options()("allow-missing", "leave out variants whose checkpoints are missing or corrupt (reported)");
+  }
+  if (job == "slurm") {
+    d.add_options()("nodes", po::value<int>(&o.slurm.nodes)->default_value(1), "nodes")(
+        "ntasks-per-node", po::value<int>(&o.slurm.ntasks_per_node)->default_value(1), "MPI ranks per node")(
+        "gpus-per-node", po::value<int>(&o.slurm.gpus_per_node)->default_value(0), "GPUs per node (one rank per GPU)")(
+        "time", po::value<std::string>(&o.slurm.time)->default_value("01:00:00"), "time limit HH:MM:SS")(
+        "partition", po::value<std::string>(&o.slurm.partition), "Slurm partition")(
+        "account", po::value<std::string>(&o.slurm.account), "Slurm account")(
+        "launcher", po::value<std::string>(&o.slurm.launcher)->default_value("srun"), "srun or mpirun")(
+        "submit", "submit the script with sbatch after writing it");
+  }
+  return d;
+}
+
+struct Parsed {
+  CliOptions opts;
+  const JobInfo* job = nullptr;
+  bool help = false;
+  bool verbose = false;
+  bool quiet = false;
+};
+
+// Parse the command line; throws UsageError.
+Parsed parse_command_line(int argc, char** argv) {
+  Parsed p;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (int i = 0; i < argc; ++i) p.opts.command_line += (i ? " " : "") + std::string(argv[i]);
+  std::string name = "run";
+  if (!args.empty() && find_job(args[0])) {
+    name = args[0];
+    args.erase(args.begin());
+  }
+  p.job = find_job(name);
+  p.opts.command = name;
+
+  po::options_description all = common_options();
+  po::options_description own = job_options(name, p.opts);
+  all.add(own);
+  po::options_description hidden;
+  hidden.add_options()("target", po::value<std::string>(&p.opts.target), "GRID.toml or OUT");
+  po::options_description cmdline;
+  cmdline.add(all).add(hidden);
+  po::positional_options_description pos;
+  pos.add("target", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(cmdline).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()), "see `fastudy " + name + " --help`");
+  }
+  if (vm.count("help")) {
+    p.help = true;
+    std::cout << "fastudy " << name << ": " << p.job->summary << "\nusage: " << p.job->usage << "\n\n" << all;
+    return p;
+  }
+  p.opts.resume = vm.count("resume") > 0;
+  p.opts.force = vm.count("force") > 0;
+  p.opts.allow_missing = vm.count("allow-missing") > 0;
+  p.opts.slurm.submit = vm.count("submit") > 0;
+  p.quiet = vm.count("quiet") > 0;
+  p.verbose = vm.count("verbose") > 0;
+  if (vm.count("out")) p.opts.out = vm["out"].as<std::string>();
+  if (p.quiet && p.verbose) throw UsageError("-q and -v contradict each other", "pass one of them");
+  if (p.opts.target.empty())
+    throw UsageError("`fastudy " + name + "` needs " + (p.job->target_is_out ? "an output directory or a grid file" : "a grid file"),
+                     "usage: " + p.job->usage);
+  return p;
+}
+
+// Load the study from a grid file, or from OUT/study.toml when the target is an output directory.
+JobContext make_context(const Parsed& p) {
+  JobContext ctx;
+  ctx.opts = p.opts;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(p.opts.target, ec)) {
+    if (!p.job->target_is_out)
+      throw UsageError(p.opts.target + " is a directory; `fastudy " + p.opts.command + "` takes a grid file",
+                       "usage: " + p.job->usage);
+    const std::string marker = (fs::path(p.opts.target) / "study.toml").string();
+    if (!fs::exists(marker, ec))
+      throw UsageError(p.opts.target + " holds no fastudy study (no study.toml)", "pass the study's output directory");
+    ctx.study = load_study(marker);
+    ctx.out_dir = p.opts.target;
+  } else {
+    ctx.study = load_study(p.opts.target);
+    ctx.out_dir = p.opts.out.empty() ? ctx.study->out : p.opts.out;
+  }
+  ctx.prov = make_provenance(p.opts.command_line, ctx.study->file, ctx.study->hash);
+  return ctx;
+}
+
+int report_error(const std::exception& e, int code) {
+  log::error(e.what());
+  if (const auto* fe = dynamic_cast<const Error*>(&e); fe && !fe->hint().empty()) std::cerr << "hint: " << fe->hint() << "\n";
+  return code;
+}
+
+int exit_code_of(const std::exception& e) {
+  if (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const UsageError*>(&e)) return kExitUsage;
+  return kExitFailure;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    print_global_help(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? kExitUsage : kExitOk;
+  }
+  if (std::string(argv[1]) == "--version") {
+    std::cout << "fastudy " FASTUDY_VERSION " (git " FASTUDY_GIT_SHA ")\n";
+    return kExitOk;
+  }
+
+  Parsed parsed;
+  try {
+    parsed = parse_command_line(argc, argv);
+  } catch (const std::exception& e) {
+    return report_error(e, kExitUsage);
+  }
+  if (parsed.help) return kExitOk;
+  log::set_level(parsed.quiet ? log::Level::quiet : parsed.verbose ? log::Level::debug : log::Level::info);
+
+  if (!parsed.job->uses_mpi) {
+    try {
+      JobContext ctx = make_context(parsed);
+      return parsed.job->run(ctx);
+    } catch (const std::exception& e) {
+      return report_error(e, exit_code_of(e));
+    }
+  }
+
+  // MPI jobs: every rank loads and validates the grid; if any rank fails, all exit with code 2
+  // (rank 0 prints), so a bad grid never leaves ranks hanging and nothing is written.
+  std::optional<mpi::MpiSession> session;
+  try {
+    session.emplace(&argc, &argv);
+  } catch (const std::exception& e) {
+    return report_error(e, kExitFailure);
+  }
+  mpi::Comm world = mpi::Comm::world();
+  log::set_console(world.rank() == 0);
+
+  std::optional<JobContext> ctx;
+  std::string load_error, load_hint;
+  int load_code = kExitOk;
+  try {
+    ctx = make_context(parsed);
+  } catch (const std::exception& e) {
+    load_error = e.what();
+    if (const auto* fe = dynamic_cast<const Error*>(&e)) load_hint = fe->hint();
+    load_code = exit_code_of(e);
+  }
+  const std::int64_t worst = world.allreduce_max(static_cast<std::int64_t>(load_code));
+  if (worst != kExitOk) {
+    const std::int64_t first_bad = world.allreduce_max(load_code != kExitOk ? static_cast<std::int64_t>(world.size() - world.rank()) : 0);
+    const int reporter = world.size() - static_cast<int>(first_bad);
+    if (world.rank() == reporter) {
+      log::error((world.size() > 1 ? "[rank " + std::to_string(world.rank()) + "] " : std::string()) + load_error);
+      if (!load_hint.empty()) std::cerr << "hint: " << load_hint << "\n";
+    }
+    return static_cast<int>(worst);
+  }
+
+  ctx->world = &world;
+  ctx->prov.ranks = world.size();
+  std::vector<std::string> hosts = world.allgather(mpi::processor_name());
+  ctx->prov.hosts.clear();
+  for (const auto& h : hosts)
+    if (std::find(ctx->prov.hosts.begin(), ctx->prov.hosts.end(), h) == ctx->prov.hosts.end()) ctx->prov.hosts.push_back(h);
+
+  try {
+    return parsed.job->run(*ctx);
+  } catch (const SilentExit& e) {
+    return e.code();
+  } catch (const std::exception& e) {
+    const int code = exit_code_of(e);
+    if (world.size() == 1) return report_error(e, code);
+    const auto* fe = dynamic_cast<const Error*>(&e);
+    std::string msg = std::string(e.what()) + (fe && !fe->hint().empty() ? "\nhint: " + fe->hint() : std::string());
+    mpi::abort(code, msg);
+  }
+}

@@ -1,0 +1,102 @@
+// The command line end to end: help, exit codes (0 ok, 1 runtime failure, 2 usage/config error with
+// nothing written), plan output, the output-directory policy, and config errors under mpirun.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/cli/cli_util.hpp"
+
+using namespace fastudy::test;
+namespace fs = std::filesystem;
+
+namespace {
+const std::string kConfigs = FASTUDY_CONFIGS;
+}
+
+TEST(Cli, HelpAndVersion) {
+  RunResult r = run_fastudy("--help");
+  EXPECT_EQ(r.code, 0) << r.output;
+  for (const char* job : {"run", "plan", "microbench", "train", "reduce", "report", "status", "slurm"})
+    EXPECT_NE(r.output.find(job), std::string::npos) << job;
+  EXPECT_NE(r.output.find("exit codes"), std::string::npos);
+  EXPECT_EQ(run_fastudy("").code, 2);
+  RunResult v = run_fastudy("--version");
+  EXPECT_EQ(v.code, 0);
+  EXPECT_NE(v.output.find("fastudy 0."), std::string::npos);
+}
+
+TEST(Cli, EveryJobHasHelp) {
+  for (const char* job : {"run", "plan", "microbench", "train", "reduce", "report", "status", "slurm"}) {
+    RunResult r = run_fastudy(std::string(job) + " --help");
+    EXPECT_EQ(r.code, 0) << job << ": " << r.output;
+    EXPECT_NE(r.output.find("usage: fastudy"), std::string::npos) << job;
+    EXPECT_NE(r.output.find("--out"), std::string::npos) << job;
+  }
+}
+
+TEST(Cli, UsageErrorsExitTwo) {
+  RunResult r = run_fastudy("plan " + kConfigs + "/quick.toml --bogus");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("bogus"), std::string::npos);
+  r = run_fastudy("plan");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("needs"), std::string::npos);
+  r = run_fastudy("plan /no/such/grid.toml");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("/no/such/grid.toml"), std::string::npos);
+}
+
+TEST(Cli, BadConfigExitsTwoAndWritesNothing) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("bad.toml", "[study]\nout = \"" + out + "\"\n[model]\nd_modle = 64\n");
+  for (const char* job : {"run", "train", "microbench", "plan"}) {
+    RunResult r = run_fastudy(std::string(job) + " " + grid);
+    EXPECT_EQ(r.code, 2) << job << ": " << r.output;
+    EXPECT_NE(r.output.find("bad.toml:4:1"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("did you mean `d_model`?"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out)) << job << " wrote " << out;
+  }
+}
+
+TEST(Cli, BadConfigUnderMpiExitsTwoOnceWithoutHanging) {
+  TempDir dir;
+  const std::string grid = dir.file("bad.toml", "[grid]\nprecision = [\"fp33\"]\n");
+  RunResult r = run_fastudy_mpi(2, "train " + grid);
+  EXPECT_EQ(r.code, 2) << r.output;
+  const std::string needle = "bad.toml:2:";
+  const auto first = r.output.find(needle);
+  ASSERT_NE(first, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(needle, first + 1), std::string::npos) << "printed more than once:\n" << r.output;
+}
+
+TEST(Cli, PlanPrintsVariantsGroupsAndEstimates) {
+  RunResult r = run_fastudy("plan " + kConfigs + "/quick.toml --ranks 4");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("= 12 variants"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("baseline-fp32-s1"), std::string::npos);
+  EXPECT_NE(r.output.find("flash-bf16-s2"), std::string::npos);
+  EXPECT_NE(r.output.find("4 ranks -> 4 groups of 1 rank"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("memory per rank"), std::string::npos);
+  EXPECT_NE(r.output.find("checkpoints:"), std::string::npos);
+}
+
+TEST(Cli, PlanRejectsAnImpossibleRankLayout) {
+  TempDir dir;
+  const std::string grid = dir.file("g.toml", "[train]\nranks_per_variant = 2\n[grid]\nseed = [1, 2, 3]\n");
+  RunResult r = run_fastudy("plan " + grid + " --ranks 3");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("ranks_per_variant = 2"), std::string::npos) << r.output;
+  r = run_fastudy("plan " + grid + " --ranks 6");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("6 ranks -> 3 groups of 2 ranks"), std::string::npos) << r.output;
+}
+
+TEST(Cli, RefusesAForeignNonEmptyOutputDirectory) {
+  TempDir dir;
+  dir.file("precious.txt", "keep me");
+  RunResult r = run_fastudy("train " + kConfigs + "/ci.toml --out " + dir.str() + " --force");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("holds no fastudy study"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "precious.txt"));
+}

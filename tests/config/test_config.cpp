@@ -1,0 +1,139 @@
+// grid.toml happy paths: defaults, the shipped configs, grid expansion, ids, hashes, round trip.
+#include <gtest/gtest.h>
+
+#include "src/config.hpp"
+
+using namespace fastudy;
+
+namespace {
+const char* kMinimal = R"(
+[study]
+name = "t"
+[grid]
+attention = ["baseline", "flash"]
+precision = ["fp32", "bf16"]
+seed = [1, 2]
+init = ["normal"]
+)";
+}
+
+TEST(Config, EmptyFileGivesDefaultsAndOneVariant) {
+  Study st = parse_study("", "empty.toml");
+  EXPECT_EQ(st.variants.size(), 1u);
+  EXPECT_EQ(st.variants[0].id, "default");
+  EXPECT_EQ(st.model.d_model, 64);
+  EXPECT_EQ(st.microbench.sweeps.size(), 1u);
+  EXPECT_EQ(st.phases.size(), 4u);
+}
+
+TEST(Config, GridExpandsToCrossProductWithReadableIds) {
+  Study st = parse_study(kMinimal, "g.toml");
+  ASSERT_EQ(st.variants.size(), 8u);
+  // First axis slowest, last fastest.
+  EXPECT_EQ(st.variants[0].id, "baseline-fp32-s1-normal");
+  EXPECT_EQ(st.variants[1].id, "baseline-fp32-s2-normal");
+  EXPECT_EQ(st.variants[2].id, "baseline-bf16-s1-normal");
+  EXPECT_EQ(st.variants[7].id, "flash-bf16-s2-normal");
+  const Variant& v = st.variants[7];
+  EXPECT_EQ(v.attention, AttentionKind::flash);
+  EXPECT_EQ(v.precision, Format::bf16);
+  EXPECT_EQ(v.seed, 2u);
+  EXPECT_EQ(v.axis("precision"), "bf16");
+  EXPECT_EQ(v.axis("nope"), "");
+}
+
+TEST(Config, HashesAreStableAndDistinguishVariants) {
+  Study a = parse_study(kMinimal, "a.toml");
+  Study b = parse_study(std::string(kMinimal) + "\n# a comment changes nothing\n", "b.toml");
+  ASSERT_EQ(a.variants.size(), b.variants.size());
+  for (std::size_t i = 0; i < a.variants.size(); ++i) EXPECT_EQ(a.variants[i].hash, b.variants[i].hash);
+  EXPECT_EQ(a.hash, b.hash);
+  for (std::size_t i = 1; i < a.variants.size(); ++i) EXPECT_NE(a.variants[i].hash, a.variants[0].hash);
+  Study c = parse_study(std::string(kMinimal) + "[train]\nsteps = 7\n", "c.toml");
+  EXPECT_NE(c.variants[0].hash, a.variants[0].hash);
+  EXPECT_EQ(a.variants[0].hash.size(), 16u);
+}
+
+TEST(Config, ResolvedConfigRoundTrips) {
+  Study a = parse_study(std::string(kMinimal) + R"(
+[attention.policies.bf16acc]
+accum = "bf16"
+[microbench]
+blocks = [[8, 16]]
+[[microbench.sweeps]]
+name = "x"
+seq_lens = [64, 128]
+[[microbench.sweeps]]
+name = "y"
+formats = ["fp8_e4m3"]
+[reduce]
+steps = [10, 20]
+)",
+                        "a.toml");
+  Study b = parse_study(a.resolved_toml, "study.toml");
+  EXPECT_EQ(a.hash, b.hash);
+  ASSERT_EQ(a.variants.size(), b.variants.size());
+  for (std::size_t i = 0; i < a.variants.size(); ++i) EXPECT_EQ(a.variants[i].hash, b.variants[i].hash);
+  ASSERT_EQ(b.microbench.sweeps.size(), 2u);
+  EXPECT_EQ(b.microbench.sweeps[0].name, "x");
+  EXPECT_EQ(b.microbench.sweeps[0].seq_lens, (std::vector<int>{64, 128}));
+  EXPECT_EQ(b.microbench.sweeps[0].blocks[0], std::make_pair(8, 16));  // inherited from [microbench]
+  EXPECT_EQ(b.microbench.sweeps[1].formats[0], Format::fp8_e4m3);
+  EXPECT_EQ(b.reduce.steps, (std::vector<std::int64_t>{10, 20}));
+}
+
+TEST(Config, AxesOverrideTheResolvedConfig) {
+  Study st = parse_study(R"(
+[model]
+seq_len = 64
+[grid]
+block_kv = [16, 64]
+loop_order = ["kv_outer"]
+data_seed = [5]
+lr = [0.001]
+policy = ["pure"]
+)",
+                         "a.toml");
+  ASSERT_EQ(st.variants.size(), 2u);
+  EXPECT_EQ(st.variants[0].id, "bkv16-kv_outer-d5-lr0.001-pure");
+  EXPECT_EQ(st.variants[1].attention_cfg.block_kv, 64);
+  EXPECT_EQ(st.variants[1].attention_cfg.loop_order, LoopOrder::kv_outer);
+  EXPECT_EQ(st.variants[1].data.seed, 5u);
+  EXPECT_DOUBLE_EQ(st.variants[1].train.lr, 0.001);
+  EXPECT_EQ(st.variants[1].attention_cfg.policy, "pure");
+}
+
+TEST(Config, CustomPolicyResolvesOverPure) {
+  Study st = parse_study(R"(
+[attention]
+policy = "acc32"
+[attention.policies.acc32]
+accum = "fp32"
+stats = "fp32"
+)",
+                         "a.toml");
+  PrecisionPolicy p = resolve_policy(st.attention, "acc32", Format::bf16);
+  EXPECT_EQ(p.name, "acc32");
+  EXPECT_EQ(p.accum, Format::fp32);
+  EXPECT_EQ(p.stats, Format::fp32);
+  EXPECT_EQ(p.q, Format::bf16);
+  EXPECT_EQ(p.p, Format::bf16);
+}
+
+TEST(Config, ShippedConfigsLoad) {
+  for (const char* name : {"quick.toml", "ci.toml", "microbench.toml", "paper.toml"}) {
+    SCOPED_TRACE(name);
+    Study st = load_study(std::string(FASTUDY_CONFIGS) + "/" + name);
+    EXPECT_FALSE(st.variants.empty());
+  }
+  Study quick = load_study(std::string(FASTUDY_CONFIGS) + "/quick.toml");
+  EXPECT_EQ(quick.variants.size(), 12u);
+  Study mb = load_study(std::string(FASTUDY_CONFIGS) + "/microbench.toml");
+  EXPECT_EQ(mb.microbench.sweeps.size(), 4u);
+}
+
+TEST(Config, ContentHashIsFnv1a) {
+  // FNV-1a 64 of "" is the offset basis; of "a" a published test vector.
+  EXPECT_EQ(content_hash(""), "cbf29ce484222325");
+  EXPECT_EQ(content_hash("a"), "af63dc4c8601ec8c");
+}

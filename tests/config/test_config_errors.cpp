@@ -1,0 +1,111 @@
+// One test per configuration error message: each bad grid.toml must fail with a ConfigError that
+// names the file and line (and column), the offending key, says what is allowed, and, where a typo
+// is likely, suggests the fix.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "src/config.hpp"
+
+using namespace fastudy;
+
+namespace {
+
+struct BadCase {
+  const char* name;
+  const char* toml;
+  int line;              // expected line of the error
+  const char* key;       // expected key (ConfigError::key())
+  const char* fragment;  // expected text in the message
+};
+
+const BadCase kCases[] = {
+    {"syntax_error", "[model]\nd_model = = 3\n", 2, "", "TOML syntax error"},
+    {"unknown_section", "[modle]\nd_model = 64\n", 1, "modle", "did you mean `model`?"},
+    {"unknown_key_typo", "[model]\nd_modle = 64\n", 2, "model.d_modle", "did you mean `d_model`?"},
+    {"wrong_type_string", "[model]\nd_model = \"64\"\n", 2, "model.d_model", "must be an integer (got a string)"},
+    {"float_for_int", "[model]\nlayers = 2.5\n", 2, "model.layers", "must be an integer (got a float)"},
+    {"d_model_not_divisible", "[model]\nd_model = 100\nheads = 3\n", 2, "model.d_model", "not divisible by heads = 3"},
+    {"negative_steps", "[train]\nsteps = -5\n", 2, "train.steps", "must be >= 1"},
+    {"empty_axis", "[grid]\nseed = []\n", 2, "grid.seed", "is empty"},
+    {"duplicate_axis_value", "[grid]\nattention = [\"flash\", \"flash\"]\n", 2, "grid.attention", "twice"},
+    {"unknown_precision", "[grid]\nprecision = [\"fp32\", \"bf61\"]\n", 2, "grid.precision", "did you mean `bf16`?"},
+    {"fp8_training", "[grid]\nprecision = [\"fp8_e4m3\"]\n", 2, "grid.precision", "microbenchmark only"},
+    {"unknown_attention", "[grid]\nattention = [\"flsh\"]\n", 2, "grid.attention", "did you mean `flash`?"},
+    {"unknown_init", "[grid]\ninit = [\"xavier\"]\n", 2, "grid.init", "allowed: normal, xavier_uniform"},
+    {"unknown_axis", "[grid]\nseeds = [1]\n", 2, "grid.seeds", "did you mean `seed`?"},
+    {"axis_wrong_type", "[grid]\nseed = [\"one\"]\n", 2, "grid.seed", "must hold integers"},
+    {"axis_not_array", "[grid]\nseed = 1\n", 2, "grid.seed", "must be an array"},
+    {"block_larger_than_seq", "[model]\nseq_len = 32\n[attention]\nblock_q = 64\n", 4, "attention.block_q",
+     "larger than [model] seq_len = 32"},
+    {"grid_block_larger_than_seq", "[model]\nseq_len = 32\n[grid]\nblock_kv = [16, 64]\n", 4, "grid.block_kv",
+     "larger than [model] seq_len"},
+    {"unknown_phase", "[study]\nphases = [\"train\", \"reduse\"]\n", 2, "study.phases", "did you mean `reduce`?"},
+    {"text_without_path", "[model]\nvocab = 256\n[data]\nkind = \"text\"\n", 4, "data.kind", "needs a path"},
+    {"unknown_data_kind", "[data]\nkind = \"synthetik\"\n", 2, "data.kind", "did you mean `synthetic`?"},
+    {"text_small_vocab", "[data]\nkind = \"text\"\npath = \"x.txt\"\n", 2, "data.kind", "vocab >= 256"},
+    {"lr_not_positive", "[train]\nlr = 0\n", 2, "train.lr", "must be > 0"},
+    {"checkpoint_every_zero", "[train]\ncheckpoint_every = 0\n", 2, "train.checkpoint_every", "must be >= 1"},
+    {"ranks_per_variant_zero", "[train]\nranks_per_variant = 0\n", 2, "train.ranks_per_variant", "must be >= 1"},
+    {"batch_not_divisible_by_ranks", "[train]\nbatch = 6\nranks_per_variant = 4\n", 2, "train.batch",
+     "not divisible by ranks_per_variant = 4"},
+    {"warmup_beyond_steps", "[train]\nsteps = 10\nwarmup = 20\n", 3, "train.warmup", "must be in [0, steps]"},
+    {"unknown_schedule", "[train]\nschedule = \"cosin\"\n", 2, "train.schedule", "did you mean `cosine`?"},
+    {"unknown_policy", "[attention]\npolicy = \"mixd\"\n", 2, "attention.policy", "did you mean `mixed`?"},
+    {"custom_policy_bad_step", "[attention.policies.x]\naccumulator = \"fp32\"\n", 2, "attention.policies.x.accumulator",
+     "did you mean `accum`?"},
+    {"custom_policy_bad_format", "[attention.policies.x]\naccum = \"fp31\"\n", 2, "attention.policies.x.accum",
+     "unknown format \"fp31\""},
+    {"custom_policy_named_like_preset", "[attention.policies.pure]\naccum = \"fp32\"\n", 1, "attention.policies.pure",
+     "cannot be named"},
+    {"unknown_loop_order", "[attention]\nloop_order = \"q-outer\"\n", 2, "attention.loop_order", "did you mean `q_outer`?"},
+    {"microbench_unknown_format", "[microbench]\nformats = [\"fp32\", \"fp12\"]\n", 2, "microbench.formats",
+     "unknown value \"fp12\""},
+    {"microbench_blocks_not_pairs", "[microbench]\nblocks = [16, 32]\n", 2, "microbench.blocks", "[block_q, block_kv]"},
+    {"microbench_bad_distribution", "[microbench]\ndistribution = \"gauss\"\n", 2, "microbench.distribution",
+     "allowed: normal, uniform, outliers"},
+    {"microbench_sweep_unknown_key", "[microbench]\n[[microbench.sweeps]]\nname = \"a\"\nseqlens = [1]\n", 4,
+     "microbench.sweeps.seqlens", "did you mean `seq_lens`?"},
+    {"microbench_duplicate_sweep", "[[microbench.sweeps]]\nname = \"a\"\n[[microbench.sweeps]]\nname = \"a\"\n", 4,
+     "microbench.sweeps.name", "used twice"},
+    {"reduce_unknown_metric", "[reduce]\nmetrics = [\"w1\", \"wasserstein\"]\n", 2, "reduce.metrics",
+     "unknown value \"wasserstein\""},
+    {"reduce_without_w1", "[reduce]\nmetrics = [\"max_abs\"]\n", 2, "reduce.metrics", "must include \"w1\""},
+    {"study_name_with_slash", "[study]\nname = \"a/b\"\n", 2, "study.name", "without spaces or slashes"},
+    {"section_not_table", "model = 3\n", 1, "model", "must be a table"},
+    {"bool_wrong_type", "[train]\nshadow_attention = \"yes\"\n", 2, "train.shadow_attention", "true or false"},
+};
+
+}  // namespace
+
+class BadConfig : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadConfig, NamesFileLineAndKey) {
+  const BadCase& c = GetParam();
+  try {
+    parse_study(c.toml, "bad.toml");
+    FAIL() << "no error for case " << c.name;
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.file(), "bad.toml");
+    EXPECT_EQ(e.key(), c.key) << msg;
+    if (c.line > 0) {
+      EXPECT_EQ(e.line(), c.line) << msg;
+      EXPECT_NE(msg.find("bad.toml:" + std::to_string(c.line) + ":"), std::string::npos) << msg;
+    }
+    EXPECT_NE(msg.find(c.fragment), std::string::npos) << "message: " << msg << "\nexpected: " << c.fragment;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, BadConfig, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
+
+TEST(BadConfigFile, MissingFileIsAConfigError) {
+  try {
+    load_study("/nonexistent/grid.toml");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/grid.toml"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("cannot open"), std::string::npos);
+  }
+}

@@ -1,0 +1,605 @@
+// Checkpoint writer and readers over the HDF5 wrapper; see checkpoint.hpp for the file layout.
+//
+// The collective write: every rank creates the same groups/datasets/attributes (collective metadata)
+// and writes rows [r*R/P, (r+1)*R/P) of each tensor with R rows on P ranks, with one collective
+// transfer per dataset. CRC-32 of a dataset = crc32_combine over the ranks' shares in rank order, so no
+// rank checksums more than its share. Then: close, reopen and verify (every rank checks its share
+// against the stored checksum), fsync, rename by rank 0 after a barrier.
+#include "src/io/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iomanip>
+#include <regex>
+#include <sstream>
+
+#include "src/io/h5.hpp"
+#include "src/util/log.hpp"
+
+namespace fastudy {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kSections[] = {"params", "optimizer", "extra"};
+constexpr const char* kLossHistory = "loss_history";
+constexpr const char* kCrcAttr = "crc32";
+const std::vector<std::string> kReservedAttrs = {"fastudy_format", "step", "data_cursor", "good_steps",
+                                                 "loss_scale"};
+
+const char* kHintCorrupt =
+    "the file was damaged after it was written; delete it and resume: fastudy picks the newest valid "
+    "checkpoint of the variant";
+
+std::uint32_t crc_of(const std::byte* p, std::size_t n, std::uint32_t crc = 0) {
+  constexpr std::size_t kPiece = std::size_t{1} << 30;  // zlib takes uInt lengths
+  while (n > 0) {
+    std::size_t k = std::min(n, kPiece);
+    crc = static_cast<std::uint32_t>(::crc32(crc, reinterpret_cast<const Bytef*>(p), static_cast<uInt>(k)));
+    p += k;
+    n -= k;
+  }
+  return crc;
+}
+
+std::string hex32(std::uint32_t v) {
+  std::ostringstream s;
+  s << "0x" << std::hex << std::setw(8) << std::setfill('0') << v;
+  return s.str();
+}
+
+std::int64_t rows_of(const std::vector<std::int64_t>& shape) { return shape.empty() ? 1 : shape[0]; }
+
+struct Share {
+  std::int64_t row0 = 0, rows = 0;
+  std::size_t byte0 = 0, bytes = 0;
+};
+
+// Rows [rank*R/P, (rank+1)*R/P) of an array with R rows on P ranks.
+Share share_of(const NamedArray& a, int rank, int size) {
+  const std::int64_t R = rows_of(a.shape);
+  Share s;
+  s.row0 = R * rank / size;
+  s.rows = R * (rank + 1) / size - s.row0;
+  const std::size_t row_bytes = R > 0 ? a.data.size() / static_cast<std::size_t>(R) : 0;
+  s.byte0 = static_cast<std::size_t>(s.row0) * row_bytes;
+  s.bytes = static_cast<std::size_t>(s.rows) * row_bytes;
+  return s;
+}
+
+struct Item {
+  std::string section;  // "" for a root dataset
+  const NamedArray* array;
+};
+
+std::uint64_t fnv1a(const std::string& s, std::uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Everything the collective metadata calls depend on: must be equal on every rank of the group.
+std::string structure_of(const TrainState& s, const std::vector<Item>& items) {
+  std::ostringstream o;
+  o << s.step << ' ' << s.data_cursor << ' ' << s.good_steps << ' ' << s.loss_scale << '\n';
+  for (const auto& [k, v] : s.attrs) o << k << '=' << v << '\n';
+  for (const auto& it : items) {
+    o << it.section << '/' << it.array->name << ' ' << to_string(it.array->dtype);
+    for (auto d : it.array->shape) o << ' ' << d;
+    o << '\n';
+  }
+  return o.str();
+}
+
+void validate(const TrainState& s, const std::vector<Item>& items) {
+  for (const auto& [k, v] : s.attrs) {
+    if (std::find(kReservedAttrs.begin(), kReservedAttrs.end(), k) != kReservedAttrs.end()) {
+      throw UsageError("checkpoint attribute '" + k + "' is reserved for the format",
+                       "rename the TrainState::attrs key");
+    }
+  }
+  std::vector<std::string> seen;
+  for (const auto& it : items) {
+    const NamedArray& a = *it.array;
+    if (a.name.empty() || a.name.find('/') != std::string::npos || a.name == "." || a.name == "..") {
+      throw UsageError("checkpoint array name '" + a.name + "' in " + it.section + " is not a valid dataset name",
+                       "names are module paths like blocks.0.attn.qkv.weight: no '/' and not empty");
+    }
+    for (auto d : a.shape) {
+      if (d < 0) throw UsageError("checkpoint array '" + a.name + "' has a negative dimension");
+    }
+    const std::size_t want = static_cast<std::size_t>(a.numel()) * dtype_size(a.dtype);
+    if (a.data.size() != want) {
+      throw UsageError("checkpoint array '" + a.name + "' holds " + std::to_string(a.data.size()) +
+                       " bytes but its shape and dtype need " + std::to_string(want));
+    }
+    std::string key = it.section + "/" + a.name;
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      throw UsageError("checkpoint array '" + key + "' appears twice");
+    }
+    seen.push_back(std::move(key));
+  }
+}
+
+void fsync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error("cannot open '" + path + "' to fsync it: " + std::strerror(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) throw Error("fsync of '" + path + "' failed: " + std::strerror(err));
+}
+
+std::string dataset_label(const Item& it) {
+  return it.section.empty() ? "/" + it.array->name : "/" + it.section + "/" + it.array->name;
+}
+
+// Combined CRC of every item from the per-rank partial CRCs (all ranks get the same values).
+std::vector<std::uint32_t> combine_crcs(const mpi::Comm& group, const std::vector<Item>& items,
+                                        const std::vector<std::uint32_t>& local) {
+  const int P = group.size();
+  std::vector<std::int64_t> all(items.size() * static_cast<std::size_t>(P), 0);
+  for (std::size_t i = 0; i < items.size(); ++i) all[i * P + group.rank()] = local[i];
+  group.allreduce_sum(all.data(), all.size());
+  std::vector<std::uint32_t> out(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    std::uint32_t crc = 0;
+    for (int r = 0; r < P; ++r) {
+      Share sh = share_of(*items[i].array, r, P);
+      crc = static_cast<std::uint32_t>(::crc32_combine(crc, static_cast<uLong>(all[i * P + r]),
+                                                       static_cast<z_off_t>(sh.bytes)));
+    }
+    out[i] = crc;
+  }
+  return out;
+}
+
+std::string unique_suffix() {
+  std::ostringstream s;
+  s << std::hex << ::getpid() << '-'
+    << std::chrono::steady_clock::now().time_since_epoch().count();
+  return s.str();
+}
+
+void remove_stale_tmp(const fs::path& final_path) {
+  std::error_code ec;
+  const std::string prefix = final_path.filename().string() + ".tmp.";
+  for (const auto& e : fs::directory_iterator(final_path.parent_path(), ec)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove(e.path(), ec);
+  }
+}
+
+}  // namespace
+
+CheckpointError::CheckpointError(std::string file, std::string dataset, const std::string& problem,
+                                 std::string hint)
+    : Error("checkpoint '" + file + "'" + (dataset.empty() ? "" : ", dataset '" + dataset + "'") + ": " + problem,
+            std::move(hint)),
+      file_(std::move(file)),
+      dataset_(std::move(dataset)) {}
+
+// ---- write --------------------------------------------------------------------------------------
+
+CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string& path, const TrainState& s,
+                                      const CheckpointOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  NamedArray history;
+  history.name = kLossHistory;
+  history.dtype = DType::f64;
+  history.shape = {static_cast<std::int64_t>(s.loss_history.size())};
+  history.data.resize(s.loss_history.size() * sizeof(double));
+  if (!s.loss_history.empty()) std::memcpy(history.data.data(), s.loss_history.data(), history.data.size());
+
+  std::vector<Item> items;
+  for (const auto& a : s.params) items.push_back({"params", &a});
+  for (const auto& a : s.optimizer) items.push_back({"optimizer", &a});
+  for (const auto& a : s.extra) items.push_back({"extra", &a});
+  items.push_back({"", &history});
+  validate(s, items);
+
+  const std::int64_t digest = static_cast<std::int64_t>(fnv1a(structure_of(s, items)) >> 1);
+  if (group.allreduce_max(digest) != -group.allreduce_max(-digest)) {
+    throw UsageError("write_checkpoint('" + path + "'): the ranks of the group passed states of different "
+                     "structure (names, shapes, dtypes, scalars or attributes differ)",
+                     "every rank of a variant's group must hold the same replicated TrainState");
+  }
+
+  // Rank 0 prepares the directory and picks the temporary name.
+  const fs::path final_path(path);
+  std::string tmp;
+  if (group.is_root()) {
+    if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path());
+    remove_stale_tmp(final_path);
+    tmp = path + ".tmp." + unique_suffix();
+  }
+  group.bcast(tmp);
+
+  CheckpointWriteStats stats;
+  const int P = group.size(), me = group.rank();
+  std::vector<std::uint32_t> local_crc(items.size());
+  std::vector<std::uint32_t> crc;  // of every whole dataset, the same on every rank
+  {
+    h5::File f = h5::File::create(tmp, &group);
+    h5::Transfer xfer(f);
+    {
+      h5::Group root = f.root();
+      root.set_attr("fastudy_format", std::string(kCheckpointFormat));
+      root.set_attr("step", s.step);
+      root.set_attr("data_cursor", s.data_cursor);
+      root.set_attr("good_steps", s.good_steps);
+      root.set_attr("loss_scale", s.loss_scale);
+      for (const auto& [k, v] : s.attrs) root.set_attr(k, v);
+
+      std::vector<h5::Group> sections;
+      for (const char* name : kSections) sections.push_back(root.create_group(name));
+      std::vector<h5::Dataset> datasets;
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        const NamedArray& a = *items[i].array;
+        h5::Group& where = items[i].section.empty()
+                               ? root
+                               : sections[static_cast<std::size_t>(
+                                     std::find(std::begin(kSections), std::end(kSections), items[i].section) -
+                                     std::begin(kSections))];
+        h5::Dataset d = where.create_dataset(a.name, a.dtype, a.shape);
+        Share sh = share_of(a, me, P);
+        if (!a.data.empty()) {  // an empty dataset has no storage to transfer to (same on all ranks)
+          d.write_rows(sh.bytes ? a.data.data() + sh.byte0 : nullptr, sh.row0, sh.rows, xfer);
+          ++stats.transfers;
+          if (xfer.io_mode() != "none") ++stats.collective_transfers;
+        }
+        local_crc[i] = crc_of(a.data.data() + sh.byte0, sh.bytes);
+        stats.bytes += static_cast<std::int64_t>(a.data.size());
+        ++stats.datasets;
+        datasets.push_back(std::move(d));
+      }
+      crc = combine_crcs(group, items, local_crc);
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        datasets[i].set_attr(kCrcAttr, static_cast<std::int64_t>(crc[i]));
+      }
+    }
+    f.close();
+  }
+
+  if (options.verify) {
+    std::int64_t bad = -1;  // index of the first item whose share does not read back
+    {
+      h5::File f = h5::File::open(tmp, false, &group);
+      h5::Transfer xfer(f);
+      h5::Group root = f.root();
+      std::vector<std::byte> buf;
+      for (std::size_t i = 0; i < items.size(); ++i) {  // every rank joins every collective read
+        const NamedArray& a = *items[i].array;
+        h5::Dataset d = items[i].section.empty() ? root.open_dataset(a.name)
+                                                 : root.open_group(items[i].section).open_dataset(a.name);
+        Share sh = share_of(a, me, P);
+        buf.resize(sh.bytes);
+        if (!a.data.empty()) d.read_rows(buf.data(), sh.row0, sh.rows, xfer);
+        const bool stored_ok = static_cast<std::uint32_t>(d.attr_int64(kCrcAttr)) == crc[i];
+        const bool share_ok = crc_of(buf.data(), sh.bytes) == local_crc[i];
+        if ((!stored_ok || !share_ok) && bad < 0) bad = static_cast<std::int64_t>(i);
+      }
+      if (root.attr_string("fastudy_format") != kCheckpointFormat) bad = 0;
+    }
+    bad = group.allreduce_max(bad);
+    if (bad >= 0) {
+      if (group.is_root()) {
+        std::error_code ec;
+        fs::remove(tmp, ec);
+      }
+      throw CheckpointError(tmp, dataset_label(items[static_cast<std::size_t>(bad)]),
+                            "data read back after the write differs from what was written",
+                            "the file system lost or changed data; check the disk and free space, then rerun");
+    }
+  }
+
+  group.barrier();
+  std::string failure;
+  if (group.is_root()) {
+    try {
+      if (options.fsync) fsync_path(tmp);
+      fs::rename(tmp, final_path);
+      if (options.fsync) fsync_path(final_path.has_parent_path() ? final_path.parent_path().string() : ".");
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  group.bcast(failure);
+  if (!failure.empty()) {
+    throw CheckpointError(path, "", "could not move the verified file into place: " + failure,
+                          "check permissions and free space of the output directory");
+  }
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return stats;
+}
+
+// ---- read ---------------------------------------------------------------------------------------
+
+namespace {
+
+h5::File open_checked(const std::string& path) {
+  if (!fs::exists(path)) {
+    throw CheckpointError(path, "", "no such file",
+                          "check the path; checkpoints live in OUT/checkpoints/<variant>/step_NNNNNNN.h5");
+  }
+  if (!h5::File::is_hdf5(path)) {
+    throw CheckpointError(path, "", "not an HDF5 file (empty, truncated at the start or overwritten)",
+                          kHintCorrupt);
+  }
+  try {
+    h5::File f = h5::File::open(path, false, nullptr);
+    h5::Group root = f.root();
+    if (!root.has_attr("fastudy_format")) {
+      throw CheckpointError(path, "", "an HDF5 file without the fastudy_format attribute: not a fastudy checkpoint",
+                            "pass a file written by fastudy");
+    }
+    const std::string format = root.attr_string("fastudy_format");
+    if (format != kCheckpointFormat) {
+      throw CheckpointError(path, "", "format '" + format + "' is not the supported '" + kCheckpointFormat + "'",
+                            "read it with the fastudy version that wrote it, or rerun the training");
+    }
+    return f;
+  } catch (const h5::H5Error& e) {
+    const bool truncated = e.details().find("truncated") != std::string::npos;
+    throw CheckpointError(path, "", (truncated ? "truncated file (HDF5: " : "cannot be opened (HDF5: ") + e.details() + ")",
+                          kHintCorrupt);
+  }
+}
+
+NamedArray read_array(const h5::Group& g, const std::string& name, const std::string& label,
+                      const std::string& path) {
+  try {
+    h5::Dataset d = g.open_dataset(name);
+    NamedArray a;
+    a.name = name;
+    a.shape = d.shape();
+    a.dtype = d.dtype();
+    a.data.resize(static_cast<std::size_t>(a.numel()) * dtype_size(a.dtype));
+    if (!a.data.empty()) d.read_all(a.data.data());
+    if (!d.has_attr(kCrcAttr)) {
+      throw CheckpointError(path, label, "no crc32 attribute", "the file was not written by fastudy_io");
+    }
+    const auto stored = static_cast<std::uint32_t>(d.attr_int64(kCrcAttr));
+    const std::uint32_t actual = crc_of(a.data.data(), a.data.size());
+    if (stored != actual) {
+      throw CheckpointError(path, label,
+                            "checksum mismatch (stored crc32 " + hex32(stored) + ", data has " + hex32(actual) + ")",
+                            kHintCorrupt);
+    }
+    return a;
+  } catch (const h5::H5Error& e) {
+    throw CheckpointError(path, label, "cannot be read (" + e.details() + ")", kHintCorrupt);
+  }
+}
+
+std::vector<NamedArray> read_section(const h5::Group& root, const std::string& section, const std::string& path,
+                                     const std::vector<std::string>& only = {}) {
+  std::vector<NamedArray> out;
+  try {
+    if (!root.has(section)) {
+      throw CheckpointError(path, "/" + section, "group missing", kHintCorrupt);
+    }
+    h5::Group g = root.open_group(section);
+    const std::vector<std::string> names = g.children();
+    if (only.empty()) {
+      for (const auto& n : names) out.push_back(read_array(g, n, "/" + section + "/" + n, path));
+    } else {
+      for (const auto& n : only) {
+        if (std::find(names.begin(), names.end(), n) == names.end()) {
+          throw CheckpointError(path, "/" + section + "/" + n,
+                                "no such dataset (the file has " + std::to_string(names.size()) + " in /" + section +
+                                    ")",
+                                "list them with: h5dump -H " + path);
+        }
+        out.push_back(read_array(g, n, "/" + section + "/" + n, path));
+      }
+    }
+  } catch (const h5::H5Error& e) {
+    throw CheckpointError(path, "/" + section, "cannot be listed (" + e.details() + ")", kHintCorrupt);
+  }
+  return out;
+}
+
+// A flat byte encoding of a TrainState, for the broadcast of the collective read.
+class Writer {
+ public:
+  template <class T> void put(const T& v) { raw(&v, sizeof v); }
+  void put(const std::string& s) { put<std::uint64_t>(s.size()); raw(s.data(), s.size()); }
+  void raw(const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); }
+  void put(const NamedArray& a) {
+    put(a.name);
+    put(static_cast<std::uint8_t>(a.dtype));
+    put<std::uint64_t>(a.shape.size());
+    for (auto d : a.shape) put(d);
+    put<std::uint64_t>(a.data.size());
+    raw(a.data.data(), a.data.size());
+  }
+  void put(const std::vector<NamedArray>& v) { put<std::uint64_t>(v.size()); for (const auto& a : v) put(a); }
+  std::string out;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& s) : in(s) {}
+  template <class T> T get() { T v; raw(&v, sizeof v); return v; }
+  void raw(void* p, std::size_t n) { std::memcpy(p, in.data() + at, n); at += n; }
+  std::string str() { std::string s(get<std::uint64_t>(), '\0'); raw(s.data(), s.size()); return s; }
+  NamedArray array() {
+    NamedArray a;
+    a.name = str();
+    a.dtype = static_cast<DType>(get<std::uint8_t>());
+    a.shape.resize(get<std::uint64_t>());
+    for (auto& d : a.shape) d = get<std::int64_t>();
+    a.data.resize(get<std::uint64_t>());
+    raw(a.data.data(), a.data.size());
+    return a;
+  }
+  std::vector<NamedArray> arrays() {
+    std::vector<NamedArray> v(get<std::uint64_t>());
+    for (auto& a : v) a = array();
+    return v;
+  }
+  const std::string& in;
+  std::size_t at = 0;
+};
+
+std::string encode(const TrainState& s) {
+  Writer w;
+  w.put(s.step);
+  w.put(s.data_cursor);
+  w.put(s.loss_scale);
+  w.put(s.good_steps);
+  w.put(s.params);
+  w.put(s.optimizer);
+  w.put(s.extra);
+  w.put<std::uint64_t>(s.loss_history.size());
+  w.raw(s.loss_history.data(), s.loss_history.size() * sizeof(double));
+  w.put<std::uint64_t>(s.attrs.size());
+  for (const auto& [k, v] : s.attrs) { w.put(k); w.put(v); }
+  return std::move(w.out);
+}
+
+TrainState decode(const std::string& bytes) {
+  Reader r(bytes);
+  TrainState s;
+  s.step = r.get<std::int64_t>();
+  s.data_cursor = r.get<std::int64_t>();
+  s.loss_scale = r.get<double>();
+  s.good_steps = r.get<std::int64_t>();
+  s.params = r.arrays();
+  s.optimizer = r.arrays();
+  s.extra = r.arrays();
+  s.loss_history.resize(r.get<std::uint64_t>());
+  r.raw(s.loss_history.data(), s.loss_history.size() * sizeof(double));
+  const auto n = r.get<std::uint64_t>();
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::string k = r.str();
+    s.attrs[k] = r.str();
+  }
+  return s;
+}
+
+}  // namespace
+
+TrainState read_checkpoint(const std::string& path) {
+  h5::File f = open_checked(path);
+  TrainState s;
+  {
+    h5::Group root = f.root();
+    try {
+      s.step = root.attr_int64("step");
+      s.data_cursor = root.attr_int64("data_cursor");
+      s.good_steps = root.attr_int64("good_steps");
+      s.loss_scale = root.attr_double("loss_scale");
+      for (const auto& name : root.string_attr_names()) {
+        if (name != "fastudy_format") s.attrs[name] = root.attr_string(name);
+      }
+    } catch (const h5::H5Error& e) {
+      throw CheckpointError(path, "/", "root attributes cannot be read (" + e.details() + ")", kHintCorrupt);
+    }
+    s.params = read_section(root, "params", path);
+    s.optimizer = read_section(root, "optimizer", path);
+    s.extra = read_section(root, "extra", path);
+    NamedArray h = read_array(root, kLossHistory, std::string("/") + kLossHistory, path);
+    if (h.dtype != DType::f64 || h.shape.size() != 1) {
+      throw CheckpointError(path, std::string("/") + kLossHistory, "expected a 1-D float64 dataset", kHintCorrupt);
+    }
+    s.loss_history.resize(static_cast<std::size_t>(h.numel()));
+    if (!h.data.empty()) std::memcpy(s.loss_history.data(), h.data.data(), h.data.size());
+  }
+  return s;
+}
+
+TrainState read_checkpoint(const mpi::Comm& group, const std::string& path) {
+  std::string bytes, error, dataset, hint;
+  if (group.is_root()) {
+    try {
+      bytes = encode(read_checkpoint(path));
+    } catch (const CheckpointError& e) {
+      error = e.what();
+      dataset = e.dataset();
+      hint = e.hint();
+    }
+  }
+  group.bcast(error);
+  if (!error.empty()) {
+    group.bcast(dataset);
+    group.bcast(hint);
+    // The message already names the file and dataset; rebuild the same error on every rank.
+    const std::string prefix = "checkpoint '" + path + "'" + (dataset.empty() ? "" : ", dataset '" + dataset + "'") + ": ";
+    throw CheckpointError(path, dataset, error.substr(error.rfind(prefix, 0) == 0 ? prefix.size() : 0), hint);
+  }
+  group.bcast(bytes);
+  return decode(bytes);
+}
+
+std::vector<NamedArray> read_params(const std::string& path, const std::vector<std::string>& names) {
+  h5::File f = open_checked(path);
+  h5::Group root = f.root();
+  return read_section(root, "params", path, names);
+}
+
+std::optional<std::string> checkpoint_problem(const std::string& path) {
+  try {
+    read_checkpoint(path);
+  } catch (const CheckpointError& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+// ---- paths ----------------------------------------------------------------------------------------
+
+std::string checkpoint_dir(const std::string& out, const std::string& variant_id) {
+  return (fs::path(out) / "checkpoints" / variant_id).string();
+}
+
+std::string checkpoint_path(const std::string& out, const std::string& variant_id, std::int64_t step) {
+  if (step < 0 || step > 9999999) {
+    throw UsageError("checkpoint step " + std::to_string(step) + " does not fit the 7-digit file name");
+  }
+  std::ostringstream name;
+  name << "step_" << std::setw(7) << std::setfill('0') << step << ".h5";
+  return (fs::path(checkpoint_dir(out, variant_id)) / name.str()).string();
+}
+
+std::vector<std::int64_t> list_checkpoint_steps(const std::string& dir) {
+  static const std::regex pattern(R"(step_(\d{7})\.h5)");
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, pattern)) steps.push_back(std::stoll(m[1].str()));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::optional<CheckpointRef> latest_valid_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
+  auto report = [&](const std::string& line) {
+    log::warn("skipping " + line);
+    if (skipped) skipped->push_back(line);
+  };
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().filename().string().find(".h5.tmp.") != std::string::npos) {
+      report(e.path().string() + ": temporary file of an interrupted checkpoint write");
+    }
+  }
+  std::vector<std::int64_t> steps = list_checkpoint_steps(dir);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const std::string path = (fs::path(dir) / fs::path(checkpoint_path("", "", *it)).filename()).string();
+    if (auto problem = checkpoint_problem(path)) {
+      report(path + ": " + *problem);
+      continue;
+    }
+    return CheckpointRef{*it, path};
+  }
+  return std::nullopt;
+}
+
+}  // namespace fastudy

@@ -1,0 +1,101 @@
+// Checkpoints: one HDF5 file per variant and step, written collectively by the variant's rank group
+// with parallel HDF5, verified, and renamed into place so that a checkpoint is whole or absent.
+//
+// File layout (format "fastudy-checkpoint/1"; readable with h5dump and h5py):
+//   /                       attributes: fastudy_format = "fastudy-checkpoint/1", step, data_cursor,
+//                           good_steps (int64), loss_scale (double), and every TrainState::attrs entry
+//                           as a UTF-8 string attribute (variant id, axis values, config hash, ...)
+//   /params/<name>          one dataset per parameter, named by its module path verbatim
+//                           ("blocks.0.attn.qkv.weight"), with the tensor's shape and dtype
+//   /optimizer/<name>       optimizer state ("blocks.0.attn.qkv.weight.exp_avg", ...)
+//   /extra/<name>           anything else needed to resume exactly (RNG states, ...)
+//   /loss_history           float64 [steps]
+// Each dataset carries a "crc32" attribute (zlib CRC-32 of its raw little-endian bytes), checked on
+// every read. Dots in names are kept, not turned into nested groups: the dataset names are exactly the
+// trainer's state-dict keys, one flat listing per section (f["params"]["blocks.0.attn.qkv.weight"] in
+// h5py). Children keep their creation order, so a round trip preserves the order of each vector.
+//
+// Paths: OUT/checkpoints/<variant_id>/step_<NNNNNNN>.h5 (7-digit step). A write goes to
+// "<path>.tmp.<id>" first; those names are never taken for checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "src/runtime/mpi.hpp"
+#include "src/train_state.hpp"
+#include "src/util/error.hpp"
+
+namespace fastudy {
+
+inline constexpr const char* kCheckpointFormat = "fastudy-checkpoint/1";
+
+// A checkpoint that is missing, truncated, corrupt or of another format. what() names the file (and
+// the dataset when one is at fault); hint() says what to do.
+class CheckpointError : public Error {
+ public:
+  CheckpointError(std::string file, std::string dataset, const std::string& problem, std::string hint);
+  const std::string& file() const { return file_; }
+  const std::string& dataset() const { return dataset_; }
+
+ private:
+  std::string file_, dataset_;
+};
+
+struct CheckpointOptions {
+  bool verify = true;  // re-read the written file and check every checksum before the rename
+  bool fsync = true;   // fsync the file and its directory around the rename (survives a power cut)
+};
+
+// What one rank saw while writing.
+struct CheckpointWriteStats {
+  std::int64_t bytes = 0;                  // tensor bytes in the file (all ranks together)
+  std::int64_t datasets = 0;               // datasets written
+  std::int64_t transfers = 0;              // data transfers (datasets with at least one element)
+  std::int64_t collective_transfers = 0;   // of those, transfers MPI-IO reported as collective
+  double seconds = 0;                      // wall time of the whole call on this rank
+};
+
+// Collective over `group`. Every rank passes a TrainState with the same structure (names, shapes,
+// dtypes, scalars, attrs) — the data-parallel replicas of one variant; each rank writes its share, a
+// contiguous range of rows (first dimension) of every tensor, with collective transfers. Creates the
+// parent directory. On return the checkpoint exists at `path` on every rank, or every rank throws
+// (CheckpointError on a failed verification, UsageError on inconsistent states, h5::H5Error or
+// mpi::MpiError on I/O failures). An old file at `path` is replaced atomically.
+CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string& path, const TrainState& s,
+                                      const CheckpointOptions& options = {});
+
+// Serial read of a whole checkpoint, every checksum checked. Throws CheckpointError.
+TrainState read_checkpoint(const std::string& path);
+// Collective over `group`: rank 0 reads and checks, every rank returns the same state or throws the
+// same CheckpointError (a resume needs the state on every rank of the group).
+TrainState read_checkpoint(const mpi::Comm& group, const std::string& path);
+
+// Only the parameters (f32 or f64, as stored), in file order; `names` empty means all of them, else
+// exactly those (a missing name is a CheckpointError). Checksums are checked. For the reducer.
+std::vector<NamedArray> read_params(const std::string& path, const std::vector<std::string>& names = {});
+
+// nullopt when `path` is a complete, valid checkpoint; otherwise the problem (full read, all checksums).
+std::optional<std::string> checkpoint_problem(const std::string& path);
+
+// OUT/checkpoints/<variant_id>
+std::string checkpoint_dir(const std::string& out, const std::string& variant_id);
+// OUT/checkpoints/<variant_id>/step_<NNNNNNN>.h5
+std::string checkpoint_path(const std::string& out, const std::string& variant_id, std::int64_t step);
+// Steps of the files named step_<NNNNNNN>.h5 in dir, ascending (temporary files excluded; a missing
+// dir gives an empty list). Names only: the files are not opened.
+std::vector<std::int64_t> list_checkpoint_steps(const std::string& dir);
+
+struct CheckpointRef {
+  std::int64_t step = 0;
+  std::string path;
+};
+// The newest checkpoint in dir that reads back whole with valid checksums. Invalid checkpoints and
+// leftover temporary files are skipped, each reported by log::warn and appended to *skipped
+// ("<path>: <problem>") when given.
+std::optional<CheckpointRef> latest_valid_checkpoint(const std::string& dir,
+                                                     std::vector<std::string>* skipped = nullptr);
+
+}  // namespace fastudy

@@ -1,0 +1,276 @@
+// Parallel-HDF5 checkpoints: bit-exact round trips, collective transfers, atomic writes, detection of
+// missing/truncated/corrupt/foreign files, the path helpers, and readability with h5dump.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "src/io/checkpoint.hpp"
+#include "src/io/h5.hpp"
+#include "tests/runner/common.hpp"
+
+namespace fastudy {
+namespace {
+
+namespace fs = std::filesystem;
+using mpi::Comm;
+using testing_runner::make_state;
+using testing_runner::scratch_dir;
+
+void expect_same(const std::vector<NamedArray>& a, const std::vector<NamedArray>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name, b[i].name);
+    EXPECT_EQ(a[i].shape, b[i].shape) << a[i].name;
+    EXPECT_EQ(a[i].dtype, b[i].dtype) << a[i].name;
+    EXPECT_TRUE(a[i].data == b[i].data) << a[i].name << ": bytes differ";
+  }
+}
+
+void expect_same(const TrainState& a, const TrainState& b) {
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.data_cursor, b.data_cursor);
+  EXPECT_EQ(a.loss_scale, b.loss_scale);
+  EXPECT_EQ(a.good_steps, b.good_steps);
+  expect_same(a.params, b.params);
+  expect_same(a.optimizer, b.optimizer);
+  expect_same(a.extra, b.extra);
+  ASSERT_EQ(a.loss_history.size(), b.loss_history.size());
+  EXPECT_EQ(0, std::memcmp(a.loss_history.data(), b.loss_history.data(), a.loss_history.size() * sizeof(double)));
+  EXPECT_EQ(a.attrs, b.attrs);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Runs f on rank 0 only and rethrows nothing: other ranks wait at the barrier.
+template <class F> void on_root(const Comm& c, F&& f) {
+  if (c.is_root()) f();
+  c.barrier();
+}
+
+TEST(Checkpoint, RoundTripIsBitExactAndCollective) {
+  Comm world = Comm::world();
+  const std::string dir = scratch_dir(world, "roundtrip");
+  const std::string path = checkpoint_path(dir, "flash-bf16-s1", 40);
+  EXPECT_EQ(path, dir + "/checkpoints/flash-bf16-s1/step_0000040.h5");
+  const TrainState s = make_state(40);
+  const CheckpointWriteStats stats = write_checkpoint(world, path, s);
+  EXPECT_TRUE(fs::exists(path));
+  EXPECT_EQ(stats.datasets, 11);  // 6 params, 2 optimizer, 2 extra, loss_history
+  // Every transfer went through MPI-IO's collective path (H5Pget_mpio_actual_io_mode), on every rank.
+  EXPECT_EQ(stats.transfers, 10);  // the empty tensor has no storage
+  EXPECT_EQ(stats.collective_transfers, stats.transfers);
+  expect_same(read_checkpoint(path), s);
+  expect_same(read_checkpoint(world, path), s);
+  // No temporary file is left behind.
+  for (const auto& e : fs::directory_iterator(fs::path(path).parent_path())) {
+    EXPECT_EQ(e.path().string(), path);
+  }
+  // Overwriting the same step replaces the file whole.
+  const TrainState s2 = make_state(40, 99);
+  write_checkpoint(world, path, s2);
+  expect_same(read_checkpoint(path), s2);
+}
+
+TEST(Checkpoint, GroupsWriteTheirOwnFilesConcurrently) {
+  Comm world = Comm::world();
+  const std::string dir = scratch_dir(world, "groups");
+  const int per_group = world.size() >= 2 ? 2 : 1;
+  if (world.size() % per_group != 0) GTEST_SKIP();
+  Comm group = world.split(world.rank() / per_group, world.rank());
+  const int g = world.rank() / per_group;
+  const std::string variant = "v" + std::to_string(g);
+  const TrainState s = make_state(10 + g, static_cast<std::uint32_t>(g));
+  write_checkpoint(group, checkpoint_path(dir, variant, s.step), s);
+  world.barrier();
+  for (int h = 0; h < world.size() / per_group; ++h) {
+    expect_same(read_checkpoint(checkpoint_path(dir, "v" + std::to_string(h), 10 + h)),
+                make_state(10 + h, static_cast<std::uint32_t>(h)));
+  }
+}
+
+TEST(Checkpoint, ReadParamsSelectsByName) {
+  Comm world = Comm::world();
+  const std::string dir = scratch_dir(world, "params");
+  const std::string path = dir + "/p.h5";
+  const TrainState s = make_state(3);
+  write_checkpoint(world, path, s, CheckpointOptions{false, false});
+  expect_same(read_params(path), s.params);
+  std::vector<NamedArray> two = read_params(path, {"head.weight", "tok_emb.weight"});
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].name, "head.weight");
+  EXPECT_EQ(two[0].dtype, DType::f64);
+  EXPECT_TRUE(two[1].data == s.params[0].data);
+  try {
+    read_params(path, {"nope.weight"});
+    FAIL() << "no exception";
+  } catch (const CheckpointError& e) {
+    EXPECT_EQ(e.dataset(), "/params/nope.weight");
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+  }
+}
+
+TEST(Checkpoint, InconsistentStatesAcrossRanksAreRefused) {
+  Comm world = Comm::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const std::string dir = scratch_dir(world, "inconsistent");
+  TrainState s = make_state(5);
+  if (world.rank() == 1) s.params[1].name = "blocks.0.attn.qkv.weight2";
+  EXPECT_THROW(write_checkpoint(world, dir + "/x.h5", s), UsageError);
+  EXPECT_FALSE(fs::exists(dir + "/x.h5"));
+}
+
+TEST(Checkpoint, MissingTruncatedCorruptAndForeignFilesAreClearErrors) {
+  Comm world = Comm::world();
+  const std::string dir = scratch_dir(world, "bad");
+  const std::string good = dir + "/good.h5";
+  TrainState s = make_state(8);
+  // A parameter with a pattern we can find in the file to damage exactly one dataset.
+  for (std::size_t i = 0; i < s.params[1].data.size(); ++i) s.params[1].data[i] = static_cast<std::byte>(0xA5);
+  write_checkpoint(world, good, s);
+  on_root(world, [&] {
+    auto expect_error = [](const std::string& path, const std::string& words, const std::string& dataset) {
+      try {
+        read_checkpoint(path);
+        ADD_FAILURE() << path << ": no exception";
+      } catch (const CheckpointError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(path), std::string::npos) << what;
+        EXPECT_NE(what.find(words), std::string::npos) << what;
+        EXPECT_EQ(e.dataset(), dataset) << what;
+        EXPECT_FALSE(e.hint().empty());
+      }
+    };
+    expect_error(dir + "/missing.h5", "no such file", "");
+
+    const std::string bytes = slurp(good);
+    spit(dir + "/truncated.h5", bytes.substr(0, bytes.size() / 2));
+    expect_error(dir + "/truncated.h5", "truncated", "");
+    spit(dir + "/empty.h5", "");
+    expect_error(dir + "/empty.h5", "not an HDF5 file", "");
+
+    std::string corrupt = bytes;
+    const std::size_t at = corrupt.find(std::string(64, static_cast<char>(0xA5)));
+    ASSERT_NE(at, std::string::npos);
+    corrupt[at + 100] ^= 0x01;  // one bit of one weight
+    spit(dir + "/corrupt.h5", corrupt);
+    expect_error(dir + "/corrupt.h5", "checksum mismatch", "/params/blocks.0.attn.qkv.weight");
+
+    {
+      h5::File f = h5::File::create(dir + "/future.h5", nullptr);
+      f.root().set_attr("fastudy_format", std::string("fastudy-checkpoint/9"));
+    }
+    expect_error(dir + "/future.h5", "fastudy-checkpoint/9", "");
+    {
+      h5::File f = h5::File::create(dir + "/foreign.h5", nullptr);
+      f.root().create_group("weights");
+    }
+    expect_error(dir + "/foreign.h5", "not a fastudy checkpoint", "");
+  });
+  // The collective read throws the same error on every rank.
+  try {
+    read_checkpoint(world, dir + "/corrupt.h5");
+    FAIL() << "no exception";
+  } catch (const CheckpointError& e) {
+    EXPECT_EQ(e.dataset(), "/params/blocks.0.attn.qkv.weight");
+    EXPECT_NE(std::string(e.what()).find("checksum mismatch"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, TemporaryAndInvalidFilesAreNeverTakenAsValid) {
+  Comm world = Comm::world();
+  const std::string out = scratch_dir(world, "latest");
+  const std::string dir = checkpoint_dir(out, "v");
+  write_checkpoint(world, checkpoint_path(out, "v", 20), make_state(20));
+  write_checkpoint(world, checkpoint_path(out, "v", 40), make_state(40));
+  on_root(world, [&] {
+    EXPECT_FALSE(latest_valid_checkpoint(out + "/nowhere").has_value());
+    // A complete copy under a temporary name (a write killed before its rename) must not count,
+    // nor a damaged newest checkpoint.
+    fs::copy_file(checkpoint_path(out, "v", 40), checkpoint_path(out, "v", 60) + ".tmp.123-456");
+    const std::string bytes = slurp(checkpoint_path(out, "v", 40));
+    spit(checkpoint_path(out, "v", 50), bytes.substr(0, bytes.size() - 10));
+    spit(dir + "/notes.txt", "not a checkpoint");
+    EXPECT_EQ(list_checkpoint_steps(dir), (std::vector<std::int64_t>{20, 40, 50}));
+    std::vector<std::string> skipped;
+    auto latest = latest_valid_checkpoint(dir, &skipped);
+    ASSERT_TRUE(latest.has_value());
+    EXPECT_EQ(latest->step, 40);
+    EXPECT_EQ(latest->path, checkpoint_path(out, "v", 40));
+    ASSERT_EQ(skipped.size(), 2u);
+    std::string all = skipped[0] + "\n" + skipped[1];
+    EXPECT_NE(all.find("step_0000060.h5.tmp.123-456: temporary file"), std::string::npos) << all;
+    EXPECT_NE(all.find("step_0000050.h5: checkpoint"), std::string::npos) << all;
+    EXPECT_NE(all.find("truncated"), std::string::npos) << all;
+  });
+  // A new write of step 60 removes the leftover temporary file of the interrupted one.
+  write_checkpoint(world, checkpoint_path(out, "v", 60), make_state(60));
+  on_root(world, [&] {
+    EXPECT_FALSE(fs::exists(checkpoint_path(out, "v", 60) + ".tmp.123-456"));
+    EXPECT_EQ(latest_valid_checkpoint(dir)->step, 60);
+  });
+  EXPECT_THROW(checkpoint_path(out, "v", 10000000), UsageError);
+}
+
+TEST(Checkpoint, H5dumpShowsTensorNames) {
+  Comm world = Comm::world();
+  const std::string dir = scratch_dir(world, "h5dump");
+  const std::string path = dir + "/c.h5";
+  write_checkpoint(world, path, make_state(2));
+  on_root(world, [&] {
+    if (std::system("h5dump --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "h5dump not installed";
+    FILE* p = ::popen(("h5dump -H " + path).c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string text;
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) text.append(buf, n);
+    EXPECT_EQ(::pclose(p), 0);
+    for (const char* want : {"GROUP \"params\"", "DATASET \"blocks.0.attn.qkv.weight\"", "DATASET \"head.weight\"",
+                             "DATASET \"tok_emb.weight.exp_avg\"", "DATASET \"loss_history\"",
+                             "ATTRIBUTE \"crc32\"", "ATTRIBUTE \"variant\"", 
+                             "H5T_IEEE_F32LE", "( 96, 32 )"}) {
+      EXPECT_NE(text.find(want), std::string::npos) << "h5dump -H lacks " << want << "\n" << text;
+    }
+  });
+}
+
+TEST(H5, ErrorsNameCallFileObjectAndRank) {
+  Comm world = Comm::world();
+  const std::string dir = scratch_dir(world, "h5err");
+  on_root(world, [&] {
+    try {
+      h5::File::open(dir + "/absent.h5", false, nullptr);
+      FAIL() << "no exception";
+    } catch (const h5::H5Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.call(), "H5Fopen");
+      EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
+      EXPECT_NE(what.find("absent.h5"), std::string::npos) << what;
+      EXPECT_NE(what.find("h5.cpp:"), std::string::npos) << what;
+      EXPECT_NE(what.find("unable to open file"), std::string::npos) << what;
+    }
+    h5::File f = h5::File::create(dir + "/x.h5", nullptr);
+    h5::Group root = f.root();
+    try {
+      root.open_dataset("nothing");
+      FAIL() << "no exception";
+    } catch (const h5::H5Error& e) {
+      EXPECT_EQ(e.call(), "H5Dopen2");
+      EXPECT_EQ(e.object(), "/nothing");
+    }
+  });
+}
+
+}  // namespace
+}  // namespace fastudy

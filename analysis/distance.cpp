@@ -127,23 +127,29 @@ void lsd_sort(U* keys, U* tmp, std::size_t n, int bits) {
 
 // One MSD pass on the top 11 bits (sign, and the exponent's top bits: weights concentrate in few
 // buckets), then an LSD sort of each bucket on the remaining bits while it sits in cache. About 2x
-// faster than a plain LSD sort whose scatters into 2048 DRAM streams thrash the TLB.
-template <class T>
-void radix_sort_impl(T* values, std::size_t n) {
-  using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+// faster than a plain LSD sort whose scatters into 2048 DRAM streams thrash the TLB. Reads in[0, n),
+// writes the sorted values to out (may equal in); scratch (2n keys) is reused across calls, which saves
+// the page faults of fresh buffers for every variant.
+template <class T, class U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>
+void radix_sort_impl(const T* in, T* out, std::size_t n, std::vector<U>& scratch) {
   constexpr int kBits = static_cast<int>(sizeof(U)) * 8;
   constexpr int kTop = 11;
   constexpr std::size_t kBuckets = std::size_t{1} << kTop;
-  if (n < 2) return;
+  if (n < 2) {
+    if (n == 1) out[0] = in[0];
+    return;
+  }
   // The MSD pass reads kStreams interleaved quarters of the input with their own counters: weights
   // fall into few top-digit buckets, and one counter would serialise on store-to-load forwarding.
   constexpr std::size_t kStreams = 4;
   const std::size_t chunk = (n + kStreams - 1) / kStreams;
-  std::vector<U> a(n), b(n);
+  if (scratch.size() < 2 * n) scratch.resize(2 * n);
+  U* a = scratch.data();
+  U* b = scratch.data() + n;
   std::vector<std::size_t> count(kStreams * kBuckets, 0);
   for (std::size_t i = 0; i < n; ++i) {
     U u;
-    std::memcpy(&u, &values[i], sizeof u);
+    std::memcpy(&u, &in[i], sizeof u);
     a[i] = to_key(u);
   }
   for (std::size_t i = 0; i < chunk; ++i)
@@ -169,18 +175,24 @@ void radix_sort_impl(T* values, std::size_t n) {
     }
   for (std::size_t d = 0; d < kBuckets; ++d) {
     const std::size_t len = start[d + 1] - start[d];
-    if (len > 1) lsd_sort(b.data() + start[d], a.data() + start[d], len, kBits - kTop);
+    if (len > 1) lsd_sort(b + start[d], a + start[d], len, kBits - kTop);
   }
   for (std::size_t i = 0; i < n; ++i) {
     const U u = from_key(b[i]);
-    std::memcpy(&values[i], &u, sizeof u);
+    std::memcpy(&out[i], &u, sizeof u);
   }
 }
 
 }  // namespace
 
-void radix_sort(float* values, std::size_t n) { radix_sort_impl(values, n); }
-void radix_sort(double* values, std::size_t n) { radix_sort_impl(values, n); }
+void radix_sort(float* values, std::size_t n) {
+  std::vector<std::uint32_t> scratch;
+  radix_sort_impl(values, values, n, scratch);
+}
+void radix_sort(double* values, std::size_t n) {
+  std::vector<std::uint64_t> scratch;
+  radix_sort_impl(values, values, n, scratch);
+}
 
 // ---- lane kernels -------------------------------------------------------------------------------
 
@@ -537,8 +549,8 @@ ElementwiseMetrics elementwise_metrics(ArrayView<float> a, ArrayView<float> ref)
 
 template <class T>
 void SortedSet<T>::add(ArrayView<T> values) {
-  std::vector<T> s(values.data, values.data + values.size);
-  radix_sort(s.data(), s.size());
+  std::vector<T> s(values.size);
+  radix_sort_impl(values.data, s.data(), values.size, scratch_);
   add_sorted(std::move(s));
 }
 

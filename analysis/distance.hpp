@@ -41,6 +41,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "src/util/error.hpp"
@@ -142,6 +143,8 @@ class SortedSet {
   std::size_t n_ = 0;
   std::vector<std::vector<T>> sorted_;
   std::vector<std::uint64_t> nonfinite_;
+  // The radix sort's scratch (2n keys), kept between add() calls.
+  std::vector<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>> scratch_;
 };
 
 // Sort a copy of values ascending with the same radix sort (exposed for tests and callers that sort

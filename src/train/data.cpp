@@ -56,18 +56,10 @@ DataStream::DataStream(const DataConfig& data, const ModelConfig& model)
     if (span_len_ < 1) {
       throw Error("[data] span_len = " + std::to_string(span_len_) + " must be >= 1", "set [data] span_len = 8");
     }
-    // Zipf(1): p(t) = (1 / (t + 1)) / H_vocab.
-    double norm = 0.0;
-    for (int t = 0; t < vocab_; ++t) norm += 1.0 / (t + 1);
-    double acc = 0.0;
-    zipf_cdf_.resize(vocab_);
-    for (int t = 0; t < vocab_; ++t) {
-      const double p = (1.0 / (t + 1)) / norm;
-      unigram_entropy_ -= p * std::log(p);
-      acc += p;
-      zipf_cdf_[t] = acc;
-    }
-    zipf_cdf_.back() = 1.0;
+    // Every token is equally likely a priori (topics are uniform random subsets, copies preserve
+    // the marginal), so the unigram entropy is log(vocab).
+    topic_size_ = std::max(2, vocab_ / 8);
+    unigram_entropy_ = std::log(static_cast<double>(vocab_));
     return;
   }
   if (kind_ == "text") {
@@ -113,24 +105,21 @@ DataStream::DataStream(const DataConfig& data, const ModelConfig& model)
 
 void DataStream::synthetic_sequence(std::int64_t index, std::int64_t* out) const {
   Rng rng(seed_, static_cast<std::uint64_t>(index));
+  // The sequence's topic: topic_size distinct tokens (a partial Fisher-Yates shuffle of the vocab).
+  std::vector<std::int64_t> vocab(static_cast<std::size_t>(vocab_));
+  for (int t = 0; t < vocab_; ++t) vocab[t] = t;
+  for (int i = 0; i < topic_size_; ++i) {
+    std::swap(vocab[i], vocab[i + rng.below(static_cast<std::uint64_t>(vocab_ - i))]);
+  }
   const std::int64_t n = seq_len_ + 1;
-  auto draw = [&]() {
-    const double u = rng.uniform();
-    std::int64_t lo = 0, hi = vocab_ - 1;
-    while (lo < hi) {  // first t with cdf[t] > u
-      const std::int64_t mid = (lo + hi) / 2;
-      if (zipf_cdf_[mid] > u) hi = mid; else lo = mid + 1;
-    }
-    return lo;
-  };
   for (std::int64_t pos = 0; pos < n; pos += span_len_) {
     const std::int64_t len = std::min<std::int64_t>(span_len_, n - pos);
     const bool copy = pos >= span_len_ && rng.uniform() < 0.5;
     if (copy) {
-      const std::int64_t src = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(pos - span_len_ + 1)));
+      const auto src = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(pos - span_len_ + 1)));
       for (std::int64_t j = 0; j < len; ++j) out[pos + j] = out[src + j];
     } else {
-      for (std::int64_t j = 0; j < len; ++j) out[pos + j] = draw();
+      for (std::int64_t j = 0; j < len; ++j) out[pos + j] = vocab[rng.below(static_cast<std::uint64_t>(topic_size_))];
     }
   }
 }

@@ -6,10 +6,13 @@
 // batches in identical order, and each rank of a data-parallel group takes its rows of the same global
 // batch. Each sequence has seq_len + 1 tokens: inputs are [0, seq_len), targets [1, seq_len].
 //
-// synthetic: tokens drawn i.i.d. from a Zipf(1) unigram over the vocab, built span by span
-//   (span_len tokens); each span after the first is, with probability 1/2, a copy of an earlier
-//   stretch of the same sequence. Copied tokens are predictable only by looking back (attention), so
-//   a model that learns the copy rule gets its loss well below the unigram entropy.
+// synthetic: each sequence has a topic, max(2, vocab/8) distinct tokens drawn at random from the
+//   vocab, and is built span by span (span_len tokens): a span is, with probability 1/2, a copy of
+//   an earlier stretch of the same sequence, otherwise fresh tokens drawn uniformly from the topic.
+//   Every token is a priori uniform over the vocab (unigram entropy log(vocab)); what makes it
+//   predictable is in the context only: the topic (read by attending over the sequence, learnt
+//   quickly: loss -> about log(topic size)) and the copies (induction: a previous-token head plus a
+//   match, learnt later). So the loss falls well below the unigram entropy only through attention.
 // text: every byte of a file is a token (vocab must be >= 256); a sequence starts at a random offset.
 // tokens: a flat file of little-endian uint16 token ids (nanoGPT's train.bin), random offsets.
 // No LibTorch here.
@@ -37,7 +40,7 @@ class DataStream {
   std::vector<std::int64_t> batch(std::int64_t cursor, int global_batch, int rank, int world) const;
 
   // Entropy (nats) of the stream's unigram distribution: the loss of the best model that ignores
-  // context. Analytic for synthetic, measured over the whole file otherwise.
+  // context. log(vocab) for synthetic, measured over the whole file otherwise.
   double unigram_entropy() const { return unigram_entropy_; }
 
   std::int64_t seq_len() const { return seq_len_; }
@@ -50,7 +53,7 @@ class DataStream {
   std::int64_t seq_len_;
   int vocab_;
   int span_len_;
-  std::vector<double> zipf_cdf_;       // synthetic
+  int topic_size_ = 0;                 // synthetic
   std::vector<std::uint16_t> tokens_;  // text and tokens
   double unigram_entropy_ = 0.0;
 };

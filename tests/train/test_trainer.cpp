@@ -145,23 +145,23 @@ TEST(Trainer, ResumeFromACheckpointEqualsTheUninterruptedRun) {
 }
 
 TEST(Trainer, LossFallsWellBelowTheUnigramEntropy) {
-  // The synthetic stream's tokens are Zipf(1) i.i.d. except inside copied spans; only attention can
-  // predict the copies. A model that learns nothing but the unigram sits at its entropy (2.3 nats for
-  // 16 tokens); learning the copies brings the loss well below it.
+  // Synthetic tokens are a priori uniform over the vocab (unigram entropy log 16 = 2.77 nats); only
+  // attention can read the sequence's topic (2 tokens: log 2 = 0.69) and its copied spans. A model
+  // that learns nothing but unigram statistics stays at 2.77; 0.6x that needs attention to work,
+  // forward and backward.
   Variant v = tiny_variant(AttentionKind::flash, Format::fp32);
-  v.train.steps = 300;
+  v.train.steps = 200;
   v.train.batch = 16;
   v.train.warmup = 20;
   v.train.lr = 1e-2;
   v.train.checkpoint_every = 0;
   const TrainRun r = run(v, temp_dir("learn"));
   ASSERT_EQ(r.result.outcome, TrainOutcome::done);
-  double entropy = 0, norm = 0;
-  for (int t = 1; t <= v.model.vocab; ++t) norm += 1.0 / t;
-  for (int t = 1; t <= v.model.vocab; ++t) entropy -= (1.0 / t / norm) * std::log(1.0 / t / norm);
+  const double entropy = std::log(static_cast<double>(v.model.vocab));
   double tail = 0;
   for (std::size_t i = r.logs.size() - 20; i < r.logs.size(); ++i) tail += r.logs[i].loss / 20;
-  EXPECT_LT(tail, 0.8 * entropy) << "mean loss of the last 20 steps vs unigram entropy " << entropy;
+  EXPECT_LT(tail, 0.6 * entropy) << "mean loss of the last 20 steps vs unigram entropy " << entropy;
+  EXPECT_GT(r.logs.front().loss, 0.9 * entropy);  // it starts near the uniform guess
 }
 
 TEST(Trainer, Fp16OverflowSkipsTheStepAndHalvesTheScale) {

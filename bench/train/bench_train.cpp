@@ -1,0 +1,141 @@
+// Training throughput of the demo model (d_model 64, 4 heads, 2 layers, seq_len 64, batch 16, vocab 64)
+// at fp32 and bf16 with baseline and flash attention, beside the same model in plain LibTorch modules
+// (no emulation, attention by matmul/softmax, torch::optim::AdamW), in one run on the same batches.
+// Targets (issue 4): flash >= 0.8x baseline; bf16 step time <= 1.5x fp32; fp32 baseline >= 70% of plain.
+//
+//   cmake --build build --target bench_train && build/bench/train/bench_train
+//
+// Counter tokens_per_s = global batch tokens per second of wall time (one thread: FASTUDY_TORCH_THREADS,
+// default 1). Shapes: B batch, H heads, N sequence, d head dim, D = H*d.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+
+#include "src/train/engine.hpp"
+
+namespace fastudy::train {
+namespace {
+
+Variant demo_variant(AttentionKind kind, Format precision) {
+  Variant v;  // the defaults of ModelConfig and TrainConfig are the demo model
+  v.id = std::string(to_string(kind)) + "-" + std::string(to_string(precision));
+  v.attention = kind;
+  v.precision = precision;
+  v.seed = 1;
+  v.train.steps = 1'000'000'000;  // never reached: the schedule stays in its first part
+  v.train.checkpoint_every = 0;
+  return v;
+}
+
+void BM_train_step(benchmark::State& state, AttentionKind kind, Format precision) {
+  const Variant v = demo_variant(kind, precision);
+  const TrainHooks hooks;
+  Engine engine(v, hooks, nullptr);
+  engine.step();  // warm-up: allocations, first-touch
+  for (auto _ : state) {
+    const Engine::Step s = engine.step();
+    benchmark::DoNotOptimize(s.log.loss);
+  }
+  const double tokens = static_cast<double>(v.train.batch) * v.model.seq_len;
+  state.counters["tokens_per_s"] = benchmark::Counter(tokens * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+// The reference: the same architecture written with plain LibTorch modules.
+struct PlainBlockImpl : torch::nn::Module {
+  PlainBlockImpl(std::int64_t D, std::int64_t heads, std::int64_t mlp_ratio)
+      : heads(heads),
+        ln1(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})))),
+        qkv(register_module("qkv", torch::nn::Linear(D, 3 * D))),
+        proj(register_module("proj", torch::nn::Linear(D, D))),
+        ln2(register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})))),
+        fc(register_module("fc", torch::nn::Linear(D, mlp_ratio * D))),
+        mlp_proj(register_module("mlp_proj", torch::nn::Linear(mlp_ratio * D, D))) {}
+
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& mask) {
+    const std::int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads;
+    const auto split = qkv(ln1(x)).view({B, N, 3, heads, d}).permute({2, 0, 3, 1, 4});  // [3, B, H, N, d]
+    torch::Tensor s = torch::matmul(split[0], split[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
+    const torch::Tensor o = torch::matmul(torch::softmax(s.masked_fill(mask, -INFINITY), -1), split[2]);
+    x = x + proj(o.permute({0, 2, 1, 3}).reshape({B, N, D}));
+    return x + mlp_proj(torch::gelu(fc(ln2(x))));
+  }
+
+  std::int64_t heads;
+  torch::nn::LayerNorm ln1;
+  torch::nn::Linear qkv, proj;
+  torch::nn::LayerNorm ln2;
+  torch::nn::Linear fc, mlp_proj;
+};
+TORCH_MODULE(PlainBlock);
+
+struct PlainGptImpl : torch::nn::Module {
+  explicit PlainGptImpl(const ModelConfig& m)
+      : tok(register_module("tok", torch::nn::Embedding(m.vocab, m.d_model))),
+        pos(register_module("pos", torch::nn::Embedding(m.seq_len, m.d_model))),
+        ln_f(register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({m.d_model})))),
+        head(register_module("head", torch::nn::Linear(torch::nn::LinearOptions(m.d_model, m.vocab).bias(false)))),
+        mask(torch::ones({m.seq_len, m.seq_len}, torch::kBool).triu(1)) {
+    for (int i = 0; i < m.layers; ++i) {
+      blocks.push_back(register_module("blocks_" + std::to_string(i), PlainBlock(m.d_model, m.heads, m.mlp_ratio)));
+    }
+  }
+
+  torch::Tensor loss(const torch::Tensor& tokens) {
+    const std::int64_t N = tokens.size(1) - 1;
+    torch::Tensor x = tok(tokens.narrow(1, 0, N)) + pos->weight;
+    for (auto& b : blocks) x = b->forward(x, mask);
+    const torch::Tensor logits = head(ln_f(x));
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                                tokens.narrow(1, 1, N).reshape({-1}));
+  }
+
+  torch::nn::Embedding tok, pos;
+  std::vector<PlainBlock> blocks;
+  torch::nn::LayerNorm ln_f;
+  torch::nn::Linear head;
+  torch::Tensor mask;
+};
+TORCH_MODULE(PlainGpt);
+
+void BM_plain_libtorch_step(benchmark::State& state) {
+  configure_torch_threads();
+  const Variant v = demo_variant(AttentionKind::baseline, Format::fp32);
+  const TrainConfig& t = v.train;
+  const DataStream data(v.data, v.model);
+  torch::manual_seed(1);  // the reference model's own init; only its speed matters here
+  PlainGpt model(v.model);
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(t.lr)
+                                                   .betas({t.beta1, t.beta2})
+                                                   .eps(t.eps)
+                                                   .weight_decay(t.weight_decay));
+  std::int64_t cursor = 0;
+  auto step = [&] {
+    std::vector<std::int64_t> batch = data.batch(cursor++, t.batch, 0, 1);
+    const torch::Tensor tokens = torch::from_blob(batch.data(), {t.batch, v.model.seq_len + 1}, torch::kLong);
+    opt.zero_grad();
+    const torch::Tensor loss = model->loss(tokens);
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(model->parameters(), t.grad_clip);
+    opt.step();
+    return loss.item<double>();
+  };
+  step();
+  for (auto _ : state) benchmark::DoNotOptimize(step());
+  const double tokens = static_cast<double>(t.batch) * v.model.seq_len;
+  state.counters["tokens_per_s"] = benchmark::Counter(tokens * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+BENCHMARK(BM_plain_libtorch_step)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_step, fp32_baseline, AttentionKind::baseline, Format::fp32)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_step, fp32_flash, AttentionKind::flash, Format::fp32)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_step, bf16_baseline, AttentionKind::baseline, Format::bf16)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_step, bf16_flash, AttentionKind::flash, Format::bf16)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace fastudy::train
+
+BENCHMARK_MAIN();

@@ -556,19 +556,33 @@ void SortedSet<T>::add(ArrayView<T> values) {
 
 template <class T>
 void SortedSet<T>::add_sorted(std::vector<T> sorted) {
-  if (!sorted_.empty() && sorted.size() != n_)
-    throw DistanceError("SortedSet: variant " + std::to_string(sorted_.size()) + " has " +
-                            std::to_string(sorted.size()) + " values, the others " + std::to_string(n_),
+  const std::size_t n = sorted.size();
+  add_sorted_window(std::move(sorted), 0, n);
+}
+
+template <class T>
+void SortedSet<T>::add_sorted_window(std::vector<T> window, std::size_t offset, std::size_t total) {
+  const std::string which = "SortedSet: variant " + std::to_string(sorted_.size());
+  if (offset > total || window.size() > total - offset)
+    throw DistanceError(which + ": window [" + std::to_string(offset) + ", " +
+                        std::to_string(offset + window.size()) + ") is outside [0, " + std::to_string(total) + ")");
+  if (!sorted_.empty() && total != n_)
+    throw DistanceError(which + " has " + std::to_string(total) + " values, the others " + std::to_string(n_),
                         "every variant of a tensor must have the same number of parameters");
+  if (!sorted_.empty() && (offset != offset_ || window.size() != sorted_.front().size()))
+    throw DistanceError(which + ": window [" + std::to_string(offset) + ", " +
+                            std::to_string(offset + window.size()) + ") differs from the others' [" +
+                            std::to_string(window_begin()) + ", " + std::to_string(window_end()) + ")",
+                        "every variant must hold the same sorted positions");
   std::uint64_t bad = 0;
-  for (std::size_t i = 0; i < sorted.size(); ++i) {
-    if (!std::isfinite(sorted[i])) ++bad;
-    if (i > 0 && sorted[i] < sorted[i - 1])
-      throw DistanceError("SortedSet: variant " + std::to_string(sorted_.size()) +
-                          " is not sorted at index " + std::to_string(i));
+  for (std::size_t i = 0; i < window.size(); ++i) {
+    if (!std::isfinite(window[i])) ++bad;
+    if (i > 0 && window[i] < window[i - 1])
+      throw DistanceError(which + " is not sorted at index " + std::to_string(offset + i));
   }
-  n_ = sorted.size();
-  sorted_.push_back(std::move(sorted));
+  n_ = total;
+  offset_ = offset;
+  sorted_.push_back(std::move(window));
   nonfinite_.push_back(bad);
 }
 
@@ -600,6 +614,21 @@ void PairwisePartials::combine(const PairwisePartials& other) {
   for (std::size_t k = 0; k < sums_.size(); ++k) sums_[k] += other.sums_[k];
   for (std::size_t k = 0; k < maxima_.size(); ++k) maxima_[k] = std::max(maxima_[k], other.maxima_[k]);
   if (w2_ == W2::unknown || other.w2_ == W2::no) w2_ = other.w2_;
+}
+
+void PairwisePartials::combine_elementwise(const PairwisePartials& other) {
+  if (other.variants_ != variants_)
+    throw DistanceError("PairwisePartials::combine_elementwise: " + std::to_string(variants_) + " vs " +
+                        std::to_string(other.variants_) + " variants");
+  for (std::size_t p = 0; p < pair_count(); ++p) {
+    std::int64_t* s = &sums_[p * kPairSums];
+    const std::int64_t* o = &other.sums_[p * kPairSums];
+    for (std::size_t k = kAbs; k < kCountSorted; ++k) s[k] += o[k];  // sum |d| and sum d^2 limbs
+    s[kCount] += o[kCount];
+    s[kNonfinite] += o[kNonfinite];
+    maxima_[p] = std::max(maxima_[p], other.maxima_[p]);
+  }
+  for (std::size_t k = pair_count() * kPairSums; k < sums_.size(); ++k) sums_[k] += other.sums_[k];
 }
 
 void PairwisePartials::note_sorted_metrics(SortedMetrics which) {
@@ -657,9 +686,11 @@ void accumulate_sorted(const SortedSet<T>& set, std::size_t begin, std::size_t e
   if (partials.variants() != V)
     throw DistanceError("accumulate_sorted: the partials are for " + std::to_string(partials.variants()) +
                         " variants, the set has " + std::to_string(V));
-  if (begin > end || end > set.size())
-    throw DistanceError("accumulate_sorted: range [" + std::to_string(begin) + ", " +
-                        std::to_string(end) + ") is outside [0, " + std::to_string(set.size()) + ")");
+  if (begin > end || begin < set.window_begin() || end > set.window_end())
+    throw DistanceError("accumulate_sorted: range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                        ") is outside the set's sorted positions [" + std::to_string(set.window_begin()) +
+                        ", " + std::to_string(set.window_end()) + ")");
+  const std::size_t w0 = set.window_begin();
   const bool w2 = which == SortedMetrics::w1_w2;
   partials.note_sorted_metrics(which);
   std::int64_t* sums = partials.sums();
@@ -667,17 +698,18 @@ void accumulate_sorted(const SortedSet<T>& set, std::size_t begin, std::size_t e
   for_each_block(begin, end, [&](std::size_t b0, std::size_t b1) {
     const std::size_t len = b1 - b0;
     for (std::size_t v = 0; v < V; ++v)
-      finite[v] = set.nonfinite(v) == 0 || all_finite(set.sorted(v) + b0, len);
+      finite[v] = set.nonfinite(v) == 0 || all_finite(set.window(v) + (b0 - w0), len);
     std::size_t p = 0;
     for (std::size_t i = 0; i < V; ++i) {
-      const T* a = set.sorted(i) + b0;
+      const T* a = set.window(i) + (b0 - w0);
       for (std::size_t j = i + 1; j < V; ++j, ++p) {
         std::int64_t* s = sums + p * PairwisePartials::kPairSums;
         double sa = 0, sq = 0;
         std::uint64_t skipped = 0;
-        if (finite[i] && finite[j]) sorted_kernel(a, set.sorted(j) + b0, len, &sa, w2 ? &sq : nullptr);
+        const T* b = set.window(j) + (b0 - w0);
+        if (finite[i] && finite[j]) sorted_kernel(a, b, len, &sa, w2 ? &sq : nullptr);
         if (!(finite[i] && finite[j]) || !std::isfinite(sa) || !std::isfinite(sq))
-          sorted_slow(a, set.sorted(j) + b0, len, &sa, w2 ? &sq : nullptr, &skipped);
+          sorted_slow(a, b, len, &sa, w2 ? &sq : nullptr, &skipped);
         if (!std::isfinite(sa) || !std::isfinite(sq)) {
           skipped = len;
           sa = sq = 0;

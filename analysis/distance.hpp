@@ -25,10 +25,14 @@
 //        results agree to rounding level (a few ulp of the block sums; see the test for the bound).
 //  - finalize() rounds each exact sum to double once (faithfully: error < 1 ulp) and then divides.
 //
-// Whole-model W1 (all parameters flattened into one distribution): concatenate each variant's tensors
-// in one fixed order (the same in every variant, so elementwise metrics stay aligned) and build a
-// SortedSet over the concatenation. The radix sort is linear in n, so a k-way merge of per-tensor sorted
-// arrays (O(n log k)) would not be cheaper; concatenate-and-sort is also simpler to split over ranks.
+// Whole model (all parameters flattened into one distribution):
+//  - the elementwise sums are additive over tensors: combine_elementwise() of the per-tensor partials
+//    gives the whole-model max |d|, mean |d| and relative L2 exactly, with no second pass;
+//  - W1 is not: the sorted order interleaves the tensors (combine() of per-tensor sorted sums would give
+//    the size-weighted mean of per-tensor W1, only an upper bound of the whole-model W1). So concatenate
+//    each variant's tensors in one fixed order and build a SortedSet over the concatenation. The radix
+//    sort is linear in n, so a k-way merge of the per-tensor sorted arrays (O(n log k)) would not be
+//    cheaper; sorting the concatenation is also simpler to split over ranks.
 //
 // Non-finite values (NaN, +-inf) are counted, never silently propagated:
 //  - elementwise metrics skip the indices where either value is non-finite and report their number in
@@ -124,31 +128,41 @@ class ExactSum {
 
 // Every variant's values of one tensor (or of the whole model), sorted once. T is float (fp32
 // checkpoints: half the memory traffic) or double; all arithmetic is fp64 either way.
+//
+// A set may hold only a window [window_begin, window_end) of the sorted positions of distributions of
+// `size()` values, the same window for every variant. That is how a rank keeps only its part of the
+// index range: rank r sorts the variants r, r+R, ... (radix_sort), the ranks exchange the
+// windows (MPI_Alltoallv), and each builds a set of its window with add_sorted_window().
 template <class T>
 class SortedSet {
  public:
   SortedSet() = default;
-  // Copies and sorts (LSD radix sort on the IEEE bit pattern, linear time; -0 sorts before +0, NaNs
-  // at the ends). Every variant must have the same length. Counts the non-finite values.
+  // Copies and sorts (radix sort on the IEEE bit pattern, linear time; -0 sorts before +0, NaNs at
+  // the ends). Every variant must have the same length. Counts the non-finite values.
   void add(ArrayView<T> values);
-  // An array that is already sorted ascending (e.g. sorted on another rank and broadcast). Checked.
+  // An array that is already sorted ascending (e.g. sorted on another rank). Checked.
   void add_sorted(std::vector<T> sorted);
+  // Sorted positions [offset, offset + window.size()) of a sorted distribution of `total` values.
+  void add_sorted_window(std::vector<T> window, std::size_t offset, std::size_t total);
 
   std::size_t variants() const { return sorted_.size(); }
-  std::size_t size() const { return n_; }
-  const T* sorted(std::size_t v) const { return sorted_[v].data(); }
-  std::uint64_t nonfinite(std::size_t v) const { return nonfinite_[v]; }
+  std::size_t size() const { return n_; }  // of the whole distribution
+  std::size_t window_begin() const { return offset_; }
+  std::size_t window_end() const { return offset_ + (sorted_.empty() ? n_ : sorted_.front().size()); }
+  // The window of variant v: window(v)[k] is sorted position window_begin() + k.
+  const T* window(std::size_t v) const { return sorted_[v].data(); }
+  std::uint64_t nonfinite(std::size_t v) const { return nonfinite_[v]; }  // in the window
 
  private:
   std::size_t n_ = 0;
+  std::size_t offset_ = 0;
   std::vector<std::vector<T>> sorted_;
   std::vector<std::uint64_t> nonfinite_;
   // The radix sort's scratch (2n keys), kept between add() calls.
   std::vector<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>> scratch_;
 };
 
-// Sort a copy of values ascending with the same radix sort (exposed for tests and callers that sort
-// per tensor themselves).
+// Sort values ascending in place with the same radix sort.
 void radix_sort(float* values, std::size_t n);
 void radix_sort(double* values, std::size_t n);
 
@@ -218,6 +232,9 @@ class PairwisePartials {
 
   // Exactly what the two MPI reductions do, on one process: sums add, maxima take the max.
   void combine(const PairwisePartials& other);
+  // Only the elementwise part of other (max |d|, sum |d|, sum d^2, sum x^2, counts): per-tensor
+  // partials combined this way give the whole-model elementwise metrics (see the top of this file).
+  void combine_elementwise(const PairwisePartials& other);
   PairwiseMatrix finalize() const;
 
  private:
@@ -227,7 +244,8 @@ class PairwisePartials {
   std::vector<double> maxima_;
 };
 
-// W1 (and W2) partial sums over sorted positions [begin, end) for every pair of `set`'s variants.
+// W1 (and W2) partial sums over sorted positions [begin, end) for every pair of `set`'s variants;
+// [begin, end) must lie inside the set's window.
 template <class T>
 void accumulate_sorted(const SortedSet<T>& set, std::size_t begin, std::size_t end,
                        PairwisePartials& partials, SortedMetrics which = SortedMetrics::w1_w2);

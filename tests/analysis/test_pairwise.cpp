@@ -83,7 +83,7 @@ void expect_same_bits(const PairwiseMatrix& a, const PairwiseMatrix& b) {
     const PairMetrics &x = a.pairs[i], &y = b.pairs[i];
     EXPECT_EQ(std::memcmp(&x.w1, &y.w1, sizeof(double)), 0) << i << ": " << x.w1 << " vs " << y.w1;
     EXPECT_EQ(std::memcmp(&x.w2, &y.w2, sizeof(double)), 0) << i;
-    EXPECT_EQ(x.max_abs, y.max_abs) << i;
+    EXPECT_EQ(std::memcmp(&x.max_abs, &y.max_abs, sizeof(double)), 0) << i;
     EXPECT_EQ(std::memcmp(&x.mean_abs, &y.mean_abs, sizeof(double)), 0) << i;
     EXPECT_EQ(std::memcmp(&x.rel_l2, &y.rel_l2, sizeof(double)), 0) << i;
     EXPECT_EQ(x.count, y.count);
@@ -284,6 +284,65 @@ TEST(Pairwise, W2OnlyWhenEveryPieceHadIt) {
   EXPECT_FALSE(total.has_w2());
   EXPECT_TRUE(std::isnan(total.finalize().at(0, 1).w2));
   EXPECT_EQ(total.finalize().at(0, 1).w1, pairwise_matrix(d.ptrs(), d.n).at(0, 1).w1);
+}
+
+TEST(Pairwise, WindowsOfTheSortedArraysGiveTheSameBits) {
+  // Each "rank" keeps only its block-aligned window of every variant's sorted array.
+  const std::size_t n = 6 * kPairwiseBlock + 999;
+  const Data d = make_data(4, n, 9, true);
+  SortedSet<float> full;
+  for (const auto& x : d.x) full.add(x);
+  PairwisePartials total(4);
+  for (std::size_t r = 0; r < 3; ++r) {
+    const IndexRange w = block_aligned_part(n, 3, r);
+    SortedSet<float> part;
+    for (std::size_t v = 0; v < 4; ++v)
+      part.add_sorted_window(std::vector<float>(full.window(v) + w.begin, full.window(v) + w.end), w.begin, n);
+    EXPECT_EQ(part.size(), n);
+    EXPECT_EQ(part.window_begin(), w.begin);
+    PairwisePartials p(4);
+    accumulate_sorted(part, w.begin, w.end, p);
+    if (r == 1) {
+      EXPECT_THROW(accumulate_sorted(part, 0, w.end, p), DistanceError);
+    }
+    total.combine(p);
+  }
+  PairwisePartials whole(4);
+  accumulate_sorted(full, 0, n, whole);
+  expect_same_bits(whole.finalize(), total.finalize());
+  SortedSet<float> bad;
+  bad.add_sorted_window({1, 2}, 0, 10);
+  EXPECT_THROW(bad.add_sorted_window({1, 2}, 2, 10), DistanceError);
+  EXPECT_THROW(bad.add_sorted_window({1, 2, 3}, 0, 10), DistanceError);
+  EXPECT_THROW(bad.add_sorted_window({1, 2}, 9, 10), DistanceError);
+}
+
+TEST(Pairwise, WholeModelFromPerTensorElementwisePartials) {
+  // Two tensors per variant; the whole model is their concatenation (tensor 0 first).
+  const Data t0 = make_data(3, 3000, 10), t1 = make_data(3, 5000, 11);
+  Data all{8000, {}};
+  for (std::size_t v = 0; v < 3; ++v) {
+    std::vector<float> x(t0.x[v]);
+    x.insert(x.end(), t1.x[v].begin(), t1.x[v].end());
+    all.x.push_back(std::move(x));
+  }
+  PairwisePartials whole(3), p0(3), p1(3);
+  accumulate_elementwise(t0.ptrs(), 0, t0.n, p0);
+  accumulate_elementwise(t1.ptrs(), 0, t1.n, p1);
+  whole.combine_elementwise(p0);
+  whole.combine_elementwise(p1);
+  SortedSet<float> set;
+  for (const auto& x : all.x) set.add(x);
+  accumulate_sorted(set, 0, all.n, whole);
+  const PairwiseMatrix got = whole.finalize(), want = pairwise_matrix(all.ptrs(), all.n);
+  for (std::size_t k = 0; k < got.pairs.size(); ++k) {
+    EXPECT_EQ(got.pairs[k].w1, want.pairs[k].w1);  // the same sorted pass
+    EXPECT_EQ(got.pairs[k].max_abs, want.pairs[k].max_abs);
+    EXPECT_EQ(got.pairs[k].count, want.pairs[k].count);
+    // Blocks start at each tensor's start instead of the concatenation's: rounding level.
+    EXPECT_NEAR(got.pairs[k].mean_abs, want.pairs[k].mean_abs, 2 * kSumTol * want.pairs[k].mean_abs);
+    EXPECT_NEAR(got.pairs[k].rel_l2, want.pairs[k].rel_l2, 4 * kSumTol * want.pairs[k].rel_l2);
+  }
 }
 
 TEST(Pairwise, InputChecks) {

@@ -532,7 +532,7 @@ ElementwiseMetrics elementwise_impl(ArrayView<T> a, ArrayView<T> ref) {
                         "elementwise metrics compare the same parameter in two variants");
   PairwisePartials p(2);
   accumulate_elementwise<T>({a.data, ref.data}, 0, a.size, p);
-  const PairMetrics& m = p.finalize().at(0, 1);
+  const PairMetrics m = p.finalize().at(0, 1);
   return {m.max_abs, m.mean_abs, m.rel_l2, m.count, m.nonfinite};
 }
 

@@ -60,9 +60,14 @@ struct AttentionParams {
   int block_q = 64;   // Br, flash only; clipped to seq_len
   int block_kv = 64;  // Bc, flash only; clipped to seq_len
   LoopOrder order = LoopOrder::q_outer;
+  int threads = 0;    // threads over the B*H heads; 0: OpenMP's default (OMP_NUM_THREADS, at::set_num_threads)
 };
 
 // What a forward call did, for the microbenchmark's columns.
+// A rescale is one multiplication of a row's running O by the factor of a new tile: it happens for
+// every KV tile after the first that the row sees at least one unmasked key of (FA-1: O re-normalised
+// by a*l/l_new; FA-2: O multiplied by alpha), even when the factor is exactly 1. So a row with keys in
+// t tiles is rescaled t - 1 times: ceil(N/Bc) - 1 without causal masking, floor(i/Bc) for row i with it.
 struct AttentionStats {
   std::int64_t tiles_kv = 0;        // ceil(N / Bc) (1 for baseline)
   double rescales_per_row = 0.0;    // mean number of O rescalings per query row (0 for baseline)
@@ -85,5 +90,8 @@ AttentionStats attention_forward(const AttentionShape& shape, const AttentionPar
 template <class T>
 void attention_backward(const AttentionShape& shape, const AttentionParams& params, const T* q, const T* k,
                         const T* v, const T* o, const T* lse, const T* dout, T* dq, T* dk, T* dv);
+
+// The instruction set the kernels run with on this CPU: "avx512", "avx2" or "generic".
+std::string_view attention_isa_name();
 
 }  // namespace fastudy

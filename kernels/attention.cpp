@@ -1,0 +1,163 @@
+// Entry points of the CPU attention kernels: argument checks, the per-call statistics, the choice of
+// the instruction-set build (kernels/detail/attention_isa.hpp) and the split of the B*H heads over
+// OpenMP threads. Each head runs whole on one thread, so results do not depend on the thread count.
+//
+// B batch, H heads, N sequence, d head dim; tensors are contiguous [B, H, N, d], lse is [B, H, N].
+#include <algorithm>
+#include <exception>
+#include <string>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "kernels/attention.hpp"
+#include "kernels/detail/attention_isa.hpp"
+#include "src/util/error.hpp"
+
+namespace fastudy {
+namespace {
+
+const detail::AttentionIsa& select_isa() {
+  static const detail::AttentionIsa* isa = [] {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw")) {
+      if (const detail::AttentionIsa* p = detail::attention_isa_avx512()) return p;
+    }
+    if (avx2) {
+      if (const detail::AttentionIsa* p = detail::attention_isa_avx2()) return p;
+    }
+#endif
+    return detail::attention_isa_generic();
+  }();
+  return *isa;
+}
+
+void check_arguments(const AttentionShape& shape, const AttentionParams& params, const void* q, const void* k,
+                     const void* v, const char* call) {
+  const std::string where = std::string(call) + ": ";
+  if (shape.batch < 1 || shape.heads < 1 || shape.seq_len < 1 || shape.head_dim < 1) {
+    throw Error(where + "every dimension must be at least 1 (batch " + std::to_string(shape.batch) + ", heads " +
+                std::to_string(shape.heads) + ", seq_len " + std::to_string(shape.seq_len) + ", head_dim " +
+                std::to_string(shape.head_dim) + ")");
+  }
+  if (params.block_q < 1 || params.block_kv < 1) {
+    throw Error(where + "block sizes must be at least 1 (block_q " + std::to_string(params.block_q) + ", block_kv " +
+                    std::to_string(params.block_kv) + ")",
+                "set block_q and block_kv to positive sizes; they are clipped to seq_len");
+  }
+  if (!q || !k || !v) throw Error(where + "null input tensor");
+}
+
+// Runs fn(head_begin, head_end) over contiguous ranges of the heads, one range per thread.
+template <class Fn>
+void over_heads(std::int64_t heads, int threads, Fn fn) {
+  int n = threads;
+#ifdef _OPENMP
+  if (n <= 0) n = omp_get_max_threads();
+#endif
+  n = static_cast<int>(std::clamp<std::int64_t>(n, 1, heads));
+  if (n == 1) return fn(std::int64_t(0), heads);
+  std::exception_ptr error;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(n)
+  {
+    const std::int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
+    try {
+      fn(heads * tid / nt, heads * (tid + 1) / nt);
+    } catch (...) {
+#pragma omp critical(fastudy_attention_error)
+      error = std::current_exception();
+    }
+  }
+#else
+  fn(std::int64_t(0), heads);
+#endif
+  if (error) std::rethrow_exception(error);
+}
+
+AttentionStats forward_stats(const AttentionShape& shape, const AttentionParams& params) {
+  AttentionStats st;
+  if (params.kind == AttentionKind::baseline) {
+    st.tiles_kv = 1;
+    return st;
+  }
+  const std::int64_t n = shape.seq_len, bc = std::min<std::int64_t>(params.block_kv, n);
+  st.tiles_kv = (n + bc - 1) / bc;
+  if (!shape.causal) {
+    st.rescales_per_row = static_cast<double>(st.tiles_kv - 1);
+  } else {
+    std::int64_t total = 0;  // row i sees keys 0..i, in floor(i / Bc) + 1 tiles
+    for (std::int64_t i = 0; i < n; ++i) total += i / bc;
+    st.rescales_per_row = static_cast<double>(total) / static_cast<double>(n);
+  }
+  return st;
+}
+
+template <class T>
+detail::ForwardFn<T> forward_fn(const detail::AttentionIsa& isa);
+template <>
+detail::ForwardFn<float> forward_fn<float>(const detail::AttentionIsa& isa) {
+  return isa.forward_f32;
+}
+template <>
+detail::ForwardFn<double> forward_fn<double>(const detail::AttentionIsa& isa) {
+  return isa.forward_f64;
+}
+template <class T>
+detail::BackwardFn<T> backward_fn(const detail::AttentionIsa& isa);
+template <>
+detail::BackwardFn<float> backward_fn<float>(const detail::AttentionIsa& isa) {
+  return isa.backward_f32;
+}
+template <>
+detail::BackwardFn<double> backward_fn<double>(const detail::AttentionIsa& isa) {
+  return isa.backward_f64;
+}
+
+}  // namespace
+
+std::string_view attention_isa_name() { return select_isa().name; }
+
+template <class T>
+AttentionStats attention_forward(const AttentionShape& shape, const AttentionParams& params, const T* q, const T* k,
+                                 const T* v, T* o, T* lse) {
+  check_arguments(shape, params, q, k, v, "attention_forward");
+  if (!o) throw Error("attention_forward: null output tensor");
+  const detail::ForwardFn<T> fn = forward_fn<T>(select_isa());
+  over_heads(shape.batch * shape.heads, params.threads, [&](std::int64_t begin, std::int64_t end) {
+    fn(shape, params, q, k, v, o, lse, begin, end);
+  });
+  return forward_stats(shape, params);
+}
+
+template <class T>
+void attention_backward(const AttentionShape& shape, const AttentionParams& params, const T* q, const T* k,
+                        const T* v, const T* o, const T* lse, const T* dout, T* dq, T* dk, T* dv) {
+  check_arguments(shape, params, q, k, v, "attention_backward");
+  if (!dout || !dq || !dk || !dv) throw Error("attention_backward: null gradient tensor");
+  if (params.kind == AttentionKind::flash && (!o || !lse)) {
+    throw Error("attention_backward: the flash backward needs the forward's o and lse",
+                "pass the lse buffer to attention_forward and keep it for the backward call");
+  }
+  const detail::BackwardFn<T> fn = backward_fn<T>(select_isa());
+  over_heads(shape.batch * shape.heads, params.threads, [&](std::int64_t begin, std::int64_t end) {
+    fn(shape, params, q, k, v, o, lse, dout, dq, dk, dv, begin, end);
+  });
+}
+
+template AttentionStats attention_forward<float>(const AttentionShape&, const AttentionParams&, const float*,
+                                                 const float*, const float*, float*, float*);
+template AttentionStats attention_forward<double>(const AttentionShape&, const AttentionParams&, const double*,
+                                                  const double*, const double*, double*, double*);
+template void attention_backward<float>(const AttentionShape&, const AttentionParams&, const float*, const float*,
+                                        const float*, const float*, const float*, const float*, float*, float*,
+                                        float*);
+template void attention_backward<double>(const AttentionShape&, const AttentionParams&, const double*,
+                                         const double*, const double*, const double*, const double*, const double*,
+                                         double*, double*, double*);
+
+}  // namespace fastudy

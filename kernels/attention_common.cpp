@@ -1,0 +1,147 @@
+// Precision-policy presets, the names of attention kinds and loop orders, and the fp64 golden
+// reference (naive loops, no rounding) that every fast kernel is validated against.
+//
+// B batch, H heads, N sequence, d head dim; tensors are contiguous [B, H, N, d], lse is [B, H, N].
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/attention.hpp"
+#include "src/util/error.hpp"
+
+namespace fastudy {
+
+PrecisionPolicy make_policy(std::string_view preset, Format f) {
+  PrecisionPolicy p;
+  p.name = std::string(preset);
+  p.q = p.k = p.v = p.s = p.p = p.o = p.grad = f;
+  if (preset == "pure") {
+    p.accum = p.stats = p.rescale = p.division = f;
+  } else if (preset == "mixed") {
+    // fp32 accumulators and statistics, or f itself when f is wider than fp32 (only fp64 is).
+    const Format compute = f == Format::fp64 ? Format::fp64 : Format::fp32;
+    p.accum = p.stats = p.rescale = p.division = compute;
+  } else {
+    throw Error("unknown precision policy preset '" + std::string(preset) + "'",
+                "use one of: " + policy_preset_names() + ", or define [attention.policies." + std::string(preset) +
+                    "] in the grid file");
+  }
+  return p;
+}
+
+std::string policy_preset_names() { return "pure, mixed"; }
+
+std::string_view to_string(AttentionKind k) {
+  switch (k) {
+    case AttentionKind::baseline: return "baseline";
+    case AttentionKind::flash: return "flash";
+  }
+  return "unknown";
+}
+
+std::optional<AttentionKind> parse_attention_kind(std::string_view name) {
+  if (name == "baseline") return AttentionKind::baseline;
+  if (name == "flash") return AttentionKind::flash;
+  return std::nullopt;
+}
+
+std::string_view to_string(LoopOrder o) {
+  switch (o) {
+    case LoopOrder::kv_outer: return "kv_outer";
+    case LoopOrder::q_outer: return "q_outer";
+  }
+  return "unknown";
+}
+
+std::optional<LoopOrder> parse_loop_order(std::string_view name) {
+  if (name == "kv_outer") return LoopOrder::kv_outer;
+  if (name == "q_outer") return LoopOrder::q_outer;
+  return std::nullopt;
+}
+
+namespace {
+
+double reference_scale(const AttentionShape& shape) {
+  return shape.scale != 0.0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(shape.head_dim));
+}
+
+// Row i of the softmax matrix P of one head: p[j] for j < N (0 where masked); returns lse.
+double reference_softmax_row(const AttentionShape& shape, const double* q, const double* k, std::int64_t i,
+                             std::vector<double>& p) {
+  const std::int64_t n = shape.seq_len, d = shape.head_dim;
+  const double scale = reference_scale(shape);
+  const std::int64_t j_end = shape.causal ? i + 1 : n;
+  double m = -std::numeric_limits<double>::infinity();
+  for (std::int64_t j = 0; j < n; ++j) {
+    if (j >= j_end) {
+      p[j] = -std::numeric_limits<double>::infinity();
+      continue;
+    }
+    double s = 0;
+    for (std::int64_t t = 0; t < d; ++t) s += q[i * d + t] * k[j * d + t];
+    p[j] = s * scale;
+    m = std::max(m, p[j]);
+  }
+  double l = 0;
+  for (std::int64_t j = 0; j < n; ++j) {
+    p[j] = j < j_end ? std::exp(p[j] - m) : 0.0;
+    l += p[j];
+  }
+  for (std::int64_t j = 0; j < n; ++j) p[j] /= l;
+  return m + std::log(l);
+}
+
+}  // namespace
+
+void attention_forward_reference(const AttentionShape& shape, const double* q, const double* k, const double* v,
+                                 double* o, double* lse) {
+  const std::int64_t n = shape.seq_len, d = shape.head_dim;
+  std::vector<double> p(n);
+  for (std::int64_t h = 0; h < shape.batch * shape.heads; ++h) {
+    const std::int64_t off = h * n * d;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double row_lse = reference_softmax_row(shape, q + off, k + off, i, p);
+      if (lse) lse[h * n + i] = row_lse;
+      for (std::int64_t t = 0; t < d; ++t) {
+        double acc = 0;
+        for (std::int64_t j = 0; j < n; ++j) acc += p[j] * v[off + j * d + t];
+        o[off + i * d + t] = acc;
+      }
+    }
+  }
+}
+
+void attention_backward_reference(const AttentionShape& shape, const double* q, const double* k, const double* v,
+                                  const double* dout, double* dq, double* dk, double* dv) {
+  const std::int64_t n = shape.seq_len, d = shape.head_dim;
+  const double scale = reference_scale(shape);
+  std::vector<double> p(n), ds(n);
+  for (std::int64_t h = 0; h < shape.batch * shape.heads; ++h) {
+    const std::int64_t off = h * n * d;
+    std::fill(dq + off, dq + off + n * d, 0.0);
+    std::fill(dk + off, dk + off + n * d, 0.0);
+    std::fill(dv + off, dv + off + n * d, 0.0);
+    for (std::int64_t i = 0; i < n; ++i) {
+      reference_softmax_row(shape, q + off, k + off, i, p);
+      // dP_ij = dO_i . V_j;  D_i = sum_j P_ij dP_ij;  dS_ij = P_ij (dP_ij - D_i)
+      double row_d = 0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        double dp = 0;
+        for (std::int64_t t = 0; t < d; ++t) dp += dout[off + i * d + t] * v[off + j * d + t];
+        ds[j] = dp;
+        row_d += p[j] * dp;
+      }
+      for (std::int64_t j = 0; j < n; ++j) {
+        ds[j] = p[j] * (ds[j] - row_d);
+        for (std::int64_t t = 0; t < d; ++t) {
+          dv[off + j * d + t] += p[j] * dout[off + i * d + t];
+          dq[off + i * d + t] += scale * ds[j] * k[off + j * d + t];
+          dk[off + j * d + t] += scale * ds[j] * q[off + i * d + t];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace fastudy

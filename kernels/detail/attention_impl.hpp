@@ -1,0 +1,890 @@
+// The CPU attention kernels (baseline and flash, forward and backward), written once over a vector
+// width and compiled once per instruction set by attention_isa_*.cpp, which define
+// FASTUDY_VEC_BYTES (16, 32 or 64), FASTUDY_ISA_FMA and FASTUDY_ISA_F16C, switch the target with
+// `#pragma GCC target`, then include this file. Everything here has internal linkage (an anonymous
+// namespace), so the per-ISA copies never meet at link time. Include kernels/detail/attention_deps.hpp
+// before the pragma so the standard library stays compiled for the baseline target.
+//
+// B batch, H heads, N sequence, d head dim, Br/Bc the Q/KV block sizes (block_q/block_kv).
+//
+// Rounding: every step goes through a rounding object R (one per policy shape, chosen once per call
+// in dispatch_rounding, the only place where runtime formats become template parameters). R::q(x),
+// R::accum(x), ... take a scalar or a vector; an identity rounding compiles to nothing, so the fp32
+// policy on float data runs the plain fp32 kernel. Semantics, step by step:
+//   inputs      Q, K, V rounded to q, k, v on entry into per-head copies (dO and O to grad and o).
+//   dot product acc_0 = 0, acc_t = accum(acc_{t-1} + a_t b_t), in order t = 0..k-1. The product is
+//               fused into the add (FMA) where the instruction set has it, as GPU kernels do.
+//   scores      S = s(acc * scale), masked entries -inf.
+//   statistics  running max and sum rounded to stats after every update; the sum adds P values
+//               one by one in column order.
+//   rescale     alpha = rescale(exp(m_old - m_new)); exp is a vectorised Cephes-style expf
+//               (about 1 ulp) for float, std::exp for double, the same in every kernel.
+//   P           P = p(exp(S - m)) before P.V.
+//   O           flash keeps the running O in o after every tile; the final division O/l is
+//               rounded to division, then o.
+//   backward    dP and D dot products in accum, dS = grad(P (dP - D)), dQ/dK/dV accumulated in accum
+//               and stored in grad.
+#pragma once
+
+#include "kernels/detail/attention_deps.hpp"
+
+#ifndef FASTUDY_VEC_BYTES
+#error "define FASTUDY_VEC_BYTES before including kernels/detail/attention_impl.hpp"
+#endif
+
+namespace fastudy {
+namespace {
+
+#define FASTUDY_INLINE inline __attribute__((always_inline))
+
+constexpr int kVecBytes = FASTUDY_VEC_BYTES;
+
+template <class T>
+struct VecOf {
+  typedef T type __attribute__((vector_size(kVecBytes)));
+};
+template <class T>
+using vec_t = typename VecOf<T>::type;
+template <class T>
+constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(T));
+
+template <class T>
+struct UintOf;
+template <>
+struct UintOf<float> {
+  using type = std::uint32_t;
+};
+template <>
+struct UintOf<double> {
+  using type = std::uint64_t;
+};
+template <class T>
+using uvec_t = vec_t<typename UintOf<T>::type>;
+
+template <class T>
+FASTUDY_INLINE vec_t<T> vload(const T* p) {
+  vec_t<T> v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+FASTUDY_INLINE void vstore(T* p, vec_t<T> v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+template <class T>
+FASTUDY_INLINE vec_t<T> splat(T x) {
+  vec_t<T> v;
+  for (int i = 0; i < kLanes<T>; ++i) v[i] = x;
+  return v;
+}
+template <class V>
+FASTUDY_INLINE V vmax(V a, V b) {
+  return a > b ? a : b;
+}
+
+template <class T>
+struct IsVec : std::false_type {};
+template <>
+struct IsVec<vec_t<float>> : std::true_type {};
+template <>
+struct IsVec<vec_t<double>> : std::true_type {};
+
+// a * b + c, fused where the instruction set has FMA.
+FASTUDY_INLINE float madd(float a, float b, float c) {
+#if FASTUDY_ISA_FMA
+  return __builtin_fmaf(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+FASTUDY_INLINE double madd(double a, double b, double c) {
+#if FASTUDY_ISA_FMA
+  return __builtin_fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+template <class V, std::enable_if_t<IsVec<V>::value, int> = 0>
+FASTUDY_INLINE V madd(V a, V b, V c) {
+#if FASTUDY_ISA_FMA && FASTUDY_VEC_BYTES == 32
+  if constexpr (std::is_same_v<V, vec_t<float>>) {
+    return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+  } else {
+    return (V)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+  }
+#elif FASTUDY_ISA_FMA && FASTUDY_VEC_BYTES == 64
+  if constexpr (std::is_same_v<V, vec_t<float>>) {
+    return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+  } else {
+    return (V)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+  }
+#else
+  return a * b + c;
+#endif
+}
+
+// ---- rounding of whole vectors: the lane-wise twin of round_to_format (kernels/round.hpp) ----------
+template <Format F, class T>
+FASTUDY_INLINE vec_t<T> round_vec(vec_t<T> x) {
+  if constexpr (round_is_identity<F, T>()) {
+    return x;
+  } else {
+#if FASTUDY_ISA_F16C && FASTUDY_VEC_BYTES == 32
+    if constexpr (F == Format::fp16 && std::is_same_v<T, float>) {
+      return (vec_t<T>)_mm256_cvtph_ps(_mm256_cvtps_ph((__m256)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+#elif FASTUDY_ISA_F16C && FASTUDY_VEC_BYTES == 64
+    if constexpr (F == Format::fp16 && std::is_same_v<T, float>) {
+      // The maskz forms: the plain ones trip GCC 12's -Wmaybe-uninitialized inside its own header.
+      const __m256i h = _mm512_maskz_cvtps_ph(0xFFFF, (__m512)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      return (vec_t<T>)_mm512_maskz_cvtph_ps(0xFFFF, h);
+    }
+#endif
+    using Tr = FormatTraits<F>;
+    using S = detail::SourceBits<T>;
+    using U = typename S::U;
+    using UV = uvec_t<T>;
+    using V = vec_t<T>;
+    constexpr int kShift = S::p - Tr::p;
+    constexpr U kOne = 1;
+    constexpr U kSignMask = kOne << (8 * sizeof(U) - 1);
+    constexpr U kExpMask = ~kSignMask & ~((kOne << S::p) - 1);
+    constexpr U kQuietNan = kExpMask | (kOne << (S::p - 1));
+    constexpr U kMaxFraction = ((kOne << Tr::p) - 1) - (Tr::nan_on_overflow ? 1 : 0);
+    constexpr U kMaxBits = (U(Tr::emax + S::bias) << S::p) | (kMaxFraction << kShift);
+    constexpr U kMinNormalBits = U(Tr::emin + S::bias) << S::p;
+    constexpr U kOverflowBits = Tr::nan_on_overflow ? kQuietNan : kExpMask;
+
+    const UV u = (UV)x;
+    const UV sign = u & kSignMask;
+    const UV a = u ^ sign;
+    UV r = a;
+    if constexpr (kShift > 0) {
+      r = a + (((kOne << (kShift - 1)) - 1) + ((a >> kShift) & 1));
+      r &= ~((kOne << kShift) - 1);
+    }
+    r = r > kMaxBits ? (UV{} + kOverflowBits) : r;
+    if constexpr (Tr::emin > 1 - S::bias) {
+      constexpr U kMagicBits = U(Tr::emin - Tr::p + S::p + S::bias) << S::p;
+      const V magic = (V)(UV{} + kMagicBits);
+      const UV sub = (UV)(((V)a + magic) - magic);
+      r = a < kMinNormalBits ? sub : r;
+    }
+    UV special = UV{} + kQuietNan;  // NaN stays NaN; e4m3 has no inf, so inf becomes NaN too
+    if constexpr (!Tr::nan_on_overflow) special = a > kExpMask ? special : a;
+    r = a >= kExpMask ? special : r;
+    return (V)(r | sign);
+  }
+}
+
+// x rounded to F: scalars through round.hpp, vectors through round_vec.
+template <Format F, class T, class X>
+FASTUDY_INLINE X round_any(X x) {
+  if constexpr (round_is_identity<F, T>()) {
+    return x;
+  } else if constexpr (IsVec<X>::value) {
+    return round_vec<F, T>(x);
+  } else {
+    return round_to_format<F>(x);
+  }
+}
+
+// Rounding object with compile-time formats: storage steps (q, k, v, s, p, o, grad) in S, compute
+// steps (accum, stats, rescale, division) in C. Covers the pure and mixed presets.
+template <class T, Format S, Format C>
+struct StaticRounding {
+  template <class X> FASTUDY_INLINE X q(X x) const { return round_any<S, T>(x); }
+  template <class X> FASTUDY_INLINE X k(X x) const { return round_any<S, T>(x); }
+  template <class X> FASTUDY_INLINE X v(X x) const { return round_any<S, T>(x); }
+  template <class X> FASTUDY_INLINE X s(X x) const { return round_any<S, T>(x); }
+  template <class X> FASTUDY_INLINE X p(X x) const { return round_any<S, T>(x); }
+  template <class X> FASTUDY_INLINE X o(X x) const { return round_any<S, T>(x); }
+  template <class X> FASTUDY_INLINE X grad(X x) const { return round_any<S, T>(x); }
+  template <class X> FASTUDY_INLINE X accum(X x) const { return round_any<C, T>(x); }
+  template <class X> FASTUDY_INLINE X stats(X x) const { return round_any<C, T>(x); }
+  template <class X> FASTUDY_INLINE X rescale(X x) const { return round_any<C, T>(x); }
+  template <class X> FASTUDY_INLINE X division(X x) const { return round_any<C, T>(x); }
+  static constexpr bool kOIdentity = round_is_identity<S, T>();
+};
+
+// Rounding object for any custom policy: a runtime switch per value (slower, same results).
+template <class T>
+struct RuntimeRounding {
+  PrecisionPolicy policy;
+  template <class X>
+  static X apply(Format f, X x) {
+    if constexpr (IsVec<X>::value) {
+      for (int i = 0; i < kLanes<T>; ++i) x[i] = round_to(f, static_cast<T>(x[i]));
+      return x;
+    } else {
+      return round_to(f, x);
+    }
+  }
+  template <class X> X q(X x) const { return apply(policy.q, x); }
+  template <class X> X k(X x) const { return apply(policy.k, x); }
+  template <class X> X v(X x) const { return apply(policy.v, x); }
+  template <class X> X s(X x) const { return apply(policy.s, x); }
+  template <class X> X p(X x) const { return apply(policy.p, x); }
+  template <class X> X o(X x) const { return apply(policy.o, x); }
+  template <class X> X grad(X x) const { return apply(policy.grad, x); }
+  template <class X> X accum(X x) const { return apply(policy.accum, x); }
+  template <class X> X stats(X x) const { return apply(policy.stats, x); }
+  template <class X> X rescale(X x) const { return apply(policy.rescale, x); }
+  template <class X> X division(X x) const { return apply(policy.division, x); }
+  static constexpr bool kOIdentity = false;
+};
+
+// ---- exp --------------------------------------------------------------------------------------
+// float: Cephes expf (range reduction by ln 2 in two parts, degree-6 polynomial), about 1 ulp;
+// exp(x) = 0 below -87.3 (the fp32 subnormal range is flushed), inf above 88.7, NaN stays NaN.
+FASTUDY_INLINE vec_t<float> vexp(vec_t<float> x) {
+  using V = vec_t<float>;
+  using IV = vec_t<std::int32_t>;
+  const V xc = x < 88.3762626647949f ? x : (V{} + 88.3762626647949f);
+  const V magic = V{} + 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer (ties to even)
+  const V t = xc * 1.44269504088896341f + magic;
+  const V n = t - magic;
+  V r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  V p = V{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const V y = p * (r * r) + r + 1.0f;
+  const IV e = ((IV)t - (IV)magic + 127) << 23;  // 2^n as a float bit pattern
+  V res = y * (V)e;
+  res = x < -87.3365447505531f ? V{} : res;
+  res = x > 88.7228391116729f ? (V{} + __builtin_inff()) : res;
+  return x != x ? x : res;
+}
+FASTUDY_INLINE vec_t<double> vexp(vec_t<double> x) {
+  for (int i = 0; i < kLanes<double>; ++i) x[i] = std::exp(x[i]);
+  return x;
+}
+FASTUDY_INLINE float sexp(float x) { return vexp(splat(x))[0]; }
+FASTUDY_INLINE double sexp(double x) { return std::exp(x); }
+
+template <class T>
+constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+// A running max rounded to stats, except the -inf that marks "no key seen yet": it is a sentinel,
+// not a value (fp8 e4m3 has no inf and would turn it into NaN).
+template <class R, class V>
+FASTUDY_INLINE V round_max(const R& rd, V m) {
+  const V r = rd.stats(m);
+  return m == kNegInf<std::remove_reference_t<decltype(m[0])>> ? m : r;
+}
+
+inline std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
+
+// ---- tile kernels ---------------------------------------------------------------------------------
+
+// St[c * ldst + r] = s(scale * (K_c . Q_r)) for c < bc and r < brp (a multiple of the lane count):
+// the transposed score tile. K is row-major [bc, d]; Qt is Q transposed, Qt[t * ldq + r].
+// Register block: 4 rows of K x 2 vectors of Q rows; the dot product runs over t in order.
+template <class T, class R>
+void score_tile(const R& rd, const T* k, std::int64_t d, const T* qt, std::int64_t ldq, std::int64_t bc,
+                std::int64_t brp, T scale, T* st, std::int64_t ldst) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  std::int64_t c = 0;
+  for (; c + 4 <= bc; c += 4) {
+    const T* k0 = k + c * d;
+    const T* k1 = k0 + d;
+    const T* k2 = k1 + d;
+    const T* k3 = k2 + d;
+    std::int64_t r = 0;
+    for (; r + 2 * L <= brp; r += 2 * L) {
+      V a00{}, a01{}, a10{}, a11{}, a20{}, a21{}, a30{}, a31{};
+      for (std::int64_t t = 0; t < d; ++t) {
+        const V q0 = vload(qt + t * ldq + r);
+        const V q1 = vload(qt + t * ldq + r + L);
+        V b = splat(k0[t]);
+        a00 = rd.accum(madd(b, q0, a00));
+        a01 = rd.accum(madd(b, q1, a01));
+        b = splat(k1[t]);
+        a10 = rd.accum(madd(b, q0, a10));
+        a11 = rd.accum(madd(b, q1, a11));
+        b = splat(k2[t]);
+        a20 = rd.accum(madd(b, q0, a20));
+        a21 = rd.accum(madd(b, q1, a21));
+        b = splat(k3[t]);
+        a30 = rd.accum(madd(b, q0, a30));
+        a31 = rd.accum(madd(b, q1, a31));
+      }
+      T* out = st + c * ldst + r;
+      vstore(out, rd.s(a00 * scale));
+      vstore(out + L, rd.s(a01 * scale));
+      vstore(out + ldst, rd.s(a10 * scale));
+      vstore(out + ldst + L, rd.s(a11 * scale));
+      vstore(out + 2 * ldst, rd.s(a20 * scale));
+      vstore(out + 2 * ldst + L, rd.s(a21 * scale));
+      vstore(out + 3 * ldst, rd.s(a30 * scale));
+      vstore(out + 3 * ldst + L, rd.s(a31 * scale));
+    }
+    for (; r < brp; r += L) {
+      V a0{}, a1{}, a2{}, a3{};
+      for (std::int64_t t = 0; t < d; ++t) {
+        const V q0 = vload(qt + t * ldq + r);
+        a0 = rd.accum(madd(splat(k0[t]), q0, a0));
+        a1 = rd.accum(madd(splat(k1[t]), q0, a1));
+        a2 = rd.accum(madd(splat(k2[t]), q0, a2));
+        a3 = rd.accum(madd(splat(k3[t]), q0, a3));
+      }
+      T* out = st + c * ldst + r;
+      vstore(out, rd.s(a0 * scale));
+      vstore(out + ldst, rd.s(a1 * scale));
+      vstore(out + 2 * ldst, rd.s(a2 * scale));
+      vstore(out + 3 * ldst, rd.s(a3 * scale));
+    }
+  }
+  for (; c < bc; ++c) {
+    const T* k0 = k + c * d;
+    for (std::int64_t r = 0; r < brp; r += L) {
+      V a0{};
+      for (std::int64_t t = 0; t < d; ++t) a0 = rd.accum(madd(splat(k0[t]), vload(qt + t * ldq + r), a0));
+      vstore(st + c * ldst + r, rd.s(a0 * scale));
+    }
+  }
+}
+
+// Out[r * ldo + t] = accum-sequence of Out[r][t] + sum_c Pt[c * ldp + r] * Vm[c * dp + t], for r < br
+// and t < dp (a multiple of the lane count), c in order. Register block: 4 rows x 2 vectors.
+template <class T, class R>
+void pv_tile(const R& rd, const T* pt, std::int64_t ldp, const T* vm, std::int64_t dp, std::int64_t bc,
+             std::int64_t br, T* out, std::int64_t ldo) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  std::int64_t r = 0;
+  for (; r + 4 <= br; r += 4) {
+    std::int64_t t = 0;
+    for (; t + 2 * L <= dp; t += 2 * L) {
+      T* o0 = out + r * ldo + t;
+      V a00 = vload(o0), a01 = vload(o0 + L);
+      V a10 = vload(o0 + ldo), a11 = vload(o0 + ldo + L);
+      V a20 = vload(o0 + 2 * ldo), a21 = vload(o0 + 2 * ldo + L);
+      V a30 = vload(o0 + 3 * ldo), a31 = vload(o0 + 3 * ldo + L);
+      for (std::int64_t c = 0; c < bc; ++c) {
+        const V v0 = vload(vm + c * dp + t);
+        const V v1 = vload(vm + c * dp + t + L);
+        const T* p = pt + c * ldp + r;
+        V b = splat(p[0]);
+        a00 = rd.accum(madd(b, v0, a00));
+        a01 = rd.accum(madd(b, v1, a01));
+        b = splat(p[1]);
+        a10 = rd.accum(madd(b, v0, a10));
+        a11 = rd.accum(madd(b, v1, a11));
+        b = splat(p[2]);
+        a20 = rd.accum(madd(b, v0, a20));
+        a21 = rd.accum(madd(b, v1, a21));
+        b = splat(p[3]);
+        a30 = rd.accum(madd(b, v0, a30));
+        a31 = rd.accum(madd(b, v1, a31));
+      }
+      vstore(o0, a00);
+      vstore(o0 + L, a01);
+      vstore(o0 + ldo, a10);
+      vstore(o0 + ldo + L, a11);
+      vstore(o0 + 2 * ldo, a20);
+      vstore(o0 + 2 * ldo + L, a21);
+      vstore(o0 + 3 * ldo, a30);
+      vstore(o0 + 3 * ldo + L, a31);
+    }
+    for (; t < dp; t += L) {
+      T* o0 = out + r * ldo + t;
+      V a0 = vload(o0), a1 = vload(o0 + ldo), a2 = vload(o0 + 2 * ldo), a3 = vload(o0 + 3 * ldo);
+      for (std::int64_t c = 0; c < bc; ++c) {
+        const V v0 = vload(vm + c * dp + t);
+        const T* p = pt + c * ldp + r;
+        a0 = rd.accum(madd(splat(p[0]), v0, a0));
+        a1 = rd.accum(madd(splat(p[1]), v0, a1));
+        a2 = rd.accum(madd(splat(p[2]), v0, a2));
+        a3 = rd.accum(madd(splat(p[3]), v0, a3));
+      }
+      vstore(o0, a0);
+      vstore(o0 + ldo, a1);
+      vstore(o0 + 2 * ldo, a2);
+      vstore(o0 + 3 * ldo, a3);
+    }
+  }
+  for (; r < br; ++r) {
+    for (std::int64_t t = 0; t < dp; t += L) {
+      T* o0 = out + r * ldo + t;
+      V a0 = vload(o0);
+      for (std::int64_t c = 0; c < bc; ++c) a0 = rd.accum(madd(splat(pt[c * ldp + r]), vload(vm + c * dp + t), a0));
+      vstore(o0, a0);
+    }
+  }
+}
+
+// Sets St[c][r] = -inf where key j0 + c comes after query i0 + r (causal masking).
+template <class T>
+void mask_tile(T* st, std::int64_t ldst, std::int64_t bc, std::int64_t brp, std::int64_t j0, std::int64_t i0) {
+  for (std::int64_t c = 0; c < bc; ++c) {
+    const std::int64_t first_masked = std::max<std::int64_t>(0, j0 + c - i0);  // rows r < j0 + c - i0
+    for (std::int64_t r = 0; r < std::min(first_masked, brp); ++r) st[c * ldst + r] = kNegInf<T>;
+  }
+}
+
+// ---- per-head problem and workspace ------------------------------------------------------------
+
+template <class T>
+struct Head {
+  std::int64_t n, d, dp, np;  // dp: d rounded up to the lanes; np: N plus one vector of padding
+  T scale;
+  bool causal;
+  std::int64_t br, bc;  // block sizes clipped to N
+};
+
+template <class T>
+struct Workspace {
+  std::vector<T> qt, k, v, st, o, m, l, alpha, pv;
+  std::vector<T> b, al, lnew, mt;  // kv_outer only: per-row factors of the current tile
+};
+
+template <class T>
+Head<T> make_head(const AttentionShape& shape, const AttentionParams& params) {
+  Head<T> h;
+  h.n = shape.seq_len;
+  h.d = shape.head_dim;
+  h.dp = round_up(h.d, kLanes<T>);
+  h.br = std::min<std::int64_t>(params.block_q, h.n);
+  h.bc = std::min<std::int64_t>(params.block_kv, h.n);
+  h.np = round_up(h.n, kLanes<T>) + round_up(h.br, kLanes<T>);
+  const double scale = shape.scale != 0.0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(h.d));
+  h.scale = static_cast<T>(scale);
+  h.causal = shape.causal;
+  return h;
+}
+
+// Rounded per-head copies: Qt = q(Q)^T [d, np] (zero padded), K = k(K) [N, d], V = v(V) [N, dp].
+template <class T, class R>
+void load_inputs(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, Workspace<T>& ws) {
+  ws.qt.assign(h.d * h.np, T(0));
+  for (std::int64_t i = 0; i < h.n; ++i)
+    for (std::int64_t t = 0; t < h.d; ++t) ws.qt[t * h.np + i] = rd.q(q[i * h.d + t]);
+  ws.k.resize(h.n * h.d);
+  for (std::int64_t i = 0; i < h.n * h.d; ++i) ws.k[i] = rd.k(k[i]);
+  ws.v.assign(h.n * h.dp, T(0));
+  for (std::int64_t i = 0; i < h.n; ++i)
+    for (std::int64_t t = 0; t < h.d; ++t) ws.v[i * h.dp + t] = rd.v(v[i * h.d + t]);
+}
+
+template <class T, class R>
+void round_o(const R& rd, T* x, std::int64_t n) {
+  if constexpr (!R::kOIdentity) {
+    constexpr int L = kLanes<T>;
+    for (std::int64_t i = 0; i < n; i += L) vstore(x + i, rd.o(vload(x + i)));
+  }
+}
+
+// ---- flash forward, Q-outer (FlashAttention-2): one final normalisation -------------------------
+template <class T, class R>
+void flash_forward_q_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o, T* lse) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  const std::int64_t brp_max = round_up(h.br, L);
+  ws.st.resize(h.bc * brp_max);
+  ws.o.resize(h.br * h.dp);
+  ws.m.resize(brp_max);
+  ws.l.resize(brp_max);
+  ws.alpha.resize(brp_max);
+  for (std::int64_t i0 = 0; i0 < h.n; i0 += h.br) {
+    const std::int64_t br = std::min(h.br, h.n - i0), brp = round_up(br, L);
+    std::fill(ws.m.begin(), ws.m.end(), kNegInf<T>);
+    std::fill(ws.l.begin(), ws.l.end(), T(0));
+    std::fill(ws.o.begin(), ws.o.end(), T(0));
+    const std::int64_t j_end = h.causal ? std::min(h.n, i0 + br) : h.n;
+    for (std::int64_t j0 = 0; j0 < j_end; j0 += h.bc) {
+      const std::int64_t bc = std::min(h.bc, h.n - j0);
+      T* st = ws.st.data();
+      score_tile(rd, ws.k.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.np, bc, brp, h.scale, st, brp);
+      if (h.causal && j0 + bc - 1 > i0) mask_tile(st, brp, bc, brp, j0, i0);
+      for (std::int64_t r = 0; r < brp; r += L) {
+        V mt = splat(kNegInf<T>);
+        for (std::int64_t c = 0; c < bc; ++c) mt = vmax(mt, vload(st + c * brp + r));
+        const V m_old = vload(ws.m.data() + r);
+        const V m_new = round_max(rd, vmax(m_old, mt));
+        // Lanes with no score yet (m_new = -inf) subtract 0 instead, to keep exp(-inf) = 0, not NaN.
+        const V m_safe = m_new == kNegInf<T> ? V{} : m_new;
+        const V alpha = rd.rescale(vexp(m_old - m_safe));
+        V lsum = rd.stats(alpha * vload(ws.l.data() + r));
+        for (std::int64_t c = 0; c < bc; ++c) {
+          const V p = rd.p(vexp(vload(st + c * brp + r) - m_safe));
+          vstore(st + c * brp + r, p);
+          lsum = rd.stats(lsum + p);
+        }
+        vstore(ws.l.data() + r, lsum);
+        vstore(ws.m.data() + r, m_new);
+        vstore(ws.alpha.data() + r, alpha);
+      }
+      if (j0 > 0) {
+        for (std::int64_t r = 0; r < br; ++r) {
+          const V a = splat(ws.alpha[r]);
+          T* orow = ws.o.data() + r * h.dp;
+          for (std::int64_t t = 0; t < h.dp; t += L) vstore(orow + t, rd.accum(a * vload(orow + t)));
+        }
+      }
+      pv_tile(rd, st, brp, ws.v.data() + j0 * h.dp, h.dp, bc, br, ws.o.data(), h.dp);
+      round_o(rd, ws.o.data(), br * h.dp);
+    }
+    for (std::int64_t r = 0; r < br; ++r) {
+      const T l = ws.l[r];
+      for (std::int64_t t = 0; t < h.d; ++t) o[(i0 + r) * h.d + t] = rd.o(rd.division(ws.o[r * h.dp + t] / l));
+      if (lse) lse[i0 + r] = rd.stats(ws.m[r] + std::log(l));
+    }
+  }
+}
+
+// ---- flash forward, KV-outer (FlashAttention-1): O re-normalised after every tile --------------
+// Per tile and row: m~ = rowmax(S), P~ = p(exp(S - m~)), l~ = rowsum(P~), m_new = max(m, m~),
+// a = exp(m - m_new), b = exp(m~ - m_new), l_new = a l + b l~,
+// O = (a l O + b P~V) / l_new  (FA-1 Algorithm 1, line 12).
+template <class T, class R>
+void flash_forward_kv_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o, T* lse) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  const std::int64_t brp_max = round_up(h.br, L);
+  ws.st.resize(h.bc * brp_max);
+  ws.o.assign(h.n * h.dp, T(0));
+  ws.m.assign(h.n, kNegInf<T>);
+  ws.l.assign(h.n, T(0));
+  ws.pv.resize(h.br * h.dp);
+  ws.b.resize(brp_max);     // b = exp(m~ - m_new)
+  ws.al.resize(brp_max);    // a * l, rounded to stats
+  ws.lnew.resize(brp_max);  // l_new
+  ws.mt.resize(brp_max);    // m~ (-inf: the row sees no key of this tile)
+  std::vector<T> m_blk(brp_max), l_blk(brp_max);
+  for (std::int64_t j0 = 0; j0 < h.n; j0 += h.bc) {
+    const std::int64_t bc = std::min(h.bc, h.n - j0);
+    for (std::int64_t i0 = 0; i0 < h.n; i0 += h.br) {
+      const std::int64_t br = std::min(h.br, h.n - i0), brp = round_up(br, L);
+      if (h.causal && i0 + br - 1 < j0) continue;  // every row of the block precedes every key
+      T* st = ws.st.data();
+      score_tile(rd, ws.k.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.np, bc, brp, h.scale, st, brp);
+      if (h.causal && j0 + bc - 1 > i0) mask_tile(st, brp, bc, brp, j0, i0);
+      std::fill(m_blk.begin(), m_blk.end(), kNegInf<T>);
+      std::fill(l_blk.begin(), l_blk.end(), T(0));
+      std::copy(ws.m.begin() + i0, ws.m.begin() + i0 + br, m_blk.begin());
+      std::copy(ws.l.begin() + i0, ws.l.begin() + i0 + br, l_blk.begin());
+      for (std::int64_t r = 0; r < brp; r += L) {
+        V mt = splat(kNegInf<T>);
+        for (std::int64_t c = 0; c < bc; ++c) mt = vmax(mt, vload(st + c * brp + r));
+        mt = round_max(rd, mt);
+        const V mt_safe = mt == kNegInf<T> ? V{} : mt;
+        V lt{};
+        for (std::int64_t c = 0; c < bc; ++c) {
+          const V p = rd.p(vexp(vload(st + c * brp + r) - mt_safe));
+          vstore(st + c * brp + r, p);
+          lt = rd.stats(lt + p);
+        }
+        const V m_old = vload(m_blk.data() + r), l_old = vload(l_blk.data() + r);
+        const V m_new = round_max(rd, vmax(m_old, mt));
+        const V m_new_safe = m_new == kNegInf<T> ? V{} : m_new;
+        const V a = rd.rescale(vexp(m_old - m_new_safe));
+        const V b = rd.rescale(vexp(mt - m_new_safe));
+        const V al = rd.stats(a * l_old);
+        const V l_new = rd.stats(al + rd.stats(b * lt));
+        vstore(ws.b.data() + r, b);
+        vstore(ws.al.data() + r, al);
+        vstore(ws.lnew.data() + r, l_new);
+        vstore(ws.mt.data() + r, mt);
+        vstore(m_blk.data() + r, m_new);
+      }
+      std::fill(ws.pv.begin(), ws.pv.end(), T(0));
+      pv_tile(rd, st, brp, ws.v.data() + j0 * h.dp, h.dp, bc, br, ws.pv.data(), h.dp);
+      for (std::int64_t r = 0; r < br; ++r) {
+        if (ws.mt[r] == kNegInf<T>) continue;  // the row sees no key of this tile: nothing to update
+        const V al = splat(ws.al[r]), b = splat(ws.b[r]), ln = splat(ws.lnew[r]);
+        T* orow = ws.o.data() + (i0 + r) * h.dp;
+        const T* pvrow = ws.pv.data() + r * h.dp;
+        for (std::int64_t t = 0; t < h.dp; t += L) {
+          const V num = rd.accum(rd.accum(al * vload(orow + t)) + rd.accum(b * vload(pvrow + t)));
+          vstore(orow + t, rd.o(rd.division(num / ln)));
+        }
+        ws.m[i0 + r] = m_blk[r];
+        ws.l[i0 + r] = ws.lnew[r];
+      }
+    }
+  }
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    for (std::int64_t t = 0; t < h.d; ++t) o[i * h.d + t] = ws.o[i * h.dp + t];
+    if (lse) lse[i] = rd.stats(ws.m[i] + std::log(ws.l[i]));
+  }
+}
+
+// ---- baseline forward: S materialised [N, N], softmax (P normalised, rounded to p), then P.V -----
+template <class T, class R>
+void baseline_forward(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o, T* lse) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  const std::int64_t np = round_up(h.n, L);
+  ws.st.resize(h.n * np);
+  T* st = ws.st.data();  // St[j][i]: S transposed, so each softmax row is a lane across j
+  score_tile(rd, ws.k.data(), h.d, ws.qt.data(), h.np, h.n, np, h.scale, st, np);
+  if (h.causal) mask_tile(st, np, h.n, np, std::int64_t(0), std::int64_t(0));
+  ws.m.resize(np);
+  ws.l.resize(np);
+  for (std::int64_t r = 0; r < np; r += L) {
+    V m = splat(kNegInf<T>);
+    for (std::int64_t c = 0; c < h.n; ++c) m = vmax(m, vload(st + c * np + r));
+    m = round_max(rd, m);
+    V l{};
+    for (std::int64_t c = 0; c < h.n; ++c) {
+      const V e = rd.p(vexp(vload(st + c * np + r) - m));
+      vstore(st + c * np + r, e);
+      l = rd.stats(l + e);
+    }
+    for (std::int64_t c = 0; c < h.n; ++c) vstore(st + c * np + r, rd.p(rd.division(vload(st + c * np + r) / l)));
+    vstore(ws.m.data() + r, m);
+    vstore(ws.l.data() + r, l);
+  }
+  ws.o.assign(h.n * h.dp, T(0));
+  pv_tile(rd, st, np, ws.v.data(), h.dp, h.n, h.n, ws.o.data(), h.dp);
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    for (std::int64_t t = 0; t < h.d; ++t) o[i * h.d + t] = rd.o(ws.o[i * h.dp + t]);
+    if (lse) lse[i] = rd.stats(ws.m[i] + std::log(ws.l[i]));
+  }
+}
+
+// ---- backward -------------------------------------------------------------------------------------
+// Both kinds work row by row over the queries i, vectorised over the keys j (with K and V transposed)
+// and over the head dim t. Flash: FA-2 order (outer KV blocks, inner Q blocks), P = p(exp(S - lse))
+// from the saved lse, D_i = dO_i . O_i. Baseline: P recomputed in full from q and k as in the
+// forward pass, materialised [N, N], D_i = sum_j P_ij dP_ij (the textbook softmax backward).
+template <class T>
+struct BackwardWorkspace {
+  std::vector<T> q, k, dout, kt, vt, dq, dk, dv, dd, lse, p, ds, row;
+};
+
+template <class T, class R>
+void load_backward_inputs(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, const T* dout,
+                          BackwardWorkspace<T>& ws) {
+  const std::int64_t np = round_up(h.n, kLanes<T>);
+  ws.q.assign(h.n * h.dp, T(0));
+  ws.k.assign(h.n * h.dp, T(0));
+  ws.dout.assign(h.n * h.dp, T(0));
+  ws.kt.assign(h.d * np, T(0));
+  ws.vt.assign(h.d * np, T(0));
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    for (std::int64_t t = 0; t < h.d; ++t) {
+      ws.q[i * h.dp + t] = rd.q(q[i * h.d + t]);
+      ws.k[i * h.dp + t] = ws.kt[t * np + i] = rd.k(k[i * h.d + t]);
+      ws.vt[t * np + i] = rd.v(v[i * h.d + t]);
+      ws.dout[i * h.dp + t] = rd.grad(dout[i * h.d + t]);
+    }
+  }
+  ws.dq.assign(h.n * h.dp, T(0));
+  ws.dk.assign(h.n * h.dp, T(0));
+  ws.dv.assign(h.n * h.dp, T(0));
+}
+
+// row[j] = accum-sequence over t of a[t] * bt[t * ld + j0 + j], for j < bcp (lanes).
+template <class T, class R>
+FASTUDY_INLINE void row_dot(const R& rd, const T* a, const T* bt, std::int64_t ld, std::int64_t d,
+                            std::int64_t j0, std::int64_t bcp, T* row) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  for (std::int64_t j = 0; j < bcp; j += L) {
+    V acc{};
+    for (std::int64_t t = 0; t < d; ++t) acc = rd.accum(madd(splat(a[t]), vload(bt + t * ld + j0 + j), acc));
+    vstore(row + j, acc);
+  }
+}
+
+// y[t] = accum(y[t] + a * x[t]) for t < dp.
+template <class T, class R>
+FASTUDY_INLINE void axpy(const R& rd, T a, const T* x, T* y, std::int64_t dp) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  const V av = splat(a);
+  for (std::int64_t t = 0; t < dp; t += L) vstore(y + t, rd.accum(madd(av, vload(x + t), vload(y + t))));
+}
+
+template <class T, class R>
+void store_gradients(const R& rd, const Head<T>& h, BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    for (std::int64_t t = 0; t < h.d; ++t) {
+      dq[i * h.d + t] = rd.grad(ws.dq[i * h.dp + t] * h.scale);
+      dk[i * h.d + t] = rd.grad(ws.dk[i * h.dp + t] * h.scale);
+      dv[i * h.d + t] = rd.grad(ws.dv[i * h.dp + t]);
+    }
+  }
+}
+
+template <class T, class R>
+void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, const T* o, const T* lse,
+                    const T* dout, BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  load_backward_inputs(rd, h, q, k, v, dout, ws);
+  const std::int64_t np = round_up(h.n, L);
+  ws.dd.resize(h.n);
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    T acc = 0;
+    for (std::int64_t t = 0; t < h.d; ++t) acc = rd.accum(madd(ws.dout[i * h.dp + t], rd.o(o[i * h.d + t]), acc));
+    ws.dd[i] = acc;
+  }
+  const std::int64_t bcp_max = round_up(h.bc, L);
+  ws.p.resize(bcp_max);
+  ws.ds.resize(bcp_max);
+  for (std::int64_t j0 = 0; j0 < h.n; j0 += h.bc) {
+    const std::int64_t bc = std::min(h.bc, h.n - j0), bcp = round_up(bc, L);
+    for (std::int64_t i0 = 0; i0 < h.n; i0 += h.br) {
+      const std::int64_t br = std::min(h.br, h.n - i0);
+      if (h.causal && i0 + br - 1 < j0) continue;
+      for (std::int64_t i = i0; i < i0 + br; ++i) {
+        const std::int64_t jn = h.causal ? std::min(bc, i - j0 + 1) : bc;  // keys this row sees
+        if (jn <= 0) continue;
+        T* p = ws.p.data();
+        T* ds = ws.ds.data();
+        row_dot(rd, ws.q.data() + i * h.dp, ws.kt.data(), np, h.d, j0, bcp, p);
+        row_dot(rd, ws.dout.data() + i * h.dp, ws.vt.data(), np, h.d, j0, bcp, ds);
+        const V li = splat(lse[i]), di = splat(ws.dd[i]);
+        for (std::int64_t j = 0; j < bcp; j += L) {
+          const V pv = rd.p(vexp(rd.s(vload(p + j) * h.scale) - li));
+          vstore(p + j, pv);
+          vstore(ds + j, rd.grad(pv * (vload(ds + j) - di)));
+        }
+        for (std::int64_t j = 0; j < jn; ++j) {
+          axpy(rd, p[j], ws.dout.data() + i * h.dp, ws.dv.data() + (j0 + j) * h.dp, h.dp);
+          axpy(rd, ds[j], ws.q.data() + i * h.dp, ws.dk.data() + (j0 + j) * h.dp, h.dp);
+          axpy(rd, ds[j], ws.k.data() + (j0 + j) * h.dp, ws.dq.data() + i * h.dp, h.dp);
+        }
+      }
+    }
+  }
+  store_gradients(rd, h, ws, dq, dk, dv);
+}
+
+template <class T, class R>
+void baseline_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, const T* dout,
+                       BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
+  constexpr int L = kLanes<T>;
+  load_backward_inputs(rd, h, q, k, v, dout, ws);
+  const std::int64_t np = round_up(h.n, L);
+  ws.p.assign(h.n * np, T(0));
+  ws.ds.assign(h.n * np, T(0));
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    const std::int64_t jn = h.causal ? i + 1 : h.n;
+    T* p = ws.p.data() + i * np;
+    T* ds = ws.ds.data() + i * np;
+    row_dot(rd, ws.q.data() + i * h.dp, ws.kt.data(), np, h.d, std::int64_t(0), np, p);
+    row_dot(rd, ws.dout.data() + i * h.dp, ws.vt.data(), np, h.d, std::int64_t(0), np, ds);
+    T m = kNegInf<T>;
+    for (std::int64_t j = 0; j < jn; ++j) {
+      p[j] = rd.s(p[j] * h.scale);
+      m = std::max(m, p[j]);
+    }
+    m = rd.stats(m);
+    T l = 0;
+    for (std::int64_t j = 0; j < jn; ++j) {
+      p[j] = rd.p(sexp(p[j] - m));
+      l = rd.stats(l + p[j]);
+    }
+    T di = 0;
+    for (std::int64_t j = 0; j < jn; ++j) {
+      p[j] = rd.p(rd.division(p[j] / l));
+      di = rd.accum(madd(p[j], ds[j], di));
+    }
+    for (std::int64_t j = 0; j < np; ++j) ds[j] = j < jn ? rd.grad(p[j] * (ds[j] - di)) : T(0);
+    for (std::int64_t j = jn; j < np; ++j) p[j] = 0;
+  }
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    const std::int64_t jn = h.causal ? i + 1 : h.n;
+    const T* p = ws.p.data() + i * np;
+    const T* ds = ws.ds.data() + i * np;
+    for (std::int64_t j = 0; j < jn; ++j) {
+      axpy(rd, p[j], ws.dout.data() + i * h.dp, ws.dv.data() + j * h.dp, h.dp);
+      axpy(rd, ds[j], ws.q.data() + i * h.dp, ws.dk.data() + j * h.dp, h.dp);
+      axpy(rd, ds[j], ws.k.data() + j * h.dp, ws.dq.data() + i * h.dp, h.dp);
+    }
+  }
+  store_gradients(rd, h, ws, dq, dk, dv);
+}
+
+// ---- the one dispatch place: policy formats -> template parameters --------------------------------
+template <class T>
+Format normalise_for(Format f) {
+  // Rounding a float to fp64 or to fp32 is the identity either way: one instantiation serves both.
+  if (std::is_same_v<T, float> && f == Format::fp64) return Format::fp32;
+  return f;
+}
+
+template <class T, Format S, class F>
+void dispatch_compute(Format c, F&& f, const PrecisionPolicy& p) {
+  if (c == S) return f(StaticRounding<T, S, S>{});
+  if (c == Format::fp32) return f(StaticRounding<T, S, Format::fp32>{});
+  return f(RuntimeRounding<T>{p});
+}
+
+template <class T, class F>
+void dispatch_rounding(const PrecisionPolicy& p, F&& f) {
+  const Format s = normalise_for<T>(p.q), c = normalise_for<T>(p.accum);
+  const bool uniform_storage = normalise_for<T>(p.k) == s && normalise_for<T>(p.v) == s &&
+                               normalise_for<T>(p.s) == s && normalise_for<T>(p.p) == s &&
+                               normalise_for<T>(p.o) == s && normalise_for<T>(p.grad) == s;
+  const bool uniform_compute = normalise_for<T>(p.stats) == c && normalise_for<T>(p.rescale) == c &&
+                               normalise_for<T>(p.division) == c;
+  if (!uniform_storage || !uniform_compute) return f(RuntimeRounding<T>{p});
+  switch (s) {
+    case Format::fp64:
+      if (c == Format::fp64) return f(StaticRounding<T, Format::fp64, Format::fp64>{});
+      return f(RuntimeRounding<T>{p});
+    case Format::fp32:
+      if (c == Format::fp32) return f(StaticRounding<T, Format::fp32, Format::fp32>{});
+      return f(RuntimeRounding<T>{p});
+    case Format::tf32: return dispatch_compute<T, Format::tf32>(c, f, p);
+    case Format::fp16: return dispatch_compute<T, Format::fp16>(c, f, p);
+    case Format::bf16: return dispatch_compute<T, Format::bf16>(c, f, p);
+    case Format::fp8_e4m3:
+    case Format::fp8_e5m2:
+      break;  // fp8 takes the runtime path: fewer instantiations, the same results, slower
+  }
+  f(RuntimeRounding<T>{p});
+}
+
+template <class T>
+void forward_heads(const AttentionShape& shape, const AttentionParams& params, const T* q, const T* k, const T* v,
+                   T* o, T* lse, std::int64_t head_begin, std::int64_t head_end) {
+  const Head<T> h = make_head<T>(shape, params);
+  dispatch_rounding<T>(params.policy, [&](const auto& rd) {
+    Workspace<T> ws;
+    for (std::int64_t head = head_begin; head < head_end; ++head) {
+      const std::int64_t off = head * h.n * h.d;
+      T* lse_head = lse ? lse + head * h.n : nullptr;
+      load_inputs(rd, h, q + off, k + off, v + off, ws);
+      if (params.kind == AttentionKind::baseline) {
+        baseline_forward(rd, h, ws, o + off, lse_head);
+      } else if (params.order == LoopOrder::kv_outer) {
+        flash_forward_kv_outer(rd, h, ws, o + off, lse_head);
+      } else {
+        flash_forward_q_outer(rd, h, ws, o + off, lse_head);
+      }
+    }
+  });
+}
+
+template <class T>
+void backward_heads(const AttentionShape& shape, const AttentionParams& params, const T* q, const T* k, const T* v,
+                    const T* o, const T* lse, const T* dout, T* dq, T* dk, T* dv, std::int64_t head_begin,
+                    std::int64_t head_end) {
+  const Head<T> h = make_head<T>(shape, params);
+  dispatch_rounding<T>(params.policy, [&](const auto& rd) {
+    BackwardWorkspace<T> ws;
+    for (std::int64_t head = head_begin; head < head_end; ++head) {
+      const std::int64_t off = head * h.n * h.d;
+      if (params.kind == AttentionKind::baseline) {
+        baseline_backward(rd, h, q + off, k + off, v + off, dout + off, ws, dq + off, dk + off, dv + off);
+      } else {
+        flash_backward(rd, h, q + off, k + off, v + off, o + off, lse + head * h.n, dout + off, ws, dq + off,
+                       dk + off, dv + off);
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace fastudy

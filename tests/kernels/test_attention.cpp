@@ -1,0 +1,573 @@
+// Tests of the attention kernels (kernels/attention.hpp) against the fp64 reference: every kernel
+// (baseline, flash kv_outer = FA-1, flash q_outer = FA-2) x format x policy (pure, mixed) x causal,
+// on float and double buffers; exact results where the exact answer is representable; the backward
+// against finite differences; FlashAttention's own acceptance rule (flash error <= 2x baseline error
+// in the mixed policy); odd sizes and clipped blocks; rescale counts; the portable build.
+//
+// B batch, H heads, N sequence, d head dim; tensors are [B, H, N, d].
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.hpp"
+#include "kernels/detail/attention_isa.hpp"
+#include "kernels/format.hpp"
+
+namespace fastudy {
+namespace {
+
+struct Variant {
+  AttentionKind kind;
+  LoopOrder order;
+  const char* name;
+};
+constexpr Variant kVariants[] = {{AttentionKind::baseline, LoopOrder::q_outer, "baseline"},
+                                 {AttentionKind::flash, LoopOrder::kv_outer, "flash_kv_outer"},
+                                 {AttentionKind::flash, LoopOrder::q_outer, "flash_q_outer"}};
+
+std::vector<double> random_normal(std::size_t n, std::uint64_t seed, double sigma = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(0.0, sigma);
+  std::vector<double> x(n);
+  for (double& v : x) v = dist(rng);
+  return x;
+}
+
+std::vector<double> rounded(const std::vector<double>& x, Format f) {
+  std::vector<double> r = x;
+  round_inplace(f, r.data(), r.size());
+  return r;
+}
+
+// The kernels on T buffers, results widened to double.
+template <class T>
+std::vector<double> forward_as(const AttentionShape& shape, const AttentionParams& params, const std::vector<double>& q,
+                               const std::vector<double>& k, const std::vector<double>& v,
+                               std::vector<double>* lse = nullptr, AttentionStats* stats = nullptr) {
+  std::vector<T> qt(q.begin(), q.end()), kt(k.begin(), k.end()), vt(v.begin(), v.end()), ot(q.size());
+  std::vector<T> lt(shape.batch * shape.heads * shape.seq_len);
+  const AttentionStats st = attention_forward<T>(shape, params, qt.data(), kt.data(), vt.data(), ot.data(), lt.data());
+  if (stats) *stats = st;
+  if (lse) lse->assign(lt.begin(), lt.end());
+  return std::vector<double>(ot.begin(), ot.end());
+}
+
+// dQ, dK, dV concatenated.
+template <class T>
+std::vector<double> backward_as(const AttentionShape& shape, const AttentionParams& params, const std::vector<double>& q,
+                                const std::vector<double>& k, const std::vector<double>& v,
+                                const std::vector<double>& dout) {
+  std::vector<T> qt(q.begin(), q.end()), kt(k.begin(), k.end()), vt(v.begin(), v.end()), ot(q.size());
+  std::vector<T> lt(shape.batch * shape.heads * shape.seq_len), dot(dout.begin(), dout.end());
+  std::vector<T> dq(q.size()), dk(q.size()), dv(q.size());
+  attention_forward<T>(shape, params, qt.data(), kt.data(), vt.data(), ot.data(), lt.data());
+  attention_backward<T>(shape, params, qt.data(), kt.data(), vt.data(), ot.data(), lt.data(), dot.data(), dq.data(),
+                        dk.data(), dv.data());
+  std::vector<double> g(dq.begin(), dq.end());
+  g.insert(g.end(), dk.begin(), dk.end());
+  g.insert(g.end(), dv.begin(), dv.end());
+  return g;
+}
+
+std::vector<double> reference_backward(const AttentionShape& shape, const std::vector<double>& q,
+                                       const std::vector<double>& k, const std::vector<double>& v,
+                                       const std::vector<double>& dout) {
+  std::vector<double> dq(q.size()), dk(q.size()), dv(q.size());
+  attention_backward_reference(shape, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(), dv.data());
+  std::vector<double> g = dq;
+  g.insert(g.end(), dk.begin(), dk.end());
+  g.insert(g.end(), dv.begin(), dv.end());
+  return g;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+double rel_l2(const std::vector<double>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+double max_abs(const std::vector<double>& x) {
+  double m = 0;
+  for (double v : x) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+// u of the format a step runs in, on T buffers (a float holds at most fp32 precision).
+template <class T>
+double step_u(Format f) {
+  const double u = unit_roundoff(f);
+  return std::is_same_v<T, float> ? std::max(u, unit_roundoff(Format::fp32)) : u;
+}
+
+// Largest scaled |score| magnitude sum_t |q_it k_jt| * scale over all heads, rows and keys.
+double score_magnitude(const AttentionShape& shape, const std::vector<double>& q, const std::vector<double>& k) {
+  const std::int64_t n = shape.seq_len, d = shape.head_dim;
+  const double scale = shape.scale != 0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(d));
+  double m = 0;
+  for (std::int64_t h = 0; h < shape.batch * shape.heads; ++h)
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (std::int64_t t = 0; t < d; ++t) s += std::fabs(q[(h * n + i) * d + t] * k[(h * n + j) * d + t]);
+        m = std::max(m, s * scale);
+      }
+  return m;
+}
+
+// Forward error bound |O - O_ref| <= bound (elementwise), derived step by step from the unit
+// roundoffs of the policy (first order; the inputs are already rounded, so the reference sees the
+// same Q, K, V):
+//   scores: a length-d dot product rounded to accum after every add, then to s:
+//           |dS| <= (d u_accum + u_s) Smag, Smag = max_ij sum_t |q_it k_jt| * scale.
+//   softmax: P_ij = exp(S_ij - m_i) / l_i moves by at most 2 |dS| relative (numerator and the
+//           normalising sum), plus u_p (P storage), u_stats (max and each of the N sum adds:
+//           N u_stats relative on l), u_division, and 4 u_T for exp on T buffers (float exp is
+//           within 2 ulp; std::exp within 1).
+//   P.V:    a length-N sum in accum: N u_accum relative to sum_j P_ij |v_j| <= max|v|.
+//   flash:  each of the T_c tiles rescales O once more: u_rescale + u_o + u_accum + u_division +
+//           u_stats per tile (FA-1 re-normalises each tile, FA-2 rescales by alpha).
+//   output: u_o.
+// All relative to max|v|, which bounds |O|.
+template <class T>
+double forward_bound(const PrecisionPolicy& p, const AttentionShape& shape, double smag, double vmax, int block_kv) {
+  const double n = static_cast<double>(shape.seq_len), d = static_cast<double>(shape.head_dim);
+  const double ua = step_u<T>(p.accum), us = step_u<T>(p.s), up = step_u<T>(p.p), ust = step_u<T>(p.stats);
+  const double ur = step_u<T>(p.rescale), uo = step_u<T>(p.o), udiv = step_u<T>(p.division);
+  const double ut = step_u<T>(std::is_same_v<T, float> ? Format::fp32 : Format::fp64);
+  const double tiles = std::ceil(n / std::min<double>(block_kv, n));
+  const double ds = (d * ua + us) * smag;
+  const double softmax = 2 * ds + up + (n + 1) * ust + udiv + 4 * ut;
+  const double pv = n * ua;
+  const double flash = tiles * (ur + uo + ua + udiv + ust);
+  return (softmax + pv + flash + uo) * vmax;
+}
+
+struct Inputs {
+  AttentionShape shape;
+  std::vector<double> q, k, v;
+};
+
+Inputs make_inputs(std::int64_t b, std::int64_t h, std::int64_t n, std::int64_t d, bool causal, std::uint64_t seed) {
+  Inputs in;
+  in.shape.batch = b;
+  in.shape.heads = h;
+  in.shape.seq_len = n;
+  in.shape.head_dim = d;
+  in.shape.causal = causal;
+  const std::size_t size = static_cast<std::size_t>(b * h * n * d);
+  in.q = random_normal(size, seed);
+  in.k = random_normal(size, seed + 1);
+  in.v = random_normal(size, seed + 2);
+  return in;
+}
+
+template <class T>
+void check_forward_against_reference(int block_q, int block_kv, std::int64_t n, std::int64_t d) {
+  for (bool causal : {false, true}) {
+    const Inputs in = make_inputs(1, 2, n, d, causal, 100 + n);
+    for (const char* preset : {"pure", "mixed"}) {
+      for (Format f : kAllFormats) {
+        const PrecisionPolicy policy = make_policy(preset, f);
+        // The reference sees the inputs as the kernels store them.
+        const std::vector<double> q = rounded(in.q, policy.q), k = rounded(in.k, policy.k), v = rounded(in.v, policy.v);
+        std::vector<double> ref(q.size()), ref_lse(in.shape.batch * in.shape.heads * n);
+        attention_forward_reference(in.shape, q.data(), k.data(), v.data(), ref.data(), ref_lse.data());
+        const double bound = forward_bound<T>(policy, in.shape, score_magnitude(in.shape, q, k), max_abs(v), block_kv);
+        for (const Variant& var : kVariants) {
+          AttentionParams params;
+          params.kind = var.kind;
+          params.order = var.order;
+          params.policy = policy;
+          params.block_q = block_q;
+          params.block_kv = block_kv;
+          std::vector<double> lse;
+          const std::vector<double> out = forward_as<T>(in.shape, params, q, k, v, &lse);
+          const double err = max_abs_diff(out, ref);
+          EXPECT_LE(err, bound) << var.name << " " << preset << " " << to_string(f) << (causal ? " causal" : "")
+                                << " T=" << (std::is_same_v<T, float> ? "float" : "double") << " blocks " << block_q
+                                << "x" << block_kv;
+          // lse = m + log(l): |d lse| <= |dS| + N u_stats + u of the log on T, with |lse| itself
+          // adding u_stats |lse| when it is stored; the same bound scaled by 1/max|v| + |lse| covers it.
+          const double lse_bound = bound / max_abs(v) * (1 + max_abs(ref_lse));
+          EXPECT_LE(max_abs_diff(lse, ref_lse), lse_bound) << var.name << " lse " << preset << " " << to_string(f);
+        }
+      }
+    }
+  }
+}
+
+TEST(Attention, ForwardMatchesReferenceFloat) { check_forward_against_reference<float>(8, 12, 37, 16); }
+TEST(Attention, ForwardMatchesReferenceDouble) { check_forward_against_reference<double>(8, 12, 37, 16); }
+TEST(Attention, ForwardOddAndClippedBlocks) {
+  check_forward_against_reference<float>(64, 100, 29, 7);  // blocks larger than N are clipped to N
+  check_forward_against_reference<float>(1, 5, 13, 3);     // single-row Q blocks
+  check_forward_against_reference<double>(7, 1, 11, 9);    // single-key tiles: N - 1 rescales
+}
+
+TEST(Attention, Fp64IsTheReferenceToRoundoff) {
+  // In fp64 on double buffers every step is exact up to fp64 rounding, so the bound shrinks to
+  // about (d + N) * 2^-53 relative: the kernels compute the same function as the reference.
+  const Inputs in = make_inputs(2, 2, 50, 24, true, 5);
+  std::vector<double> ref(in.q.size());
+  attention_forward_reference(in.shape, in.q.data(), in.k.data(), in.v.data(), ref.data(), nullptr);
+  for (const Variant& var : kVariants) {
+    AttentionParams params;
+    params.kind = var.kind;
+    params.order = var.order;
+    params.policy = make_policy("pure", Format::fp64);
+    params.block_q = 16;
+    params.block_kv = 16;
+    const double err = max_abs_diff(forward_as<double>(in.shape, params, in.q, in.k, in.v), ref);
+    EXPECT_LT(err, 1e-13) << var.name;
+  }
+}
+
+// One-hot attention: key j is the unit vector e_j (d = N) and query i is -256 (1 - e_t(i)), so
+// S_i,t(i) = 0 and every other score is -256, exactly, in every format (256 = 2^8 fits even fp8).
+// exp(-256) ~ 1e-111 vanishes against 1 in every format, so O_i = V_t(i) exactly: no rounding may
+// leak in, whatever the kernel, loop order, block size, format or policy.
+TEST(Attention, OneHotAttentionIsExact) {
+  const std::int64_t n = 24, d = 24;
+  const double vals[] = {0.5, -1.0, 1.5, 2.0, -0.25, 0.75, -3.0, 1.25};
+  for (bool causal : {false, true}) {
+    AttentionShape shape;
+    shape.seq_len = n;
+    shape.head_dim = d;
+    shape.scale = 1.0;
+    shape.causal = causal;
+    std::vector<double> q(n * d, 0.0), k(n * d, 0.0), v(n * d);
+    std::vector<std::int64_t> target(n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      target[i] = causal ? i / 2 : (i * 7 + 3) % n;
+      k[i * d + i] = 1.0;
+      for (std::int64_t t = 0; t < d; ++t) q[i * d + t] = t == target[i] ? 0.0 : -256.0;
+      for (std::int64_t t = 0; t < d; ++t) v[i * d + t] = vals[(i + 3 * t) % 8];
+    }
+    for (const char* preset : {"pure", "mixed"}) {
+      for (Format f : kAllFormats) {
+        for (const Variant& var : kVariants) {
+          for (int block : {1, 5, 24}) {
+            AttentionParams params;
+            params.kind = var.kind;
+            params.order = var.order;
+            params.policy = make_policy(preset, f);
+            params.block_q = block;
+            params.block_kv = block + 2;
+            for (int as_double = 0; as_double < 2; ++as_double) {
+              const std::vector<double> out = as_double ? forward_as<double>(shape, params, q, k, v)
+                                                        : forward_as<float>(shape, params, q, k, v);
+              for (std::int64_t i = 0; i < n; ++i)
+                for (std::int64_t t = 0; t < d; ++t)
+                  ASSERT_EQ(out[i * d + t], v[target[i] * d + t])
+                      << var.name << " " << preset << " " << to_string(f) << " block " << block << " row " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// V constant down each column, with power-of-two values: flash computes O = c * (sum of P) / l
+// where the running sum l adds the same P values in the same format, order and rescales as the
+// numerator (pure policy: accum = stats = o), and multiplying by a power of two commutes with
+// rounding, so O = c exactly. (The baseline normalises P first, so its sum of P is not exactly 1.)
+TEST(Attention, FlashWithConstantPowerOfTwoColumnsIsExact) {
+  const Inputs in = make_inputs(1, 2, 45, 8, false, 77);
+  const double cols[] = {0.5, -2.0, 4.0, 1.0, -0.125, 8.0, -1.0, 0.25};
+  std::vector<double> v(in.v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = cols[i % 8];
+  for (Format f : {Format::fp64, Format::fp32, Format::tf32, Format::fp16, Format::bf16}) {
+    for (LoopOrder order : {LoopOrder::kv_outer, LoopOrder::q_outer}) {
+      for (bool causal : {false, true}) {
+        AttentionShape shape = in.shape;
+        shape.causal = causal;
+        AttentionParams params;
+        params.order = order;
+        params.policy = make_policy("pure", f);
+        params.block_q = 6;
+        params.block_kv = 10;
+        const std::vector<double> q = rounded(in.q, f), k = rounded(in.k, f);
+        for (int as_double = 0; as_double < 2; ++as_double) {
+          const std::vector<double> out =
+              as_double ? forward_as<double>(shape, params, q, k, v) : forward_as<float>(shape, params, q, k, v);
+          for (std::size_t i = 0; i < out.size(); ++i)
+            ASSERT_EQ(out[i], v[i]) << to_string(f) << " " << to_string(order) << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
+  // Central differences of L = sum(dO * O) with step h = 1e-5: truncation error ~ h^2 |O'''| ~ 1e-10
+  // and cancellation ~ 2^-53 |L| / h ~ 1e-11, so 1e-8 absolute (inputs and gradients are O(1)).
+  for (bool causal : {false, true}) {
+    Inputs in = make_inputs(1, 1, 6, 3, causal, 11);
+    const std::vector<double> dout = random_normal(in.q.size(), 12);
+    const std::vector<double> grad = reference_backward(in.shape, in.q, in.k, in.v, dout);
+    auto loss = [&](const Inputs& x) {
+      std::vector<double> o(x.q.size());
+      attention_forward_reference(x.shape, x.q.data(), x.k.data(), x.v.data(), o.data(), nullptr);
+      double l = 0;
+      for (std::size_t i = 0; i < o.size(); ++i) l += dout[i] * o[i];
+      return l;
+    };
+    const double h = 1e-5;
+    const std::size_t size = in.q.size();
+    for (int which = 0; which < 3; ++which) {
+      for (std::size_t i = 0; i < size; ++i) {
+        Inputs plus = in, minus = in;
+        std::vector<double>& xp = which == 0 ? plus.q : which == 1 ? plus.k : plus.v;
+        std::vector<double>& xm = which == 0 ? minus.q : which == 1 ? minus.k : minus.v;
+        xp[i] += h;
+        xm[i] -= h;
+        const double fd = (loss(plus) - loss(minus)) / (2 * h);
+        EXPECT_NEAR(grad[which * size + i], fd, 1e-8) << "input " << which << " element " << i;
+      }
+    }
+  }
+}
+
+// Backward error in relative L2 against the fp64 reference backward. Each gradient is two chained
+// dot products (dP = dO.V^T over d, then dQ = dS.K over N, or dV = P^T.dO over N), each rounded to
+// accum after every add: (d + N) u_accum; dS and the stored gradients add u_grad each and P carries
+// the forward's softmax error (2 (d u_accum + u_s) Smag + u_p + (N + 1) u_stats + u_division); the
+// subtraction dP - D cancels, which can amplify relative errors by up to max|dP| / |dP - D|, a factor
+// we allow as 4 on these random inputs. Bound: 4 * (sum of the above).
+template <class T>
+double backward_bound(const PrecisionPolicy& p, const AttentionShape& shape, double smag) {
+  const double n = static_cast<double>(shape.seq_len), d = static_cast<double>(shape.head_dim);
+  const double ua = step_u<T>(p.accum), us = step_u<T>(p.s), up = step_u<T>(p.p), ust = step_u<T>(p.stats);
+  const double ug = step_u<T>(p.grad), udiv = step_u<T>(p.division);
+  const double ut = step_u<T>(std::is_same_v<T, float> ? Format::fp32 : Format::fp64);
+  const double softmax = 2 * (d * ua + us) * smag + up + (n + 1) * ust + udiv + 4 * ut;
+  return 4 * ((d + n) * ua + 3 * ug + softmax);
+}
+
+template <class T>
+void check_backward_against_reference() {
+  for (bool causal : {false, true}) {
+    const Inputs in = make_inputs(1, 2, 21, 8, causal, 300);
+    const std::vector<double> dout_raw = random_normal(in.q.size(), 301);
+    for (const char* preset : {"pure", "mixed"}) {
+      for (Format f : {Format::fp64, Format::fp32, Format::tf32, Format::fp16, Format::bf16}) {
+        const PrecisionPolicy policy = make_policy(preset, f);
+        const std::vector<double> q = rounded(in.q, f), k = rounded(in.k, f), v = rounded(in.v, f);
+        const std::vector<double> dout = rounded(dout_raw, f);
+        const std::vector<double> ref = reference_backward(in.shape, q, k, v, dout);
+        const double bound = backward_bound<T>(policy, in.shape, score_magnitude(in.shape, q, k));
+        for (const Variant& var : kVariants) {
+          AttentionParams params;
+          params.kind = var.kind;
+          params.order = var.order;
+          params.policy = policy;
+          params.block_q = 5;
+          params.block_kv = 8;
+          const std::vector<double> g = backward_as<T>(in.shape, params, q, k, v, dout);
+          EXPECT_LE(rel_l2(g, ref), bound) << var.name << " " << preset << " " << to_string(f)
+                                           << (causal ? " causal" : "");
+        }
+      }
+    }
+  }
+}
+
+TEST(Attention, BackwardMatchesReferenceFloat) { check_backward_against_reference<float>(); }
+TEST(Attention, BackwardMatchesReferenceDouble) { check_backward_against_reference<double>(); }
+
+TEST(Attention, Fp64BackwardIsTheReferenceToRoundoff) {
+  const Inputs in = make_inputs(1, 2, 33, 8, true, 9);
+  const std::vector<double> dout = random_normal(in.q.size(), 10);
+  const std::vector<double> ref = reference_backward(in.shape, in.q, in.k, in.v, dout);
+  for (const Variant& var : kVariants) {
+    AttentionParams params;
+    params.kind = var.kind;
+    params.order = var.order;
+    params.policy = make_policy("pure", Format::fp64);
+    params.block_q = 8;
+    params.block_kv = 8;
+    EXPECT_LT(rel_l2(backward_as<double>(in.shape, params, in.q, in.k, in.v, dout), ref), 1e-13) << var.name;
+  }
+}
+
+// FlashAttention's acceptance rule: in the mixed policy (fp32 accumulators and statistics) the
+// flash error against the fp64 reference is at most twice the baseline's, both in the same format.
+TEST(Attention, MixedFlashErrorAtMostTwiceBaseline) {
+  for (Format f : {Format::fp16, Format::bf16}) {
+    for (std::uint64_t seed : {1, 2, 3}) {
+      const Inputs in = make_inputs(1, 2, 256, 64, seed == 3, 1000 * seed);
+      const std::vector<double> q = rounded(in.q, f), k = rounded(in.k, f), v = rounded(in.v, f);
+      std::vector<double> ref(q.size());
+      attention_forward_reference(in.shape, q.data(), k.data(), v.data(), ref.data(), nullptr);
+      AttentionParams params;
+      params.policy = make_policy("mixed", f);
+      params.block_q = 64;
+      params.block_kv = 64;
+      params.kind = AttentionKind::baseline;
+      const double base = max_abs_diff(forward_as<float>(in.shape, params, q, k, v), ref);
+      params.kind = AttentionKind::flash;
+      for (LoopOrder order : {LoopOrder::kv_outer, LoopOrder::q_outer}) {
+        params.order = order;
+        const double flash = max_abs_diff(forward_as<float>(in.shape, params, q, k, v), ref);
+        EXPECT_LE(flash, 2 * base) << to_string(f) << " " << to_string(order) << " seed " << seed
+                                   << " baseline " << base;
+      }
+    }
+  }
+}
+
+TEST(Attention, RescaleCounts) {
+  const Inputs in = make_inputs(1, 1, 100, 4, false, 3);
+  AttentionParams params;
+  params.block_q = 16;
+  for (int bc : {1, 7, 32, 100, 128}) {
+    params.block_kv = bc;
+    for (LoopOrder order : {LoopOrder::kv_outer, LoopOrder::q_outer}) {
+      params.order = order;
+      AttentionStats st;
+      forward_as<float>(in.shape, params, in.q, in.k, in.v, nullptr, &st);
+      const std::int64_t tiles = (100 + std::min(bc, 100) - 1) / std::min(bc, 100);
+      EXPECT_EQ(st.tiles_kv, tiles);
+      EXPECT_EQ(st.rescales_per_row, static_cast<double>(tiles - 1)) << "Bc " << bc;
+    }
+  }
+  // Causal: row i sees floor(i / Bc) + 1 tiles. N = 10, Bc = 4: rows 0-3: 0, 4-7: 1, 8-9: 2 -> 8/10.
+  Inputs small = make_inputs(1, 1, 10, 4, true, 3);
+  params.block_kv = 4;
+  AttentionStats st;
+  forward_as<float>(small.shape, params, small.q, small.k, small.v, nullptr, &st);
+  EXPECT_DOUBLE_EQ(st.rescales_per_row, 0.8);
+  params.kind = AttentionKind::baseline;
+  forward_as<float>(small.shape, params, small.q, small.k, small.v, nullptr, &st);
+  EXPECT_EQ(st.tiles_kv, 1);
+  EXPECT_EQ(st.rescales_per_row, 0.0);
+}
+
+// The vectorised static rounding (a compile-time policy) and the per-value runtime rounding (any
+// custom policy) must give bit-identical forward results: changing only `grad`, which the forward
+// never uses, moves the policy from the first path to the second.
+TEST(Attention, StaticAndRuntimeRoundingAgreeBitForBit) {
+  const Inputs in = make_inputs(1, 2, 40, 12, true, 55);
+  for (const char* preset : {"pure", "mixed"}) {
+    for (Format f : kAllFormats) {
+      for (const Variant& var : kVariants) {
+        AttentionParams params;
+        params.kind = var.kind;
+        params.order = var.order;
+        params.block_q = 9;
+        params.block_kv = 16;
+        params.policy = make_policy(preset, f);
+        const std::vector<double> q = rounded(in.q, f), k = rounded(in.k, f), v = rounded(in.v, f);
+        const std::vector<double> a = forward_as<float>(in.shape, params, q, k, v);
+        params.policy.grad = f == Format::bf16 ? Format::fp16 : Format::bf16;
+        const std::vector<double> b = forward_as<float>(in.shape, params, q, k, v);
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+          ASSERT_EQ(a[i], b[i]) << var.name << " " << preset << " " << to_string(f) << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Attention, ThreadCountDoesNotChangeResults) {
+  const Inputs in = make_inputs(2, 3, 33, 16, false, 8);
+  AttentionParams params;
+  params.policy = make_policy("mixed", Format::bf16);
+  params.block_q = 8;
+  params.block_kv = 8;
+  params.threads = 1;
+  const std::vector<double> one = forward_as<float>(in.shape, params, in.q, in.k, in.v);
+  params.threads = 2;
+  EXPECT_EQ(forward_as<float>(in.shape, params, in.q, in.k, in.v), one);
+}
+
+// The portable build (16-byte vectors, no FMA) is what a CPU without AVX2 runs: check it against the
+// reference directly, whatever this machine would pick.
+TEST(Attention, PortableBuildMatchesReference) {
+  const detail::AttentionIsa* isa = detail::attention_isa_generic();
+  ASSERT_NE(isa, nullptr);
+  const Inputs in = make_inputs(1, 2, 37, 16, true, 21);
+  std::vector<double> ref(in.q.size());
+  attention_forward_reference(in.shape, in.q.data(), in.k.data(), in.v.data(), ref.data(), nullptr);
+  const double bound = forward_bound<double>(make_policy("pure", Format::fp64), in.shape,
+                                             score_magnitude(in.shape, in.q, in.k), max_abs(in.v), 8);
+  for (const Variant& var : kVariants) {
+    AttentionParams params;
+    params.kind = var.kind;
+    params.order = var.order;
+    params.policy = make_policy("pure", Format::fp64);
+    params.block_q = 8;
+    params.block_kv = 8;
+    std::vector<double> o(in.q.size()), lse(2 * 37);
+    isa->forward_f64(in.shape, params, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), 0, 2);
+    EXPECT_LE(max_abs_diff(o, ref), bound) << var.name;
+    std::vector<float> qf(in.q.begin(), in.q.end()), kf(in.k.begin(), in.k.end()), vf(in.v.begin(), in.v.end());
+    std::vector<float> of(qf.size()), lf(2 * 37);
+    params.policy = make_policy("mixed", Format::bf16);
+    isa->forward_f32(in.shape, params, qf.data(), kf.data(), vf.data(), of.data(), lf.data(), 0, 2);
+    std::vector<double> od(of.begin(), of.end());
+    const std::vector<double> q = rounded(in.q, Format::bf16), k = rounded(in.k, Format::bf16),
+                              v = rounded(in.v, Format::bf16);
+    std::vector<double> ref16(q.size());
+    attention_forward_reference(in.shape, q.data(), k.data(), v.data(), ref16.data(), nullptr);
+    EXPECT_LE(max_abs_diff(od, ref16), forward_bound<float>(params.policy, in.shape, score_magnitude(in.shape, q, k),
+                                                            max_abs(v), 8))
+        << var.name;
+  }
+}
+
+TEST(Attention, NamesAndPolicies) {
+  EXPECT_EQ(parse_attention_kind("flash"), AttentionKind::flash);
+  EXPECT_EQ(parse_attention_kind("baseline"), AttentionKind::baseline);
+  EXPECT_FALSE(parse_attention_kind("Flash").has_value());
+  EXPECT_EQ(parse_loop_order("kv_outer"), LoopOrder::kv_outer);
+  EXPECT_EQ(parse_loop_order("q_outer"), LoopOrder::q_outer);
+  EXPECT_FALSE(parse_loop_order("swapped").has_value());
+  EXPECT_EQ(to_string(LoopOrder::kv_outer), "kv_outer");
+  EXPECT_EQ(to_string(AttentionKind::baseline), "baseline");
+  const PrecisionPolicy mixed = make_policy("mixed", Format::bf16);
+  EXPECT_EQ(mixed.name, "mixed");
+  EXPECT_EQ(mixed.p, Format::bf16);
+  EXPECT_EQ(mixed.o, Format::bf16);
+  EXPECT_EQ(mixed.accum, Format::fp32);
+  EXPECT_EQ(mixed.stats, Format::fp32);
+  EXPECT_EQ(make_policy("mixed", Format::fp64).accum, Format::fp64);
+  const PrecisionPolicy pure = make_policy("pure", Format::fp16);
+  EXPECT_EQ(pure.accum, Format::fp16);
+  EXPECT_EQ(pure.division, Format::fp16);
+  EXPECT_THROW(make_policy("fancy", Format::fp16), std::exception);
+  EXPECT_EQ(policy_preset_names(), "pure, mixed");
+}
+
+TEST(Attention, RejectsBadArguments) {
+  AttentionShape shape;
+  shape.seq_len = 0;
+  AttentionParams params;
+  float x[4] = {0, 0, 0, 0}, o[4], l[4];
+  EXPECT_THROW(attention_forward<float>(shape, params, x, x, x, o, l), std::exception);
+  shape.seq_len = 1;
+  params.block_kv = 0;
+  EXPECT_THROW(attention_forward<float>(shape, params, x, x, x, o, l), std::exception);
+  params.block_kv = 4;
+  EXPECT_NO_THROW(attention_forward<float>(shape, params, x, x, x, o, l));
+  EXPECT_THROW(attention_backward<float>(shape, params, x, x, x, o, nullptr, x, o, o, o), std::exception);
+}
+
+}  // namespace
+}  // namespace fastudy

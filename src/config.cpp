@@ -51,6 +51,9 @@ std::string join(const std::vector<std::string>& items, const std::string& sep =
 
 // "did you mean `d_model`?" when a known word is close enough to be a typo.
 std::string suggestion(const std::string& word, const std::vector<std::string>& known) {
+  for (const auto& k : known)  // a truncated or extended word ("accumulator" for "accum")
+    if (k.size() >= 3 && word.size() >= 3 && (word.rfind(k, 0) == 0 || k.rfind(word, 0) == 0))
+      return "did you mean `" + k + "`?";
   std::string best;
   std::size_t best_d = std::string::npos;
   for (const auto& k : known) {
@@ -187,8 +190,9 @@ class Section {
     for (auto&& [k, v] : *table_) {
       std::string key(k.str());
       if (used_.count(key)) continue;
-      std::vector<std::string> known(used_.begin(), used_.end());
-      known.insert(known.end(), known_hint.begin(), known_hint.end());
+      std::set<std::string> known_set(used_.begin(), used_.end());
+      known_set.insert(known_hint.begin(), known_hint.end());
+      std::vector<std::string> known(known_set.begin(), known_set.end());
       std::string hint = suggestion(key, known);
       if (hint.empty()) hint = "known keys in [" + name_ + "]: " + join(known);
       throw ConfigError(file_, static_cast<int>(k.source().begin.line), static_cast<int>(k.source().begin.column),
@@ -439,7 +443,7 @@ const std::vector<std::string>& known_phases() {
 }
 
 std::string content_hash(const std::string& text) {
-  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a 64-bit offset basis
+  std::uint64_t h = 14695981039346656037ULL;  // FNV-1a 64-bit offset basis
   for (unsigned char c : text) {
     h ^= c;
     h *= 1099511628211ULL;  // FNV prime
@@ -713,7 +717,17 @@ Study parse_study(const std::string& text, const std::string& file) {
   // [grid]
   Section grid = section("grid");
   if (grid.present()) {
-    for (auto&& [k, v] : *grid.table()) {
+    // toml++ tables are ordered by key; the grid's axes keep the order of the file.
+    std::vector<std::pair<const toml::key*, const toml::node*>> entries;
+    for (auto&& [k, v] : *grid.table()) entries.emplace_back(&k, &v);
+    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+      const auto& pa = a.first->source().begin;
+      const auto& pb = b.first->source().begin;
+      return pa.line != pb.line ? pa.line < pb.line : pa.column < pb.column;
+    });
+    for (const auto& [kp, vp] : entries) {
+      const toml::key& k = *kp;
+      const toml::node& v = *vp;
       std::string axis(k.str());
       const auto& known = known_axes();
       if (std::find(known.begin(), known.end(), axis) == known.end()) {
@@ -815,15 +829,24 @@ Study parse_study(const std::string& text, const std::string& file) {
   }
 
   // The whole resolved study.
-  toml::table gt;
-  for (const auto& [axis, values] : st.axes) gt.insert(axis, to_array(values));
+  // [grid] is written by hand after the rest: toml++ orders keys, the grid keeps the file's order.
+  std::ostringstream grid_text;
+  grid_text << "\n[grid]\n";
+  for (const auto& [axis, values] : st.axes) {
+    toml::array arr;
+    for (const auto& value : values) {
+      if (axis == "seed" || axis == "data_seed" || axis == "block_q" || axis == "block_kv") arr.push_back(std::stoll(value));
+      else if (axis == "lr") arr.push_back(std::stod(value));
+      else arr.push_back(value);
+    }
+    grid_text << axis << " = " << arr << "\n";
+  }
   toml::array steps;
   for (auto s : rc.steps) steps.push_back(s);
   toml::array sweeps;
   for (const auto& sw : st.microbench.sweeps) sweeps.push_back(sweep_table(sw));
   toml::table resolved{
       {"study", toml::table{{"name", st.name}, {"out", st.out}, {"phases", to_array(st.phases)}}},
-      {"grid", gt},
       {"model", model_table(st.model)},
       {"data", data_table(st.data)},
       {"train", train_table(st.train)},
@@ -833,7 +856,7 @@ Study parse_study(const std::string& text, const std::string& file) {
                              {"per_tensor", rc.per_tensor},
                              {"whole_model", rc.whole_model}}}};
   if (!steps.empty()) resolved["reduce"].as_table()->insert("steps", steps);
-  st.resolved_toml = to_toml_text(resolved);
+  st.resolved_toml = to_toml_text(resolved) + grid_text.str();
   st.hash = content_hash(st.resolved_toml);
   return st;
 }

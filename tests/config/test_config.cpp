@@ -49,7 +49,7 @@ TEST(Config, HashesAreStableAndDistinguishVariants) {
   for (std::size_t i = 0; i < a.variants.size(); ++i) EXPECT_EQ(a.variants[i].hash, b.variants[i].hash);
   EXPECT_EQ(a.hash, b.hash);
   for (std::size_t i = 1; i < a.variants.size(); ++i) EXPECT_NE(a.variants[i].hash, a.variants[0].hash);
-  Study c = parse_study(std::string(kMinimal) + "[train]\nsteps = 7\n", "c.toml");
+  Study c = parse_study(std::string(kMinimal) + "[train]\nsteps = 70\n", "c.toml");
   EXPECT_NE(c.variants[0].hash, a.variants[0].hash);
   EXPECT_EQ(a.variants[0].hash.size(), 16u);
 }

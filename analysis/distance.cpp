@@ -729,12 +729,14 @@ void accumulate_sorted(const SortedSet<T>& set, std::size_t begin, std::size_t e
 
 template <class T>
 void accumulate_elementwise(const std::vector<const T*>& values, std::size_t begin, std::size_t end,
-                            PairwisePartials& partials) {
+                            PairwisePartials& partials, std::size_t offset) {
   const std::size_t V = values.size();
   if (partials.variants() != V)
     throw DistanceError("accumulate_elementwise: the partials are for " +
                         std::to_string(partials.variants()) + " variants, got " + std::to_string(V));
-  if (begin > end) throw DistanceError("accumulate_elementwise: begin > end");
+  if (begin > end || begin < offset)
+    throw DistanceError("accumulate_elementwise: range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                        ") does not start at or after the arrays' first index " + std::to_string(offset));
   std::int64_t* sums = partials.sums();
   std::int64_t* norms = sums + partials.pair_count() * PairwisePartials::kPairSums;
   double* maxima = partials.maxima();
@@ -742,21 +744,21 @@ void accumulate_elementwise(const std::vector<const T*>& values, std::size_t beg
   for_each_block(begin, end, [&](std::size_t b0, std::size_t b1) {
     const std::size_t len = b1 - b0;
     for (std::size_t v = 0; v < V; ++v) {
-      finite[v] = all_finite(values[v] + b0, len);
-      double q = finite[v] ? squares_kernel(values[v] + b0, len) : 0.0;
-      if (!finite[v] || !std::isfinite(q)) q = squares_slow(values[v] + b0, len);
+      finite[v] = all_finite(values[v] + (b0 - offset), len);
+      double q = finite[v] ? squares_kernel(values[v] + (b0 - offset), len) : 0.0;
+      if (!finite[v] || !std::isfinite(q)) q = squares_slow(values[v] + (b0 - offset), len);
       if (std::isfinite(q)) exact_add(norms + v * kExactLimbs, q);
     }
     std::size_t p = 0;
     for (std::size_t i = 0; i < V; ++i) {
-      const T* a = values[i] + b0;
+      const T* a = values[i] + (b0 - offset);
       for (std::size_t j = i + 1; j < V; ++j, ++p) {
         std::int64_t* s = sums + p * PairwisePartials::kPairSums;
         double sa = 0, sq = 0, mx = 0;
         std::uint64_t skipped = 0;
-        if (finite[i] && finite[j]) elementwise_kernel(a, values[j] + b0, len, &sa, &sq, &mx);
+        if (finite[i] && finite[j]) elementwise_kernel(a, values[j] + (b0 - offset), len, &sa, &sq, &mx);
         if (!(finite[i] && finite[j]) || !std::isfinite(sq))
-          elementwise_slow(a, values[j] + b0, len, &sa, &sq, &mx, &skipped);
+          elementwise_slow(a, values[j] + (b0 - offset), len, &sa, &sq, &mx, &skipped);
         if (!std::isfinite(sq)) {  // 2048 squares near DBL_MAX: the whole block is out of range
           skipped = len;
           sa = sq = mx = 0;
@@ -791,9 +793,9 @@ template void accumulate_sorted(const SortedSet<float>&, std::size_t, std::size_
 template void accumulate_sorted(const SortedSet<double>&, std::size_t, std::size_t, PairwisePartials&,
                                 SortedMetrics);
 template void accumulate_elementwise(const std::vector<const float*>&, std::size_t, std::size_t,
-                                     PairwisePartials&);
+                                     PairwisePartials&, std::size_t);
 template void accumulate_elementwise(const std::vector<const double*>&, std::size_t, std::size_t,
-                                     PairwisePartials&);
+                                     PairwisePartials&, std::size_t);
 template PairwiseMatrix pairwise_matrix(const std::vector<const float*>&, std::size_t);
 template PairwiseMatrix pairwise_matrix(const std::vector<const double*>&, std::size_t);
 

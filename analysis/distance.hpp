@@ -23,7 +23,7 @@
 //        bit-identical results for any number of parts and any combination order;
 //      * arbitrary cut points change only the rounding of the (at most two) blocks that are cut: the
 //        results agree to rounding level (a few ulp of the block sums; see the test for the bound).
-//  - finalize() rounds each exact sum to double once (faithfully: error < 1 ulp) and then divides.
+//  - finalize() rounds each exact sum to double once (within about 1 ulp) and then divides.
 //
 // Whole model (all parameters flattened into one distribution):
 //  - the elementwise sums are additive over tensors: combine_elementwise() of the per-tensor partials
@@ -250,10 +250,11 @@ template <class T>
 void accumulate_sorted(const SortedSet<T>& set, std::size_t begin, std::size_t end,
                        PairwisePartials& partials, SortedMetrics which = SortedMetrics::w1_w2);
 // Elementwise partial sums (max |d|, sum |d|, sum d^2, sum x^2) over indices [begin, end) of the
-// unsorted arrays values[v] (each of length >= end, same order of parameters in every variant).
+// unsorted arrays, same order of parameters in every variant: index k is values[v][k - offset], so a
+// rank that read only the slice [begin, end) of each variant passes offset = begin.
 template <class T>
 void accumulate_elementwise(const std::vector<const T*>& values, std::size_t begin, std::size_t end,
-                            PairwisePartials& partials);
+                            PairwisePartials& partials, std::size_t offset = 0);
 
 // One process, whole range: sort, accumulate everything, finalize. values[v] has n entries.
 template <class T>

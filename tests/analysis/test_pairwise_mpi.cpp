@@ -44,12 +44,25 @@ Data make_data(std::size_t V, std::size_t n) {
   return d;
 }
 
+// What a rank of the reduce job does: sort (here every variant; the job shares the sorting and
+// exchanges windows), keep only its window of the sorted arrays and its slice of the unsorted ones,
+// accumulate, reduce.
 PairwiseMatrix distributed(const Data& d, std::size_t begin, std::size_t end) {
   SortedSet<float> set;
-  for (const auto& x : d.x) set.add(x);
+  std::vector<std::vector<float>> slices;
+  std::vector<const float*> slice_ptrs;
+  for (const auto& x : d.x) {
+    std::vector<float> sorted(x);
+    radix_sort(sorted.data(), sorted.size());
+    set.add_sorted_window(std::vector<float>(sorted.begin() + static_cast<std::ptrdiff_t>(begin),
+                                             sorted.begin() + static_cast<std::ptrdiff_t>(end)),
+                          begin, d.n);
+    slices.emplace_back(x.begin() + static_cast<std::ptrdiff_t>(begin), x.begin() + static_cast<std::ptrdiff_t>(end));
+    slice_ptrs.push_back(slices.back().data());
+  }
   PairwisePartials p(d.x.size());
   accumulate_sorted(set, begin, end, p);
-  accumulate_elementwise(d.ptrs(), begin, end, p);
+  accumulate_elementwise(slice_ptrs, begin, end, p, begin);
   MPI_Allreduce(MPI_IN_PLACE, p.sums(), static_cast<int>(p.sums_size()), MPI_INT64_T, MPI_SUM,
                 MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, p.maxima(), static_cast<int>(p.maxima_size()), MPI_DOUBLE, MPI_MAX,

@@ -67,6 +67,11 @@ Ranking rank_deviation_sources(const GridAxes& axes, const std::vector<RankingVa
                                const std::vector<StepMatrices>& steps, const RankingOptions& options) {
   const std::size_t V = variants.size(), A = axes.size();
   Ranking out;
+  if (!(options.interval > 0 && options.interval < 1) || options.bootstrap_resamples < 0)
+    throw RankingError("ranking: bootstrap interval " + std::to_string(options.interval) + " with " +
+                           std::to_string(options.bootstrap_resamples) + " resamples",
+                       "the interval must lie in (0, 1) and the number of resamples be >= 0");
+  if (steps.empty()) out.notes.push_back("no checkpoint steps were given: nothing to rank");
 
   // Each variant's value index on each axis.
   std::vector<std::vector<int>> vidx(V, std::vector<int>(A, -1));

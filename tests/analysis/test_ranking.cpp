@@ -247,6 +247,13 @@ TEST(Ranking, RejectsInconsistentInput) {
   EXPECT_THROW(rank_deviation_sources(bad.axes, bad.variants, {make_step(st, 1)}), RankingError);
   StepMatrices small{1, {0, 1, 1, 0}, {}};
   EXPECT_THROW(rank_deviation_sources(st.axes, st.variants, {small}), RankingError);
+  RankingOptions opt;
+  opt.interval = 1.5;
+  EXPECT_THROW(rank_deviation_sources(st.axes, st.variants, {make_step(st, 1)}, opt), RankingError);
+  const Ranking none = rank_deviation_sources(st.axes, st.variants, {});
+  EXPECT_TRUE(none.rows.empty());
+  ASSERT_FALSE(none.notes.empty());
+  EXPECT_NE(none.notes[0].find("no checkpoint steps"), std::string::npos);
 }
 
 TEST(Ranking, TableRanksSourcesLargestFirst) {

@@ -78,7 +78,7 @@ Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resu
       emu_(Emulation::of(v.precision)),
       data_(v.data, v.model),
       model_(v.model, emu_.dtype) {
-  configure_torch_threads();
+  const int threads = configure_torch_threads();
   const TrainConfig& t = v.train;
   if (t.schedule != "cosine" && t.schedule != "constant") {
     throw Error("[train] schedule = \"" + t.schedule + "\" is not a schedule", "use cosine or constant");
@@ -101,6 +101,7 @@ Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resu
   attention_.params.block_q = v.attention_cfg.block_q;
   attention_.params.block_kv = v.attention_cfg.block_kv;
   attention_.params.order = v.attention_cfg.loop_order;
+  attention_.params.threads = threads;
   attention_.shadow = t.shadow_attention;
   attention_.shadow_sink = &shadow_;
   for (const auto& [name, p] : model_.params()) {

@@ -87,6 +87,8 @@ Ranking rank_deviation_sources(const GridAxes& axes, const std::vector<RankingVa
       if (it == values.end())
         throw RankingError("ranking: variant '" + variants[v].id + "' has " + name + " = '" + value +
                            "', which is not one of the grid's values for that axis");
+      if (vidx[v][a] >= 0)
+        throw RankingError("ranking: variant '" + variants[v].id + "' gives axis '" + name + "' twice");
       vidx[v][a] = static_cast<int>(it - values.begin());
     }
     for (std::size_t a = 0; a < A; ++a)

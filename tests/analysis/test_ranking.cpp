@@ -243,6 +243,9 @@ TEST(Ranking, RejectsInconsistentInput) {
   bad.variants[3].axes[1].second = "fp8";
   EXPECT_THROW(rank_deviation_sources(bad.axes, bad.variants, {make_step(st, 1)}), RankingError);
   bad = st;
+  bad.variants[2].axes.push_back(bad.variants[2].axes.front());
+  EXPECT_THROW(rank_deviation_sources(bad.axes, bad.variants, {make_step(st, 1)}), RankingError);
+  bad = st;
   bad.variants[0].axes.pop_back();
   EXPECT_THROW(rank_deviation_sources(bad.axes, bad.variants, {make_step(st, 1)}), RankingError);
   StepMatrices small{1, {0, 1, 1, 0}, {}};

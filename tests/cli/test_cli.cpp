@@ -76,7 +76,7 @@ TEST(Cli, PlanPrintsVariantsGroupsAndEstimates) {
   EXPECT_NE(r.output.find("= 12 variants"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("baseline-fp32-s1"), std::string::npos);
   EXPECT_NE(r.output.find("flash-bf16-s2"), std::string::npos);
-  EXPECT_NE(r.output.find("4 ranks -> 4 groups of 1 rank"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ranks: 4 -> 4 groups of 1 rank"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("memory per rank"), std::string::npos);
   EXPECT_NE(r.output.find("checkpoints:"), std::string::npos);
 }
@@ -89,7 +89,7 @@ TEST(Cli, PlanRejectsAnImpossibleRankLayout) {
   EXPECT_NE(r.output.find("ranks_per_variant = 2"), std::string::npos) << r.output;
   r = run_fastudy("plan " + grid + " --ranks 6");
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("6 ranks -> 3 groups of 2 ranks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ranks: 6 -> 3 groups of 2 ranks"), std::string::npos) << r.output;
 }
 
 TEST(Cli, RefusesAForeignNonEmptyOutputDirectory) {

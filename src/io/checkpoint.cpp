@@ -219,6 +219,10 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
   group.bcast(tmp);
 
   CheckpointWriteStats stats;
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  auto phase = std::chrono::steady_clock::now();
   const int P = group.size(), me = group.rank();
   std::vector<std::uint32_t> local_crc(items.size());
   std::vector<std::uint32_t> crc;  // of every whole dataset, the same on every rank
@@ -263,6 +267,8 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
     }
     f.close();
   }
+  stats.write_seconds = since(phase);
+  phase = std::chrono::steady_clock::now();
 
   if (options.verify) {
     std::int64_t bad = -1;  // index of the first item whose share does not read back
@@ -296,6 +302,8 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
     }
   }
 
+  stats.verify_seconds = since(phase);
+  phase = std::chrono::steady_clock::now();
   group.barrier();
   std::string failure;
   if (group.is_root()) {
@@ -312,7 +320,8 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
     throw CheckpointError(path, "", "could not move the verified file into place: " + failure,
                           "check permissions and free space of the output directory");
   }
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats.commit_seconds = since(phase);
+  stats.seconds = since(t0);
   return stats;
 }
 

@@ -55,7 +55,10 @@ struct CheckpointWriteStats {
   std::int64_t datasets = 0;               // datasets written
   std::int64_t transfers = 0;              // data transfers (datasets with at least one element)
   std::int64_t collective_transfers = 0;   // of those, transfers MPI-IO reported as collective
-  double seconds = 0;                      // wall time of the whole call on this rank
+  double seconds = 0;                      // wall time of the whole call on this rank, of which:
+  double write_seconds = 0;                //   create, write, checksum, close
+  double verify_seconds = 0;               //   re-read and check
+  double commit_seconds = 0;               //   barrier, fsync, rename
 };
 
 // Collective over `group`. Every rank passes a TrainState with the same structure (names, shapes,

@@ -2,6 +2,7 @@
 // code into an MpiError with the call name, the world rank and the file:line of the call.
 #include "src/runtime/mpi.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -185,7 +186,14 @@ Comm Comm::dup() const {
 void Comm::barrier() const { FASTUDY_MPI(MPI_Barrier, comm_); }
 
 void Comm::bcast(void* data, std::size_t bytes, int root) const {
-  FASTUDY_MPI(MPI_Bcast, data, checked_count(bytes), MPI_BYTE, root, comm_);
+  constexpr std::size_t kPiece = std::size_t{1} << 30;  // MPI counts are int: send large buffers in pieces
+  auto* p = static_cast<char*>(data);
+  do {
+    const std::size_t n = std::min(bytes, kPiece);
+    FASTUDY_MPI(MPI_Bcast, p, checked_count(n), MPI_BYTE, root, comm_);
+    p += n;
+    bytes -= n;
+  } while (bytes > 0);
 }
 
 void Comm::bcast(std::string& s, int root) const {

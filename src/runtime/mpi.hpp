@@ -101,7 +101,7 @@ class Comm {
 
   void barrier() const;
 
-  void bcast(void* data, std::size_t bytes, int root = 0) const;
+  void bcast(void* data, std::size_t bytes, int root = 0) const;  // any size (sent in 1 GiB pieces)
   void bcast(std::string& s, int root = 0) const;  // the root's string, resized on the others
   void bcast(std::int64_t& v, int root = 0) const;
 

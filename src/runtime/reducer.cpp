@@ -29,16 +29,35 @@ class MpiReducer final : public GradientReducer {
 
 }  // namespace
 
+#ifdef FASTUDY_HAVE_NCCL
+// reducer_nccl.cpp
+int cuda_device_count();
+std::unique_ptr<GradientReducer> make_nccl_reducer(const mpi::Comm& group);
+bool have_nccl() { return true; }
+#else
 bool have_nccl() { return false; }
+#endif
 
 std::unique_ptr<GradientReducer> make_reducer(const mpi::Comm& group, const std::string& backend) {
-  if (backend == "mpi" || backend == "auto") return std::make_unique<MpiReducer>(group);
+  if (backend != "auto" && backend != "mpi" && backend != "nccl") {
+    throw UsageError("unknown allreduce backend '" + backend + "'", "use one of: auto, mpi, nccl");
+  }
+#ifdef FASTUDY_HAVE_NCCL
+  // Every rank of the group must take the same branch: decide on the device count of all of them.
+  const bool devices_everywhere = group.allreduce_max(cuda_device_count() > 0 ? 0 : 1) == 0;
+  if (backend == "nccl" && !devices_everywhere) {
+    throw UsageError("allreduce backend 'nccl' requested, but a rank of the group sees no CUDA device",
+                     "use backend 'mpi' (or 'auto') on machines without GPUs");
+  }
+  if (backend == "nccl" || (backend == "auto" && devices_everywhere)) return make_nccl_reducer(group);
+#else
   if (backend == "nccl") {
     throw UsageError("allreduce backend 'nccl' requested, but this build of fastudy has no NCCL",
                      "use backend 'mpi' (or 'auto'), or rebuild on a machine with CUDA and NCCL "
                      "(-DFASTUDY_CUDA=ON)");
   }
-  throw UsageError("unknown allreduce backend '" + backend + "'", "use one of: auto, mpi, nccl");
+#endif
+  return std::make_unique<MpiReducer>(group);
 }
 
 }  // namespace fastudy

@@ -1,0 +1,176 @@
+// Checkpoint write throughput against plain write() of the same bytes to the same disk, side by side.
+//
+// Run (2 ranks, the figure):
+//   mpirun -n 2 build-runner/bench/runner/checkpoint_write_bench [--mb 64] [--reps 5] [--dir DIR]
+// It builds a TrainState of --mb MiB of fp32 parameters (16 tensors, like a small transformer's
+// matrices) and times, median of --reps runs each, on the same directory:
+//   posix write() 1 rank      rank 0 writes every byte with write() into one file
+//   posix pwrite() all ranks  each rank writes its half (contiguous range) of one file with pwrite()
+//   checkpoint                write_checkpoint: parallel HDF5, collective, CRC-32, atomic rename
+// each once without and once with durability (fsync before the time is taken; for the checkpoint:
+// its verify pass and fsyncs). The ratio column is checkpoint throughput / posix write() throughput
+// of the same durability. Rank 0 prints the table.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "src/io/checkpoint.hpp"
+#include "src/runtime/mpi.hpp"
+
+namespace {
+
+using fastudy::mpi::Comm;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+fastudy::TrainState make_state(std::size_t mib) {
+  fastudy::TrainState s;
+  s.step = 1000;
+  const std::int64_t tensors = 16;
+  const std::int64_t cols = 1024;
+  const std::int64_t rows = static_cast<std::int64_t>(mib) * (1 << 20) / 4 / cols / tensors;
+  for (std::int64_t t = 0; t < tensors; ++t) {
+    fastudy::NamedArray a;
+    a.name = "blocks." + std::to_string(t / 4) + ".w" + std::to_string(t % 4) + ".weight";
+    a.shape = {rows, cols};
+    a.data.resize(static_cast<std::size_t>(rows * cols) * 4);
+    float* p = a.as<float>();
+    for (std::int64_t i = 0; i < rows * cols; ++i) p[i] = static_cast<float>((i * 2654435761u + t) % 1000003) * 1e-6f;
+    s.params.push_back(std::move(a));
+  }
+  s.attrs["variant"] = "bench";
+  return s;
+}
+
+void write_all(int fd, const char* p, std::size_t n, off_t at) {
+  while (n > 0) {
+    const ssize_t k = ::pwrite(fd, p, n, at);
+    if (k < 0) throw fastudy::Error(std::string("pwrite failed: ") + std::strerror(errno));
+    p += k;
+    at += k;
+    n -= static_cast<std::size_t>(k);
+  }
+}
+
+// One contiguous buffer of the state's bytes (what a plain dump would write).
+std::vector<char> flatten(const fastudy::TrainState& s) {
+  std::vector<char> out;
+  for (const auto& a : s.params) out.insert(out.end(), reinterpret_cast<const char*>(a.data.data()),
+                                            reinterpret_cast<const char*>(a.data.data()) + a.data.size());
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fastudy::mpi::MpiSession session(&argc, &argv);
+  Comm world = Comm::world();
+  std::size_t mib = 64;
+  int reps = 5;
+  std::string dir = "bench-checkpoint-tmp";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--mb") mib = std::stoul(argv[i + 1]);
+    else if (k == "--reps") reps = std::stoi(argv[i + 1]);
+    else if (k == "--dir") dir = argv[i + 1];
+  }
+  try {
+    if (world.is_root()) std::filesystem::create_directories(dir);
+    world.barrier();
+    const fastudy::TrainState state = make_state(mib);
+    const std::vector<char> flat = flatten(state);
+    const double bytes = static_cast<double>(flat.size());
+
+    auto time_it = [&](auto&& body) {
+      std::vector<double> t;
+      for (int r = 0; r < reps; ++r) {
+        world.barrier();
+        const double t0 = now_s();
+        body(r);
+        world.barrier();
+        double dt = now_s() - t0;
+        world.allreduce_max(&dt, 1);
+        t.push_back(dt);
+      }
+      return median(t);
+    };
+
+    struct Row {
+      std::string method;
+      bool durable;
+      double seconds;
+    };
+    std::vector<Row> rows;
+    for (bool durable : {false, true}) {
+      const std::string posix_path = dir + "/posix.bin";
+      rows.push_back({"posix write() 1 rank", durable, time_it([&](int) {
+                        if (!world.is_root()) return;
+                        int fd = ::open(posix_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                        write_all(fd, flat.data(), flat.size(), 0);
+                        if (durable) ::fsync(fd);
+                        ::close(fd);
+                      })});
+      rows.push_back({"posix pwrite() all ranks", durable, time_it([&](int) {
+                        if (world.is_root()) ::close(::open(posix_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+                        world.barrier();
+                        const std::size_t P = static_cast<std::size_t>(world.size()), r = static_cast<std::size_t>(world.rank());
+                        const std::size_t b0 = flat.size() * r / P, b1 = flat.size() * (r + 1) / P;
+                        int fd = ::open(posix_path.c_str(), O_WRONLY);
+                        write_all(fd, flat.data() + b0, b1 - b0, static_cast<off_t>(b0));
+                        if (durable) ::fsync(fd);
+                        ::close(fd);
+                      })});
+      fastudy::CheckpointOptions opt;
+      opt.verify = durable;
+      opt.fsync = durable;
+      fastudy::CheckpointWriteStats phases;
+      rows.push_back({durable ? "checkpoint (verify+fsync)" : "checkpoint (no verify/fsync)", durable,
+                      time_it([&](int r) {
+                        auto st = write_checkpoint(world, fastudy::checkpoint_path(dir, "bench", r), state, opt);
+                        phases.write_seconds += st.write_seconds / reps;
+                        phases.verify_seconds += st.verify_seconds / reps;
+                        phases.commit_seconds += st.commit_seconds / reps;
+                        phases.collective_transfers = st.collective_transfers;
+                        phases.transfers = st.transfers;
+                      })});
+      if (world.is_root()) {
+        std::printf("# checkpoint%s phases on rank 0 (mean): write %.4f s, verify %.4f s, commit %.4f s; "
+                    "%lld of %lld transfers collective\n",
+                    durable ? " (verify+fsync)" : "", phases.write_seconds, phases.verify_seconds,
+                    phases.commit_seconds, static_cast<long long>(phases.collective_transfers),
+                    static_cast<long long>(phases.transfers));
+      }
+    }
+    if (world.is_root()) {
+      std::printf("# checkpoint write throughput: %d ranks, %.1f MiB of fp32 parameters, median of %d, dir %s\n",
+                  world.size(), bytes / (1 << 20), reps, dir.c_str());
+      std::printf("%-30s %-8s %10s %10s %20s\n", "method", "durable", "seconds", "MB/s", "ratio_vs_posix_1rank");
+      for (const auto& r : rows) {
+        double base = 0;
+        for (const auto& b : rows) {
+          if (b.durable == r.durable && b.method == "posix write() 1 rank") base = b.seconds;
+        }
+        std::printf("%-30s %-8s %10.4f %10.1f %20.2f\n", r.method.c_str(), r.durable ? "yes" : "no", r.seconds,
+                    bytes / r.seconds / 1e6, base / r.seconds);
+      }
+      std::filesystem::remove_all(dir);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    fastudy::mpi::abort(1, e.what());
+  }
+}

@@ -58,7 +58,7 @@ DataStream::DataStream(const DataConfig& data, const ModelConfig& model)
     }
     // Every token is equally likely a priori (topics are uniform random subsets, copies preserve
     // the marginal), so the unigram entropy is log(vocab).
-    topic_size_ = std::max(2, vocab_ / 8);
+    topic_size_ = std::max(2, vocab_ / 16);
     unigram_entropy_ = std::log(static_cast<double>(vocab_));
     return;
   }

@@ -6,7 +6,7 @@
 // batches in identical order, and each rank of a data-parallel group takes its rows of the same global
 // batch. Each sequence has seq_len + 1 tokens: inputs are [0, seq_len), targets [1, seq_len].
 //
-// synthetic: each sequence has a topic, max(2, vocab/8) distinct tokens drawn at random from the
+// synthetic: each sequence has a topic, max(2, vocab/16) distinct tokens drawn at random from the
 //   vocab, and is built span by span (span_len tokens): a span is, with probability 1/2, a copy of
 //   an earlier stretch of the same sequence, otherwise fresh tokens drawn uniformly from the topic.
 //   Every token is a priori uniform over the vocab (unigram entropy log(vocab)); what makes it

@@ -1,10 +1,12 @@
 #include "jobs/collective.hpp"
 
 #include <csignal>
+#include <iostream>
 
 #include "src/config.hpp"
 #include "src/runtime/mpi.hpp"
 #include "src/util/error.hpp"
+#include "src/util/log.hpp"
 
 namespace fastudy {
 
@@ -25,24 +27,25 @@ void install_stop_signals() {
 
 bool stop_signal_received() { return g_stop != 0; }
 
+int print_error(const std::exception& e) {
+  log::error(e.what());
+  const auto* fe = dynamic_cast<const Error*>(&e);
+  if (fe && !fe->hint().empty()) std::cerr << "hint: " << fe->hint() << "\n" << std::flush;
+  if (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const UsageError*>(&e)) return kExitUsage;
+  return kExitFailure;
+}
+
 void on_root(const mpi::Comm& world, const std::function<void()>& fn) {
-  std::exception_ptr error;
   std::int64_t code = kExitOk;
   if (world.rank() == 0) {
     try {
       fn();
-    } catch (const ConfigError&) {
-      error = std::current_exception(), code = kExitUsage;
-    } catch (const UsageError&) {
-      error = std::current_exception(), code = kExitUsage;
-    } catch (...) {
-      error = std::current_exception(), code = kExitFailure;
+    } catch (const std::exception& e) {
+      code = print_error(e);
     }
   }
   world.bcast(code);
-  if (code == kExitOk) return;
-  if (world.rank() == 0) std::rethrow_exception(error);
-  throw SilentExit(static_cast<int>(code));
+  if (code != kExitOk) throw SilentExit(static_cast<int>(code));
 }
 
 }  // namespace fastudy

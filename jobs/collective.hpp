@@ -21,8 +21,12 @@ class SilentExit : public std::exception {
   int code_;
 };
 
-// Runs fn on rank 0 only. If it throws, rank 0 rethrows the error and every other rank throws
-// SilentExit with the same exit code, so all ranks leave together and the message is printed once.
+// Prints "error: <message>" and, for a fastudy::Error with a hint, "hint: <hint>" to stderr; returns the
+// exit code of the error (2 for configuration and usage errors, 1 otherwise).
+int print_error(const std::exception& e);
+
+// Runs fn on rank 0 only. If it throws, rank 0 prints the error and every rank throws SilentExit with
+// its exit code, so all ranks leave together and the message is printed once.
 void on_root(const mpi::Comm& world, const std::function<void()>& fn);
 
 // Sets a flag on SIGTERM and SIGUSR1 (what Slurm sends before a time limit); the trainer polls it and

@@ -11,7 +11,6 @@ int not_built(const char* phase) {
 }
 }  // namespace
 
-int job_reduce(JobContext&) { return not_built("reduce"); }
 int job_report(JobContext&) { return not_built("report"); }
 int job_slurm(JobContext&) { return not_built("slurm"); }
 

@@ -152,12 +152,6 @@ JobContext make_context(const Parsed& p) {
   return ctx;
 }
 
-int report_error(const std::exception& e, int code) {
-  log::error(e.what());
-  if (const auto* fe = dynamic_cast<const Error*>(&e); fe && !fe->hint().empty()) std::cerr << "hint: " << fe->hint() << "\n";
-  return code;
-}
-
 int exit_code_of(const std::exception& e) {
   if (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const UsageError*>(&e)) return kExitUsage;
   return kExitFailure;
@@ -179,7 +173,8 @@ int main(int argc, char** argv) {
   try {
     parsed = parse_command_line(argc, argv);
   } catch (const std::exception& e) {
-    return report_error(e, kExitUsage);
+    print_error(e);
+    return kExitUsage;
   }
   if (parsed.help) return kExitOk;
   log::set_level(parsed.quiet ? log::Level::quiet : parsed.verbose ? log::Level::debug : log::Level::info);
@@ -189,7 +184,7 @@ int main(int argc, char** argv) {
       JobContext ctx = make_context(parsed);
       return parsed.job->run(ctx);
     } catch (const std::exception& e) {
-      return report_error(e, exit_code_of(e));
+      return print_error(e);
     }
   }
 
@@ -199,7 +194,8 @@ int main(int argc, char** argv) {
   try {
     session.emplace(&argc, &argv);
   } catch (const std::exception& e) {
-    return report_error(e, kExitFailure);
+    print_error(e);
+    return kExitFailure;
   }
   mpi::Comm world = mpi::Comm::world();
   log::set_console(world.rank() == 0);
@@ -238,7 +234,7 @@ int main(int argc, char** argv) {
     return e.code();
   } catch (const std::exception& e) {
     const int code = exit_code_of(e);
-    if (world.size() == 1) return report_error(e, code);
+    if (world.size() == 1) return print_error(e);
     const auto* fe = dynamic_cast<const Error*>(&e);
     std::string msg = std::string(e.what()) + (fe && !fe->hint().empty() ? "\nhint: " + fe->hint() : std::string());
     mpi::abort(code, msg);

@@ -1,0 +1,317 @@
+// `fastudy reduce GRID.toml|OUT`: how far apart did the variants' weights drift, and which grid axis
+// moved them most. Reads the checkpoints, computes for every checkpoint step the pairwise matrices
+// (W1, W2, max |d|, mean |d|, relative L2) per tensor and for the whole model (all parameters
+// flattened), and ranks the axes as deviation sources (analysis/ranking.hpp).
+//
+// Work split: the tasks are (step, tensor) pairs plus one whole-model task per step, dealt
+// round-robin to the ranks; each task is computed whole by one rank with the same code, so the
+// results do not depend on the number of ranks. Rank 0 gathers them in task order and writes
+//   OUT/deviation.h5   /steps/<step>/<tensor>/{w1,w2,max_abs,mean_abs,rel_l2}: V x V matrices
+//   OUT/deviation.csv  one row per step, tensor and pair (tensor "model" is the whole model)
+//   OUT/ranking.csv    one row per source (axis) or value pair and step
+//   OUT/twins.csv      each variant's distance to its fp64 twin, when the grid has fp64
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "analysis/distance.hpp"
+#include "analysis/ranking.hpp"
+#include "jobs/collective.hpp"
+#include "jobs/job.hpp"
+#include "src/io/checkpoint.hpp"
+#include "src/io/h5.hpp"
+#include "src/runtime/mpi.hpp"
+#include "src/util/log.hpp"
+
+namespace fs = std::filesystem;
+
+namespace fastudy {
+
+namespace {
+
+constexpr const char* kModel = "model";  // the whole-model pseudo-tensor
+constexpr int kMetrics = 5;              // w1, w2, max_abs, mean_abs, rel_l2
+const char* kMetricNames[kMetrics] = {"w1", "w2", "max_abs", "mean_abs", "rel_l2"};
+
+struct Plan {
+  std::vector<const Variant*> variants;  // those reduced (left-out ones excluded)
+  std::vector<std::string> left_out;     // "id: reason"
+  std::vector<std::int64_t> steps;
+  std::vector<std::string> tensors;      // parameter names, then "model"
+};
+
+std::string fmt(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// Rank 0: which variants and steps to reduce; missing or corrupt checkpoints are errors naming the
+// file unless --allow-missing, which leaves the variant out.
+Plan make_plan(const Study& st, const std::string& out, bool allow_missing) {
+  Plan plan;
+  std::set<std::int64_t> expected;
+  for (std::int64_t s = st.train.checkpoint_every; s < st.train.steps; s += st.train.checkpoint_every) expected.insert(s);
+  expected.insert(st.train.steps);
+  if (!st.reduce.steps.empty()) {
+    for (auto s : st.reduce.steps)
+      if (!expected.count(s))
+        throw UsageError("[reduce] steps lists step " + std::to_string(s) + ", which is not a checkpoint step",
+                         "checkpoints are written every " + std::to_string(st.train.checkpoint_every) +
+                             " steps and at step " + std::to_string(st.train.steps));
+    expected = std::set<std::int64_t>(st.reduce.steps.begin(), st.reduce.steps.end());
+  }
+  for (const auto& v : st.variants) {
+    std::string problem;
+    for (auto s : expected) {
+      const std::string path = checkpoint_path(out, v.id, s);
+      if (!fs::exists(path)) problem = path + " is missing";
+      else if (auto p = checkpoint_problem(path)) problem = *p;
+      if (!problem.empty()) break;
+    }
+    if (problem.empty()) {
+      plan.variants.push_back(&v);
+      continue;
+    }
+    if (!allow_missing)
+      throw Error("cannot reduce variant " + v.id + ": " + problem,
+                  "train it first (fastudy train ... --resume), or pass --allow-missing to leave it out");
+    log::warn("leaving out " + v.id + ": " + problem);
+    plan.left_out.push_back(v.id + ": " + problem);
+  }
+  if (plan.variants.size() < 2)
+    throw Error("fewer than two variants have complete checkpoints in " + out + "; nothing to compare",
+                "run the train phase first (fastudy train GRID.toml)");
+  plan.steps.assign(expected.begin(), expected.end());
+  for (const auto& a : read_params(checkpoint_path(out, plan.variants[0]->id, plan.steps[0]))) plan.tensors.push_back(a.name);
+  plan.tensors.push_back(kModel);
+  return plan;
+}
+
+std::string pack_plan(const Plan& p) {
+  std::ostringstream os;
+  for (const auto* v : p.variants) os << "v " << v->id << '\n';
+  for (const auto& s : p.left_out) os << "l " << s << '\n';
+  for (auto s : p.steps) os << "s " << s << '\n';
+  for (const auto& t : p.tensors) os << "t " << t << '\n';
+  return os.str();
+}
+
+Plan unpack_plan(const std::string& text, const Study& st) {
+  Plan p;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string body = line.substr(2);
+    switch (line[0]) {
+      case 'v': p.variants.push_back(st.find_variant(body)); break;
+      case 'l': p.left_out.push_back(body); break;
+      case 's': p.steps.push_back(std::stoll(body)); break;
+      case 't': p.tensors.push_back(body); break;
+    }
+  }
+  return p;
+}
+
+// The matrices of one task: kMetrics x V x V doubles (NaN on the diagonal's unused entries).
+template <class T>
+std::vector<double> task_matrices(const std::vector<std::vector<T>>& arrays) {
+  const std::size_t V = arrays.size();
+  std::vector<const T*> ptrs;
+  for (const auto& a : arrays) ptrs.push_back(a.data());
+  PairwiseMatrix m = pairwise_matrix(ptrs, arrays[0].size());
+  std::vector<double> out(kMetrics * V * V, 0.0);
+  for (std::size_t i = 0; i < V; ++i)
+    for (std::size_t j = 0; j < V; ++j) {
+      if (i == j) continue;
+      const PairMetrics& p = m.at(i, j);
+      const double vals[kMetrics] = {p.w1, p.w2, p.max_abs, p.mean_abs, p.rel_l2};
+      for (int k = 0; k < kMetrics; ++k) out[(static_cast<std::size_t>(k) * V + i) * V + j] = vals[k];
+    }
+  return out;
+}
+
+// Parameters of every variant at one step, as double when any variant stores f64, else float.
+struct StepParams {
+  bool f64 = false;
+  std::vector<std::vector<NamedArray>> per_variant;
+};
+
+template <class T>
+std::vector<std::vector<T>> gather_tensor(const StepParams& sp, const std::string& tensor, const std::vector<std::string>& names) {
+  std::vector<std::vector<T>> out;
+  for (const auto& arrays : sp.per_variant) {
+    std::vector<T> flat;
+    for (std::size_t t = 0; t < arrays.size(); ++t) {
+      if (tensor != kModel && names[t] != tensor) continue;
+      const NamedArray& a = arrays[t];
+      const std::size_t n = static_cast<std::size_t>(a.numel());
+      if (a.dtype == DType::f64) {
+        const double* p = a.as<double>();
+        for (std::size_t i = 0; i < n; ++i) flat.push_back(static_cast<T>(p[i]));
+      } else {
+        const float* p = a.as<float>();
+        for (std::size_t i = 0; i < n; ++i) flat.push_back(static_cast<T>(p[i]));
+      }
+    }
+    out.push_back(std::move(flat));
+  }
+  return out;
+}
+
+void write_deviation_h5(const std::string& path, const Plan& plan, const std::vector<std::vector<double>>& results,
+                        const Provenance& prov) {
+  const std::string tmp = path + ".tmp";
+  const std::size_t V = plan.variants.size();
+  const std::int64_t v64 = static_cast<std::int64_t>(V);
+  {
+    h5::File f = h5::File::create(tmp, nullptr);
+    h5::Group root = f.root();
+    root.set_attr("format", std::string("fastudy-deviation/1"));
+    root.set_attr("provenance", prov.header());
+    root.set_attr("config_hash", prov.config_hash);
+    std::string ids, axes, left;
+    for (const auto* v : plan.variants) {
+      ids += v->id + "\n";
+      for (std::size_t a = 0; a < v->axes.size(); ++a) axes += (a ? "," : "") + v->axes[a].first + "=" + v->axes[a].second;
+      axes += "\n";
+    }
+    for (const auto& l : plan.left_out) left += l + "\n";
+    root.set_attr("variants", ids);
+    root.set_attr("variant_axes", axes);
+    root.set_attr("left_out", left);
+    h5::Transfer xfer(f);
+    h5::Group steps = root.create_group("steps");
+    std::size_t task = 0;
+    for (auto s : plan.steps) {
+      h5::Group sg = steps.create_group(std::to_string(s));
+      sg.set_attr("step", static_cast<std::int64_t>(s));
+      for (const auto& t : plan.tensors) {
+        h5::Group tg = sg.create_group(t);
+        const std::vector<double>& m = results[task++];
+        for (int k = 0; k < kMetrics; ++k)
+          tg.create_dataset(kMetricNames[k], DType::f64, {v64, v64}).write_rows(m.data() + static_cast<std::size_t>(k) * V * V, 0, v64, xfer);
+      }
+    }
+    f.close();
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
+}
+
+}  // namespace
+
+int job_reduce(JobContext& ctx) {
+  const Study& st = *ctx.study;
+  mpi::Comm& world = *ctx.world;
+  const std::string out = ctx.out_dir;
+
+  std::string packed;
+  on_root(world, [&] {
+    if (!file_exists((fs::path(out) / "study.toml").string()))
+      throw UsageError(out + " holds no study (no study.toml)", "run the train phase first, or pass --out DIR");
+    packed = pack_plan(make_plan(st, out, ctx.opts.allow_missing));
+  });
+  world.bcast(packed);
+  const Plan plan = unpack_plan(packed, st);
+  const std::size_t V = plan.variants.size();
+  const std::size_t T = plan.tensors.size();
+  const std::size_t tasks = plan.steps.size() * T;
+  log::info("reduce: " + std::to_string(V) + " variants x " + std::to_string(plan.steps.size()) + " steps x " +
+            std::to_string(T - 1) + " tensors (+ whole model) on " + std::to_string(world.size()) + " rank(s)");
+
+  // Task k = (step k / T, tensor k % T) runs on rank k % size.
+  std::string mine;
+  std::vector<std::string> names(plan.tensors.begin(), plan.tensors.end() - 1);
+  for (std::size_t si = 0; si < plan.steps.size(); ++si) {
+    bool any = false;
+    for (std::size_t t = 0; t < T; ++t) any |= (si * T + t) % static_cast<std::size_t>(world.size()) == static_cast<std::size_t>(world.rank());
+    if (!any) continue;
+    StepParams sp;
+    for (const auto* v : plan.variants) {
+      sp.per_variant.push_back(read_params(checkpoint_path(out, v->id, plan.steps[si])));
+      for (const auto& a : sp.per_variant.back()) sp.f64 |= a.dtype == DType::f64;
+    }
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::size_t k = si * T + t;
+      if (k % static_cast<std::size_t>(world.size()) != static_cast<std::size_t>(world.rank())) continue;
+      std::vector<double> m = sp.f64 ? task_matrices(gather_tensor<double>(sp, plan.tensors[t], names))
+                                     : task_matrices(gather_tensor<float>(sp, plan.tensors[t], names));
+      const std::uint64_t idx = k;
+      mine.append(reinterpret_cast<const char*>(&idx), sizeof idx);
+      mine.append(reinterpret_cast<const char*>(m.data()), m.size() * sizeof(double));
+    }
+  }
+  std::vector<std::string> parts = world.gather(mine);
+
+  on_root(world, [&] {
+    const std::size_t task_bytes = sizeof(std::uint64_t) + kMetrics * V * V * sizeof(double);
+    std::vector<std::vector<double>> results(tasks);
+    for (const auto& part : parts) {
+      for (std::size_t off = 0; off + task_bytes <= part.size(); off += task_bytes) {
+        std::uint64_t idx;
+        std::memcpy(&idx, part.data() + off, sizeof idx);
+        results[idx].resize(kMetrics * V * V);
+        std::memcpy(results[idx].data(), part.data() + off + sizeof idx, kMetrics * V * V * sizeof(double));
+      }
+    }
+    for (std::size_t k = 0; k < tasks; ++k)
+      if (results[k].empty()) throw Error("reduce: task " + std::to_string(k) + " produced no result");
+
+    // deviation.csv
+    std::ostringstream csv;
+    csv << ctx.prov.header() << "step,tensor,variant_a,variant_b,w1,w2,max_abs,mean_abs,rel_l2\n";
+    for (std::size_t si = 0; si < plan.steps.size(); ++si)
+      for (std::size_t t = 0; t < T; ++t) {
+        const auto& m = results[si * T + t];
+        for (std::size_t i = 0; i < V; ++i)
+          for (std::size_t j = i + 1; j < V; ++j) {
+            csv << plan.steps[si] << ',' << plan.tensors[t] << ',' << plan.variants[i]->id << ',' << plan.variants[j]->id;
+            for (int k = 0; k < kMetrics; ++k) csv << ',' << fmt(m[(static_cast<std::size_t>(k) * V + i) * V + j]);
+            csv << '\n';
+          }
+      }
+    write_deviation_h5((fs::path(out) / "deviation.h5").string(), plan, results, ctx.prov);
+    write_text_file((fs::path(out) / "deviation.csv").string(), csv.str());
+
+    // The ranking, on the whole-model matrices.
+    std::vector<RankingVariant> rv;
+    for (const auto* v : plan.variants) rv.push_back({v->id, v->axes});
+    std::vector<StepMatrices> sm;
+    for (std::size_t si = 0; si < plan.steps.size(); ++si) {
+      const auto& m = results[si * T + (T - 1)];
+      StepMatrices s;
+      s.step = plan.steps[si];
+      s.w1.assign(m.begin(), m.begin() + static_cast<std::ptrdiff_t>(V * V));
+      s.max_abs.assign(m.begin() + static_cast<std::ptrdiff_t>(2 * V * V), m.begin() + static_cast<std::ptrdiff_t>(3 * V * V));
+      sm.push_back(std::move(s));
+    }
+    Ranking ranking = rank_deviation_sources(st.axes, rv, sm);
+    for (const auto& l : plan.left_out) ranking.notes.push_back("left out " + l);
+    std::ostringstream rc;
+    rc << ctx.prov.header()
+       << "axis,value_a,value_b,pairs,step,w1_mean,w1_min,w1_max,max_abs_mean,slope,ratio_to_attention,ratio_lo,ratio_hi\n";
+    for (const auto& r : ranking.rows)
+      rc << r.axis << ',' << r.value_a << ',' << r.value_b << ',' << r.pairs << ',' << r.step << ',' << fmt(r.w1_mean) << ','
+         << fmt(r.w1_min) << ',' << fmt(r.w1_max) << ',' << fmt(r.max_abs_mean) << ',' << fmt(r.slope) << ','
+         << fmt(r.ratio_to_attention) << ',' << fmt(r.ratio_lo) << ',' << fmt(r.ratio_hi) << '\n';
+    for (const auto& n : ranking.notes) rc << "# note: " << n << '\n';
+    write_text_file((fs::path(out) / "ranking.csv").string(), rc.str());
+    std::ostringstream tw;
+    tw << ctx.prov.header() << "variant,twin,precision,step,w1,max_abs\n";
+    for (const auto& t : ranking.twins)
+      tw << t.variant << ',' << t.twin << ',' << t.precision << ',' << t.step << ',' << fmt(t.w1) << ',' << fmt(t.max_abs) << '\n';
+    write_text_file((fs::path(out) / "twins.csv").string(), tw.str());
+    log::info(format_ranking_table(ranking));
+    log::info("reduce: wrote deviation.h5, deviation.csv, ranking.csv and twins.csv in " + out);
+  });
+  return kExitOk;
+}
+
+}  // namespace fastudy

@@ -12,6 +12,5 @@ int not_built(const char* phase) {
 }  // namespace
 
 int job_report(JobContext&) { return not_built("report"); }
-int job_slurm(JobContext&) { return not_built("slurm"); }
 
 }  // namespace fastudy

@@ -1,4 +1,5 @@
-// Training throughput of the demo model (d_model 64, 4 heads, 2 layers, seq_len 64, batch 16, vocab 64)
+// Training throughput of the demo model (configs/quick.toml: d_model 64, 4 heads, 2 layers, seq_len 64,
+// batch 16, vocab 64, 16x16 tiles, mixed policy)
 // at fp32 and bf16 with baseline and flash attention, beside the same model in plain LibTorch modules
 // (no emulation, attention by matmul/softmax, torch::optim::AdamW), in one run on the same batches.
 // Targets (issue 4): flash >= 0.8x baseline; bf16 step time <= 1.5x fp32; fp32 baseline >= 70% of plain.
@@ -24,6 +25,8 @@ Variant demo_variant(AttentionKind kind, Format precision) {
   v.seed = 1;
   v.train.steps = 1'000'000'000;  // never reached: the schedule stays in its first part
   v.train.checkpoint_every = 0;
+  v.attention_cfg.block_q = 16;  // configs/quick.toml's [attention]
+  v.attention_cfg.block_kv = 16;
   return v;
 }
 

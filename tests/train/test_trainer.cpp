@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <unistd.h>
 
 #include "src/train/trainer.hpp"
@@ -234,6 +237,81 @@ TEST(Trainer, TrainLogHasOneRowPerStepAndResumeCutsItBack) {
   run(v, dir, &whole.checkpoints.at(2));
   EXPECT_EQ(lines_of(dir + "/train_log.csv").size(), 7u);
   EXPECT_EQ(lines_of(dir + "/shadow.csv").size(), 1u + 6 * 2);
+}
+
+// The ranks of a variant's group as threads of one process, with an in-memory allreduce (the runner
+// tests the MPI one): every rank contributes its buffer, all wait, each averages in rank order.
+class InProcessGroup {
+ public:
+  explicit InProcessGroup(int world) : world_(world), slots_(world) {}
+
+  template <class T>
+  void allreduce_mean(int rank, T* x, std::size_t n) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      slots_[rank].assign(x, x + n);
+    }
+    barrier();
+    for (std::size_t i = 0; i < n; ++i) {
+      T sum = 0;
+      for (int r = 0; r < world_; ++r) sum += static_cast<T>(slots_[r][i]);
+      x[i] = sum / static_cast<T>(world_);
+    }
+    barrier();
+  }
+
+ private:
+  void barrier() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int generation = generation_;
+    if (++arrived_ == world_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation != generation_; });
+    }
+  }
+
+  int world_;
+  std::vector<std::vector<double>> slots_;  // doubles hold float and double buffers exactly
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int arrived_ = 0, generation_ = 0;
+};
+
+TEST(Trainer, DataParallelRanksShareOneStateAndMatchOneRank) {
+  const Variant v = tiny_variant(AttentionKind::flash, Format::fp32);
+  const TrainRun single = run(v, temp_dir("dp_single"));
+  InProcessGroup group(2);
+  TrainRun ranks[2];
+  const std::string dirs[2] = {temp_dir("dp_rank0"), temp_dir("dp_rank1")};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      TrainHooks hooks;
+      hooks.rank = r;
+      hooks.world = 2;
+      hooks.allreduce_mean_f32 = [&, r](float* x, std::size_t n) { group.allreduce_mean(r, x, n); };
+      hooks.allreduce_mean_f64 = [&, r](double* x, std::size_t n) { group.allreduce_mean(r, x, n); };
+      hooks.save_checkpoint = [&, r](const TrainState& s) { ranks[r].checkpoints[s.step] = s; };
+      hooks.on_step = [&, r](const StepLog& l) { ranks[r].logs.push_back(l); };
+      ranks[r].result = train_variant(v, dirs[r], hooks, nullptr);
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(ranks[0].result.outcome, TrainOutcome::done);
+  ASSERT_EQ(ranks[1].result.outcome, TrainOutcome::done);
+  for (const auto& [step, s] : ranks[0].checkpoints) expect_identical(s, ranks[1].checkpoints.at(step));
+  EXPECT_TRUE(std::filesystem::exists(dirs[0] + "/train_log.csv"));
+  EXPECT_FALSE(std::filesystem::exists(dirs[1] + "/train_log.csv"));  // rank 0 of the group writes the logs
+  // Step 1 starts from the same weights on the same global batch: the 2-rank loss (mean of two
+  // 32-token means) and the 1-rank loss (one 64-token mean) differ only by summation order, at most
+  // 64 * u32 relative. Gradient elements are such sums too; the norm, dominated by large elements,
+  // moves by the same order: 1e-4 relative leaves room for a cancellation factor of ~25.
+  const double u32 = std::ldexp(1.0, -24);
+  EXPECT_NEAR(ranks[0].logs[0].loss, single.logs[0].loss, 64 * u32 * single.logs[0].loss);
+  EXPECT_NEAR(ranks[0].logs[0].grad_norm, single.logs[0].grad_norm, 1e-4 * single.logs[0].grad_norm);
 }
 
 TEST(Trainer, ResumeRejectsAStateOfAnotherModel) {

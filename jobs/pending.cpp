@@ -11,6 +11,4 @@ int not_built(const char* phase) {
 }
 }  // namespace
 
-int job_report(JobContext&) { return not_built("report"); }
-
 }  // namespace fastudy

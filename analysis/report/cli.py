@@ -1,0 +1,70 @@
+"""`python3 analysis/report OUT`: read a study's outputs and write OUT/report.html, OUT/report.md and
+OUT/report_files/ (PNG and SVG of every plot). Exit codes: 0 written, 1 failure, 2 usage error.
+"""
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from . import deviation, microbench, provenance, training, verdict
+from .figures import FigureWriter, style
+from .readers import load_study
+from .render import render_html, render_markdown
+
+
+def build_report(out_dir):
+    """Render the report of the study in out_dir; returns (html path, markdown path)."""
+    out = Path(out_dir)
+    data = load_study(out)
+    files = out / "report_files"
+    if files.exists():
+        shutil.rmtree(files)  # plots of an earlier report must not linger beside the new one
+    figs = FigureWriter(files)
+    with style():
+        state = provenance.phase_state(data)
+        sections = [
+            verdict.build(data, state),
+            microbench.build(data, figs),
+            training.build(data, figs),
+            deviation.build(data, figs),
+            provenance.build(data),
+        ]
+    name = (data.config or {}).get("study", {}).get("name", out.name)
+    prov = data.provenance or {}
+    subtitle = [f"Study `{name}` in {out.resolve()} — fastudy {prov.get('version', '?')} (git {prov.get('git', '?')}), "
+                    "report of the files written by the microbench, train and reduce phases. How to read it: section 1 "
+                    "answers whether the optimisation's effect on the weights stays within the deviation that accepted "
+                    "practices (another init seed, another training precision) already cause; sections 2–4 show the "
+                    "evidence; section 5 how it was produced."]
+    title = f"fastudy deviation-bound report: {name}"
+    html_path, md_path = out / "report.html", out / "report.md"
+    _write_atomic(html_path, render_html(title, subtitle, sections))
+    _write_atomic(md_path, render_markdown(title, subtitle, sections))
+    return html_path, md_path
+
+
+def _write_atomic(path, content):
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(content, encoding="utf-8")
+    tmp.replace(path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="fastudy-report", description=__doc__.splitlines()[0])
+    parser.add_argument("out", help="the study's output directory (OUT)")
+    parser.add_argument("--quiet", action="store_true", help="print errors only (fastudy report prints the paths)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if not out.is_dir():
+        print(f"error: {out} is not a directory", file=sys.stderr)
+        return 2
+    if not any((out / f).exists() for f in ("study.toml", "microbench.csv", "status.csv", "ranking.csv")):
+        print(f"error: {out} holds no fastudy outputs (no study.toml, microbench.csv, status.csv or ranking.csv)\n"
+              "hint: run a phase first, e.g. fastudy microbench GRID.toml --out OUT", file=sys.stderr)
+        return 2
+    html_path, md_path = build_report(out)
+    if not args.quiet:
+        print(f"report: {html_path}")
+        print(f"report: {md_path} (plots in {out / 'report_files'})")
+    return 0

@@ -1,0 +1,61 @@
+"""Figure output: every plot is written as PNG (embedded in report.html) and SVG (for papers) into
+OUT/report_files/, with one style (readable fonts, grid lines) applied through an rc context.
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+from .doc import Figure  # noqa: E402
+
+STYLE = {
+    "font.size": 11,
+    "axes.titlesize": 12,
+    "axes.labelsize": 11,
+    "legend.fontsize": 9,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "figure.dpi": 100,
+    "savefig.dpi": 110,
+    "svg.hashsalt": "fastudy",  # stable ids: the same data gives the same SVG
+}
+
+# Colours by order of appearance (tab10), and the two attention kinds always in the same colours.
+COLOURS = plt.get_cmap("tab10").colors
+KIND_COLOURS = {"flash": "#1f77b4", "baseline": "#d62728", "flash_vs_baseline": "#7f7f7f"}
+FORMAT_ORDER = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e5m2", "fp8_e4m3", "e5m2", "e4m3")
+
+
+def style():
+    return matplotlib.rc_context(STYLE)
+
+
+def format_key(f):
+    """Sort key: wider formats first, unknown ones last in name order."""
+    return (FORMAT_ORDER.index(f) if f in FORMAT_ORDER else len(FORMAT_ORDER), f)
+
+
+class FigureWriter:
+    """Saves matplotlib figures under files_dir and returns doc.Figure blocks."""
+
+    def __init__(self, files_dir):
+        self.files_dir = files_dir
+        self.files_dir.mkdir(parents=True, exist_ok=True)
+
+    def new(self, ncols=1, nrows=1, width=None, height=None, **kw):
+        width = width or min(6.0 * ncols, 13.0)
+        height = height or 4.0 * nrows
+        return plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False, **kw)
+
+    def save(self, fig, name, caption):
+        png = self.files_dir / f"{name}.png"
+        svg = self.files_dir / f"{name}.svg"
+        fig.tight_layout()
+        fig.savefig(png, format="png", metadata={"Software": None})
+        fig.savefig(svg, format="svg", metadata={"Date": None, "Creator": None})
+        plt.close(fig)
+        return Figure(name, caption, png, svg)

@@ -1,0 +1,235 @@
+"""Section 2, the microbenchmark (the paper's Section IV): flash and baseline attention in each number
+format and precision policy against the fp64 golden value.
+
+Figures (each only when the data has what it needs; otherwise a line says what is missing):
+  Fig. 3/4  max |d| against fp64 per format for flash, baseline and flash vs baseline, per policy
+            and pass (median over the points of the format sweep, whiskers min..max), log scale
+  Fig. 5    flash vs baseline deviation against sequence length at fixed tiles
+  Fig. 6    flash deviation against block area (block_q x block_kv) per loop order, square tiles
+            as lines, non-square tiles as separate markers
+Table: flash/baseline ratio of max |d| (both against fp64) per pass, format and policy: the median
+over points of the per-point ratio, like the summary `fastudy microbench` prints.
+"""
+
+from collections import defaultdict
+
+import numpy as np
+
+from .doc import Section, Table, num, text
+from .figures import COLOURS, KIND_COLOURS, format_key
+from .readers import MICROBENCH_FLOATS, MICROBENCH_INTS
+
+# The columns that identify one measured point (everything but the algorithm and the errors).
+POINT_KEYS = ("sweep", "pass", "format", "policy", "seq_len", "head_dim", "block_q", "block_kv", "loop_order",
+              "causal", "trial", "distribution")
+ALGORITHMS = (("flash", "flash vs fp64"), ("baseline", "baseline vs fp64"), ("flash_vs_baseline", "flash vs baseline"))
+PASS_WORDS = {"forward": "forward (O)", "backward": "backward (dQ, dK, dV)"}
+
+
+def typed_rows(table):
+    rows = []
+    for r in table.rows:
+        row = dict(r)
+        for c in MICROBENCH_FLOATS:
+            row[c] = float(r[c])
+        for c in MICROBENCH_INTS:
+            row[c] = int(r[c])
+        rows.append(row)
+    return rows
+
+
+def point_key(r, drop=()):
+    return tuple(r[k] for k in POINT_KEYS if k not in drop)
+
+
+def median_min_max(values):
+    a = np.asarray(values, dtype=float)
+    return float(np.median(a)), float(a.min()), float(a.max())
+
+
+def build(data, figs):
+    sec = Section("2. Microbenchmark", "microbench")
+    if data.microbench is None or not data.microbench.rows:
+        sec.blocks.append(text("The microbenchmark has not run (microbench.csv is missing). Run "
+                               "`fastudy microbench GRID.toml --out OUT` (configs/microbench.toml has the paper's sweeps).",
+                               kind="missing"))
+        return sec
+    rows = typed_rows(data.microbench)
+    sec.blocks.append(text(
+        f"{len(rows)} rows from microbench.csv: errors are max |d| over every element of the output O (forward) or "
+        "of dQ, dK, dV (backward), against the fp64 baseline computed on the same rounded inputs (the golden "
+        "value). Policies: `pure` runs every step in the format; `mixed` keeps fp32 accumulators and softmax "
+        "statistics like real GPU kernels."))
+    sec.blocks += formats_figure(rows, figs)
+    sec.blocks.append(ratio_table(rows))
+    sec.blocks += seq_len_figure(rows, figs)
+    sec.blocks += block_area_figure(rows, figs)
+    return sec
+
+
+def format_sweep(rows):
+    """The rows of the first sweep that covers at least two formats (all rows if none does)."""
+    by_sweep = defaultdict(list)
+    for r in rows:
+        by_sweep[r["sweep"]].append(r)
+    for name, rs in by_sweep.items():
+        if len({r["format"] for r in rs}) >= 2:
+            return name, rs
+    name = next(iter(by_sweep))
+    return name, by_sweep[name]
+
+
+def formats_figure(rows, figs):
+    sweep, rs = format_sweep(rows)
+    passes = sorted({r["pass"] for r in rs}, key=lambda p: (p != "forward", p))
+    policies = sorted({r["policy"] for r in rs})
+    formats = sorted({r["format"] for r in rs}, key=format_key)
+    fig, axes = figs.new(ncols=len(policies), nrows=len(passes), width=min(5.5 * len(policies) + 1, 13),
+                         height=3.8 * len(passes), sharey="row")
+    width = 0.8 / len(ALGORITHMS)
+    for pi, ps in enumerate(passes):
+        for ci, policy in enumerate(policies):
+            ax = axes[pi][ci]
+            for ai, (alg, label) in enumerate(ALGORITHMS):
+                xs, meds, lo, hi = [], [], [], []
+                for fi, f in enumerate(formats):
+                    vals = [r["max_abs"] for r in rs if r["pass"] == ps and r["policy"] == policy and r["format"] == f
+                            and r["algorithm"] == alg and r["max_abs"] > 0]
+                    if not vals:
+                        continue
+                    m, a, b = median_min_max(vals)
+                    xs.append(fi + (ai - 1) * width)
+                    meds.append(m)
+                    lo.append(m - a)
+                    hi.append(b - m)
+                if xs:
+                    ax.bar(xs, meds, width=width, color=KIND_COLOURS[alg], label=label,
+                           yerr=[lo, hi], capsize=2, error_kw={"elinewidth": 0.8})
+            ax.set_yscale("log")
+            ax.set_xticks(range(len(formats)), formats)
+            ax.set_title(f"{PASS_WORDS.get(ps, ps)}, policy {policy}")
+            ax.set_xlabel("number format")
+            if ci == 0:
+                ax.set_ylabel("max |d| (absolute, output units)")
+            ax.legend(loc="upper left")
+    caption = (f"Fig. 3/4: error per number format (sweep `{sweep}`; bars: median over its points, whiskers: "
+               "min–max). Blue/red: flash/baseline against the fp64 golden value (paper Fig. 4); grey: flash "
+               "against baseline in the same format (paper Fig. 3). Log scale; a missing bar is an exact zero.")
+    return [figs.save(fig, "microbench_formats", caption)]
+
+
+def ratio_table(rows):
+    base = {point_key(r): r["max_abs"] for r in rows if r["algorithm"] == "baseline"}
+    acc = defaultdict(lambda: {"flash": [], "baseline": [], "ratio": []})
+    for r in rows:
+        k = (r["pass"], r["format"], r["policy"])
+        if r["algorithm"] == "flash":
+            acc[k]["flash"].append(r["max_abs"])
+            b = base.get(point_key(r))
+            if b:
+                acc[k]["ratio"].append(r["max_abs"] / b)
+        elif r["algorithm"] == "baseline":
+            acc[k]["baseline"].append(r["max_abs"])
+    out = []
+    for (ps, f, policy), a in acc.items():
+        ratio = float(np.median(a["ratio"])) if a["ratio"] else float("nan")
+        flash = float(np.median(a["flash"])) if a["flash"] else float("nan")
+        baseline = float(np.median(a["baseline"])) if a["baseline"] else float("nan")
+        out.append((ratio, [ps, f, policy, num(flash), num(baseline), num(ratio, suffix="x"), str(len(a["flash"]))]))
+    out.sort(key=lambda t: (-(t[0]) if t[0] == t[0] else float("inf")))
+    return Table(["pass", "format", "policy", "flash max |d|", "baseline max |d|", "flash / baseline", "points"],
+                 [r for _, r in out],
+                 caption="Flash/baseline error ratio (both against fp64; median over points of the per-point ratio), "
+                         "largest first. The paper reports about 10x at bf16 for its pure re-implementation.")
+
+
+def _sweep_groups(rows, vary, algorithm):
+    """Groups of rows (same everything but `vary`, trial and sweep) that cover >= 2 values of `vary`."""
+    groups = defaultdict(list)
+    for r in rows:
+        if r["algorithm"] == algorithm:
+            groups[point_key(r, drop=vary + ("trial", "sweep"))].append(r)
+    return {k: g for k, g in groups.items() if len({tuple(r[v] for v in vary) for r in g}) >= 2}
+
+
+def _key_label(key, drop, keep):
+    names = [k for k in POINT_KEYS if k not in drop]
+    d = dict(zip(names, key))
+    return ", ".join(f"{d[k]}" if k in ("format", "policy") else f"{k} {d[k]}" for k in keep if k in d)
+
+
+def seq_len_figure(rows, figs):
+    groups = _sweep_groups(rows, ("seq_len",), "flash_vs_baseline")
+    if not groups:
+        lens = sorted({r["seq_len"] for r in rows})
+        return [text(f"Fig. 5 (deviation against sequence length) needs a sweep over several sequence lengths at fixed "
+                     f"tiles; this study has seq_len {', '.join(map(str, lens))} only (configs/microbench.toml has one).",
+                     kind="missing")]
+    fig, axes = figs.new(ncols=2, width=12, height=4.2)
+    drop = ("seq_len", "trial", "sweep")
+    for gi, (key, g) in enumerate(sorted(groups.items())):
+        colour = COLOURS[gi % len(COLOURS)]
+        lens = sorted({r["seq_len"] for r in g})
+        stats = [median_min_max([r["max_abs"] for r in g if r["seq_len"] == n]) for n in lens]
+        mean = [float(np.mean([r["mean_abs"] for r in g if r["seq_len"] == n])) for n in lens]
+        std = [float(np.mean([r["std_abs"] for r in g if r["seq_len"] == n])) for n in lens]
+        label = _key_label(key, drop, ("format", "policy", "pass", "block_q", "block_kv", "loop_order"))
+        axes[0][0].plot(lens, [s[0] for s in stats], "o-", color=colour, label=label)
+        axes[0][0].fill_between(lens, [s[1] for s in stats], [s[2] for s in stats], color=colour, alpha=0.15)
+        axes[0][1].plot(lens, mean, "o-", color=colour, label=label)
+        axes[0][1].fill_between(lens, np.maximum(np.array(mean) - std, np.array(mean) * 1e-3), np.array(mean) + std,
+                                color=colour, alpha=0.15)
+    for ax, what in ((axes[0][0], "max |d|"), (axes[0][1], "mean |d| (band: ± std)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length N (tokens)")
+        ax.set_ylabel(f"flash vs baseline {what}")
+    axes[0][0].set_title("(a) max difference")
+    axes[0][1].set_title("(b) mean and std of the difference")
+    axes[0][0].legend(fontsize=8)
+    caption = ("Fig. 5: flash against baseline (same format) as the sequence length grows at fixed tile sizes: more "
+               "key/value tiles per row, more rescaling. Lines: median over trials (band: min–max for (a)).")
+    return [figs.save(fig, "microbench_seq_len", caption)]
+
+
+def block_area_figure(rows, figs):
+    groups = _sweep_groups(rows, ("block_q", "block_kv"), "flash")
+    if not groups:
+        blocks = sorted({(r["block_q"], r["block_kv"]) for r in rows})
+        return [text("Fig. 6 (deviation against block area) needs a sweep over several tile sizes; this study has "
+                     f"blocks {', '.join(f'{q}x{k}' for q, k in blocks)} only (configs/microbench.toml has one).",
+                     kind="missing")]
+    orders = sorted({r["loop_order"] for g in groups.values() for r in g})
+    fig, axes = figs.new(ncols=len(orders), width=min(6 * len(orders), 13), height=4.4, sharey="row")
+    drop = ("block_q", "block_kv", "trial", "sweep")
+    colour_of = {}
+    for oi, order in enumerate(orders):
+        ax = axes[0][oi]
+        for key, g in sorted(groups.items()):
+            g = [r for r in g if r["loop_order"] == order]
+            if not g:
+                continue
+            label = _key_label(key, drop, ("format", "policy", "pass", "seq_len"))
+            colour = colour_of.setdefault(label, COLOURS[len(colour_of) % len(COLOURS)])
+            blocks = sorted({(r["block_q"], r["block_kv"]) for r in g}, key=lambda b: (b[0] * b[1], b))
+            square = [b for b in blocks if b[0] == b[1]]
+            other = [b for b in blocks if b[0] != b[1]]
+
+            def med(b):
+                return float(np.median([r["max_abs"] for r in g if (r["block_q"], r["block_kv"]) == b]))
+            if square:
+                ax.plot([q * k for q, k in square], [med(b) for b in square], "o-", color=colour, label=f"{label}, square")
+            if other:
+                ax.plot([q * k for q, k in other], [med(b) for b in other], "^", color=colour, markersize=8,
+                        markerfacecolor="none", label=f"{label}, non-square")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("block area block_q x block_kv (elements)")
+        ax.set_title(f"loop order {order}")
+        if oi == 0:
+            ax.set_ylabel("flash max |d| vs fp64")
+        ax.legend(fontsize=8)
+    caption = ("Fig. 6: flash error against block area per loop order (kv_outer = FA-1's outer loop over key/value "
+               "blocks, q_outer = FA-2's). Circles joined by lines: square tiles; open triangles: non-square tiles "
+               "of the same area. Median over trials; log scales.")
+    return [figs.save(fig, "microbench_block_area", caption)]

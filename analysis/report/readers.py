@@ -1,0 +1,273 @@
+"""Readers of a study's outputs: the only place that knows file names and column layouts.
+
+Every phase writes CSV files that open with "# key: value" provenance lines (the first is
+"# fastudy VERSION (git SHA)"); ranking.csv ends with "# note: ..." lines. The report reads only
+these outputs (and deviation.h5 for the pairwise matrices), never the checkpoints. A file that is
+missing gives None; a file that cannot be parsed is recorded in StudyData.problems so the report
+can say so instead of failing as a whole.
+
+Layout of OUT (see jobs/*.cpp):
+  study.toml, provenance.txt                       resolved config, provenance of the last phase
+  status.csv                                       variant,state,step,loss,wall_time_s,reason
+  variants/<id>/train_log.csv, shadow.csv          per-step training log, shadow attention log
+  microbench.csv                                   one row per point and algorithm
+  deviation.h5 (/steps/<step>/<tensor>/<metric>)   V x V matrices; deviation.csv the same as rows
+  ranking.csv, twins.csv                           deviation sources per step, fp64 twins
+"""
+
+import csv
+import io
+import itertools
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+MICROBENCH_FLOATS = ("max_abs", "mean_abs", "std_abs", "rel_l2", "rescales_per_row")
+MICROBENCH_INTS = ("seq_len", "head_dim", "block_q", "block_kv", "causal", "trial", "tiles_kv")
+RANKING_FLOATS = ("w1_mean", "w1_min", "w1_max", "max_abs_mean", "slope", "ratio_to_attention",
+                  "ratio_lo", "ratio_hi")
+DEVIATION_METRICS = ("w1", "w2", "max_abs", "mean_abs", "rel_l2")
+MODEL_TENSOR = "model"  # the whole-model pseudo-tensor of deviation.h5/.csv
+
+
+@dataclass
+class CsvTable:
+    """A CSV output: provenance lines, trailing notes, the header and the rows (strings)."""
+    path: Path
+    provenance: dict
+    notes: list
+    columns: list
+    rows: list
+
+
+@dataclass
+class TrainLog:
+    """One variant's train_log.csv as numpy columns (step, loss, grad_norm, lr, loss_scale,
+    skipped, spike, tokens_per_s)."""
+    columns: dict
+
+
+@dataclass
+class Deviation:
+    """Pairwise matrices: matrices[step][tensor][metric] is a V x V array over `variants`."""
+    variants: list
+    variant_axes: dict  # id -> [(axis, value)] in grid order
+    steps: list
+    tensors: list
+    matrices: dict
+    left_out: list
+    provenance: dict
+    source: str  # "deviation.h5" or "deviation.csv"
+
+
+@dataclass
+class StudyData:
+    out_dir: Path
+    config: dict = None
+    config_text: str = None
+    provenance: dict = field(default_factory=dict)
+    status: CsvTable = None
+    train_logs: dict = field(default_factory=dict)
+    shadow: dict = field(default_factory=dict)
+    microbench: CsvTable = None
+    deviation: Deviation = None
+    ranking: CsvTable = None
+    twins: CsvTable = None
+    problems: list = field(default_factory=list)
+
+    def grid(self):
+        """[(axis, [values as text])] in grid order, from study.toml."""
+        if not self.config:
+            return []
+        return [(axis, [value_text(v) for v in values]) for axis, values in self.config.get("grid", {}).items()]
+
+    def planned(self, phase):
+        """Whether [study] phases includes `phase` (True when the config is unknown)."""
+        if not self.config:
+            return True
+        return phase in self.config.get("study", {}).get("phases", [phase])
+
+    def variant_axes(self):
+        """id -> [(axis, value)]: deviation.h5's record when present, else the grid's expansion."""
+        if self.deviation and self.deviation.variant_axes:
+            expanded = expand_grid(self.grid())
+            expanded.update(self.deviation.variant_axes)
+            return expanded
+        return expand_grid(self.grid())
+
+
+def value_text(v):
+    """An axis value as the C++ side writes it (shortest round-trip text for floats)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+_ID_PREFIX = {"seed": "s", "data_seed": "d", "block_q": "bq", "block_kv": "bkv", "lr": "lr"}
+
+
+def expand_grid(grid):
+    """Variant ids and axes of the grid, first axis slowest (src/config.cpp's expansion)."""
+    if not grid:
+        return {}
+    out = {}
+    for combo in itertools.product(*[values for _, values in grid]):
+        axes = [(axis, value) for (axis, _), value in zip(grid, combo)]
+        vid = "-".join(_ID_PREFIX.get(axis, "") + value for axis, value in axes)
+        out[vid] = axes
+    return out
+
+
+def parse_provenance_lines(lines):
+    prov, notes = {}, []
+    for line in lines:
+        body = line[1:].strip()
+        if body.startswith("note:"):
+            notes.append(body[len("note:"):].strip())
+            continue
+        m = re.match(r"fastudy (\S+) \(git (\S+)\)$", body)
+        if m:
+            prov["version"], prov["git"] = m.group(1), m.group(2)
+        elif ":" in body:
+            key, value = body.split(":", 1)
+            prov[key.strip()] = value.strip()
+    return prov, notes
+
+
+def read_csv_table(path):
+    """A CSV output with '#' provenance lines (any position) or None when the file is missing."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8", errors="replace")
+    comments = [l for l in text.splitlines() if l.startswith("#")]
+    body = "\n".join(l for l in text.splitlines() if l and not l.startswith("#"))
+    prov, notes = parse_provenance_lines(comments)
+    reader = csv.reader(io.StringIO(body))
+    header = next(reader, None)
+    if header is None:
+        return CsvTable(path, prov, notes, [], [])
+    rows = []
+    for i, r in enumerate(reader):
+        if len(r) != len(header):
+            raise ValueError(f"{path}: data row {i + 1} has {len(r)} fields, the header has {len(header)}")
+        rows.append(dict(zip(header, r)))
+    return CsvTable(path, prov, notes, header, rows)
+
+
+def to_float(s):
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def read_train_log(path):
+    table = read_csv_table(path)
+    if table is None or not table.rows:
+        return None
+    cols = {c: np.array([to_float(r[c]) for r in table.rows]) for c in table.columns}
+    return TrainLog(cols)
+
+
+def read_deviation_h5(path, problems):
+    try:
+        import h5py
+    except ImportError:
+        problems.append("h5py is not installed: deviation.h5 was not read (apt-get install python3-h5py)")
+        return None
+    with h5py.File(path, "r") as f:
+        attrs = {k: _text(v) for k, v in f.attrs.items()}
+        variants = [v for v in attrs.get("variants", "").splitlines() if v]
+        variant_axes = {}
+        for vid, line in zip(variants, attrs.get("variant_axes", "").splitlines()):
+            variant_axes[vid] = [tuple(kv.split("=", 1)) for kv in line.split(",") if "=" in kv]
+        matrices, steps, tensors = {}, [], []
+        for step_name, g in f["steps"].items():
+            step = int(g.attrs.get("step", step_name))
+            steps.append(step)
+            matrices[step] = {}
+            for tensor, tg in g.items():
+                if tensor not in tensors:
+                    tensors.append(tensor)
+                matrices[step][tensor] = {m: np.array(tg[m]) for m in tg.keys()}
+    steps.sort()
+    prov, _ = parse_provenance_lines(attrs.get("provenance", "").splitlines())
+    left_out = [l for l in attrs.get("left_out", "").splitlines() if l]
+    return Deviation(variants, variant_axes, steps, tensors, matrices, left_out, prov, "deviation.h5")
+
+
+def read_deviation_csv(path):
+    table = read_csv_table(path)
+    if table is None or not table.rows:
+        return None
+    variants = []
+    for r in table.rows:
+        for v in (r["variant_a"], r["variant_b"]):
+            if v not in variants:
+                variants.append(v)
+    index = {v: i for i, v in enumerate(variants)}
+    n = len(variants)
+    matrices, tensors = {}, []
+    for r in table.rows:
+        step, tensor = int(r["step"]), r["tensor"]
+        if tensor not in tensors:
+            tensors.append(tensor)
+        per = matrices.setdefault(step, {}).setdefault(tensor, {})
+        i, j = index[r["variant_a"]], index[r["variant_b"]]
+        for m in DEVIATION_METRICS:
+            if m in r:
+                mat = per.setdefault(m, np.full((n, n), np.nan))
+                mat[i, j] = mat[j, i] = to_float(r[m])
+    return Deviation(variants, {}, sorted(matrices), tensors, matrices, [], table.provenance, "deviation.csv")
+
+
+def _text(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _guard(problems, what, fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:  # a broken file must not sink the whole report
+        problems.append(f"{what} could not be read: {e}")
+        return None
+
+
+def load_study(out_dir):
+    """Everything the report needs from OUT; missing files stay None."""
+    out = Path(out_dir)
+    data = StudyData(out_dir=out)
+    p = data.problems
+    toml_path = out / "study.toml"
+    if toml_path.is_file():
+        data.config_text = toml_path.read_text(encoding="utf-8", errors="replace")
+        data.config = _guard(p, "study.toml", tomllib.loads, data.config_text)
+    prov_path = out / "provenance.txt"
+    if prov_path.is_file():
+        data.provenance, _ = parse_provenance_lines(
+            [l for l in prov_path.read_text(errors="replace").splitlines() if l.startswith("#")])
+    data.status = _guard(p, "status.csv", read_csv_table, out / "status.csv")
+    data.microbench = _guard(p, "microbench.csv", read_csv_table, out / "microbench.csv")
+    data.ranking = _guard(p, "ranking.csv", read_csv_table, out / "ranking.csv")
+    data.twins = _guard(p, "twins.csv", read_csv_table, out / "twins.csv")
+    if (out / "deviation.h5").is_file():
+        data.deviation = _guard(p, "deviation.h5", read_deviation_h5, out / "deviation.h5", p)
+    if data.deviation is None and (out / "deviation.csv").is_file():
+        data.deviation = _guard(p, "deviation.csv", read_deviation_csv, out / "deviation.csv")
+    variants_dir = out / "variants"
+    if variants_dir.is_dir():
+        for d in sorted(variants_dir.iterdir()):
+            log = _guard(p, f"variants/{d.name}/train_log.csv", read_train_log, d / "train_log.csv")
+            if log is not None:
+                data.train_logs[d.name] = log
+            shadow = _guard(p, f"variants/{d.name}/shadow.csv", read_csv_table, d / "shadow.csv")
+            if shadow is not None and shadow.rows:
+                data.shadow[d.name] = shadow
+    return data

@@ -71,11 +71,10 @@ template <class T>
 FASTUDY_INLINE void vstore(T* p, vec_t<T> v) {
   __builtin_memcpy(p, &v, sizeof v);
 }
+// x in every lane (x - 0 is x for every x, -0 and NaN included: one broadcast instruction).
 template <class T>
 FASTUDY_INLINE vec_t<T> splat(T x) {
-  vec_t<T> v;
-  for (int i = 0; i < kLanes<T>; ++i) v[i] = x;
-  return v;
+  return x - vec_t<T>{};
 }
 template <class V>
 FASTUDY_INLINE V vmax(V a, V b) {
@@ -146,6 +145,19 @@ FASTUDY_INLINE vec_t<T> round_vec(vec_t<T> x) {
     using UV = uvec_t<T>;
     using V = vec_t<T>;
     constexpr int kShift = S::p - Tr::p;
+    if constexpr (Tr::emin == 1 - S::bias && Tr::emax == S::bias && !Tr::nan_on_overflow) {
+      // Same exponent range as the source (bf16, tf32 from float): RNE on the bits alone, as
+      // c10::BFloat16 does. A carry out of the largest binade gives exactly the inf pattern; only
+      // NaN needs a select (its payload could carry into the sign).
+      constexpr U kOne = 1;
+      const UV u = (UV)x;
+      UV r = u + (((kOne << (kShift - 1)) - 1) + ((u >> kShift) & 1));
+      r &= ~((kOne << kShift) - 1);
+      constexpr U kSignMask = kOne << (8 * sizeof(U) - 1);
+      constexpr U kQuietNan = (~kSignMask & ~((kOne << S::p) - 1)) | (kOne << (S::p - 1));
+      r = x != x ? ((u & kSignMask) | kQuietNan) : r;
+      return (V)r;
+    }
     constexpr U kOne = 1;
     constexpr U kSignMask = kOne << (8 * sizeof(U) - 1);
     constexpr U kExpMask = ~kSignMask & ~((kOne << S::p) - 1);
@@ -235,24 +247,24 @@ struct RuntimeRounding {
 };
 
 // ---- exp --------------------------------------------------------------------------------------
-// float: Cephes expf (range reduction by ln 2 in two parts, degree-6 polynomial), about 1 ulp;
-// exp(x) = 0 below -87.3 (the fp32 subnormal range is flushed), inf above 88.7, NaN stays NaN.
+// float: Cephes expf (range reduction by ln 2 in two parts, degree-6 polynomial in Horner form with
+// fused multiply-adds where the CPU has them), about 1 ulp; exp(x) = 0 below -87.3 (the fp32
+// subnormal range is flushed; masked scores are -inf and give exactly 0), inf above 88.7, NaN stays.
 FASTUDY_INLINE vec_t<float> vexp(vec_t<float> x) {
   using V = vec_t<float>;
   using IV = vec_t<std::int32_t>;
   const V xc = x < 88.3762626647949f ? x : (V{} + 88.3762626647949f);
   const V magic = V{} + 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer (ties to even)
-  const V t = xc * 1.44269504088896341f + magic;
+  const V t = madd(xc, V{} + 1.44269504088896341f, magic);
   const V n = t - magic;
-  V r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  V p = V{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const V y = p * (r * r) + r + 1.0f;
+  V r = madd(n, V{} - 0.693359375f, xc);
+  r = madd(n, V{} + 2.12194440e-4f, r);
+  V p = madd(V{} + 1.9875691500e-4f, r, V{} + 1.3981999507e-3f);
+  p = madd(p, r, V{} + 8.3334519073e-3f);
+  p = madd(p, r, V{} + 4.1665795894e-2f);
+  p = madd(p, r, V{} + 1.6666665459e-1f);
+  p = madd(p, r, V{} + 5.0000001201e-1f);
+  const V y = madd(p, r * r, r + 1.0f);
   const IV e = ((IV)t - (IV)magic + 127) << 23;  // 2^n as a float bit pattern
   V res = y * (V)e;
   res = x < -87.3365447505531f ? V{} : res;
@@ -280,142 +292,107 @@ FASTUDY_INLINE V round_max(const R& rd, V m) {
 inline std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 
 // ---- tile kernels ---------------------------------------------------------------------------------
+// Register blocks: kBlockRows rows x kBlockVecs vectors of accumulators (16 with 32 zmm registers,
+// 8 with 16 ymm/xmm registers): enough independent FMA chains to cover the FMA latency on two ports.
+constexpr int kBlockRows = 4;
+constexpr int kBlockVecs = kVecBytes == 64 ? 4 : 2;
+
+// A CB x RV block of the transposed score tile: out[cb * ldst + rv * L] for key rows cb < CB and
+// query vectors rv < RV, each lane the dot product over t = 0..d-1 in order.
+template <int CB, int RV, class T, class R>
+FASTUDY_INLINE void score_block(const R& rd, const T* k, std::int64_t d, const T* qt, std::int64_t ldq, T scale,
+                                T* out, std::int64_t ldst) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  V acc[CB][RV];
+#pragma GCC unroll 16
+  for (int cb = 0; cb < CB; ++cb)
+#pragma GCC unroll 16
+    for (int rv = 0; rv < RV; ++rv) acc[cb][rv] = V{};
+  for (std::int64_t t = 0; t < d; ++t) {
+    V qv[RV];
+#pragma GCC unroll 16
+    for (int rv = 0; rv < RV; ++rv) qv[rv] = vload(qt + t * ldq + rv * L);
+#pragma GCC unroll 16
+    for (int cb = 0; cb < CB; ++cb) {
+      const V b = splat(k[cb * d + t]);
+#pragma GCC unroll 16
+      for (int rv = 0; rv < RV; ++rv) acc[cb][rv] = rd.accum(madd(b, qv[rv], acc[cb][rv]));
+    }
+  }
+#pragma GCC unroll 16
+  for (int cb = 0; cb < CB; ++cb)
+#pragma GCC unroll 16
+    for (int rv = 0; rv < RV; ++rv) vstore(out + cb * ldst + rv * L, rd.s(acc[cb][rv] * scale));
+}
 
 // St[c * ldst + r] = s(scale * (K_c . Q_r)) for c < bc and r < brp (a multiple of the lane count):
 // the transposed score tile. K is row-major [bc, d]; Qt is Q transposed, Qt[t * ldq + r].
-// Register block: 4 rows of K x 2 vectors of Q rows; the dot product runs over t in order.
 template <class T, class R>
 void score_tile(const R& rd, const T* k, std::int64_t d, const T* qt, std::int64_t ldq, std::int64_t bc,
                 std::int64_t brp, T scale, T* st, std::int64_t ldst) {
-  using V = vec_t<T>;
   constexpr int L = kLanes<T>;
+  constexpr int CB = kBlockRows, RV = kBlockVecs;
   std::int64_t c = 0;
-  for (; c + 4 <= bc; c += 4) {
-    const T* k0 = k + c * d;
-    const T* k1 = k0 + d;
-    const T* k2 = k1 + d;
-    const T* k3 = k2 + d;
+  for (; c + CB <= bc; c += CB) {
     std::int64_t r = 0;
-    for (; r + 2 * L <= brp; r += 2 * L) {
-      V a00{}, a01{}, a10{}, a11{}, a20{}, a21{}, a30{}, a31{};
-      for (std::int64_t t = 0; t < d; ++t) {
-        const V q0 = vload(qt + t * ldq + r);
-        const V q1 = vload(qt + t * ldq + r + L);
-        V b = splat(k0[t]);
-        a00 = rd.accum(madd(b, q0, a00));
-        a01 = rd.accum(madd(b, q1, a01));
-        b = splat(k1[t]);
-        a10 = rd.accum(madd(b, q0, a10));
-        a11 = rd.accum(madd(b, q1, a11));
-        b = splat(k2[t]);
-        a20 = rd.accum(madd(b, q0, a20));
-        a21 = rd.accum(madd(b, q1, a21));
-        b = splat(k3[t]);
-        a30 = rd.accum(madd(b, q0, a30));
-        a31 = rd.accum(madd(b, q1, a31));
-      }
-      T* out = st + c * ldst + r;
-      vstore(out, rd.s(a00 * scale));
-      vstore(out + L, rd.s(a01 * scale));
-      vstore(out + ldst, rd.s(a10 * scale));
-      vstore(out + ldst + L, rd.s(a11 * scale));
-      vstore(out + 2 * ldst, rd.s(a20 * scale));
-      vstore(out + 2 * ldst + L, rd.s(a21 * scale));
-      vstore(out + 3 * ldst, rd.s(a30 * scale));
-      vstore(out + 3 * ldst + L, rd.s(a31 * scale));
-    }
-    for (; r < brp; r += L) {
-      V a0{}, a1{}, a2{}, a3{};
-      for (std::int64_t t = 0; t < d; ++t) {
-        const V q0 = vload(qt + t * ldq + r);
-        a0 = rd.accum(madd(splat(k0[t]), q0, a0));
-        a1 = rd.accum(madd(splat(k1[t]), q0, a1));
-        a2 = rd.accum(madd(splat(k2[t]), q0, a2));
-        a3 = rd.accum(madd(splat(k3[t]), q0, a3));
-      }
-      T* out = st + c * ldst + r;
-      vstore(out, rd.s(a0 * scale));
-      vstore(out + ldst, rd.s(a1 * scale));
-      vstore(out + 2 * ldst, rd.s(a2 * scale));
-      vstore(out + 3 * ldst, rd.s(a3 * scale));
-    }
+    for (; r + RV * L <= brp; r += RV * L)
+      score_block<CB, RV>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
+    for (; r < brp; r += L) score_block<CB, 1>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
   }
   for (; c < bc; ++c) {
-    const T* k0 = k + c * d;
-    for (std::int64_t r = 0; r < brp; r += L) {
-      V a0{};
-      for (std::int64_t t = 0; t < d; ++t) a0 = rd.accum(madd(splat(k0[t]), vload(qt + t * ldq + r), a0));
-      vstore(st + c * ldst + r, rd.s(a0 * scale));
-    }
+    std::int64_t r = 0;
+    for (; r + RV * L <= brp; r += RV * L)
+      score_block<1, RV>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
+    for (; r < brp; r += L) score_block<1, 1>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
   }
 }
 
+// An RB x TV block of Out += P.V: rows rb < RB, head-dim vectors tv < TV, the sum over c in order.
+template <int RB, int TV, class T, class R>
+FASTUDY_INLINE void pv_block(const R& rd, const T* pt, std::int64_t ldp, const T* vm, std::int64_t dp,
+                             std::int64_t bc, T* out, std::int64_t ldo) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  V acc[RB][TV];
+#pragma GCC unroll 16
+  for (int rb = 0; rb < RB; ++rb)
+#pragma GCC unroll 16
+    for (int tv = 0; tv < TV; ++tv) acc[rb][tv] = vload(out + rb * ldo + tv * L);
+  for (std::int64_t c = 0; c < bc; ++c) {
+    V vv[TV];
+#pragma GCC unroll 16
+    for (int tv = 0; tv < TV; ++tv) vv[tv] = vload(vm + c * dp + tv * L);
+#pragma GCC unroll 16
+    for (int rb = 0; rb < RB; ++rb) {
+      const V b = splat(pt[c * ldp + rb]);
+#pragma GCC unroll 16
+      for (int tv = 0; tv < TV; ++tv) acc[rb][tv] = rd.accum(madd(b, vv[tv], acc[rb][tv]));
+    }
+  }
+#pragma GCC unroll 16
+  for (int rb = 0; rb < RB; ++rb)
+#pragma GCC unroll 16
+    for (int tv = 0; tv < TV; ++tv) vstore(out + rb * ldo + tv * L, acc[rb][tv]);
+}
+
 // Out[r * ldo + t] = accum-sequence of Out[r][t] + sum_c Pt[c * ldp + r] * Vm[c * dp + t], for r < br
-// and t < dp (a multiple of the lane count), c in order. Register block: 4 rows x 2 vectors.
+// and t < dp (a multiple of the lane count), c in order.
 template <class T, class R>
 void pv_tile(const R& rd, const T* pt, std::int64_t ldp, const T* vm, std::int64_t dp, std::int64_t bc,
              std::int64_t br, T* out, std::int64_t ldo) {
-  using V = vec_t<T>;
   constexpr int L = kLanes<T>;
+  constexpr int RB = kBlockRows, TV = kBlockVecs;
   std::int64_t r = 0;
-  for (; r + 4 <= br; r += 4) {
+  for (; r + RB <= br; r += RB) {
     std::int64_t t = 0;
-    for (; t + 2 * L <= dp; t += 2 * L) {
-      T* o0 = out + r * ldo + t;
-      V a00 = vload(o0), a01 = vload(o0 + L);
-      V a10 = vload(o0 + ldo), a11 = vload(o0 + ldo + L);
-      V a20 = vload(o0 + 2 * ldo), a21 = vload(o0 + 2 * ldo + L);
-      V a30 = vload(o0 + 3 * ldo), a31 = vload(o0 + 3 * ldo + L);
-      for (std::int64_t c = 0; c < bc; ++c) {
-        const V v0 = vload(vm + c * dp + t);
-        const V v1 = vload(vm + c * dp + t + L);
-        const T* p = pt + c * ldp + r;
-        V b = splat(p[0]);
-        a00 = rd.accum(madd(b, v0, a00));
-        a01 = rd.accum(madd(b, v1, a01));
-        b = splat(p[1]);
-        a10 = rd.accum(madd(b, v0, a10));
-        a11 = rd.accum(madd(b, v1, a11));
-        b = splat(p[2]);
-        a20 = rd.accum(madd(b, v0, a20));
-        a21 = rd.accum(madd(b, v1, a21));
-        b = splat(p[3]);
-        a30 = rd.accum(madd(b, v0, a30));
-        a31 = rd.accum(madd(b, v1, a31));
-      }
-      vstore(o0, a00);
-      vstore(o0 + L, a01);
-      vstore(o0 + ldo, a10);
-      vstore(o0 + ldo + L, a11);
-      vstore(o0 + 2 * ldo, a20);
-      vstore(o0 + 2 * ldo + L, a21);
-      vstore(o0 + 3 * ldo, a30);
-      vstore(o0 + 3 * ldo + L, a31);
-    }
-    for (; t < dp; t += L) {
-      T* o0 = out + r * ldo + t;
-      V a0 = vload(o0), a1 = vload(o0 + ldo), a2 = vload(o0 + 2 * ldo), a3 = vload(o0 + 3 * ldo);
-      for (std::int64_t c = 0; c < bc; ++c) {
-        const V v0 = vload(vm + c * dp + t);
-        const T* p = pt + c * ldp + r;
-        a0 = rd.accum(madd(splat(p[0]), v0, a0));
-        a1 = rd.accum(madd(splat(p[1]), v0, a1));
-        a2 = rd.accum(madd(splat(p[2]), v0, a2));
-        a3 = rd.accum(madd(splat(p[3]), v0, a3));
-      }
-      vstore(o0, a0);
-      vstore(o0 + ldo, a1);
-      vstore(o0 + 2 * ldo, a2);
-      vstore(o0 + 3 * ldo, a3);
-    }
+    for (; t + TV * L <= dp; t += TV * L) pv_block<RB, TV>(rd, pt + r, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
+    for (; t < dp; t += L) pv_block<RB, 1>(rd, pt + r, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
   }
   for (; r < br; ++r) {
-    for (std::int64_t t = 0; t < dp; t += L) {
-      T* o0 = out + r * ldo + t;
-      V a0 = vload(o0);
-      for (std::int64_t c = 0; c < bc; ++c) a0 = rd.accum(madd(splat(pt[c * ldp + r]), vload(vm + c * dp + t), a0));
-      vstore(o0, a0);
-    }
+    std::int64_t t = 0;
+    for (; t + TV * L <= dp; t += TV * L) pv_block<1, TV>(rd, pt + r, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
+    for (; t < dp; t += L) pv_block<1, 1>(rd, pt + r, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
   }
 }
 

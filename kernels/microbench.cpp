@@ -1,0 +1,201 @@
+// The microbenchmark point library (see kernels/microbench.hpp): deterministic inputs, the three
+// comparisons of one point, and its error metrics.
+//
+// B batch, H heads, N sequence, d head dim; tensors are [B, H, N, d].
+#include "kernels/microbench.hpp"
+
+#include <cmath>
+#include <string_view>
+
+#include "src/util/error.hpp"
+
+namespace fastudy {
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 0xCBF29CE484222325ull;
+  for (char c : s) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001B3ull;
+  }
+  return h;
+}
+
+// A uniform double in [0, 1) from the top 53 bits.
+double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+bool needs_double(const PrecisionPolicy& p) {
+  for (Format f : {p.q, p.k, p.v, p.s, p.p, p.o, p.accum, p.stats, p.rescale, p.division, p.grad})
+    if (f == Format::fp64) return true;
+  return false;
+}
+
+struct Diff {
+  double max_abs = 0, mean_abs = 0, std_abs = 0, rel_l2 = 0;
+};
+
+Diff compare(const std::vector<double>& a, const std::vector<double>& ref) {
+  Diff d;
+  double sum = 0, sum_sq = 0, ref_sq = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double e = std::fabs(a[i] - ref[i]);
+    d.max_abs = std::max(d.max_abs, e);
+    sum += e;
+    sum_sq += e * e;
+    ref_sq += ref[i] * ref[i];
+  }
+  const double n = static_cast<double>(a.size());
+  d.mean_abs = sum / n;
+  d.std_abs = std::sqrt(std::max(0.0, sum_sq / n - d.mean_abs * d.mean_abs));
+  d.rel_l2 = ref_sq > 0 ? std::sqrt(sum_sq / ref_sq) : std::sqrt(sum_sq);
+  return d;
+}
+
+std::vector<double> rounded(std::vector<double> x, Format f) {
+  round_inplace(f, x.data(), x.size());
+  return x;
+}
+
+struct KernelResult {
+  std::vector<double> values;  // O, or dQ|dK|dV
+  AttentionStats stats;
+};
+
+template <class T>
+KernelResult run_kernel(const MicrobenchPoint& pt, const AttentionShape& shape, const AttentionParams& params,
+                        const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                        const std::vector<double>& dout) {
+  std::vector<T> qt(q.begin(), q.end()), kt(k.begin(), k.end()), vt(v.begin(), v.end()), o(q.size());
+  std::vector<T> lse(static_cast<std::size_t>(shape.batch * shape.heads * shape.seq_len));
+  KernelResult r;
+  r.stats = attention_forward<T>(shape, params, qt.data(), kt.data(), vt.data(), o.data(), lse.data());
+  if (pt.pass == "forward") {
+    r.values.assign(o.begin(), o.end());
+    return r;
+  }
+  std::vector<T> dt(dout.begin(), dout.end()), dq(q.size()), dk(q.size()), dv(q.size());
+  attention_backward<T>(shape, params, qt.data(), kt.data(), vt.data(), o.data(), lse.data(), dt.data(), dq.data(),
+                        dk.data(), dv.data());
+  r.values.reserve(3 * q.size());
+  r.values.insert(r.values.end(), dq.begin(), dq.end());
+  r.values.insert(r.values.end(), dk.begin(), dk.end());
+  r.values.insert(r.values.end(), dv.begin(), dv.end());
+  return r;
+}
+
+}  // namespace
+
+std::string distribution_names() { return "normal, uniform, outliers"; }
+
+std::uint64_t microbench_seed(const MicrobenchPoint& point) {
+  std::uint64_t h = splitmix64(point.seed);
+  h = splitmix64(h ^ static_cast<std::uint64_t>(point.trial));
+  h = splitmix64(h ^ static_cast<std::uint64_t>(point.seq_len));
+  h = splitmix64(h ^ static_cast<std::uint64_t>(point.head_dim));
+  return splitmix64(h ^ fnv1a(point.distribution));
+}
+
+void generate_values(std::mt19937_64& rng, const std::string& distribution, double outlier_fraction,
+                     double outlier_scale, double* out, std::size_t n) {
+  const double two_pi = 6.283185307179586476925286766559;
+  auto normal = [&] {
+    const double u1 = 1.0 - uniform01(rng);  // (0, 1]: log(u1) is finite
+    const double u2 = uniform01(rng);
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(two_pi * u2);
+  };
+  if (distribution == "normal") {
+    for (std::size_t i = 0; i < n; ++i) out[i] = normal();
+  } else if (distribution == "uniform") {
+    const double half_width = std::sqrt(3.0);
+    for (std::size_t i = 0; i < n; ++i) out[i] = (2.0 * uniform01(rng) - 1.0) * half_width;
+  } else if (distribution == "outliers") {
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = normal();
+      out[i] = uniform01(rng) < outlier_fraction ? x * outlier_scale : x;
+    }
+  } else {
+    throw Error("unknown input distribution '" + distribution + "'", "use one of: " + distribution_names());
+  }
+}
+
+MicrobenchInputs microbench_inputs(const MicrobenchPoint& point) {
+  if (point.batch < 1 || point.heads < 1 || point.seq_len < 1 || point.head_dim < 1) {
+    throw Error("microbench point: batch, heads, seq_len and head_dim must be at least 1");
+  }
+  const std::size_t size = static_cast<std::size_t>(point.batch) * point.heads * point.seq_len * point.head_dim;
+  std::mt19937_64 rng(microbench_seed(point));
+  MicrobenchInputs in;
+  for (std::vector<double>* x : {&in.q, &in.k, &in.v, &in.dout}) {
+    x->resize(size);
+    generate_values(rng, point.distribution, point.outlier_fraction, point.outlier_scale, x->data(), size);
+  }
+  return in;
+}
+
+std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
+                                                const std::optional<PrecisionPolicy>& policy, int threads) {
+  if (point.pass != "forward" && point.pass != "backward") {
+    throw Error("unknown microbench pass '" + point.pass + "'", "use forward or backward");
+  }
+  const PrecisionPolicy pol = policy ? *policy : make_policy(point.policy, point.format);
+  const MicrobenchInputs raw = microbench_inputs(point);
+  const std::vector<double> q = rounded(raw.q, pol.q), k = rounded(raw.k, pol.k), v = rounded(raw.v, pol.v);
+  const std::vector<double> dout = rounded(raw.dout, pol.grad);
+
+  AttentionShape shape;
+  shape.batch = point.batch;
+  shape.heads = point.heads;
+  shape.seq_len = point.seq_len;
+  shape.head_dim = point.head_dim;
+  shape.causal = point.causal;
+
+  std::vector<double> golden(q.size());
+  if (point.pass == "forward") {
+    attention_forward_reference(shape, q.data(), k.data(), v.data(), golden.data(), nullptr);
+  } else {
+    std::vector<double> dq(q.size()), dk(q.size()), dv(q.size());
+    attention_backward_reference(shape, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(), dv.data());
+    golden = dq;
+    golden.insert(golden.end(), dk.begin(), dk.end());
+    golden.insert(golden.end(), dv.begin(), dv.end());
+  }
+
+  AttentionParams params;
+  params.policy = pol;
+  params.block_q = point.block_q;
+  params.block_kv = point.block_kv;
+  params.order = point.loop_order;
+  params.threads = threads;
+  auto run = [&](AttentionKind kind) {
+    params.kind = kind;
+    return needs_double(pol) ? run_kernel<double>(point, shape, params, q, k, v, dout)
+                             : run_kernel<float>(point, shape, params, q, k, v, dout);
+  };
+  const KernelResult flash = run(AttentionKind::flash);
+  const KernelResult baseline = run(AttentionKind::baseline);
+
+  auto row = [&](const char* algorithm, const Diff& d, const AttentionStats& st) {
+    MicrobenchRow r;
+    r.algorithm = algorithm;
+    r.point = point;
+    r.max_abs = d.max_abs;
+    r.mean_abs = d.mean_abs;
+    r.std_abs = d.std_abs;
+    r.rel_l2 = d.rel_l2;
+    r.rescales_per_row = st.rescales_per_row;
+    r.tiles_kv = st.tiles_kv;
+    return r;
+  };
+  return {row("flash", compare(flash.values, golden), flash.stats),
+          row("baseline", compare(baseline.values, golden), baseline.stats),
+          row("flash_vs_baseline", compare(flash.values, baseline.values), flash.stats)};
+}
+
+}  // namespace fastudy

@@ -4,7 +4,7 @@
 // and writes rows [r*R/P, (r+1)*R/P) of each tensor with R rows on P ranks, with one collective
 // transfer per dataset. CRC-32 of a dataset = crc32_combine over the ranks' shares in rank order, so no
 // rank checksums more than its share. Then: close, reopen and verify (every rank checks its share
-// against the stored checksum), fsync, rename by rank 0 after a barrier.
+// against the stored checksum, reading independently), fsync, rename by rank 0 after a barrier.
 #include "src/io/checkpoint.hpp"
 
 #include <fcntl.h>
@@ -228,7 +228,7 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
   std::vector<std::uint32_t> crc;  // of every whole dataset, the same on every rank
   {
     h5::File f = h5::File::create(tmp, &group);
-    h5::Transfer xfer(f);
+    h5::Transfer xfer(f, options.collective);
     {
       h5::Group root = f.root();
       root.set_attr("fastudy_format", std::string(kCheckpointFormat));
@@ -274,7 +274,7 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
     std::int64_t bad = -1;  // index of the first item whose share does not read back
     {
       h5::File f = h5::File::open(tmp, false, &group);
-      h5::Transfer xfer(f);
+      h5::Transfer xfer(f, false);  // each rank re-reads only its own share: nothing to coordinate
       h5::Group root = f.root();
       std::vector<std::byte> buf;
       for (std::size_t i = 0; i < items.size(); ++i) {  // every rank joins every collective read

@@ -255,10 +255,12 @@ std::vector<std::string> Attributed::string_attr_names() const {
 
 // ---- transfers ------------------------------------------------------------------------------------
 
-Transfer::Transfer(const File& file) : collective_(file.parallel()) {
+Transfer::Transfer(const File& file, bool collective) : collective_(file.parallel() && collective) {
   Where w{file.path(), ""};
   plist_ = plist(H5P_DATASET_XFER, w);
-  if (collective_) FASTUDY_H5(w, H5Pset_dxpl_mpio, plist_.id(), H5FD_MPIO_COLLECTIVE);
+  if (file.parallel()) {
+    FASTUDY_H5(w, H5Pset_dxpl_mpio, plist_.id(), collective_ ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT);
+  }
 }
 
 std::string Transfer::io_mode() const {

@@ -92,11 +92,12 @@ class Attributed {
   Where where_;
 };
 
-// A collective (parallel file) or default (serial file) data-transfer property list. After a write
-// or read, io_mode() tells what the MPI-IO layer actually did.
+// A data-transfer property list: collective (H5FD_MPIO_COLLECTIVE) on a parallel file unless
+// `collective` is false (H5FD_MPIO_INDEPENDENT); the default list on a serial file. After a write or
+// read, io_mode() tells what the MPI-IO layer actually did.
 class Transfer {
  public:
-  explicit Transfer(const File& file);
+  explicit Transfer(const File& file, bool collective = true);
   hid_t id() const { return plist_.id(); }
   bool collective() const { return collective_; }
   // H5Pget_mpio_actual_io_mode after the last transfer: "collective", "chunk-independent",

@@ -43,7 +43,10 @@ enum class ThreadLevel { single, funneled, serialized, multiple };
 const char* to_string(ThreadLevel t);
 
 // Initialises MPI (MPI_Init_thread) for the lifetime of the object and finalises it on destruction,
-// unless MPI was already initialised by someone else (then it does neither). Throws MpiError when the
+// unless MPI was already initialised by someone else (then it does neither). Before initialising it
+// sets OMPI_MCA_mpi_yield_when_idle=1 unless the environment sets it: waiting ranks then yield the
+// core instead of spinning, which halves collective I/O times on loaded or oversubscribed nodes
+// (bench/runner). Throws MpiError when the
 // library provides less than `required` (the scheduler's coordinator thread needs `multiple` once
 // there is more than one rank group; a single group runs without it).
 class MpiSession {

@@ -17,6 +17,17 @@
 //
 // status.csv is kept current by the coordinator: rewritten atomically on every state change and at
 // most every status_interval_s for progress.
+//
+// Example (the train job; every rank of the world calls it):
+//   ScheduleResult r = run_schedule(world, study.train.ranks_per_variant, variant_ids,
+//       [&](int task, mpi::Comm& group, Progress& progress) {
+//         auto reducer = make_reducer(group, "auto");
+//         ...train, calling progress.report(step, loss) and, every checkpoint_every steps,
+//         write_checkpoint(group, checkpoint_path(out, variant_ids[task], step), state)...
+//         return TaskOutcome{TaskState::done, step, loss, ""};
+//       },
+//       out + "/status.csv");
+//   exit code: r.all_done() ? 0 : 1
 #pragma once
 
 #include <cmath>

@@ -77,6 +77,13 @@ TEST(Checkpoint, RoundTripIsBitExactAndCollective) {
   for (const auto& e : fs::directory_iterator(fs::path(path).parent_path())) {
     EXPECT_EQ(e.path().string(), path);
   }
+  // Independent transfers (CheckpointOptions::collective = false) write the same bytes.
+  CheckpointOptions independent;
+  independent.collective = false;
+  const std::string path_ind = checkpoint_path(dir, "flash-bf16-s1", 41);
+  const CheckpointWriteStats ind = write_checkpoint(world, path_ind, s, independent);
+  EXPECT_EQ(ind.collective_transfers, 0);
+  expect_same(read_checkpoint(path_ind), s);
   // Overwriting the same step replaces the file whole.
   const TrainState s2 = make_state(40, 99);
   write_checkpoint(world, path, s2);

@@ -199,7 +199,18 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
   for (const auto& a : s.optimizer) items.push_back({"optimizer", &a});
   for (const auto& a : s.extra) items.push_back({"extra", &a});
   items.push_back({"", &history});
-  validate(s, items);
+  // Validation and the directory setup may fail on some ranks only: agree before any collective.
+  std::string invalid;
+  try {
+    validate(s, items);
+  } catch (const UsageError& e) {
+    invalid = e.what();
+  }
+  if (group.allreduce_max(std::int64_t{invalid.empty() ? 0 : 1}) != 0) {
+    throw UsageError(invalid.empty() ? "write_checkpoint('" + path + "'): another rank of the group passed an "
+                                       "invalid state"
+                                     : invalid);
+  }
 
   const std::int64_t digest = static_cast<std::int64_t>(fnv1a(structure_of(s, items)) >> 1);
   if (group.allreduce_max(digest) != -group.allreduce_max(-digest)) {
@@ -210,11 +221,20 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
 
   // Rank 0 prepares the directory and picks the temporary name.
   const fs::path final_path(path);
-  std::string tmp;
+  std::string tmp, setup_error;
   if (group.is_root()) {
-    if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path());
-    remove_stale_tmp(final_path);
-    tmp = path + ".tmp." + unique_suffix();
+    try {
+      if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path());
+      remove_stale_tmp(final_path);
+      tmp = path + ".tmp." + unique_suffix();
+    } catch (const std::exception& e) {
+      setup_error = e.what();
+    }
+  }
+  group.bcast(setup_error);
+  if (!setup_error.empty()) {
+    throw CheckpointError(path, "", "cannot prepare the directory: " + setup_error,
+                          "check that the output directory is writable");
   }
   group.bcast(tmp);
 

@@ -102,7 +102,11 @@ std::vector<hsize_t> dims_of(hid_t space, const Where& w) {
 // ---- attributes -----------------------------------------------------------------------------------
 
 H5T_class_t type_class(hid_t type, const Where& w) { return FASTUDY_H5(w, H5Tget_class, type); }
-std::size_t type_size(hid_t type, const Where& w) { return FASTUDY_H5(w, H5Tget_size, type); }
+std::size_t type_size(hid_t type, const Where& w) {
+  const std::size_t n = H5Tget_size(type);  // 0 on failure (unsigned: check() does not apply)
+  if (n == 0) throw H5Error("H5Tget_size", w.file, w.object, take_error_stack(), __FILE__, __LINE__);
+  return n;
+}
 bool is_string_type(hid_t type, const Where& w) { return type_class(type, w) == H5T_STRING; }
 bool attr_exists(hid_t obj, const std::string& name, const Where& w) {
   return FASTUDY_H5(w, H5Aexists, obj, name.c_str()) > 0;

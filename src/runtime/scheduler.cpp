@@ -112,9 +112,11 @@ class Coordinator {
   void result(int task, const TaskOutcome& o, int group) {
     StatusRow& r = rows[task];
     r.state = o.state == TaskState::diverged || o.state == TaskState::failed ? o.state : TaskState::done;
-    r.step = o.step;
-    r.has_loss = !std::isnan(o.loss);
-    r.loss = r.has_loss ? o.loss : 0.0;
+    if (o.step >= 0) {
+      r.step = o.step;
+      r.has_loss = !std::isnan(o.loss);
+      r.loss = r.has_loss ? o.loss : 0.0;
+    }
     r.reason = o.reason;
     r.wall_time_s = now_s() - start_[task];
     --running_;
@@ -310,6 +312,7 @@ ScheduleResult run_schedule(const mpi::Comm& world, int ranks_per_group, const s
         outcome = run_task(static_cast<int>(task), group, progress);
       } catch (const std::exception& e) {
         outcome.state = TaskState::failed;
+        outcome.step = -1;  // unknown: the coordinator keeps the last step reported by progress
         outcome.reason = e.what();
       }
       const std::vector<std::string> all = group.gather(encode(static_cast<int>(task), outcome));

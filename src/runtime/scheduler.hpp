@@ -43,7 +43,7 @@ namespace fastudy {
 
 // What one task ended as. run_task returns it on every rank of the group (the group leader's counts,
 // except that any rank's failed/diverged wins, with that rank's reason). Throwing from run_task is the
-// same as returning failed with e.what() as the reason — but only when every rank of the group throws
+// same as returning failed with e.what() as the reason (and the step/loss of the last progress report) — but only when every rank of the group throws
 // or returns: a rank that throws while the others wait in a collective hangs the group (let such
 // errors reach main(), which aborts the job).
 struct TaskOutcome {

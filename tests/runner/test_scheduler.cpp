@@ -85,10 +85,11 @@ TEST(Scheduler, FailuresAreRecordedAndTheStudyGoesOnThenResumeSkipsDone) {
   const std::string csv = dir + "/status.csv";
   std::atomic<int> calls{0};
   bool fail_now = true;
-  TaskFn fn = [&](int task, Comm& group, Progress&) {
+  TaskFn fn = [&](int task, Comm& group, Progress& progress) {
     if (group.is_root()) ++calls;
     TaskOutcome o;
     o.step = 3;
+    progress.report(2, 0.75);
     if (task == 1 && fail_now) throw Error("loss is NaN, at step 3: \"giving up\"\nsecond line");
     if (task == 2 && fail_now) {
       o.state = TaskState::diverged;
@@ -107,6 +108,8 @@ TEST(Scheduler, FailuresAreRecordedAndTheStudyGoesOnThenResumeSkipsDone) {
   EXPECT_FALSE(r.all_done());
   EXPECT_EQ(r.rows[1].state, TaskState::failed);
   EXPECT_EQ(r.rows[1].reason, "loss is NaN, at step 3: \"giving up\"\nsecond line");
+  EXPECT_EQ(r.rows[1].step, 2);  // a task that threw keeps its last reported progress
+  EXPECT_EQ(r.rows[1].loss, 0.75);
   EXPECT_EQ(r.rows[2].state, TaskState::diverged);
   EXPECT_EQ(r.rows[2].reason, "loss spike 9.1x the running mean");
   EXPECT_EQ(r.rows[4].state, TaskState::failed);

@@ -3,7 +3,7 @@
 //
 // The renderer is the Python package analysis/report (matplotlib, numpy, h5py from Debian's
 // python3-* packages). This job finds an interpreter and the package, checks that the modules import,
-// runs `PYTHON REPORT_DIR OUT --quiet` with posix_spawn (no shell, so no quoting of paths) and turns
+// runs `PYTHON -B REPORT_DIR OUT --quiet` with posix_spawn (no shell, so no quoting of paths) and turns
 // a failure into a fastudy::Error with a hint. Under MPI (`fastudy run`) only rank 0 renders.
 //
 // Interpreter: $FASTUDY_PYTHON, else the one CMake found (FASTUDY_PYTHON in fastudy/version.hpp,
@@ -143,7 +143,7 @@ void render(const std::string& out_dir) {
   const fs::path script = find_script();
   check_modules(python);
   log::debug("report: " + python + " " + script.string() + " " + out_dir);
-  const int rc = run_process({python, script.string(), out_dir, "--quiet"}, nullptr);
+  const int rc = run_process({python, "-B", script.string(), out_dir, "--quiet"}, nullptr);
   if (rc != 0)
     throw Error("the report renderer failed (exit code " + std::to_string(rc) + ")",
                 "its message is above; rerun it alone with: " + python + " " + script.string() + " " + out_dir);

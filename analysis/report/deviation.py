@@ -20,6 +20,8 @@ from .figures import COLOURS
 from .readers import MODEL_TENSOR
 from .verdict import ATTENTION
 
+MAX_TENSOR_ROWS = 20  # the per-tensor table shows the tensors with the most deviation
+
 
 def build(data, figs):
     sec = Section("4. Weight deviation", "deviation")
@@ -165,12 +167,16 @@ def tensor_table(dev, sources):
             cells += [num(w1), num(mx)]
         rows.append((w1_lead, t == MODEL_TENSOR, cells))
     rows.sort(key=lambda r: (r[1], -r[0] if r[0] == r[0] else math.inf))
+    tensors_only = [r for r in rows if not r[1]]
+    shown = tensors_only[:MAX_TENSOR_ROWS] + [r for r in rows if r[1]]
     columns = ["tensor"]
     for a in axes:
         columns += [f"{a} W1", f"{a} max |dW|"]
-    return Table(columns, [r[2] for r in rows],
+    more = (f"; the {len(tensors_only) - MAX_TENSOR_ROWS} tensors with less deviation are in deviation.csv"
+            if len(tensors_only) > MAX_TENSOR_ROWS else "")
+    return Table(columns, [r[2] for r in shown],
                  caption=f"Where the deviation concentrates: mean over each source's pairs per tensor at step {step}, "
-                         f"sorted by the {lead} W1 (largest first; the whole model last)")
+                         f"sorted by the {lead} W1 (largest first; the whole model last){more}")
 
 
 def twins_table(data):

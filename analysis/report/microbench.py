@@ -144,18 +144,22 @@ def ratio_table(rows):
 
 
 def _sweep_groups(rows, vary, algorithm):
-    """Groups of rows (same everything but `vary`, trial and sweep) that cover >= 2 values of `vary`."""
+    """Groups of rows of one sweep (same everything but `vary` and the trial) that cover >= 2 values of `vary`."""
     groups = defaultdict(list)
     for r in rows:
         if r["algorithm"] == algorithm:
-            groups[point_key(r, drop=vary + ("trial", "sweep"))].append(r)
+            groups[point_key(r, drop=vary + ("trial",))].append(r)
     return {k: g for k, g in groups.items() if len({tuple(r[v] for v in vary) for r in g}) >= 2}
 
 
-def _key_label(key, drop, keep):
+def _labels(keys, drop, hide=()):
+    """Legend labels of group keys (point keys without `drop`): only the fields that differ between the
+    groups (the format at least), except those in `hide`."""
     names = [k for k in POINT_KEYS if k not in drop]
-    d = dict(zip(names, key))
-    return ", ".join(f"{d[k]}" if k in ("format", "policy") else f"{k} {d[k]}" for k in keep if k in d)
+    varying = [i for i, n in enumerate(names)
+               if n not in hide and (len({k[i] for k in keys}) > 1 or n == "format")]
+    words = {"format", "policy", "pass", "loop_order", "sweep"}
+    return {k: ", ".join(str(k[i]) if names[i] in words else f"{names[i]} {k[i]}" for i in varying) for k in keys}
 
 
 def seq_len_figure(rows, figs):
@@ -166,14 +170,14 @@ def seq_len_figure(rows, figs):
                      f"tiles; this study has seq_len {', '.join(map(str, lens))} only (configs/microbench.toml has one).",
                      kind="missing")]
     fig, axes = figs.new(ncols=2, width=12, height=4.2)
-    drop = ("seq_len", "trial", "sweep")
+    labels = _labels(list(groups), ("seq_len", "trial"))
     for gi, (key, g) in enumerate(sorted(groups.items())):
         colour = COLOURS[gi % len(COLOURS)]
         lens = sorted({r["seq_len"] for r in g})
         stats = [median_min_max([r["max_abs"] for r in g if r["seq_len"] == n]) for n in lens]
         mean = [float(np.mean([r["mean_abs"] for r in g if r["seq_len"] == n])) for n in lens]
         std = [float(np.mean([r["std_abs"] for r in g if r["seq_len"] == n])) for n in lens]
-        label = _key_label(key, drop, ("format", "policy", "pass", "block_q", "block_kv", "loop_order"))
+        label = labels[key]
         axes[0][0].plot(lens, [s[0] for s in stats], "o-", color=colour, label=label)
         axes[0][0].fill_between(lens, [s[1] for s in stats], [s[2] for s in stats], color=colour, alpha=0.15)
         axes[0][1].plot(lens, mean, "o-", color=colour, label=label)
@@ -201,7 +205,7 @@ def block_area_figure(rows, figs):
                      kind="missing")]
     orders = sorted({r["loop_order"] for g in groups.values() for r in g})
     fig, axes = figs.new(ncols=len(orders), width=min(6 * len(orders), 13), height=4.4, sharey="row")
-    drop = ("block_q", "block_kv", "trial", "sweep")
+    labels = _labels(list(groups), ("block_q", "block_kv", "trial"), hide=("loop_order",))
     colour_of = {}
     for oi, order in enumerate(orders):
         ax = axes[0][oi]
@@ -209,7 +213,7 @@ def block_area_figure(rows, figs):
             g = [r for r in g if r["loop_order"] == order]
             if not g:
                 continue
-            label = _key_label(key, drop, ("format", "policy", "pass", "seq_len"))
+            label = labels[key]
             colour = colour_of.setdefault(label, COLOURS[len(colour_of) % len(COLOURS)])
             blocks = sorted({(r["block_q"], r["block_kv"]) for r in g}, key=lambda b: (b[0] * b[1], b))
             square = [b for b in blocks if b[0] == b[1]]

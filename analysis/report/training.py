@@ -58,7 +58,7 @@ def loss_figure(logs, grid, axes_of, states, figs):
                 ax.plot(step[spikes], loss[spikes], "x", color=colour, markersize=7, mew=1.5)
             skipped = c.get("skipped", np.zeros_like(step)) > 0
             if skipped.any():
-                ax.plot(step[skipped], np.zeros(skipped.sum()), "|", color=colour, markersize=12,
+                ax.plot(step[skipped], np.full(skipped.sum(), 0.04), "|", color=colour, markersize=14, mew=2,
                         transform=ax.get_xaxis_transform())
             if states.get(vid) == "diverged" and len(step):
                 finite = np.isfinite(loss)
@@ -111,29 +111,36 @@ def shadow_blocks(data, figs):
         return [text("Shadow-attention deviation was not recorded (set `[train] shadow_attention = true` to run the "
                      "other attention kind beside every call and log |O_kind - O_other| per layer).", kind="note")]
     layers = sorted({int(r["layer"]) for t in data.shadow.values() for r in t.rows})
-    fig, axes = figs.new(ncols=min(len(layers), 3), nrows=math.ceil(len(layers) / 3), sharey=True)
+    fig, axes = figs.new(width=8, height=4.2)
+    ax = axes[0][0]
     summary = []
     for li, layer in enumerate(layers):
-        ax = axes[li // 3][li % 3]
-        for vi, (vid, t) in enumerate(sorted(data.shadow.items())):
-            rs = [r for r in t.rows if int(r["layer"]) == layer]
-            steps = np.array([int(r["step"]) for r in rs])
-            max_abs = np.array([float(r["max_abs"]) for r in rs])
-            mean_abs = np.array([float(r["mean_abs"]) for r in rs])
-            ax.plot(steps, max_abs, color=COLOURS[vi % len(COLOURS)], lw=1, label=vid)
-            if len(rs):
-                summary.append((float(np.median(max_abs)), [vid, str(layer), num(float(np.median(max_abs))),
-                                                            num(float(max_abs.max())), num(float(np.median(mean_abs)))]))
-        ax.set_yscale("log")
-        ax.set_title(f"layer {layer}")
-        ax.set_xlabel("training step")
-        ax.set_ylabel("shadow max |O_kind - O_other|")
-        ax.legend(fontsize=7)
-    for li in range(len(layers), len(axes) * len(axes[0])):
-        axes[li // 3][li % 3].set_visible(False)
+        per_step = {}  # step -> max |d| of every variant at that step
+        for vid, t in data.shadow.items():
+            for r in t.rows:
+                if int(r["layer"]) == layer:
+                    per_step.setdefault(int(r["step"]), []).append((float(r["max_abs"]), float(r["mean_abs"]), vid))
+        steps = sorted(per_step)
+        med = [float(np.median([v[0] for v in per_step[s]])) for s in steps]
+        lo = [min(v[0] for v in per_step[s]) for s in steps]
+        hi = [max(v[0] for v in per_step[s]) for s in steps]
+        colour = COLOURS[li % len(COLOURS)]
+        ax.plot(steps, med, color=colour, lw=1.5, label=f"layer {layer} (median over variants)")
+        ax.fill_between(steps, lo, hi, color=colour, alpha=0.15)
+        every = [v for s in steps for v in per_step[s]]
+        worst = max(every, key=lambda v: v[0])
+        summary.append((float(np.median([v[0] for v in every])),
+                        [str(layer), str(len({v[2] for v in every})), num(float(np.median([v[0] for v in every]))),
+                         num(worst[0]), worst[2], num(float(np.median([v[1] for v in every])))]))
+    ax.set_yscale("log")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("max |O_kind - O_other| (output units)")
+    ax.legend(fontsize=8)
     caption = ("Shadow attention: every attention call also ran the other kind (flash beside baseline or the reverse) "
-               "on the same inputs; max |difference| of the outputs per layer and step, log scale.")
+               "on the same inputs; max |difference| of the outputs per layer and step, median over the variants "
+               "(band: min–max), log scale.")
     summary.sort(key=lambda t: -t[0])
     return [figs.save(fig, "training_shadow", caption),
-            Table(["variant", "layer", "median max |d|", "largest max |d|", "median mean |d|"], [r for _, r in summary],
-                  caption="Shadow-attention deviation per variant and layer, largest first")]
+            Table(["layer", "variants", "median max |d|", "largest max |d|", "in variant", "median mean |d|"],
+                  [r for _, r in summary],
+                  caption="Shadow-attention deviation per layer over all variants and steps, largest first")]

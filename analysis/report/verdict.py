@@ -54,8 +54,14 @@ def pair_rows(rows, step, axis):
     return [r for r in rows if r["step"] == step and r["axis"] == axis and r["value_a"] != "*"]
 
 
+NUMERIC_AXES = ("seed", "data_seed", "block_q", "block_kv", "lr")
+
+
 def pair_words(row):
-    """'flash vs baseline' for the attention pair (baseline, flash): the later value against the first."""
+    """'flash vs baseline' for the attention pair (baseline, flash): the later value against the first
+    (the change against the reference); numeric axes in grid order ('1 vs 2')."""
+    if row["axis"] in NUMERIC_AXES:
+        return f"{row['value_a']} vs {row['value_b']}"
     return f"{row['value_b']} vs {row['value_a']}"
 
 

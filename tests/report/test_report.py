@@ -1,0 +1,170 @@
+"""The report renderer (analysis/report) on synthetic studies written in the phases' file layouts
+(synthetic.py): the complete study, the verdict's numbers against ranking.csv, an optimisation
+outside the bounds, and partial studies (microbenchmark only; training without reduce; a study
+still training). Run: PYTHONPATH=analysis:tests/report /usr/bin/python3 -m unittest test_report
+"""
+
+import re
+import shutil
+import tempfile
+import unittest
+from pathlib import Path
+
+import checks
+import synthetic
+from report.cli import build_report, main
+
+
+def render(out):
+    """report.html and report.md of the study in `out`, as text."""
+    html_path, md_path = build_report(out)
+    return html_path.read_text(encoding="utf-8"), md_path.read_text(encoding="utf-8")
+
+
+class FullStudyTest(unittest.TestCase):
+    """One complete synthetic study, rendered once for every test of the class."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = Path(tempfile.mkdtemp(prefix="fastudy-report-test-"))
+        cls.out = synthetic.full_study(cls.dir / "full")
+        cls.html, cls.md = render(cls.out)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_images_embedded_and_files_written(self):
+        n_images = checks.html_images(self, self.out / "report.html")
+        links = checks.md_files(self, self.out / "report.md")
+        expected = {"microbench_formats", "microbench_seq_len", "microbench_block_area", "training_loss",
+                    "training_shadow", "deviation_heatmap", "deviation_over_steps"}
+        self.assertEqual({Path(l).stem for l in links}, expected)
+        self.assertEqual(n_images, len(expected))
+        for name in expected:
+            self.assertIn(f'id="fig-{name}"', self.html)
+            self.assertTrue((self.out / "report_files" / f"{name}.svg").is_file())
+
+    def test_sections_in_order(self):
+        # The sections in the order of issue 7, the verdict first.
+        positions = [self.html.index(f'<section id="{s}">') for s in ("verdict", "microbench", "training", "deviation",
+                                                                        "provenance")]
+        self.assertEqual(positions, sorted(positions))
+
+    def test_verdict_is_ranking_csv(self):
+        self.assertIn("Within the accepted bounds", self.html)
+        self.assertEqual(checks.verdict_matches_ranking(self, self.out / "report.html", self.out / "ranking.csv"), 2)
+        # Markdown says the same: the verdict's numbers appear as printed in the HTML.
+        for key, (_, printed) in checks.verdict_numbers(self.out / "report.html").items():
+            self.assertIn(printed, self.md, key)
+
+    def test_failures_and_provenance(self):
+        # The diverged variant is reported with its reason; the left-out variant too.
+        self.assertRegex(self.html, r"flash-bf16-s2</td><td>diverged")
+        self.assertIn("loss is NaN at step 14", self.html)
+        self.assertIn("left out of reduce: flash-bf16-s2", self.html)
+        # Version, git SHA, config hash, ranks and hosts from the files' headers.
+        for s in ("0123456789ab", "node1,node2", "00000000deadbeef"):
+            self.assertIn(s, self.html)
+
+    def test_tables_sorted_by_deviation(self):
+        ranking = self.html.split("Deviation sources at step", 1)[1].split("</table>", 1)[0]
+        sources = re.findall(r"<tr><td>(\d+)</td><td>([a-z]+)", ranking)
+        self.assertEqual([s for _, s in sources], ["seed", "precision", "attention"])
+        ratio = self.html.split("Flash/baseline error ratio", 1)[1].split("</table>", 1)[0]
+        values = [float(v) for v in re.findall(r'data-value="([^"]+)">[^<]*x</span>', ratio)]
+        self.assertGreater(len(values), 4)
+        self.assertEqual(values, sorted(values, reverse=True))
+
+
+class PartialStudyTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="fastudy-report-test-"))
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def render(self, out):
+        html, md = render(out)
+        self.assertTrue((out / "report.html").is_file() and (out / "report.md").is_file())
+        return html, md
+
+    def test_outside_bounds(self):
+        # Attention's contribution (1e-3) exceeds seed's (4e-4) and precision's (3e-5). Reduce outputs only.
+        out = self.dir / "outside"
+        out.mkdir()
+        synthetic.write_study_toml(out)
+        synthetic.write_reduce(out, attention_w1=1e-3)
+        html, _ = self.render(out)
+        self.assertIn("Outside the accepted bounds", html)
+        self.assertNotIn("Within the accepted bounds", html)
+        self.assertIn("LARGER than a change of init seed", html)
+        checks.verdict_matches_ranking(self, out / "report.html", out / "ranking.csv")
+
+    def test_microbench_only(self):
+        out = self.dir / "mb"
+        out.mkdir()
+        synthetic.write_study_toml(out)
+        synthetic.write_microbench(out)
+        html, md = self.render(out)
+        checks.html_images(self, out / "report.html")
+        links = checks.md_files(self, out / "report.md")
+        self.assertEqual({Path(l).stem for l in links}, {"microbench_formats", "microbench_seq_len",
+                                                         "microbench_block_area"})
+        self.assertIn("No verdict yet", md)
+        self.assertIn("ranking.csv is missing", md)
+        self.assertIn("Training has not run", md)
+        self.assertIn("train: not run (no status.csv)", md)
+        self.assertIn("No weight deviation yet", md)
+
+    def test_microbench_study(self):
+        # A grid whose phases are microbench and report only: no verdict is expected, and none is asked for.
+        out = self.dir / "mbstudy"
+        out.mkdir()
+        synthetic.write_study_toml(out, phases=("microbench", "report"))
+        synthetic.write_microbench(out)
+        _, md = self.render(out)
+        self.assertIn("does not train or reduce", md)
+        self.assertIn("train: not part of this study", md)
+
+    def test_train_without_reduce(self):
+        out = self.dir / "train"
+        out.mkdir()
+        synthetic.write_study_toml(out)
+        synthetic.write_microbench(out)
+        synthetic.write_training(out, states={"flash-fp32-s1": "running", "flash-fp32-s2": "queued"})
+        html, md = self.render(out)
+        checks.html_images(self, out / "report.html")
+        links = checks.md_files(self, out / "report.md")
+        self.assertIn("training_loss", {Path(l).stem for l in links})
+        self.assertIn("No verdict yet", md)
+        self.assertIn("train: 5 of 8 variants done", md)
+        self.assertIn("training is incomplete", md)
+        self.assertIn("reduce: not run", md)
+        self.assertIn("flash-fp32-s1 is running at step 8", md)
+        self.assertIn("No weight deviation yet", md)
+
+    def test_nothing_there(self):
+        out = self.dir / "empty"
+        out.mkdir()
+        self.assertEqual(main([str(out), "--quiet"]), 2)
+        self.assertFalse((out / "report.html").exists())
+
+    def test_rerender_replaces_old_plots(self):
+        out = self.dir / "again"
+        out.mkdir()
+        synthetic.write_study_toml(out)
+        synthetic.write_reduce(out)
+        self.render(out)
+        self.assertTrue((out / "report_files" / "deviation_heatmap.png").exists())
+        (out / "report_files" / "stale.png").write_bytes(b"old")
+        for f in ("ranking.csv", "deviation.h5", "deviation.csv", "twins.csv"):
+            (out / f).unlink()
+        synthetic.write_microbench(out)
+        self.render(out)
+        self.assertFalse((out / "report_files" / "stale.png").exists())
+        self.assertFalse((out / "report_files" / "deviation_heatmap.png").exists())
+
+
+if __name__ == "__main__":
+    unittest.main()

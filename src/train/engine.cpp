@@ -242,35 +242,61 @@ Engine::Step Engine::step() {
   return out;
 }
 
-TrainState Engine::state() const {
+namespace {
+
+// The TrainState of a model, its AdamW moments and counters (see trainer.hpp for the layout).
+struct Counters {
+  std::int64_t step, cursor, adam_step, good_steps;
+  double loss_scale;
+};
+
+TrainState pack_state(const Variant& v, const Gpt& model, const std::vector<torch::Tensor>& exp_avg,
+                      const std::vector<torch::Tensor>& exp_avg_sq, const Counters& c,
+                      const std::vector<double>& loss_history) {
   TrainState s;
-  s.step = step_;
-  s.data_cursor = cursor_;
-  s.loss_scale = loss_scale_;
-  s.good_steps = good_steps_;
-  s.loss_history = loss_history_;
-  const auto& params = model_.params();
+  s.step = c.step;
+  s.data_cursor = c.cursor;
+  s.loss_scale = c.loss_scale;
+  s.good_steps = c.good_steps;
+  s.loss_history = loss_history;
+  const auto& params = model.params();
   for (std::size_t i = 0; i < params.size(); ++i) {
     s.params.push_back(to_array(params[i].first, params[i].second));
-    s.optimizer.push_back(to_array(params[i].first + ".exp_avg", exp_avg_[i]));
-    s.optimizer.push_back(to_array(params[i].first + ".exp_avg_sq", exp_avg_sq_[i]));
+    s.optimizer.push_back(to_array(params[i].first + ".exp_avg", exp_avg[i]));
+    s.optimizer.push_back(to_array(params[i].first + ".exp_avg_sq", exp_avg_sq[i]));
   }
   NamedArray adam;
   adam.name = "adamw.step";
   adam.shape = {1};
   adam.dtype = DType::i64;
   adam.data.resize(sizeof(std::int64_t));
-  std::memcpy(adam.data.data(), &adam_step_, sizeof(std::int64_t));
+  std::memcpy(adam.data.data(), &c.adam_step, sizeof(std::int64_t));
   s.extra.push_back(std::move(adam));
-  s.attrs["variant"] = v_.id;
-  s.attrs["config_hash"] = v_.hash;
-  s.attrs["precision"] = std::string(to_string(v_.precision));
-  s.attrs["attention"] = std::string(to_string(v_.attention));
-  s.attrs["init"] = v_.init;
-  s.attrs["seed"] = std::to_string(v_.seed);
+  s.attrs["variant"] = v.id;
+  s.attrs["config_hash"] = v.hash;
+  s.attrs["precision"] = std::string(to_string(v.precision));
+  s.attrs["attention"] = std::string(to_string(v.attention));
+  s.attrs["init"] = v.init;
+  s.attrs["seed"] = std::to_string(v.seed);
   s.attrs["trainer_format"] = kTrainerFormat;
-  for (const auto& [axis, value] : v_.axes) s.attrs["axis." + axis] = value;
+  for (const auto& [axis, value] : v.axes) s.attrs["axis." + axis] = value;
   return s;
+}
+
+}  // namespace
+
+TrainState Engine::state() const {
+  return pack_state(v_, model_, exp_avg_, exp_avg_sq_, {step_, cursor_, adam_step_, good_steps_, loss_scale_},
+                    loss_history_);
+}
+
+TrainState initial_train_state(const Variant& v) {
+  Gpt model(v.model, Emulation::of(v.precision).dtype);
+  model.init(v.init, v.seed);
+  std::vector<torch::Tensor> zeros;
+  for (const auto& [name, p] : model.params()) zeros.push_back(torch::zeros_like(p).set_requires_grad(false));
+  const double loss_scale = v.precision == Format::fp16 ? v.train.loss_scale : 1.0;
+  return pack_state(v, model, zeros, zeros, {0, 0, 0, 0, loss_scale}, {});
 }
 
 }  // namespace fastudy::train

@@ -22,6 +22,9 @@ int configure_torch_threads();
 // `steps` (or constant lr).
 double learning_rate(const TrainConfig& t, std::int64_t step);
 
+// The state of a variant before its first step (no data source needed).
+TrainState initial_train_state(const Variant& v);
+
 class Engine {
  public:
   // Builds the model (initial weights from v.seed) and, with `resume`, restores it exactly.

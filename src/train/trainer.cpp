@@ -62,8 +62,7 @@ std::string_view to_string(TrainOutcome o) {
 }
 
 TrainState initial_state(const Variant& v) {
-  const train::Engine engine(v, TrainHooks{}, nullptr);
-  return engine.state();
+  return train::initial_train_state(v);
 }
 
 TrainResult train_variant(const Variant& v, const std::string& variant_dir, const TrainHooks& hooks,

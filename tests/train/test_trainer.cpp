@@ -147,6 +147,16 @@ TEST(Trainer, ResumeFromACheckpointEqualsTheUninterruptedRun) {
   }
 }
 
+TEST(Trainer, InitialStateIsWhereTrainingStarts) {
+  // Resuming from initial_state() must be the same as starting fresh: it is step 0 of the run.
+  const Variant v = tiny_variant(AttentionKind::baseline, Format::fp16);
+  const TrainState start = initial_state(v);
+  EXPECT_EQ(start.step, 0);
+  EXPECT_EQ(start.loss_scale, v.train.loss_scale);
+  const TrainRun fresh = run(v, temp_dir("init_fresh")), resumed = run(v, temp_dir("init_resumed"), &start);
+  expect_identical(fresh.checkpoints.at(6), resumed.checkpoints.at(6));
+}
+
 TEST(Trainer, LossFallsWellBelowTheUnigramEntropy) {
   // Synthetic tokens are a priori uniform over the vocab (unigram entropy log 16 = 2.77 nats); only
   // attention can read the sequence's topic (2 tokens: log 2 = 0.69) and its copied spans. A model

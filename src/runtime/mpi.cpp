@@ -100,6 +100,9 @@ MpiSession::MpiSession(int* argc, char*** argv, ThreadLevel requested, ThreadLev
     // oversubscribed nodes) the spinning rank steals the core the others need. Yielding costs
     // nothing measurable on a dedicated core. The user's setting, when given, wins.
     ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    // A singleton (no mpirun) never spawns processes: no need for Open MPI's helper daemon, which
+    // would also outlive a killed process.
+    if (!launched_by_mpirun()) ::setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
     int provided = MPI_THREAD_SINGLE;
     FASTUDY_MPI(MPI_Init_thread, argc, argv, to_mpi(requested), &provided);
     owns_ = true;

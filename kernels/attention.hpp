@@ -24,16 +24,18 @@ struct PrecisionPolicy {
   Format v = Format::fp32;
   Format s = Format::fp32;         // storage of scores S = QK^T*scale
   Format p = Format::fp32;         // storage of probabilities P before P.V
-  Format o = Format::fp32;         // storage of the output O (and of the running O in flash)
+  Format o = Format::fp32;         // storage of the output O
   Format accum = Format::fp32;     // accumulator of dot products (QK^T and P.V), rounded after every add
   Format stats = Format::fp32;     // softmax statistics: running max, running sum
   Format rescale = Format::fp32;   // the rescale factor alpha = exp(m_old - m_new)
   Format division = Format::fp32;  // the final division by the row sum
   Format grad = Format::fp32;      // storage of dO, dQ, dK, dV and dS in the backward pass
+  Format o_running = Format::fp32;  // flash: the running (unfinished) O kept between KV tiles
 };
 
 // pure: every step in f (the paper's re-implementation). mixed: storage (q,k,v,s,p,o,grad) in f,
-// accumulators, statistics, rescale and division in fp32 (or f when f is wider), as GPU kernels do.
+// accumulators, statistics, rescale, division and flash's running O in fp32 (or f when f is wider),
+// as GPU kernels do (they keep the running O in fp32 registers and round only the final output).
 PrecisionPolicy make_policy(std::string_view preset, Format f);
 // "pure, mixed"
 std::string policy_preset_names();

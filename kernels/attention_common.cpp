@@ -17,11 +17,11 @@ PrecisionPolicy make_policy(std::string_view preset, Format f) {
   p.name = std::string(preset);
   p.q = p.k = p.v = p.s = p.p = p.o = p.grad = f;
   if (preset == "pure") {
-    p.accum = p.stats = p.rescale = p.division = f;
+    p.accum = p.stats = p.rescale = p.division = p.o_running = f;
   } else if (preset == "mixed") {
     // fp32 accumulators and statistics, or f itself when f is wider than fp32 (only fp64 is).
     const Format compute = f == Format::fp64 ? Format::fp64 : Format::fp32;
-    p.accum = p.stats = p.rescale = p.division = compute;
+    p.accum = p.stats = p.rescale = p.division = p.o_running = compute;
   } else {
     throw Error("unknown precision policy preset '" + std::string(preset) + "'",
                 "use one of: " + policy_preset_names() + ", or define [attention.policies." + std::string(preset) +

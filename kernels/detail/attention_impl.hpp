@@ -20,8 +20,8 @@
 //   rescale     alpha = rescale(exp(m_old - m_new)); exp is a vectorised Cephes-style expf
 //               (about 1 ulp) for float, std::exp for double, the same in every kernel.
 //   P           P = p(exp(S - m)) before P.V.
-//   O           flash keeps the running O in o after every tile; the final division O/l is
-//               rounded to division, then o.
+//   O           flash keeps the running O in o_running after every tile; the final division O/l
+//               is rounded to division, then the output to o.
 //   backward    dP and D dot products in accum, dS = grad(P (dP - D)), dQ/dK/dV accumulated in accum
 //               and stored in grad.
 #pragma once
@@ -216,7 +216,8 @@ struct StaticRounding {
   template <class X> FASTUDY_INLINE X stats(X x) const { return round_any<C, T>(x); }
   template <class X> FASTUDY_INLINE X rescale(X x) const { return round_any<C, T>(x); }
   template <class X> FASTUDY_INLINE X division(X x) const { return round_any<C, T>(x); }
-  static constexpr bool kOIdentity = round_is_identity<S, T>();
+  template <class X> FASTUDY_INLINE X o_running(X x) const { return round_any<C, T>(x); }
+  static constexpr bool kORunningIdentity = round_is_identity<C, T>();
 };
 
 // Rounding object for any custom policy: a runtime switch per value (slower, same results).
@@ -243,7 +244,8 @@ struct RuntimeRounding {
   template <class X> X stats(X x) const { return apply(policy.stats, x); }
   template <class X> X rescale(X x) const { return apply(policy.rescale, x); }
   template <class X> X division(X x) const { return apply(policy.division, x); }
-  static constexpr bool kOIdentity = false;
+  template <class X> X o_running(X x) const { return apply(policy.o_running, x); }
+  static constexpr bool kORunningIdentity = false;
 };
 
 // ---- exp --------------------------------------------------------------------------------------
@@ -450,10 +452,10 @@ void load_inputs(const R& rd, const Head<T>& h, const T* q, const T* k, const T*
 }
 
 template <class T, class R>
-void round_o(const R& rd, T* x, std::int64_t n) {
-  if constexpr (!R::kOIdentity) {
+void round_o_running(const R& rd, T* x, std::int64_t n) {
+  if constexpr (!R::kORunningIdentity) {
     constexpr int L = kLanes<T>;
-    for (std::int64_t i = 0; i < n; i += L) vstore(x + i, rd.o(vload(x + i)));
+    for (std::int64_t i = 0; i < n; i += L) vstore(x + i, rd.o_running(vload(x + i)));
   }
 }
 
@@ -505,7 +507,7 @@ void flash_forward_q_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o
         }
       }
       pv_tile(rd, st, brp, ws.v.data() + j0 * h.dp, h.dp, bc, br, ws.o.data(), h.dp);
-      round_o(rd, ws.o.data(), br * h.dp);
+      round_o_running(rd, ws.o.data(), br * h.dp);
     }
     for (std::int64_t r = 0; r < br; ++r) {
       const T l = ws.l[r];
@@ -579,7 +581,7 @@ void flash_forward_kv_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* 
         const T* pvrow = ws.pv.data() + r * h.dp;
         for (std::int64_t t = 0; t < h.dp; t += L) {
           const V num = rd.accum(rd.accum(al * vload(orow + t)) + rd.accum(b * vload(pvrow + t)));
-          vstore(orow + t, rd.o(rd.division(num / ln)));
+          vstore(orow + t, rd.o_running(rd.division(num / ln)));
         }
         ws.m[i0 + r] = m_blk[r];
         ws.l[i0 + r] = ws.lnew[r];
@@ -587,7 +589,7 @@ void flash_forward_kv_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* 
     }
   }
   for (std::int64_t i = 0; i < h.n; ++i) {
-    for (std::int64_t t = 0; t < h.d; ++t) o[i * h.d + t] = ws.o[i * h.dp + t];
+    for (std::int64_t t = 0; t < h.d; ++t) o[i * h.d + t] = rd.o(ws.o[i * h.dp + t]);
     if (lse) lse[i] = rd.stats(ws.m[i] + std::log(ws.l[i]));
   }
 }
@@ -804,7 +806,7 @@ void dispatch_rounding(const PrecisionPolicy& p, F&& f) {
                                normalise_for<T>(p.s) == s && normalise_for<T>(p.p) == s &&
                                normalise_for<T>(p.o) == s && normalise_for<T>(p.grad) == s;
   const bool uniform_compute = normalise_for<T>(p.stats) == c && normalise_for<T>(p.rescale) == c &&
-                               normalise_for<T>(p.division) == c;
+                               normalise_for<T>(p.division) == c && normalise_for<T>(p.o_running) == c;
   if (!uniform_storage || !uniform_compute) return f(RuntimeRounding<T>{p});
   switch (s) {
     case Format::fp64:

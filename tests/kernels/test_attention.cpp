@@ -138,8 +138,8 @@ double score_magnitude(const AttentionShape& shape, const std::vector<double>& q
 //           N u_stats relative on l), u_division, and 4 u_T for exp on T buffers (float exp is
 //           within 2 ulp; std::exp within 1).
 //   P.V:    a length-N sum in accum: N u_accum relative to sum_j P_ij |v_j| <= max|v|.
-//   flash:  each of the T_c tiles rescales O once more: u_rescale + u_o + u_accum + u_division +
-//           u_stats per tile (FA-1 re-normalises each tile, FA-2 rescales by alpha).
+//   flash:  each of the T_c tiles rescales O once more: u_rescale + u_o_running + u_accum +
+//           u_division + u_stats per tile (FA-1 re-normalises each tile, FA-2 rescales by alpha).
 //   output: u_o.
 // All relative to max|v|, which bounds |O|.
 template <class T>
@@ -147,12 +147,13 @@ double forward_bound(const PrecisionPolicy& p, const AttentionShape& shape, doub
   const double n = static_cast<double>(shape.seq_len), d = static_cast<double>(shape.head_dim);
   const double ua = step_u<T>(p.accum), us = step_u<T>(p.s), up = step_u<T>(p.p), ust = step_u<T>(p.stats);
   const double ur = step_u<T>(p.rescale), uo = step_u<T>(p.o), udiv = step_u<T>(p.division);
+  const double uor = step_u<T>(p.o_running);
   const double ut = step_u<T>(std::is_same_v<T, float> ? Format::fp32 : Format::fp64);
   const double tiles = std::ceil(n / std::min<double>(block_kv, n));
   const double ds = (d * ua + us) * smag;
   const double softmax = 2 * ds + up + (n + 1) * ust + udiv + 4 * ut;
   const double pv = n * ua;
-  const double flash = tiles * (ur + uo + ua + udiv + ust);
+  const double flash = tiles * (ur + uor + ua + udiv + ust);
   return (softmax + pv + flash + uo) * vmax;
 }
 
@@ -284,7 +285,7 @@ TEST(Attention, OneHotAttentionIsExact) {
 
 // V constant down each column, with power-of-two values: flash computes O = c * (sum of P) / l
 // where the running sum l adds the same P values in the same format, order and rescales as the
-// numerator (pure policy: accum = stats = o), and multiplying by a power of two commutes with
+// numerator (pure policy: accum = stats = o_running), and multiplying by a power of two commutes with
 // rounding, so O = c exactly. (The baseline normalises P first, so its sum of P is not exactly 1.)
 TEST(Attention, FlashWithConstantPowerOfTwoColumnsIsExact) {
   const Inputs in = make_inputs(1, 2, 45, 8, false, 77);
@@ -410,14 +411,15 @@ TEST(Attention, Fp64BackwardIsTheReferenceToRoundoff) {
 TEST(Attention, MixedFlashErrorAtMostTwiceBaseline) {
   for (Format f : {Format::fp16, Format::bf16}) {
     for (std::uint64_t seed : {1, 2, 3}) {
-      const Inputs in = make_inputs(1, 2, 256, 64, seed == 3, 1000 * seed);
+      // N = 512 with 32-wide tiles: 16 KV tiles, 15 rescales per row.
+      const Inputs in = make_inputs(1, 2, 512, 64, seed == 3, 1000 * seed);
       const std::vector<double> q = rounded(in.q, f), k = rounded(in.k, f), v = rounded(in.v, f);
       std::vector<double> ref(q.size());
       attention_forward_reference(in.shape, q.data(), k.data(), v.data(), ref.data(), nullptr);
       AttentionParams params;
       params.policy = make_policy("mixed", f);
-      params.block_q = 64;
-      params.block_kv = 64;
+      params.block_q = 32;
+      params.block_kv = 32;
       params.kind = AttentionKind::baseline;
       const double base = max_abs_diff(forward_as<float>(in.shape, params, q, k, v), ref);
       params.kind = AttentionKind::flash;
@@ -547,7 +549,9 @@ TEST(Attention, NamesAndPolicies) {
   EXPECT_EQ(mixed.o, Format::bf16);
   EXPECT_EQ(mixed.accum, Format::fp32);
   EXPECT_EQ(mixed.stats, Format::fp32);
+  EXPECT_EQ(mixed.o_running, Format::fp32);
   EXPECT_EQ(make_policy("mixed", Format::fp64).accum, Format::fp64);
+  EXPECT_EQ(make_policy("pure", Format::bf16).o_running, Format::bf16);
   const PrecisionPolicy pure = make_policy("pure", Format::fp16);
   EXPECT_EQ(pure.accum, Format::fp16);
   EXPECT_EQ(pure.division, Format::fp16);

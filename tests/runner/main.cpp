@@ -1,8 +1,11 @@
 // GoogleTest main for the runner tests, which run whole under mpirun (1, 2 and 4 ranks): MPI is
 // initialised here for the whole binary. Rank 0 prints the usual report; the other ranks print only
-// their failures, prefixed with their rank.
+// their failures, prefixed with their rank. Scratch files are removed when every test passed.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <iostream>
 
 #include "src/runtime/mpi.hpp"
@@ -37,5 +40,18 @@ int main(int argc, char** argv) {
   }
   const int failed = RUN_ALL_TESTS();
   // Every rank must agree on the exit status, or mpirun may report success for a failing rank.
-  return fastudy::mpi::Comm::world().allreduce_max(static_cast<std::int64_t>(failed)) != 0 ? 1 : 0;
+  fastudy::mpi::Comm world = fastudy::mpi::Comm::world();
+  const bool any_failed = world.allreduce_max(static_cast<std::int64_t>(failed)) != 0;
+  // The scratch directories of this run (named after rank 0's pid) stay behind only on failure.
+  if (rank == 0 && !any_failed) {
+    const std::string suffix = "-" + std::to_string(::getpid());
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(std::string(FASTUDY_BINARY_DIR) + "/runner-test-tmp", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        std::filesystem::remove_all(e.path(), ec);
+      }
+    }
+  }
+  return any_failed ? 1 : 0;
 }

@@ -14,7 +14,7 @@
 # The configuration is the smallest that works in a container: no cgroups (containers rarely
 # delegate cgroup v2), so ProctrackType=proctrack/pgid and TaskPlugin=task/none; select/cons_tres
 # with one node of max(nproc, 2) CPUs (SlurmdParameters=config_overrides lets it claim more CPUs than
-# it has); no accounting daemon (sacct has nothing to say: poll squeue or the output files instead).
+# it has); requeued jobs restart within seconds (cred_expire, sched_interval); no accounting daemon (sacct has nothing to say: poll squeue or the output files instead).
 #
 # Exit codes of `start`: 0 running; 77 Slurm or munge is not installed or cannot start (tests skip on 77).
 set -euo pipefail
@@ -60,7 +60,8 @@ SlurmctldPort=${FASTUDY_SLURMCTLD_PORT:-6817}
 SlurmdPort=${FASTUDY_SLURMD_PORT:-6818}
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$dir/munge/munge.socket
+# cred_expire: how long a requeued job waits before it may start again (default 120 s).
+AuthInfo=socket=$dir/munge/munge.socket,cred_expire=${FASTUDY_SLURM_CRED_EXPIRE:-5}
 StateSaveLocation=$dir/ctld
 SlurmdSpoolDir=$dir/slurmd
 SlurmctldPidFile=$dir/slurmctld.daemon.pid
@@ -85,6 +86,8 @@ MailProg=/bin/true
 KillWait=30
 MinJobAge=300
 SchedulerType=sched/backfill
+# Test pending jobs every 2 s (default 60 s), so a requeued job starts soon after it is eligible.
+SchedulerParameters=sched_interval=2,bf_interval=1
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 CONF

@@ -1,0 +1,230 @@
+// `fastudy slurm` without a Slurm: the generated sbatch script (its #SBATCH lines, header and body),
+// validation errors (exit 2, nothing written), `bash -n` on the script, a missing sbatch, and the
+// script's signal/requeue logic run by bash with stand-ins for mpirun and scontrol.
+// The same script against a real Slurm: test_slurm_local.py (label "slurm").
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/cli/cli_util.hpp"
+
+using namespace fastudy::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSource = FASTUDY_SOURCE_DIR;
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool has_line(const std::string& text, const std::string& line) {
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (l == line) return true;
+  return false;
+}
+
+// A grid of `variants` seeds with `steps` steps of a tiny model, train phase only.
+std::string grid_text(const std::string& out, int ranks_per_variant, int steps = 4, int checkpoint_every = 2) {
+  return "[study]\nname = \"slurm-cli\"\nout = \"" + out + "\"\nphases = [\"train\"]\n[grid]\nseed = [1, 2]\n"
+         "[model]\nvocab = 16\nd_model = 16\nheads = 2\nlayers = 1\nseq_len = 16\nmlp_ratio = 2\n"
+         "[data]\nkind = \"synthetic\"\nspan_len = 4\n[attention]\nblock_q = 8\nblock_kv = 8\n"
+         "[train]\nsteps = " + std::to_string(steps) + "\nbatch = 4\nwarmup = 1\ncheckpoint_every = " +
+         std::to_string(checkpoint_every) + "\nranks_per_variant = " + std::to_string(ranks_per_variant) + "\n";
+}
+
+// The text from the "# ---- body" marker to the end.
+std::string body_of(const std::string& script) {
+  const auto at = script.find("# ---- body");
+  return at == std::string::npos ? std::string() : script.substr(at);
+}
+
+}  // namespace
+
+TEST(SlurmCli, ScriptHasTheSbatchLinesAndHeader) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("grid.toml", grid_text(out, 2));
+  RunResult r = run_fastudy("slurm " + grid + " --nodes 2 --ntasks-per-node 4 --gpus-per-node 4 --time 01:00:00 "
+                            "--partition gpu --account proj_1 --launcher srun");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string s = read_file(fs::path(out) / "fastudy.sbatch");
+  EXPECT_EQ(s.rfind("#!/bin/bash\n", 0), 0u);
+  for (const char* line :
+       {"#SBATCH --job-name=fastudy-slurm-cli", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --gpus-per-node=4", "#SBATCH --time=01:00:00", "#SBATCH --partition=gpu", "#SBATCH --account=proj_1",
+        "#SBATCH --open-mode=append", "#SBATCH --requeue", "LAUNCHER=srun"})
+    EXPECT_TRUE(has_line(s, line)) << line << "\n" << s;
+  // 10% of one hour.
+  EXPECT_TRUE(has_line(s, "#SBATCH --signal=B:USR1@360")) << s;
+  EXPECT_TRUE(has_line(s, "#SBATCH --output=" + out + "/slurm-%j.out")) << s;
+  EXPECT_TRUE(has_line(s, "OUT='" + out + "'")) << s;
+  EXPECT_TRUE(has_line(s, "GRID='" + grid + "'")) << s;
+  // The header: variants, ranks and groups, checkpoint volume.
+  EXPECT_NE(s.find("#   variants:    2 (seed[2])"), std::string::npos) << s;
+  EXPECT_NE(s.find("#   ranks:       8 = 2 node(s) x 4 task(s), 4 GPU(s) per node"), std::string::npos) << s;
+  EXPECT_NE(s.find("#   groups:      4 of 2 rank(s)"), std::string::npos) << s;
+  EXPECT_NE(s.find("#   checkpoints: about "), std::string::npos) << s;
+  // Every #SBATCH line comes before the first command, or sbatch ignores it.
+  EXPECT_LT(s.rfind("#SBATCH"), s.find("\nFASTUDY="));
+  EXPECT_TRUE(fs::exists(fs::path(out) / "study.toml"));
+  EXPECT_NE(fs::status(fs::path(out) / "fastudy.sbatch").permissions() & fs::perms::owner_exec, fs::perms::none);
+  EXPECT_EQ(run_command("bash -n " + out + "/fastudy.sbatch").code, 0);
+}
+
+TEST(SlurmCli, OptionalLinesAndWarningLead) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("grid.toml", grid_text(out, 1));
+  // time limit -> lead: 10% within [60 s, 600 s], at most half the limit.
+  const std::pair<const char*, const char*> cases[] = {
+      {"00:01:00", "30"}, {"00:05:00", "60"}, {"02:00:00", "600"}, {"1-00:00:00", "600"}, {"00:30:00", "180"}};
+  for (const auto& [time, lead] : cases) {
+    RunResult r = run_fastudy("slurm " + grid + " --ntasks-per-node 2 --time " + time + " --launcher mpirun --force");
+    ASSERT_EQ(r.code, 0) << time << ": " << r.output;
+    const std::string s = read_file(fs::path(out) / "fastudy.sbatch");
+    EXPECT_TRUE(has_line(s, std::string("#SBATCH --signal=B:USR1@") + lead)) << time << "\n" << s;
+    EXPECT_TRUE(has_line(s, std::string("#SBATCH --time=") + time)) << s;
+    EXPECT_TRUE(has_line(s, "LAUNCHER=mpirun")) << s;
+    EXPECT_EQ(s.find("#SBATCH --gpus-per-node"), std::string::npos) << s;
+    EXPECT_EQ(s.find("#SBATCH --partition"), std::string::npos) << s;
+    EXPECT_EQ(s.find("#SBATCH --account"), std::string::npos) << s;
+  }
+}
+
+TEST(SlurmCli, BodyIsTheTemplateInSlurmDirectory) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("grid.toml", grid_text(out, 1));
+  ASSERT_EQ(run_fastudy("slurm " + grid + " --time 00:10:00").code, 0);
+  const std::string generated = body_of(read_file(fs::path(out) / "fastudy.sbatch"));
+  const std::string templ = body_of(read_file(fs::path(kSource) / "slurm" / "fastudy.sbatch.in"));
+  ASSERT_FALSE(generated.empty());
+  EXPECT_EQ(generated, templ) << "slurm/fastudy.sbatch.in and jobs/slurm.cpp's body differ";
+  EXPECT_EQ(run_command("bash -n " + kSource + "/slurm/fastudy.sbatch.in").code, 0);
+}
+
+TEST(SlurmCli, ValidationErrorsExitTwoAndWriteNothing) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("grid.toml", grid_text(out, 2));
+  const std::pair<std::string, std::string> cases[] = {
+      {"--nodes 3 --ntasks-per-node 1", "3 ranks cannot be split into groups of ranks_per_variant = 2"},
+      {"--time 1:00", "HH:MM:SS"},
+      {"--time 00:61:00", "below 60"},
+      {"--time 1-24:00:00", "below 24"},
+      {"--time 00:00:00", "positive"},
+      {"--time 1h", "HH:MM:SS"},
+      {"--launcher ssh", "srun or --launcher mpirun"},
+      {"--partition 'a b'", "not a Slurm name"},
+      {"--nodes 0", "--nodes must be >= 1"},
+      {"--gpus-per-node -1", "--gpus-per-node must be >= 0"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::string all = args;
+    if (args.find("--time") == std::string::npos) all += " --time 00:10:00";
+    if (args.find("--nodes") == std::string::npos) all += " --ntasks-per-node 2";
+    RunResult r = run_fastudy("slurm " + grid + " " + all);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << ": " << r.output;
+    EXPECT_FALSE(fs::exists(out)) << args << " wrote " << out;
+  }
+}
+
+TEST(SlurmCli, OutputDirectoryStaysAStudy) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("grid.toml", grid_text(out, 1));
+  ASSERT_EQ(run_fastudy("slurm " + grid + " --time 00:10:00").code, 0);
+  // Slurm's log lands there too before fastudy runs.
+  std::ofstream(fs::path(out) / "slurm-1.out") << "log\n";
+  // A second `fastudy slurm` follows the output-directory policy of every phase.
+  RunResult again = run_fastudy("slurm " + grid + " --time 00:10:00");
+  EXPECT_EQ(again.code, 2) << again.output;
+  EXPECT_NE(again.output.find("--resume"), std::string::npos) << again.output;
+  EXPECT_EQ(run_fastudy("slurm " + grid + " --time 00:20:00 --resume").code, 0);
+  // What the job runs, and what a user runs by hand afterwards.
+  RunResult train = run_fastudy("train " + grid + " --out " + out + " --resume -q");
+  EXPECT_EQ(train.code, 0) << train.output;
+  EXPECT_NE(read_file(fs::path(out) / "status.csv").find("s2,done,4"), std::string::npos);
+  EXPECT_TRUE(fs::exists(fs::path(out) / "slurm-1.out"));
+}
+
+TEST(SlurmCli, SubmitWithoutSbatchExitsOneWithHint) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("grid.toml", grid_text(out, 1));
+  RunResult r = run_command("env PATH=" + dir.str() + " " + std::string(FASTUDY_EXE) + " slurm " + grid +
+                            " --time 00:10:00 --submit");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("sbatch is not on PATH"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("hint: run `sbatch " + out + "/fastudy.sbatch`"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(fs::path(out) / "fastudy.sbatch"));
+}
+
+// The batch script's own logic, with bash and stand-ins: `mpirun` runs its command once (one rank),
+// `scontrol` records what it was asked. A SIGUSR1 to the batch shell mid-run must reach fastudy, which
+// checkpoints and stops; the shell then requeues the job. The "requeued" run resumes and ends with
+// exit 0 and no requeue.
+TEST(SlurmCli, ScriptForwardsTheSignalAndRequeues) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("grid.toml", grid_text(out, 1, 400, 100));
+  ASSERT_EQ(run_fastudy("slurm " + grid + " --time 00:10:00 --launcher mpirun").code, 0);
+  const fs::path bin = dir / "bin";
+  fs::create_directories(bin);
+  std::ofstream(bin / "mpirun") << "#!/bin/bash\n# stand-in: mpirun -n N CMD... runs CMD once\nshift 2\nexec \"$@\"\n";
+  std::ofstream(bin / "scontrol") << "#!/bin/bash\necho \"$@\" >> " << dir.str() << "/scontrol.calls\n";
+  fs::permissions(bin / "mpirun", fs::perms::owner_all);
+  fs::permissions(bin / "scontrol", fs::perms::owner_all);
+  const std::string env = "env PATH=" + bin.string() + ":/usr/bin:/bin SLURM_JOB_ID=42 SLURM_NTASKS=1 ";
+  const std::string script = out + "/fastudy.sbatch";
+  const std::string log1 = dir.str() + "/run1.log";
+
+  // Run 1 in the background; signal the batch shell once training is under way (past step 100).
+  const std::string launch = env + "bash " + script + " > " + log1 + " 2>&1 & echo $!";
+  RunResult bg = run_command(launch);
+  const int pid = std::stoi(bg.output);
+  const fs::path train_log = fs::path(out) / "variants" / "s1" / "train_log.csv";
+  const auto lines = [&] {
+    std::ifstream in(train_log);
+    int n = 0;
+    for (std::string l; std::getline(in, l);) ++n;
+    return n;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (lines() < 120 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GE(lines(), 120) << read_file(log1);
+  ASSERT_EQ(::kill(pid, SIGUSR1), 0);
+  while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string out1 = read_file(log1);
+  EXPECT_NE(out1.find("SIGUSR1 received"), std::string::npos) << out1;
+  EXPECT_NE(out1.find("stopped by a signal; run the same command with --resume"), std::string::npos) << out1;
+  EXPECT_NE(out1.find("requeueing job 42"), std::string::npos) << out1;
+  EXPECT_EQ(read_file(dir / "scontrol.calls"), "requeue 42\n");
+  const std::string status1 = read_file(fs::path(out) / "status.csv");
+  EXPECT_EQ(status1.find("s1,done,400"), std::string::npos) << "the signal came too late to test anything\n" << status1;
+
+  // Run 2: the requeued job resumes, finishes, and does not requeue again.
+  RunResult run2 = run_command(env + "bash " + script);
+  EXPECT_EQ(run2.code, 0) << run2.output;
+  EXPECT_NE(run2.output.find("fastudy exited with code 0"), std::string::npos) << run2.output;
+  EXPECT_EQ(read_file(dir / "scontrol.calls"), "requeue 42\n");
+  const std::string status2 = read_file(fs::path(out) / "status.csv");
+  EXPECT_NE(status2.find("s1,done,400"), std::string::npos) << status2;
+  EXPECT_NE(status2.find("s2,done,400"), std::string::npos) << status2;
+}

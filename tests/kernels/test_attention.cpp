@@ -499,38 +499,62 @@ TEST(Attention, ThreadCountDoesNotChangeResults) {
   EXPECT_EQ(forward_as<float>(in.shape, params, in.q, in.k, in.v), one);
 }
 
-// The portable build (16-byte vectors, no FMA) is what a CPU without AVX2 runs: check it against the
-// reference directly, whatever this machine would pick.
-TEST(Attention, PortableBuildMatchesReference) {
-  const detail::AttentionIsa* isa = detail::attention_isa_generic();
-  ASSERT_NE(isa, nullptr);
+// Every instruction-set build this CPU can run (the portable one with 16-byte vectors and no FMA is
+// what a CPU without AVX2 gets), called directly whatever attention.cpp would pick: forward and
+// backward against the reference, fp64 on doubles and mixed bf16 on floats.
+std::vector<const detail::AttentionIsa*> runnable_isas() {
+  std::vector<const detail::AttentionIsa*> isas{detail::attention_isa_generic()};
+#if defined(__x86_64__) && defined(__GNUC__)
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  if (avx2 && detail::attention_isa_avx2()) isas.push_back(detail::attention_isa_avx2());
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") && detail::attention_isa_avx512())
+    isas.push_back(detail::attention_isa_avx512());
+#endif
+  return isas;
+}
+
+TEST(Attention, EveryInstructionSetBuildMatchesReference) {
   const Inputs in = make_inputs(1, 2, 37, 16, true, 21);
+  const std::int64_t heads = 2, rows = heads * 37;
+  const std::vector<double> dout = random_normal(in.q.size(), 22);
+  const PrecisionPolicy fp64 = make_policy("pure", Format::fp64), bf16 = make_policy("mixed", Format::bf16);
   std::vector<double> ref(in.q.size());
   attention_forward_reference(in.shape, in.q.data(), in.k.data(), in.v.data(), ref.data(), nullptr);
-  const double bound = forward_bound<double>(make_policy("pure", Format::fp64), in.shape,
-                                             score_magnitude(in.shape, in.q, in.k), max_abs(in.v), 8);
-  for (const Variant& var : kVariants) {
-    AttentionParams params;
-    params.kind = var.kind;
-    params.order = var.order;
-    params.policy = make_policy("pure", Format::fp64);
-    params.block_q = 8;
-    params.block_kv = 8;
-    std::vector<double> o(in.q.size()), lse(2 * 37);
-    isa->forward_f64(in.shape, params, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), 0, 2);
-    EXPECT_LE(max_abs_diff(o, ref), bound) << var.name;
-    std::vector<float> qf(in.q.begin(), in.q.end()), kf(in.k.begin(), in.k.end()), vf(in.v.begin(), in.v.end());
-    std::vector<float> of(qf.size()), lf(2 * 37);
-    params.policy = make_policy("mixed", Format::bf16);
-    isa->forward_f32(in.shape, params, qf.data(), kf.data(), vf.data(), of.data(), lf.data(), 0, 2);
-    std::vector<double> od(of.begin(), of.end());
-    const std::vector<double> q = rounded(in.q, Format::bf16), k = rounded(in.k, Format::bf16),
-                              v = rounded(in.v, Format::bf16);
-    std::vector<double> ref16(q.size());
-    attention_forward_reference(in.shape, q.data(), k.data(), v.data(), ref16.data(), nullptr);
-    EXPECT_LE(max_abs_diff(od, ref16), forward_bound<float>(params.policy, in.shape, score_magnitude(in.shape, q, k),
-                                                            max_abs(v), 8))
-        << var.name;
+  const std::vector<double> ref_grad = reference_backward(in.shape, in.q, in.k, in.v, dout);
+  const std::vector<double> q16 = rounded(in.q, Format::bf16), k16 = rounded(in.k, Format::bf16),
+                            v16 = rounded(in.v, Format::bf16);
+  std::vector<double> ref16(q16.size());
+  attention_forward_reference(in.shape, q16.data(), k16.data(), v16.data(), ref16.data(), nullptr);
+  for (const detail::AttentionIsa* isa : runnable_isas()) {
+    ASSERT_NE(isa, nullptr);
+    for (const Variant& var : kVariants) {
+      AttentionParams params;
+      params.kind = var.kind;
+      params.order = var.order;
+      params.policy = fp64;
+      params.block_q = 8;
+      params.block_kv = 8;
+      const std::size_t size = in.q.size();
+      std::vector<double> o(size), lse(rows), dq(size), dk(size), dv(size);
+      isa->forward_f64(in.shape, params, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), 0, heads);
+      EXPECT_LT(max_abs_diff(o, ref), 1e-13) << isa->name << " " << var.name;
+      isa->backward_f64(in.shape, params, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), dout.data(),
+                        dq.data(), dk.data(), dv.data(), 0, heads);
+      std::vector<double> g = dq;
+      g.insert(g.end(), dk.begin(), dk.end());
+      g.insert(g.end(), dv.begin(), dv.end());
+      EXPECT_LT(rel_l2(g, ref_grad), 1e-13) << isa->name << " " << var.name;
+
+      params.policy = bf16;
+      std::vector<float> qf(q16.begin(), q16.end()), kf(k16.begin(), k16.end()), vf(v16.begin(), v16.end());
+      std::vector<float> of(size), lf(rows);
+      isa->forward_f32(in.shape, params, qf.data(), kf.data(), vf.data(), of.data(), lf.data(), 0, heads);
+      const std::vector<double> od(of.begin(), of.end());
+      EXPECT_LE(max_abs_diff(od, ref16),
+                forward_bound<float>(bf16, in.shape, score_magnitude(in.shape, q16, k16), max_abs(v16), 8))
+          << isa->name << " " << var.name;
+    }
   }
 }
 

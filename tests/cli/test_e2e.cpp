@@ -1,0 +1,204 @@
+// End-to-end runs of the pipeline on tiny grids: train on 1 and 2 ranks, kill -9 and resume, reduce on
+// 1, 2 and 4 ranks, W1 against scipy on real checkpoint tensors, corrupt checkpoints, changed grids.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "src/io/checkpoint.hpp"
+#include "tests/cli/cli_util.hpp"
+
+extern char** environ;
+
+using namespace fastudy;
+using namespace fastudy::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// 4 variants, tiny model: a few seconds per run.
+std::string tiny_grid(const std::string& out, int steps, int checkpoint_every) {
+  std::ostringstream os;
+  os << "[study]\nname = \"e2e\"\nout = \"" << out << "\"\nphases = [\"train\", \"reduce\"]\n"
+     << "[grid]\nattention = [\"baseline\", \"flash\"]\nprecision = [\"fp32\", \"bf16\"]\n"
+     << "[model]\nvocab = 32\nd_model = 16\nheads = 2\nlayers = 1\nseq_len = 16\nmlp_ratio = 2\n"
+     << "[data]\nspan_len = 4\n"
+     << "[train]\nsteps = " << steps << "\nbatch = 4\nwarmup = 2\ncheckpoint_every = " << checkpoint_every << "\n"
+     << "[attention]\nblock_q = 8\nblock_kv = 8\n";
+  return os.str();
+}
+
+std::vector<std::string> data_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  std::string l;
+  while (std::getline(in, l))
+    if (!l.empty() && l[0] != '#') out.push_back(l);
+  return out;
+}
+
+// Parameters and optimizer state of a variant's final checkpoint, as raw bytes per name.
+std::map<std::string, std::string> final_state(const std::string& out, const std::string& id, std::int64_t step) {
+  TrainState s = read_checkpoint(checkpoint_path(out, id, step));
+  std::map<std::string, std::string> m;
+  for (const auto* group : {&s.params, &s.optimizer})
+    for (const auto& a : *group) m[a.name] = std::string(reinterpret_cast<const char*>(a.data.data()), a.data.size());
+  return m;
+}
+
+const char* kIds[] = {"baseline-fp32", "baseline-bf16", "flash-fp32", "flash-bf16"};
+
+pid_t spawn_fastudy(const std::vector<std::string>& args) {
+  std::vector<std::string> all{FASTUDY_EXE};
+  all.insert(all.end(), args.begin(), args.end());
+  all.push_back("-q");
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn(&pid, FASTUDY_EXE, &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+}  // namespace
+
+TEST(E2E, TrainOnOneAndTwoRanksGivesIdenticalWeightsAndReduceIsRankInvariant) {
+  TempDir dir;
+  const std::string a = (dir / "a").string(), b = (dir / "b").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 6, 3));
+  RunResult r = run_fastudy("train " + grid + " -q");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_fastudy_mpi(2, "train " + grid + " --out " + b + " -q");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* id : kIds) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(final_state(a, id, 6), final_state(b, id, 6)) << "weights differ between 1 and 2 ranks";
+  }
+  RunResult st = run_fastudy("status " + a);
+  EXPECT_EQ(st.code, 0);
+  EXPECT_NE(st.output.find("4 variants: 4 done"), std::string::npos) << st.output;
+
+  ASSERT_EQ(run_fastudy("reduce " + a + " -q").code, 0);
+  const auto dev1 = data_lines(a + "/deviation.csv");
+  const auto rank1 = data_lines(a + "/ranking.csv");
+  ASSERT_GT(dev1.size(), 10u);
+  for (int ranks : {2, 4}) {
+    SCOPED_TRACE(ranks);
+    RunResult rr = run_fastudy_mpi(ranks, "reduce " + a + " -q");
+    ASSERT_EQ(rr.code, 0) << rr.output;
+    EXPECT_EQ(data_lines(a + "/deviation.csv"), dev1);
+    EXPECT_EQ(data_lines(a + "/ranking.csv"), rank1);
+  }
+  // Identical initial weights across attention/precision make flash-vs-baseline at fp32 tiny but nonzero.
+  bool found = false;
+  for (const auto& l : dev1)
+    if (l.rfind("6,model,baseline-fp32,flash-fp32,", 0) == 0) found = true;
+  EXPECT_TRUE(found);
+}
+
+TEST(E2E, W1MatchesScipyOnCheckpointTensors) {
+  if (run_command("/usr/bin/python3 -c 'import scipy, h5py'").code != 0)
+    GTEST_SKIP() << "python3-scipy or python3-h5py is not installed (apt-get install python3-scipy python3-h5py)";
+  TempDir dir;
+  const std::string out = (dir / "o").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(out, 4, 4));
+  ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
+  ASSERT_EQ(run_fastudy("reduce " + out + " -q").code, 0);
+  RunResult r = run_command("/usr/bin/python3 " + std::string(FASTUDY_CLI_TESTS) + "/check_w1_scipy.py " + out);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("checked"), std::string::npos) << r.output;
+}
+
+TEST(E2E, KillNineAtAnyMomentThenResumeIsBitIdentical) {
+  TempDir dir;
+  const std::string ref = (dir / "ref").string(), run = (dir / "run").string();
+  // checkpoint_every = 1: a checkpoint is being written most of the time, so kills land inside writes.
+  const std::string grid = dir.file("g.toml", tiny_grid(ref, 12, 1));
+  ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
+
+  int kills = 0;
+  for (int delay_ms : {1500, 2100, 2600, 3200, 3900}) {
+    pid_t pid = spawn_fastudy({"train", grid, "--out", run, "--resume"});
+    ASSERT_GT(pid, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ++kills;
+    }
+  }
+  EXPECT_GE(kills, 1) << "no run was interrupted; the test proves nothing";
+  RunResult r = run_fastudy("train " + grid + " --out " + run + " --resume -q");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* id : kIds) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(final_state(ref, id, 12), final_state(run, id, 12));
+  }
+  // No temporary or partial checkpoint is ever taken for a whole one.
+  for (const char* id : kIds)
+    for (auto s : list_checkpoint_steps(checkpoint_dir(run, id)))
+      EXPECT_FALSE(checkpoint_problem(checkpoint_path(run, id, s)).has_value()) << id << " step " << s;
+}
+
+TEST(E2E, CorruptCheckpointIsNamedAndCanBeLeftOut) {
+  TempDir dir;
+  const std::string out = (dir / "o").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(out, 4, 2));
+  ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
+  const std::string victim = checkpoint_path(out, "flash-bf16", 4);
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(0, std::ios::end);
+    const auto size = static_cast<std::streamoff>(f.tellg());
+    for (std::streamoff off = size / 2; off < size / 2 + 64; ++off) {  // flip bytes in the data
+      f.seekp(off);
+      f.put('\x5a');
+    }
+  }
+  RunResult r = run_fastudy("reduce " + out);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("flash-bf16"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--allow-missing"), std::string::npos) << r.output;
+  r = run_fastudy("reduce " + out + " --allow-missing");
+  EXPECT_EQ(r.code, 0) << r.output;
+  std::ifstream in(out + "/ranking.csv");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_NE(ss.str().find("# note: left out flash-bf16"), std::string::npos) << ss.str();
+}
+
+TEST(E2E, ChangedGridOnResumeIsRefusedUnlessForced) {
+  TempDir dir;
+  const std::string out = (dir / "o").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(out, 2, 2));
+  ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
+  RunResult r = run_fastudy("train " + grid);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("already holds a study"), std::string::npos) << r.output;
+  std::string text = tiny_grid(out, 2, 2);
+  text.replace(text.find("[train]\n"), 8, "[train]\nlr = 0.01\n");
+  const std::string changed = dir.file("g2.toml", text);
+  r = run_fastudy("train " + changed + " --resume");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("baseline-fp32"), std::string::npos) << r.output;
+  r = run_fastudy("train " + changed + " --resume --force -q");
+  EXPECT_EQ(r.code, 0) << r.output;
+  TrainState s = read_checkpoint(checkpoint_path(out, "baseline-fp32", 2));
+  EXPECT_EQ(s.step, 2);
+}

@@ -638,10 +638,17 @@ struct BackwardWorkspace {
   std::vector<T> q, k, dout, kt, vt, dq, dk, dv, dd, lse, p, ds, row;
 };
 
+// Leading dimension of K^T and V^T in the backward pass: a KV tile starting anywhere reads whole
+// vectors, up to round_up(Bc) keys past its start.
+template <class T>
+std::int64_t backward_ld(const Head<T>& h) {
+  return round_up(h.n, kLanes<T>) + round_up(h.bc, kLanes<T>);
+}
+
 template <class T, class R>
 void load_backward_inputs(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, const T* dout,
                           BackwardWorkspace<T>& ws) {
-  const std::int64_t np = round_up(h.n, kLanes<T>);
+  const std::int64_t np = backward_ld(h);
   ws.q.assign(h.n * h.dp, T(0));
   ws.k.assign(h.n * h.dp, T(0));
   ws.dout.assign(h.n * h.dp, T(0));
@@ -699,7 +706,7 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
   using V = vec_t<T>;
   constexpr int L = kLanes<T>;
   load_backward_inputs(rd, h, q, k, v, dout, ws);
-  const std::int64_t np = round_up(h.n, L);
+  const std::int64_t np = backward_ld(h);
   ws.dd.resize(h.n);
   for (std::int64_t i = 0; i < h.n; ++i) {
     T acc = 0;
@@ -743,15 +750,15 @@ void baseline_backward(const R& rd, const Head<T>& h, const T* q, const T* k, co
                        BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
   constexpr int L = kLanes<T>;
   load_backward_inputs(rd, h, q, k, v, dout, ws);
-  const std::int64_t np = round_up(h.n, L);
+  const std::int64_t ld = backward_ld(h), np = round_up(h.n, L);
   ws.p.assign(h.n * np, T(0));
   ws.ds.assign(h.n * np, T(0));
   for (std::int64_t i = 0; i < h.n; ++i) {
     const std::int64_t jn = h.causal ? i + 1 : h.n;
     T* p = ws.p.data() + i * np;
     T* ds = ws.ds.data() + i * np;
-    row_dot(rd, ws.q.data() + i * h.dp, ws.kt.data(), np, h.d, std::int64_t(0), np, p);
-    row_dot(rd, ws.dout.data() + i * h.dp, ws.vt.data(), np, h.d, std::int64_t(0), np, ds);
+    row_dot(rd, ws.q.data() + i * h.dp, ws.kt.data(), ld, h.d, std::int64_t(0), np, p);
+    row_dot(rd, ws.dout.data() + i * h.dp, ws.vt.data(), ld, h.d, std::int64_t(0), np, ds);
     T m = kNegInf<T>;
     for (std::int64_t j = 0; j < jn; ++j) {
       p[j] = rd.s(p[j] * h.scale);

@@ -389,6 +389,23 @@ void check_backward_against_reference() {
 }
 
 TEST(Attention, BackwardMatchesReferenceFloat) { check_backward_against_reference<float>(); }
+TEST(Attention, BackwardOddBlocks) {
+  // KV tiles that start off a vector boundary (20 keys per tile, 16 or 8 lanes) and a ragged last tile.
+  const Inputs in = make_inputs(1, 1, 32, 5, false, 400);
+  const std::vector<double> dout = random_normal(in.q.size(), 401);
+  const std::vector<double> ref = reference_backward(in.shape, in.q, in.k, in.v, dout);
+  const PrecisionPolicy policy = make_policy("mixed", Format::fp32);
+  for (const Variant& var : kVariants) {
+    AttentionParams params;
+    params.kind = var.kind;
+    params.policy = policy;
+    params.block_q = 7;
+    params.block_kv = 20;
+    EXPECT_LE(rel_l2(backward_as<float>(in.shape, params, in.q, in.k, in.v, dout), ref),
+              backward_bound<float>(policy, in.shape, score_magnitude(in.shape, in.q, in.k)))
+        << var.name;
+  }
+}
 TEST(Attention, BackwardMatchesReferenceDouble) { check_backward_against_reference<double>(); }
 
 TEST(Attention, Fp64BackwardIsTheReferenceToRoundoff) {

@@ -50,15 +50,17 @@ const char* const kSbatchBody = R"BODY(# ---- body (the same in every generated 
 
 set -u
 
-stop_signal=
+requeue=
 child=
 
-# Slurm's warning signal (and a SIGTERM) reach this shell: tell fastudy to checkpoint and stop.
+# Slurm's warning signal (SIGUSR1, asked for with --signal=B:USR1@...) reaches this shell: tell
+# fastudy to checkpoint and stop, and requeue the job afterwards. A SIGTERM (scancel, or the time
+# limit itself) is forwarded the same way but does not requeue: the job is ending for good.
 # srun forwards signals to every task. mpirun forwards SIGUSR1 to every rank but answers SIGTERM by
 # killing them, so mpirun always gets SIGUSR1 (fastudy treats both the same).
 forward_stop() {
-  stop_signal=$1
-  echo "fastudy.sbatch: SIG$1 received (time limit near): asking fastudy to checkpoint and stop"
+  [ "$1" = USR1 ] && requeue=yes
+  echo "fastudy.sbatch: SIG$1 received: asking fastudy to checkpoint and stop"
   [ -z "$child" ] && return
   case $LAUNCHER in
     srun) kill -s "$1" "$child" 2>/dev/null ;;
@@ -78,7 +80,7 @@ case $LAUNCHER in
   *) echo "fastudy.sbatch: unknown LAUNCHER=$LAUNCHER (srun or mpirun)" >&2; exit 2 ;;
 esac
 child=$!
-[ -n "$stop_signal" ] && forward_stop "$stop_signal"
+[ -n "$requeue" ] && forward_stop USR1
 
 # A trapped signal interrupts `wait`: wait again until the launcher has really ended.
 while :; do
@@ -88,8 +90,8 @@ done
 wait "$child"
 code=$?
 
-if [ -n "$stop_signal" ] && [ "$code" -ne 0 ]; then
-  echo "fastudy.sbatch: fastudy stopped on SIG$stop_signal (exit $code); requeueing job $SLURM_JOB_ID to resume"
+if [ -n "$requeue" ] && [ "$code" -ne 0 ]; then
+  echo "fastudy.sbatch: fastudy stopped on the warning signal (exit $code); requeueing job $SLURM_JOB_ID to resume"
   scontrol requeue "$SLURM_JOB_ID" && exit 0
   echo "fastudy.sbatch: scontrol requeue failed; resubmit this script to continue (it resumes)" >&2
 fi

@@ -176,8 +176,8 @@ TEST(SlurmCli, SubmitWithoutSbatchExitsOneWithHint) {
 
 // The batch script's own logic, with bash and stand-ins: `mpirun` runs its command once (one rank),
 // `scontrol` records what it was asked. A SIGUSR1 to the batch shell mid-run must reach fastudy, which
-// checkpoints and stops; the shell then requeues the job. The "requeued" run resumes and ends with
-// exit 0 and no requeue.
+// checkpoints and stops; the shell then requeues the job. A SIGTERM (scancel, the time limit) stops
+// fastudy the same way but does not requeue. The last run resumes, ends with exit 0 and no requeue.
 TEST(SlurmCli, ScriptForwardsTheSignalAndRequeues) {
   TempDir dir;
   const std::string out = (dir / "out").string();
@@ -191,12 +191,6 @@ TEST(SlurmCli, ScriptForwardsTheSignalAndRequeues) {
   fs::permissions(bin / "scontrol", fs::perms::owner_all);
   const std::string env = "env PATH=" + bin.string() + ":/usr/bin:/bin SLURM_JOB_ID=42 SLURM_NTASKS=1 ";
   const std::string script = out + "/fastudy.sbatch";
-  const std::string log1 = dir.str() + "/run1.log";
-
-  // Run 1 in the background; signal the batch shell once training is under way (past step 100).
-  const std::string launch = env + "bash " + script + " > " + log1 + " 2>&1 & echo $!";
-  RunResult bg = run_command(launch);
-  const int pid = std::stoi(bg.output);
   const fs::path train_log = fs::path(out) / "variants" / "s1" / "train_log.csv";
   const auto lines = [&] {
     std::ifstream in(train_log);
@@ -204,27 +198,41 @@ TEST(SlurmCli, ScriptForwardsTheSignalAndRequeues) {
     for (std::string l; std::getline(in, l);) ++n;
     return n;
   };
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (lines() < 120 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_GE(lines(), 120) << read_file(log1);
-  ASSERT_EQ(::kill(pid, SIGUSR1), 0);
-  while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const std::string out1 = read_file(log1);
+
+  // Runs the script in the background and sends `sig` to the batch shell once the train log of s1
+  // has `min_lines` lines; returns the script's output after it ended.
+  const auto run_and_signal = [&](int sig, int min_lines, const std::string& log_name) {
+    const std::string log = dir.str() + "/" + log_name;
+    const int pid = std::stoi(run_command(env + "bash " + script + " > " + log + " 2>&1 & echo $!").output);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (lines() < min_lines && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_GE(lines(), min_lines) << read_file(log);
+    EXPECT_EQ(::kill(pid, sig), 0);
+    while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return read_file(log);
+  };
+
+  const std::string out1 = run_and_signal(SIGUSR1, 120, "run1.log");
   EXPECT_NE(out1.find("SIGUSR1 received"), std::string::npos) << out1;
   EXPECT_NE(out1.find("stopped by a signal; run the same command with --resume"), std::string::npos) << out1;
   EXPECT_NE(out1.find("requeueing job 42"), std::string::npos) << out1;
   EXPECT_EQ(read_file(dir / "scontrol.calls"), "requeue 42\n");
-  const std::string status1 = read_file(fs::path(out) / "status.csv");
-  EXPECT_EQ(status1.find("s1,done,400"), std::string::npos) << "the signal came too late to test anything\n" << status1;
+  EXPECT_EQ(read_file(fs::path(out) / "status.csv").find("s1,done,400"), std::string::npos)
+      << "the signal came too late to test anything";
 
-  // Run 2: the requeued job resumes, finishes, and does not requeue again.
-  RunResult run2 = run_command(env + "bash " + script);
-  EXPECT_EQ(run2.code, 0) << run2.output;
-  EXPECT_NE(run2.output.find("fastudy exited with code 0"), std::string::npos) << run2.output;
+  const std::string out2 = run_and_signal(SIGTERM, 200, "run2.log");
+  EXPECT_NE(out2.find("SIGTERM received"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("stopped by a signal; run the same command with --resume"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("fastudy exited with code 1"), std::string::npos) << out2;
+  EXPECT_EQ(read_file(dir / "scontrol.calls"), "requeue 42\n") << "a SIGTERM must not requeue";
+
+  RunResult run3 = run_command(env + "bash " + script);
+  EXPECT_EQ(run3.code, 0) << run3.output;
+  EXPECT_NE(run3.output.find("fastudy exited with code 0"), std::string::npos) << run3.output;
   EXPECT_EQ(read_file(dir / "scontrol.calls"), "requeue 42\n");
-  const std::string status2 = read_file(fs::path(out) / "status.csv");
-  EXPECT_NE(status2.find("s1,done,400"), std::string::npos) << status2;
-  EXPECT_NE(status2.find("s2,done,400"), std::string::npos) << status2;
+  const std::string status = read_file(fs::path(out) / "status.csv");
+  EXPECT_NE(status.find("s1,done,400"), std::string::npos) << status;
+  EXPECT_NE(status.find("s2,done,400"), std::string::npos) << status;
 }

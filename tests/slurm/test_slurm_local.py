@@ -4,9 +4,9 @@
 1. An uninterrupted job (srun --mpi=pmix when Slurm has it, else mpirun; 2 tasks) trains
    tests/slurm/slurm_grid.toml to the end: the job completes with exit code 0, every variant is done
    and has its final checkpoint.
-2. The same study with mpirun; mid-run the batch shell gets the warning signal
-   (`scancel --signal=USR1 --batch`). fastudy checkpoints and stops, the script requeues the job, and
-   the requeued job resumes: Slurm counts one restart, the log shows both runs, the checkpoints
+2. The same study with mpirun (and again with srun when Slurm has pmix); mid-run the batch shell
+   gets the warning signal (`scancel --signal=USR1 --batch`). fastudy checkpoints and stops, the
+   script requeues the job, and the requeued job resumes: Slurm counts one restart, the log shows both runs, the checkpoints
    written before the signal were not rewritten (the second run did not start over), and the final
    weights and optimizer state are bit-identical to the uninterrupted job's.
 
@@ -166,22 +166,28 @@ def run_cases(args, env, work):
     check_finished(ref, job, info)
     log("case 1 passed: job %s completed, 2 variants done at step %d" % (job, STEPS))
 
-    # 2. Warning signal mid-run, requeue, resume.
-    sig = os.path.join(work, "signal")
-    job = submit(args, grid, sig, "mpirun", env)
-    variant, step = wait_for_progress(sig, job, env, 70, 90)
+    # 2. Warning signal mid-run, requeue, resume: with mpirun, and with srun when Slurm has pmix.
+    for launcher in ["mpirun"] + (["srun"] if ref_launcher == "srun" else []):
+        signal_case(args, env, grid, os.path.join(work, "signal-" + launcher), launcher, ref)
+    if ref_launcher != "srun":
+        log("srun --mpi=pmix is not available here: the srun launcher was not tested")
+
+
+def signal_case(args, env, grid, out, launcher, ref):
+    job = submit(args, grid, out, launcher, env)
+    variant, step = wait_for_progress(out, job, env, 70, 90)
     r = subprocess.run(["scancel", "--signal=USR1", "--batch", job], env=env, capture_output=True, text=True)
     check(r.returncode == 0, "scancel --signal=USR1 --batch failed: " + r.stdout + r.stderr)
     log("sent USR1 to the batch shell of job %s (%s at step %d)" % (job, variant, step))
     info = wait_job(job, env, 150)
-    slurm_log = check_finished(sig, job, info)
+    slurm_log = check_finished(out, job, info)
     check(info.get("Restarts") == "1", "job %s restarted %s times, expected 1; log:\n%s" % (job, info.get("Restarts"), slurm_log))
     for needle in ("SIGUSR1 received", "stopped by a signal; run the same command with --resume",
                    "requeueing job " + job, "(restart 1)"):
         check(needle in slurm_log, "the log lacks %r:\n%s" % (needle, slurm_log))
-    check_resumed(sig, slurm_log)
-    compare_weights(ref, sig)
-    log("case 2 passed: job %s was requeued once, resumed and matches the uninterrupted run" % job)
+    check_resumed(out, slurm_log)
+    compare_weights(ref, out)
+    log("case 2 (%s) passed: job %s was requeued once, resumed and matches the uninterrupted run" % (launcher, job))
 
 
 def main():

@@ -2,6 +2,7 @@
 //
 // Run (2 ranks, the figure):
 //   mpirun -n 2 build-runner/bench/runner/checkpoint_write_bench [--mb 64] [--reps 5] [--dir DIR]
+// Every repetition writes a new file (as training does, step after step); deleting it is not timed.
 // It builds a TrainState of --mb MiB of fp32 parameters (16 tensors, like a small transformer's
 // matrices) and times, median of --reps runs each, on the same directory:
 //   posix write() 1 rank      rank 0 writes every byte with write() into one file
@@ -20,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -101,72 +103,88 @@ int main(int argc, char** argv) {
     const std::vector<char> flat = flatten(state);
     const double bytes = static_cast<double>(flat.size());
 
-    auto time_it = [&](auto&& body) {
-      std::vector<double> t;
-      for (int r = 0; r < reps; ++r) {
+    // The methods, each a body run once per repetition. Repetitions interleave the methods, so a
+    // change of machine load during the run hits every method alike.
+    struct Method {
+      std::string name;
+      bool durable;
+      std::function<void(int rep)> body;
+      std::function<std::string(int rep)> output;  // the file a repetition wrote, removed untimed
+      std::vector<double> seconds;
+      fastudy::CheckpointWriteStats phases;  // checkpoint methods: summed over repetitions
+    };
+    std::vector<Method> methods;
+    auto posix_file = [&](int rep) { return dir + "/posix_" + std::to_string(rep) + ".bin"; };
+    auto checkpoint_file = [&](int rep) { return fastudy::checkpoint_path(dir, "bench", rep); };
+    for (bool durable : {false, true}) {
+      methods.push_back({"posix write() 1 rank", durable, [&, durable](int rep) {
+                           if (!world.is_root()) return;
+                           int fd = ::open(posix_file(rep).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                           write_all(fd, flat.data(), flat.size(), 0);
+                           if (durable) ::fsync(fd);
+                           ::close(fd);
+                         }, posix_file, {}, {}});
+      methods.push_back({"posix pwrite() all ranks", durable, [&, durable](int rep) {
+                           if (world.is_root()) ::close(::open(posix_file(rep).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+                           world.barrier();
+                           const std::size_t P = static_cast<std::size_t>(world.size());
+                           const std::size_t r = static_cast<std::size_t>(world.rank());
+                           const std::size_t b0 = flat.size() * r / P, b1 = flat.size() * (r + 1) / P;
+                           int fd = ::open(posix_file(rep).c_str(), O_WRONLY);
+                           write_all(fd, flat.data() + b0, b1 - b0, static_cast<off_t>(b0));
+                           if (durable) ::fsync(fd);
+                           ::close(fd);
+                         }, posix_file, {}, {}});
+      for (bool collective : {true, false}) {
+        const std::size_t index = methods.size();
+        methods.push_back({std::string("checkpoint ") + (collective ? "collective" : "independent"), durable,
+                           [&, durable, collective, index](int rep) {
+                             fastudy::CheckpointOptions opt;
+                             opt.verify = durable;
+                             opt.fsync = durable;
+                             opt.collective = collective;
+                             const auto st = write_checkpoint(world, checkpoint_file(rep), state, opt);
+                             auto& ph = methods[index].phases;
+                             ph.write_seconds += st.write_seconds;
+                             ph.verify_seconds += st.verify_seconds;
+                             ph.commit_seconds += st.commit_seconds;
+                             ph.collective_transfers += st.collective_transfers;
+                             ph.transfers += st.transfers;
+                           }, checkpoint_file, {}, {}});
+      }
+    }
+    for (int rep = 0; rep < reps; ++rep) {
+      for (auto& m : methods) {
         world.barrier();
         const double t0 = now_s();
-        body(r);
+        m.body(rep);
         world.barrier();
         double dt = now_s() - t0;
         world.allreduce_max(&dt, 1);
-        t.push_back(dt);
+        m.seconds.push_back(dt);
+        // Every repetition writes a new file, as training does; removing it is not timed.
+        if (world.is_root()) std::filesystem::remove(m.output(rep));
       }
-      return summarize(t);
-    };
-
+    }
     struct Row {
       std::string method;
       bool durable;
       Times t;
     };
     std::vector<Row> rows;
-    for (bool durable : {false, true}) {
-      const std::string posix_path = dir + "/posix.bin";
-      rows.push_back({"posix write() 1 rank", durable, time_it([&](int) {
-                        if (!world.is_root()) return;
-                        int fd = ::open(posix_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-                        write_all(fd, flat.data(), flat.size(), 0);
-                        if (durable) ::fsync(fd);
-                        ::close(fd);
-                      })});
-      rows.push_back({"posix pwrite() all ranks", durable, time_it([&](int) {
-                        if (world.is_root()) ::close(::open(posix_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
-                        world.barrier();
-                        const std::size_t P = static_cast<std::size_t>(world.size()), r = static_cast<std::size_t>(world.rank());
-                        const std::size_t b0 = flat.size() * r / P, b1 = flat.size() * (r + 1) / P;
-                        int fd = ::open(posix_path.c_str(), O_WRONLY);
-                        write_all(fd, flat.data() + b0, b1 - b0, static_cast<off_t>(b0));
-                        if (durable) ::fsync(fd);
-                        ::close(fd);
-                      })});
-      for (bool collective : {true, false}) {
-      fastudy::CheckpointOptions opt;
-      opt.verify = durable;
-      opt.fsync = durable;
-      opt.collective = collective;
-      fastudy::CheckpointWriteStats phases;
-      const std::string name = std::string("checkpoint ") + (collective ? "collective" : "independent");
-      rows.push_back({name, durable,
-                      time_it([&](int r) {
-                        auto st = write_checkpoint(world, fastudy::checkpoint_path(dir, "bench", r), state, opt);
-                        phases.write_seconds += st.write_seconds / reps;
-                        phases.verify_seconds += st.verify_seconds / reps;
-                        phases.commit_seconds += st.commit_seconds / reps;
-                        phases.collective_transfers = st.collective_transfers;
-                        phases.transfers = st.transfers;
-                      })});
-      if (world.is_root()) {
-        std::printf("# %s%s phases on rank 0 (mean): write %.4f s, verify %.4f s, commit %.4f s; "
+    for (const auto& m : methods) {
+      rows.push_back({m.name, m.durable, summarize(m.seconds)});
+      if (world.is_root() && m.phases.transfers > 0) {
+        std::printf("# %s%s, rank 0 mean phases: write %.4f s, verify %.4f s, commit %.4f s; "
                     "%lld of %lld transfers collective\n",
-                    name.c_str(), durable ? " (verify+fsync)" : "", phases.write_seconds, phases.verify_seconds,
-                    phases.commit_seconds, static_cast<long long>(phases.collective_transfers),
-                    static_cast<long long>(phases.transfers));
-      }
+                    m.name.c_str(), m.durable ? " (verify+fsync)" : "", m.phases.write_seconds / reps,
+                    m.phases.verify_seconds / reps, m.phases.commit_seconds / reps,
+                    static_cast<long long>(m.phases.collective_transfers),
+                    static_cast<long long>(m.phases.transfers));
       }
     }
     if (world.is_root()) {
-      std::printf("# checkpoint write throughput: %d ranks, %.1f MiB of fp32 parameters, median of %d, dir %s\n",
+      std::printf("# checkpoint write throughput: %d ranks, %.1f MiB of fp32 parameters, median and best of %d interleaved runs, dir %s\n",
                   world.size(), bytes / (1 << 20), reps, dir.c_str());
       std::printf("%-26s %-8s %10s %10s %10s %10s %12s %12s\n", "method", "durable", "median_s", "best_s",
                   "MB/s_med", "MB/s_best", "ratio_med", "ratio_best");

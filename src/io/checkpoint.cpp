@@ -2,7 +2,8 @@
 //
 // The collective write: every rank creates the same groups/datasets/attributes (collective metadata)
 // and writes rows [r*R/P, (r+1)*R/P) of each tensor with R rows on P ranks, with one collective
-// transfer per dataset. CRC-32 of a dataset = crc32_combine over the ranks' shares in rank order, so no
+// transfer per dataset; tensors smaller than CheckpointOptions::split_bytes are written whole by
+// rank 0 alone (a collective per bias vector costs more than the write). CRC-32 of a dataset = crc32_combine over the ranks' shares in rank order, so no
 // rank checksums more than its share. Then: close, reopen and verify (every rank checks its share
 // against the stored checksum, reading independently), fsync, rename by rank 0 after a barrier.
 #include "src/io/checkpoint.hpp"
@@ -60,10 +61,16 @@ struct Share {
   std::size_t byte0 = 0, bytes = 0;
 };
 
-// Rows [rank*R/P, (rank+1)*R/P) of an array with R rows on P ranks.
-Share share_of(const NamedArray& a, int rank, int size) {
+// Rows [rank*R/P, (rank+1)*R/P) of an array with R rows on P ranks; an array of fewer than
+// `split_bytes` bytes is rank 0's alone.
+Share share_of(const NamedArray& a, int rank, int size, std::size_t split_bytes) {
   const std::int64_t R = rows_of(a.shape);
   Share s;
+  if (a.data.size() < split_bytes) {
+    s.rows = rank == 0 ? R : 0;
+    s.bytes = rank == 0 ? a.data.size() : 0;
+    return s;
+  }
   s.row0 = R * rank / size;
   s.rows = R * (rank + 1) / size - s.row0;
   const std::size_t row_bytes = R > 0 ? a.data.size() / static_cast<std::size_t>(R) : 0;
@@ -140,7 +147,7 @@ std::string dataset_label(const Item& it) {
 
 // Combined CRC of every item from the per-rank partial CRCs (all ranks get the same values).
 std::vector<std::uint32_t> combine_crcs(const mpi::Comm& group, const std::vector<Item>& items,
-                                        const std::vector<std::uint32_t>& local) {
+                                        const std::vector<std::uint32_t>& local, std::size_t split_bytes) {
   const int P = group.size();
   std::vector<std::int64_t> all(items.size() * static_cast<std::size_t>(P), 0);
   for (std::size_t i = 0; i < items.size(); ++i) all[i * P + group.rank()] = local[i];
@@ -149,7 +156,7 @@ std::vector<std::uint32_t> combine_crcs(const mpi::Comm& group, const std::vecto
   for (std::size_t i = 0; i < items.size(); ++i) {
     std::uint32_t crc = 0;
     for (int r = 0; r < P; ++r) {
-      Share sh = share_of(*items[i].array, r, P);
+      Share sh = share_of(*items[i].array, r, P, split_bytes);
       crc = static_cast<std::uint32_t>(::crc32_combine(crc, static_cast<uLong>(all[i * P + r]),
                                                        static_cast<z_off_t>(sh.bytes)));
     }
@@ -249,6 +256,7 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
   {
     h5::File f = h5::File::create(tmp, &group);
     h5::Transfer xfer(f, options.collective);
+    h5::Transfer solo(f, false);  // small tensors: rank 0 alone, no synchronisation
     {
       h5::Group root = f.root();
       root.set_attr("fastudy_format", std::string(kCheckpointFormat));
@@ -269,18 +277,23 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
                                      std::find(std::begin(kSections), std::end(kSections), items[i].section) -
                                      std::begin(kSections))];
         h5::Dataset d = where.create_dataset(a.name, a.dtype, a.shape);
-        Share sh = share_of(a, me, P);
-        if (!a.data.empty()) {  // an empty dataset has no storage to transfer to (same on all ranks)
+        Share sh = share_of(a, me, P, options.split_bytes);
+        if (a.data.empty()) {
+          // An empty dataset has no storage to transfer to (the same on every rank).
+        } else if (a.data.size() >= options.split_bytes) {
           d.write_rows(sh.bytes ? a.data.data() + sh.byte0 : nullptr, sh.row0, sh.rows, xfer);
           ++stats.transfers;
           if (xfer.io_mode() != "none") ++stats.collective_transfers;
+        } else if (me == 0) {
+          d.write_rows(a.data.data(), 0, sh.rows, solo);
+          ++stats.transfers;
         }
         local_crc[i] = crc_of(a.data.data() + sh.byte0, sh.bytes);
         stats.bytes += static_cast<std::int64_t>(a.data.size());
         ++stats.datasets;
         datasets.push_back(std::move(d));
       }
-      crc = combine_crcs(group, items, local_crc);
+      crc = combine_crcs(group, items, local_crc, options.split_bytes);
       for (std::size_t i = 0; i < items.size(); ++i) {
         datasets[i].set_attr(kCrcAttr, static_cast<std::int64_t>(crc[i]));
       }
@@ -301,9 +314,9 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
         const NamedArray& a = *items[i].array;
         h5::Dataset d = items[i].section.empty() ? root.open_dataset(a.name)
                                                  : root.open_group(items[i].section).open_dataset(a.name);
-        Share sh = share_of(a, me, P);
+        Share sh = share_of(a, me, P, options.split_bytes);
         buf.resize(sh.bytes);
-        if (!a.data.empty()) d.read_rows(buf.data(), sh.row0, sh.rows, xfer);
+        if (sh.bytes > 0) d.read_rows(buf.data(), sh.row0, sh.rows, xfer);
         const bool stored_ok = static_cast<std::uint32_t>(d.attr_int64(kCrcAttr)) == crc[i];
         const bool share_ok = crc_of(buf.data(), sh.bytes) == local_crc[i];
         if ((!stored_ok || !share_ok) && bad < 0) bad = static_cast<std::int64_t>(i);

@@ -19,6 +19,7 @@
 // "<path>.tmp.<id>" first; those names are never taken for checkpoints.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -52,13 +53,17 @@ struct CheckpointOptions {
   // contiguous range of the file, so independent transfers (false) skip a synchronisation per
   // dataset; on a small, loaded node that is faster (see bench/runner). Metadata stays collective.
   bool collective = true;
+  // Tensors of at least this many bytes are split over the ranks; smaller ones (biases, norms) are
+  // written whole by rank 0 with an independent transfer, which saves a synchronisation each.
+  // 0 splits every tensor.
+  std::size_t split_bytes = std::size_t{1} << 20;
 };
 
 // What one rank saw while writing.
 struct CheckpointWriteStats {
   std::int64_t bytes = 0;                  // tensor bytes in the file (all ranks together)
   std::int64_t datasets = 0;               // datasets written
-  std::int64_t transfers = 0;              // data transfers (datasets with at least one element)
+  std::int64_t transfers = 0;              // H5Dwrite calls made by this rank
   std::int64_t collective_transfers = 0;   // of those, transfers MPI-IO reported as collective
   double seconds = 0;                      // wall time of the whole call on this rank, of which:
   double write_seconds = 0;                //   create, write, checksum, close
@@ -68,7 +73,8 @@ struct CheckpointWriteStats {
 
 // Collective over `group`. Every rank passes a TrainState with the same structure (names, shapes,
 // dtypes, scalars, attrs) — the data-parallel replicas of one variant; each rank writes its share, a
-// contiguous range of rows (first dimension) of every tensor, with collective transfers. Creates the
+// contiguous range of rows (first dimension) of every tensor of at least options.split_bytes, with
+// collective transfers; rank 0 writes the smaller tensors. Creates the
 // parent directory. On return the checkpoint exists at `path` on every rank, or every rank throws
 // (CheckpointError on a failed verification, UsageError on inconsistent states, h5::H5Error or
 // mpi::MpiError on I/O failures). An old file at `path` is replaced atomically.

@@ -65,7 +65,9 @@ TEST(Checkpoint, RoundTripIsBitExactAndCollective) {
   const std::string path = checkpoint_path(dir, "flash-bf16-s1", 40);
   EXPECT_EQ(path, dir + "/checkpoints/flash-bf16-s1/step_0000040.h5");
   const TrainState s = make_state(40);
-  const CheckpointWriteStats stats = write_checkpoint(world, path, s);
+  CheckpointOptions split_all;
+  split_all.split_bytes = 0;  // every tensor split over the ranks, however small
+  const CheckpointWriteStats stats = write_checkpoint(world, path, s, split_all);
   EXPECT_TRUE(fs::exists(path));
   EXPECT_EQ(stats.datasets, 11);  // 6 params, 2 optimizer, 2 extra, loss_history
   // Every transfer went through MPI-IO's collective path (H5Pget_mpio_actual_io_mode), on every rank.
@@ -78,12 +80,21 @@ TEST(Checkpoint, RoundTripIsBitExactAndCollective) {
     EXPECT_EQ(e.path().string(), path);
   }
   // Independent transfers (CheckpointOptions::collective = false) write the same bytes.
-  CheckpointOptions independent;
+  CheckpointOptions independent = split_all;
   independent.collective = false;
   const std::string path_ind = checkpoint_path(dir, "flash-bf16-s1", 41);
   const CheckpointWriteStats ind = write_checkpoint(world, path_ind, s, independent);
   EXPECT_EQ(ind.collective_transfers, 0);
   expect_same(read_checkpoint(path_ind), s);
+  // By default tensors under 1 MiB (all of this state's) are written whole by rank 0 alone; a
+  // 1 MiB tensor is split and written collectively.
+  TrainState big = s;
+  big.params.push_back(testing_runner::make_array("big.weight", {256, 1024}, DType::f32, 3));
+  const std::string path_def = checkpoint_path(dir, "flash-bf16-s1", 42);
+  const CheckpointWriteStats def = write_checkpoint(world, path_def, big);
+  EXPECT_EQ(def.collective_transfers, 1);
+  EXPECT_EQ(def.transfers, world.is_root() ? 11 : 1);
+  expect_same(read_checkpoint(path_def), big);
   // Overwriting the same step replaces the file whole.
   const TrainState s2 = make_state(40, 99);
   write_checkpoint(world, path, s2);

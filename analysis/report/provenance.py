@@ -35,8 +35,10 @@ def phase_state(data):
         parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         done = counts.get("done", 0)
         line = f"train: {done} of {total} variants done ({parts})"
-        if done < total:
-            line += "; training is incomplete, so the deviation numbers cover only the variants and checkpoints that existed when reduce ran"
+        unfinished = counts.get("queued", 0) + counts.get("running", 0) + max(0, grid_size - len(status))
+        if unfinished:
+            line += (f"; training is incomplete ({unfinished} variants not finished), so deviation numbers cover only "
+                     "the variants and checkpoints that existed when reduce ran")
         items.append(line)
     elif data.train_logs:
         items.append(f"train: {len(data.train_logs)} variants have a train_log.csv but status.csv is missing")
@@ -79,6 +81,10 @@ def build(data):
         rows = [[name] + [p.get(k, "") for k in PROVENANCE_FIELDS] for name, p in files]
         sec.blocks.append(Table(["file"] + list(PROVENANCE_FIELDS), rows,
                                 caption="Provenance recorded by each phase (the '#' header of its output)"))
+        shas = {p.get("git") for _, p in files if p.get("git")}
+        if len(shas) > 1:
+            sec.blocks.append(text("The phases ran with different fastudy builds (git " + ", ".join(sorted(shas)) +
+                                   "): results of different builds are mixed in this study.", kind="note"))
         hashes = {p.get("config_hash") for _, p in files if p.get("config_hash")}
         if len(hashes) > 1:
             sec.blocks.append(text("The outputs were written for different configurations (config hashes " +
@@ -101,7 +107,7 @@ def build(data):
         sec.blocks.append(text("study.toml is missing: the resolved configuration is unknown.", kind="missing"))
     sec.blocks.append(text(f"Report rendered by analysis/report with Python {platform.python_version()}, "
                            f"matplotlib {matplotlib.__version__}, numpy {np.__version__}, from the files in "
-                           f"{data.out_dir} only.", kind="note"))
+                           f"{data.out_dir.resolve()} only.", kind="note"))
     return sec
 
 
@@ -111,9 +117,18 @@ def wall_time(data):
     times = [t for t in times if not math.isnan(t)]
     if not times:
         return []
-    return [text("Wall time: training took ", num(sum(times)), " s summed over variants (longest variant ",
-                 num(max(times)), " s; a resumed variant counts its last run only). The microbenchmark and reduce "
+    return [text("Wall time: training took ", duration(sum(times)), " summed over variants (longest variant ",
+                 duration(max(times)), "; a resumed variant counts its last run only). The microbenchmark and reduce "
                  "phases do not record their duration; their start times are in the table above.")]
+
+
+def duration(seconds):
+    """'0.38 s', '291 s', '21.5 min (1290 s)', '2.1 h (7560 s)'."""
+    if seconds < 600:
+        return num(seconds, suffix=" s")
+    if seconds < 3 * 3600:
+        return num(seconds / 60, suffix=f" min ({seconds:.0f} s)")
+    return num(seconds / 3600, suffix=f" h ({seconds:.0f} s)")
 
 
 def left_out(data):

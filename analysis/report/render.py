@@ -7,7 +7,6 @@ referenced as files in report_files/ next to it.
 
 import base64
 import html
-import math
 
 from .doc import Bullets, Figure, Num, Pre, Table, Text, plain
 
@@ -23,6 +22,7 @@ table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.92em; }
 th, td { border: 1px solid #c8ccd2; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
 th { background: #eef1f4; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.s { white-space: nowrap; }
 caption { caption-side: top; text-align: left; font-weight: 600; padding-bottom: 0.3em; }
 figure { margin: 1em 0 1.6em; }
 figure img { max-width: 100%; border: 1px solid #e3e6ea; }
@@ -63,6 +63,13 @@ def _is_numeric(cell):
     return isinstance(cell, Num)
 
 
+def _cell_class(cell):
+    """Numbers right-aligned; short text (ids, intervals) kept on one line; long text wraps."""
+    if _is_numeric(cell):
+        return ' class="n"'
+    return ' class="s"' if len(plain(cell)) <= 34 else ""
+
+
 def _html_block(block):
     if isinstance(block, Text):
         cls = f' class="{block.kind}"' if block.kind else ""
@@ -75,8 +82,7 @@ def _html_block(block):
         head = "".join(f"<th>{_html_parts(c)}</th>" for c in block.columns)
         body = []
         for row in block.rows:
-            cells = "".join(f'<td class="n">{_html_parts(c)}</td>' if _is_numeric(c) else f"<td>{_html_parts(c)}</td>"
-                            for c in row)
+            cells = "".join(f"<td{_cell_class(c)}>{_html_parts(c)}</td>" for c in row)
             body.append(f"<tr>{cells}</tr>")
         return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
     if isinstance(block, Figure):
@@ -143,7 +149,3 @@ def render_markdown(title, subtitle, sections):
         for b in s.blocks:
             out += [_md_block(b), ""]
     return "\n".join(out).rstrip() + "\n"
-
-
-def finite(x):
-    return x is not None and not (isinstance(x, float) and (math.isnan(x) or math.isinf(x)))

@@ -74,14 +74,33 @@ def axis_pairs_words(rows, step, axis):
     return ", ".join(pair_words(p) for p in pairs)
 
 
+def axis_values(rows, step, axis):
+    """The axis's values in the order its value pairs name them."""
+    values = []
+    for p in pair_rows(rows, step, axis):
+        for v in (p["value_a"], p["value_b"]):
+            if v not in values:
+                values.append(v)
+    return values
+
+
 def source_words(rows, step, axis):
-    """'a change of init seed (seed 1 vs 2)', 'bf16 vs fp32 training (precision)'."""
-    pairs = axis_pairs_words(rows, step, axis)
+    """'a change of init seed (seed 1 vs 2)', 'bf16 vs fp32 training (precision)', or with several
+    value pairs 'a change of training precision (fp32, fp16, bf16)'."""
+    pairs = pair_rows(rows, step, axis)
+    if len(pairs) > 1:
+        values = ", ".join(axis_values(rows, step, axis))
+        if axis == "seed":
+            return f"a change of init seed (seeds {values})"
+        if axis == "precision":
+            return f"a change of training precision ({values})"
+        return f"a change of {AXIS_WORDS.get(axis, axis)} ({axis} {values})"
+    words = axis_pairs_words(rows, step, axis)
     if axis == "seed":
-        return f"a change of init seed (seed {pairs})"
+        return f"a change of init seed (seed {words})"
     if axis == "precision":
-        return f"{pairs} training (precision)"
-    return f"{AXIS_WORDS.get(axis, axis)} {pairs} ({axis})"
+        return f"{words} training (precision)"
+    return f"{AXIS_WORDS.get(axis, axis)} {words} ({axis})"
 
 
 def _headline(ref, rows, step):
@@ -108,6 +127,11 @@ def _detail(ref, rows, step):
              num(ref["ratio_hi"], key + ".ratio_hi"), "]"]
     if ref["ratio_lo"] <= 1.0 <= ref["ratio_hi"]:
         parts.append(" (the interval contains 1: these pairs cannot tell the two apart)")
+    pairs = pair_rows(rows, step, ref["axis"])
+    if len(pairs) > 1:
+        parts.append("; per value pair: ")
+        for i, p in enumerate(sorted(pairs, key=lambda p: -p["ratio_to_attention"])):
+            parts += [", " if i else "", f"{pair_words(p)} ", num(p["ratio_to_attention"], suffix="x")]
     return parts
 
 

@@ -526,22 +526,35 @@ TrainState decode(const std::string& bytes) {
 
 }  // namespace
 
+namespace {
+void read_root_attrs(const h5::Group& root, const std::string& path, TrainState& s) {
+  try {
+    s.step = root.attr_int64("step");
+    s.data_cursor = root.attr_int64("data_cursor");
+    s.good_steps = root.attr_int64("good_steps");
+    s.loss_scale = root.attr_double("loss_scale");
+    for (const auto& name : root.string_attr_names()) {
+      if (name != "fastudy_format") s.attrs[name] = root.attr_string(name);
+    }
+  } catch (const h5::H5Error& e) {
+    throw CheckpointError(path, "/", "root attributes cannot be read (" + e.details() + ")", kHintCorrupt);
+  }
+}
+}  // namespace
+
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  h5::File f = open_checked(path);
+  TrainState s;
+  read_root_attrs(f.root(), path, s);
+  return CheckpointInfo{s.step, s.data_cursor, std::move(s.attrs)};
+}
+
 TrainState read_checkpoint(const std::string& path) {
   h5::File f = open_checked(path);
   TrainState s;
   {
     h5::Group root = f.root();
-    try {
-      s.step = root.attr_int64("step");
-      s.data_cursor = root.attr_int64("data_cursor");
-      s.good_steps = root.attr_int64("good_steps");
-      s.loss_scale = root.attr_double("loss_scale");
-      for (const auto& name : root.string_attr_names()) {
-        if (name != "fastudy_format") s.attrs[name] = root.attr_string(name);
-      }
-    } catch (const h5::H5Error& e) {
-      throw CheckpointError(path, "/", "root attributes cannot be read (" + e.details() + ")", kHintCorrupt);
-    }
+    read_root_attrs(root, path, s);
     s.params = read_section(root, "params", path);
     s.optimizer = read_section(root, "optimizer", path);
     s.extra = read_section(root, "extra", path);

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -90,6 +91,16 @@ TrainState read_checkpoint(const mpi::Comm& group, const std::string& path);
 // Only the parameters (f32 or f64, as stored), in file order; `names` empty means all of them, else
 // exactly those (a missing name is a CheckpointError). Checksums are checked. For the reducer.
 std::vector<NamedArray> read_params(const std::string& path, const std::vector<std::string>& names = {});
+
+// The root attributes only (step, data_cursor and the string attrs: variant id, config hash, ...),
+// without reading or checking the tensors: a cheap look, e.g. to refuse a resume whose config hash
+// changed. Throws CheckpointError for a missing, truncated or foreign file.
+struct CheckpointInfo {
+  std::int64_t step = 0;
+  std::int64_t data_cursor = 0;
+  std::map<std::string, std::string> attrs;
+};
+CheckpointInfo read_checkpoint_info(const std::string& path);
 
 // nullopt when `path` is a complete, valid checkpoint; otherwise the problem (full read, all checksums).
 std::optional<std::string> checkpoint_problem(const std::string& path);

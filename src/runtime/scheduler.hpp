@@ -11,7 +11,7 @@
 // Message protocol (group leader = rank 0 of a group; payloads are short text):
 //   leader -> coordinator  kRequest  ""                          ask for the next task
 //                          kProgress "<task> <step> <loss>"      at most every progress_interval_s
-//                          kResult   "<task> <state> <step> <has_loss> <loss>\n<reason>"
+//                          kResult   "<task> <state> <step> <loss>\n<reason>"  (loss nan: none)
 //   coordinator -> leader  kAssign   "<task>" or "-1"            -1: no more tasks, leave the loop
 // The leader broadcasts each assignment to its group; every rank of the group calls run_task.
 //

@@ -75,6 +75,10 @@ TEST(Checkpoint, RoundTripIsBitExactAndCollective) {
   EXPECT_EQ(stats.collective_transfers, stats.transfers);
   expect_same(read_checkpoint(path), s);
   expect_same(read_checkpoint(world, path), s);
+  const CheckpointInfo info = read_checkpoint_info(path);
+  EXPECT_EQ(info.step, 40);
+  EXPECT_EQ(info.data_cursor, s.data_cursor);
+  EXPECT_EQ(info.attrs, s.attrs);
   // No temporary file is left behind.
   for (const auto& e : fs::directory_iterator(fs::path(path).parent_path())) {
     EXPECT_EQ(e.path().string(), path);

@@ -10,13 +10,15 @@
 //
 // The output directory is prepared like any phase does it (study.toml, provenance.txt), so that
 // `fastudy GRID.toml --out OUT --resume` and the job's own `--resume` both find a study there.
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -103,12 +105,15 @@ exit "$code"
 long parse_time_limit(const std::string& t) {
   const std::string hint = "give the time limit as HH:MM:SS or D-HH:MM:SS, e.g. --time 02:00:00 or --time 1-12:00:00";
   const auto bad = [&](const std::string& why) { return UsageError("--time " + t + ": " + why, hint); };
+  const auto digits = [](const std::string& f) {
+    return std::all_of(f.begin(), f.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
+  };
   std::string rest = t;
   long days = 0;
   bool has_days = false;
   if (auto dash = rest.find('-'); dash != std::string::npos) {
     const std::string d = rest.substr(0, dash);
-    if (d.empty() || d.size() > 3 || !std::all_of(d.begin(), d.end(), ::isdigit)) throw bad("the days are not a number");
+    if (d.empty() || d.size() > 3 || !digits(d)) throw bad("the days are not a number");
     days = std::stol(d);
     has_days = true;
     rest = rest.substr(dash + 1);
@@ -119,7 +124,7 @@ long parse_time_limit(const std::string& t) {
     const std::size_t end = i < 2 ? rest.find(':', pos) : rest.size();
     if (end == std::string::npos) throw bad("expected three fields separated by ':'");
     const std::string f = rest.substr(pos, end - pos);
-    if (f.empty() || f.size() > (i == 0 && !has_days ? 4u : 2u) || !std::all_of(f.begin(), f.end(), ::isdigit))
+    if (f.empty() || f.size() > (i == 0 && !has_days ? 4u : 2u) || !digits(f))
       throw bad("field '" + f + "' is not a number of " + (i == 0 && !has_days ? "1-4" : "1-2") + " digits");
     parts[i] = std::stol(f);
     pos = end + 1;
@@ -272,7 +277,8 @@ std::string submit_script(const std::string& script) {
     throw Error("sbatch " + script + " failed: " + output,
                 "check the partition, account and limits in the message; the script stays in place for `sbatch` by hand");
   // --parsable prints "jobid" or "jobid;cluster" (after any warnings on earlier lines).
-  std::string id = output.substr(output.find_last_of('\n') == std::string::npos ? 0 : output.find_last_of('\n') + 1);
+  const std::size_t last_line = output.find_last_of('\n');
+  std::string id = output.substr(last_line == std::string::npos ? 0 : last_line + 1);
   return id.substr(0, id.find(';'));
 }
 
@@ -309,6 +315,10 @@ int job_slurm(JobContext& ctx) {
   ctx.out_dir = fs::absolute(ctx.out_dir, ec).lexically_normal().string();
   if (!ctx.out_dir.empty() && ctx.out_dir.back() == '/') ctx.out_dir.pop_back();
   const std::string& out = ctx.out_dir;
+  // #SBATCH lines take no quoting, and sbatch expands % in --output.
+  if (out.find_first_of(" \t\n%") != std::string::npos)
+    throw UsageError("the output directory '" + out + "' contains a blank or '%', which an #SBATCH --output line cannot hold",
+                     "choose an output directory without blanks or '%' (--out DIR)");
   const std::string text = sbatch_script(ctx, grid, out, limit);
 
   // The output directory gets study.toml like any phase's: the job's `--resume` and a later

@@ -131,6 +131,7 @@ TEST(SlurmCli, ValidationErrorsExitTwoAndWriteNothing) {
       {"--partition 'a b'", "not a Slurm name"},
       {"--nodes 0", "--nodes must be >= 1"},
       {"--gpus-per-node -1", "--gpus-per-node must be >= 0"},
+      {"--out '" + out + " 2'", "cannot hold"},
   };
   for (const auto& [args, message] : cases) {
     std::string all = args;
@@ -140,6 +141,7 @@ TEST(SlurmCli, ValidationErrorsExitTwoAndWriteNothing) {
     EXPECT_EQ(r.code, 2) << args << ": " << r.output;
     EXPECT_NE(r.output.find(message), std::string::npos) << args << ": " << r.output;
     EXPECT_FALSE(fs::exists(out)) << args << " wrote " << out;
+    EXPECT_FALSE(fs::exists(out + " 2")) << args << " wrote " << out << " 2";
   }
 }
 

@@ -636,8 +636,11 @@ std::vector<std::int64_t> list_checkpoint_steps(const std::string& dir) {
 
 std::optional<CheckpointRef> latest_valid_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
   auto report = [&](const std::string& line) {
-    log::warn("skipping " + line);
-    if (skipped) skipped->push_back(line);
+    if (skipped) {
+      skipped->push_back(line);
+    } else {
+      log::warn("skipping " + line);
+    }
   };
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {

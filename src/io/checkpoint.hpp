@@ -118,8 +118,8 @@ struct CheckpointRef {
   std::string path;
 };
 // The newest checkpoint in dir that reads back whole with valid checksums. Invalid checkpoints and
-// leftover temporary files are skipped, each reported by log::warn and appended to *skipped
-// ("<path>: <problem>") when given.
+// leftover temporary files are skipped, each appended to *skipped ("<path>: <problem>") when given
+// (for the caller to report), else reported by log::warn.
 std::optional<CheckpointRef> latest_valid_checkpoint(const std::string& dir,
                                                      std::vector<std::string>* skipped = nullptr);
 

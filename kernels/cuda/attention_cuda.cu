@@ -1,0 +1,402 @@
+// CUDA attention kernels over the shared tile math (kernels/cuda/tile_math.hpp); the host twin with
+// the same loops is kernels/cuda/tile_reference.cpp. Interface: kernels/cuda/attention_cuda.hpp.
+//
+// B batch, H heads, N sequence, d head dim, Br/Bc block sizes (block_q/block_kv clipped to N).
+// Layout of the work (one thread per query row or per key, rounding exactly as the CPU kernels):
+//   load        Q, K, V (dO, O) rounded to the policy's storage steps into float workspaces.
+//   flash fwd   a block of Br threads per Q block and head; K/V tiles of Bc rows staged in shared
+//               memory, each thread keeps its row's scores (Bc) and running O (d) in shared memory and
+//               applies the FA-2 (q_outer) or FA-1 (kv_outer) update per tile.
+//   baseline    one thread per row: the whole score row in a global [N, N] workspace, softmax, P.V.
+//   backward    one thread per key (dK, dV: sum over rows in order) and one per row (dQ: sum over keys
+//               in order), P recomputed from lse (flash) or from the materialised softmax (baseline):
+//               deterministic, no atomics, and the same summation order as the CPU kernels.
+// Only explicit fmaf() calls fuse (compiled with --fmad=false), as in the host twin.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/attention_cuda.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/tile_dispatch.hpp"
+#include "kernels/cuda/tile_math.hpp"
+
+namespace fastudy::cuda {
+namespace {
+
+using namespace fastudy::cuda_tile;
+
+constexpr int kThreads = 128;  // threads per block of the row/key kernels
+
+struct DevHead {
+  std::int64_t n;
+  int d, br, bc;
+  float scale;
+  bool causal;
+};
+
+DevHead make_dev_head(const AttentionShape& shape, const AttentionParams& params) {
+  DevHead h;
+  h.n = shape.seq_len;
+  h.d = static_cast<int>(shape.head_dim);
+  h.br = static_cast<int>(std::min<std::int64_t>(params.block_q, h.n));
+  h.bc = static_cast<int>(std::min<std::int64_t>(params.block_kv, h.n));
+  h.scale = static_cast<float>(shape.scale != 0.0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(h.d)));
+  h.causal = shape.causal;
+  return h;
+}
+
+__device__ inline float to_float(float x) { return x; }
+__device__ inline float to_float(__half x) { return __half2float(x); }
+__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T>
+__device__ inline T from_float(float x);
+template <>
+__device__ inline float from_float<float>(float x) { return x; }
+template <>
+__device__ inline __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+enum Step { kStepQ, kStepK, kStepV, kStepO, kStepGrad };
+
+template <class T, class R, int S>
+__global__ void load_kernel(const T* in, float* out, std::int64_t n) {
+  for (std::int64_t x = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; x < n;
+       x += std::int64_t(gridDim.x) * blockDim.x) {
+    const float f = to_float(in[x]);
+    if constexpr (S == kStepQ) out[x] = R::q(f);
+    if constexpr (S == kStepK) out[x] = R::k(f);
+    if constexpr (S == kStepV) out[x] = R::v(f);
+    if constexpr (S == kStepO) out[x] = R::o(f);
+    if constexpr (S == kStepGrad) out[x] = R::grad(f);
+  }
+}
+
+template <class T, class R, LoopOrder Order>
+__global__ void flash_forward_kernel(DevHead h, const float* q, const float* k, const float* v, T* o, float* lse) {
+  extern __shared__ float smem[];
+  float* ks = smem;
+  float* vs = ks + h.bc * h.d;
+  float* s = vs + h.bc * h.d + threadIdx.x * h.bc;
+  float* orow = vs + h.bc * h.d + h.br * h.bc + threadIdx.x * h.d;
+  const std::int64_t off = blockIdx.y * h.n * h.d;
+  const std::int64_t i0 = std::int64_t(blockIdx.x) * h.br, i = i0 + threadIdx.x;
+  const std::int64_t i_end = i0 + h.br < h.n ? i0 + h.br : h.n;
+  const std::int64_t j_end = h.causal ? i_end : h.n;
+  const bool active = i < h.n;
+  for (int t = 0; t < h.d; ++t) orow[t] = 0.0f;
+  RowState st{neg_inf(), 0.0f};
+  for (std::int64_t j0 = 0; j0 < j_end; j0 += h.bc) {
+    const int bc = static_cast<int>(h.n - j0 < h.bc ? h.n - j0 : h.bc);
+    for (int x = threadIdx.x; x < bc * h.d; x += blockDim.x) {
+      ks[x] = k[off + j0 * h.d + x];
+      vs[x] = v[off + j0 * h.d + x];
+    }
+    __syncthreads();
+    if (active) {
+      score_row<R>(q + off + i * h.d, ks, h.d, bc, h.d, h.scale, h.causal, i, j0, s);
+      if constexpr (Order == LoopOrder::q_outer) {
+        flash_q_outer_tile<R>(s, bc, vs, h.d, h.d, j0 > 0, st, orow);
+      } else {
+        flash_kv_outer_tile<R>(s, bc, vs, h.d, h.d, st, orow);
+      }
+    }
+    __syncthreads();
+  }
+  if (!active) return;
+  const float l = Order == LoopOrder::q_outer ? flash_q_outer_finish<R>(st, orow, h.d, orow)
+                                              : flash_kv_outer_finish<R>(st, orow, h.d, orow);
+  for (int t = 0; t < h.d; ++t) o[off + i * h.d + t] = from_float<T>(orow[t]);
+  if (lse) lse[blockIdx.y * h.n + i] = l;
+}
+
+template <class T, class R>
+__global__ void baseline_forward_kernel(DevHead h, const float* q, const float* k, const float* v, float* s_ws,
+                                        float* acc_ws, T* o, float* lse) {
+  const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (i >= h.n) return;
+  const std::int64_t head = blockIdx.y, off = head * h.n * h.d, row = head * h.n + i;
+  float* s = s_ws + row * h.n;
+  float* acc = acc_ws + row * h.d;
+  const int n = static_cast<int>(h.n);
+  score_row<R>(q + off + i * h.d, k + off, h.d, n, h.d, h.scale, h.causal, i, 0, s);
+  const float l = baseline_softmax_row<R>(s, h.n);
+  for (int t = 0; t < h.d; ++t) acc[t] = 0.0f;
+  pv_row<R>(s, v + off, h.d, n, h.d, acc);
+  for (int t = 0; t < h.d; ++t) o[off + i * h.d + t] = from_float<T>(R::o(acc[t]));
+  if (lse) lse[row] = l;
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+template <class R>
+__global__ void flash_dd_kernel(DevHead h, const float* dout, const float* o, float* dd) {
+  const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (i >= h.n) return;
+  const std::int64_t row = blockIdx.y * h.n + i;
+  dd[row] = dot<R>(dout + row * h.d, o + row * h.d, 1, h.d);
+}
+
+template <class R>
+__global__ void flash_dkdv_kernel(DevHead h, const float* q, const float* k, const float* v, const float* dout,
+                                  const float* lse, const float* dd, float* dka, float* dva) {
+  const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (j >= h.n) return;
+  const std::int64_t base = blockIdx.y * h.n, off = base * h.d;
+  for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {
+    float p, ds;
+    flash_backward_entry<R>(q + off + i * h.d, k + off + j * h.d, dout + off + i * h.d, v + off + j * h.d, h.d,
+                            h.scale, lse[base + i], dd[base + i], p, ds);
+    axpy<R>(p, dout + off + i * h.d, dva + off + j * h.d, h.d);
+    axpy<R>(ds, q + off + i * h.d, dka + off + j * h.d, h.d);
+  }
+}
+
+template <class R>
+__global__ void flash_dq_kernel(DevHead h, const float* q, const float* k, const float* v, const float* dout,
+                                const float* lse, const float* dd, float* dqa) {
+  const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (i >= h.n) return;
+  const std::int64_t base = blockIdx.y * h.n, off = base * h.d;
+  const std::int64_t j_end = h.causal ? i + 1 : h.n;
+  for (std::int64_t j = 0; j < j_end; ++j) {
+    float p, ds;
+    flash_backward_entry<R>(q + off + i * h.d, k + off + j * h.d, dout + off + i * h.d, v + off + j * h.d, h.d,
+                            h.scale, lse[base + i], dd[base + i], p, ds);
+    axpy<R>(ds, k + off + j * h.d, dqa + off + i * h.d, h.d);
+  }
+}
+
+template <class R>
+__global__ void baseline_softmax_backward_kernel(DevHead h, const float* q, const float* k, const float* v,
+                                                 const float* dout, float* p_ws, float* ds_ws) {
+  const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (i >= h.n) return;
+  const std::int64_t off = blockIdx.y * h.n * h.d, row = blockIdx.y * h.n + i;
+  const std::int64_t jn = h.causal ? i + 1 : h.n;
+  float* p = p_ws + row * h.n;
+  float* ds = ds_ws + row * h.n;
+  for (std::int64_t j = 0; j < jn; ++j) {
+    p[j] = dot<R>(q + off + i * h.d, k + off + j * h.d, 1, h.d);
+    ds[j] = dot<R>(dout + off + i * h.d, v + off + j * h.d, 1, h.d);
+  }
+  baseline_backward_row<R>(p, ds, jn, h.scale);
+}
+
+template <class R>
+__global__ void baseline_dkdv_kernel(DevHead h, const float* q, const float* dout, const float* p_ws,
+                                     const float* ds_ws, float* dka, float* dva) {
+  const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (j >= h.n) return;
+  const std::int64_t base = blockIdx.y * h.n, off = base * h.d;
+  for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {
+    axpy<R>(p_ws[(base + i) * h.n + j], dout + off + i * h.d, dva + off + j * h.d, h.d);
+    axpy<R>(ds_ws[(base + i) * h.n + j], q + off + i * h.d, dka + off + j * h.d, h.d);
+  }
+}
+
+template <class R>
+__global__ void baseline_dq_kernel(DevHead h, const float* k, const float* ds_ws, float* dqa) {
+  const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (i >= h.n) return;
+  const std::int64_t base = blockIdx.y * h.n, off = base * h.d;
+  const std::int64_t jn = h.causal ? i + 1 : h.n;
+  for (std::int64_t j = 0; j < jn; ++j) axpy<R>(ds_ws[(base + i) * h.n + j], k + off + j * h.d, dqa + off + i * h.d, h.d);
+}
+
+template <class T, class R>
+__global__ void store_gradients_kernel(std::int64_t n, float scale, const float* dqa, const float* dka,
+                                       const float* dva, T* dq, T* dk, T* dv) {
+  for (std::int64_t x = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; x < n;
+       x += std::int64_t(gridDim.x) * blockDim.x) {
+    dq[x] = from_float<T>(R::grad(dqa[x] * scale));
+    dk[x] = from_float<T>(R::grad(dka[x] * scale));
+    dv[x] = from_float<T>(R::grad(dva[x]));
+  }
+}
+
+// ---- launchers -----------------------------------------------------------------------------------
+unsigned elementwise_blocks(std::int64_t n) {
+  return static_cast<unsigned>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, 65535));
+}
+dim3 row_grid(const DevHead& h, std::int64_t heads) {
+  return dim3(static_cast<unsigned>((h.n + kThreads - 1) / kThreads), static_cast<unsigned>(heads));
+}
+
+template <class T, class R, int S>
+void load(const void* in, float* out, std::int64_t n, cudaStream_t stream) {
+  load_kernel<T, R, S><<<elementwise_blocks(n), kThreads, 0, stream>>>(static_cast<const T*>(in), out, n);
+  FASTUDY_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T, class R, LoopOrder Order>
+void launch_flash_forward(const DevHead& h, std::int64_t heads, const float* q, const float* k, const float* v, T* o,
+                          float* lse, cudaStream_t stream) {
+  const auto kernel = flash_forward_kernel<T, R, Order>;
+  const std::size_t bytes = sizeof(float) * (2 * std::size_t(h.bc) * h.d + std::size_t(h.br) * h.bc +
+                                             std::size_t(h.br) * h.d);
+  int device = 0, optin = 0;
+  FASTUDY_CUDA_CHECK(cudaGetDevice(&device));
+  FASTUDY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > static_cast<std::size_t>(optin) || h.br > 1024) {
+    throw UsageError("flash tiles Br=" + std::to_string(h.br) + " Bc=" + std::to_string(h.bc) + " d=" +
+                         std::to_string(h.d) + " need " + std::to_string(bytes) + " bytes of shared memory and " +
+                         std::to_string(h.br) + " threads per block; this device allows " + std::to_string(optin) +
+                         " bytes and 1024 threads",
+                     "use smaller block_q/block_kv for the CUDA kernels");
+  }
+  FASTUDY_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  const dim3 grid(static_cast<unsigned>((h.n + h.br - 1) / h.br), static_cast<unsigned>(heads));
+  kernel<<<grid, h.br, bytes, stream>>>(h, q, k, v, o, lse);
+  FASTUDY_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T, class R>
+void forward_impl(const AttentionShape& shape, const AttentionParams& params, const void* q, const void* k,
+                  const void* v, void* o, float* lse, cudaStream_t stream) {
+  const DevHead h = make_dev_head(shape, params);
+  const std::int64_t heads = shape.batch * shape.heads, total = heads * h.n * h.d;
+  DeviceBuffer<float> qr(total), kr(total), vr(total);
+  load<T, R, kStepQ>(q, qr.get(), total, stream);
+  load<T, R, kStepK>(k, kr.get(), total, stream);
+  load<T, R, kStepV>(v, vr.get(), total, stream);
+  T* out = static_cast<T*>(o);
+  if (params.kind == AttentionKind::baseline) {
+    DeviceBuffer<float> s_ws(heads * h.n * h.n), acc_ws(total);
+    baseline_forward_kernel<T, R><<<row_grid(h, heads), kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(),
+                                                                              s_ws.get(), acc_ws.get(), out, lse);
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+    FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the workspaces are freed
+    return;
+  }
+  if (params.order == LoopOrder::q_outer) {
+    launch_flash_forward<T, R, LoopOrder::q_outer>(h, heads, qr.get(), kr.get(), vr.get(), out, lse, stream);
+  } else {
+    launch_flash_forward<T, R, LoopOrder::kv_outer>(h, heads, qr.get(), kr.get(), vr.get(), out, lse, stream);
+  }
+  FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+template <class T, class R>
+void backward_impl(const AttentionShape& shape, const AttentionParams& params, const void* q, const void* k,
+                   const void* v, const void* o, const float* lse, const void* dout, void* dq, void* dk, void* dv,
+                   cudaStream_t stream) {
+  const DevHead h = make_dev_head(shape, params);
+  const std::int64_t heads = shape.batch * shape.heads, total = heads * h.n * h.d;
+  DeviceBuffer<float> qr(total), kr(total), vr(total), dor(total), dqa(total), dka(total), dva(total);
+  load<T, R, kStepQ>(q, qr.get(), total, stream);
+  load<T, R, kStepK>(k, kr.get(), total, stream);
+  load<T, R, kStepV>(v, vr.get(), total, stream);
+  load<T, R, kStepGrad>(dout, dor.get(), total, stream);
+  for (float* a : {dqa.get(), dka.get(), dva.get()})
+    FASTUDY_CUDA_CHECK(cudaMemsetAsync(a, 0, sizeof(float) * total, stream));
+  const dim3 grid = row_grid(h, heads);
+  if (params.kind == AttentionKind::baseline) {
+    DeviceBuffer<float> p_ws(heads * h.n * h.n), ds_ws(heads * h.n * h.n);
+    baseline_softmax_backward_kernel<R>
+        <<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), p_ws.get(), ds_ws.get());
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+    baseline_dkdv_kernel<R><<<grid, kThreads, 0, stream>>>(h, qr.get(), dor.get(), p_ws.get(), ds_ws.get(),
+                                                          dka.get(), dva.get());
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+    baseline_dq_kernel<R><<<grid, kThreads, 0, stream>>>(h, kr.get(), ds_ws.get(), dqa.get());
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+    FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  } else {
+    DeviceBuffer<float> orr(total), dd(heads * h.n);
+    load<T, R, kStepO>(o, orr.get(), total, stream);
+    flash_dd_kernel<R><<<grid, kThreads, 0, stream>>>(h, dor.get(), orr.get(), dd.get());
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+    flash_dkdv_kernel<R><<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), lse, dd.get(),
+                                                       dka.get(), dva.get());
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+    flash_dq_kernel<R><<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), lse, dd.get(),
+                                                     dqa.get());
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+    FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  store_gradients_kernel<T, R><<<elementwise_blocks(total), kThreads, 0, stream>>>(
+      total, h.scale, dqa.get(), dka.get(), dva.get(), static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv));
+  FASTUDY_CUDA_CHECK(cudaGetLastError());
+  FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+template <class T>
+constexpr Format format_of() {
+  if constexpr (std::is_same_v<T, __half>) return Format::fp16;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return Format::bf16;
+  return Format::fp32;
+}
+
+// The one dispatch: storage -> element type T, policy -> rounding R (only pairs that can occur).
+template <class F>
+void dispatch(const AttentionParams& params, Format storage, F&& f) {
+  const Format s = tile_storage_format(params.policy);
+  if (storage != Format::fp32 && storage != s) {
+    throw UsageError("CUDA attention: " + std::string(to_string(storage)) + " tensors with the " +
+                         std::string(to_string(s)) + " policy '" + params.policy.name + "'",
+                     "pass tensors of the policy's storage format, or fp32 tensors (rounded on load)");
+  }
+  dispatch_tile_rounding(params.policy, [&](auto rd) {
+    using R = decltype(rd);
+    if (storage == Format::fp32) return f(float{}, rd);
+    if constexpr (R::kStorage == Format::fp16) return f(__half{}, rd);
+    if constexpr (R::kStorage == Format::bf16) return f(__nv_bfloat16{}, rd);
+  });
+}
+
+void validate(const AttentionShape& shape, Format storage) {
+  if (storage != Format::fp32 && storage != Format::fp16 && storage != Format::bf16) {
+    throw UsageError("CUDA attention: storage format " + std::string(to_string(storage)) + " is not supported",
+                     "use fp32, fp16 or bf16 tensors");
+  }
+  if (shape.seq_len < 1 || shape.head_dim < 1 || shape.batch < 1 || shape.heads < 1 ||
+      shape.seq_len > (std::int64_t{1} << 30) || shape.head_dim > 1024) {
+    throw UsageError("CUDA attention: bad shape B=" + std::to_string(shape.batch) + " H=" +
+                     std::to_string(shape.heads) + " N=" + std::to_string(shape.seq_len) + " d=" +
+                     std::to_string(shape.head_dim));
+  }
+}
+
+}  // namespace
+
+int device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = cudaGetErrorString(e);
+    return 0;
+  }
+  if (n == 0 && why) *why = "no CUDA device";
+  return n;
+}
+
+bool device_available(std::string* why) { return device_count(why) > 0; }
+
+AttentionStats attention_forward_cuda(const AttentionShape& shape, const AttentionParams& params, Format storage,
+                                      const void* q, const void* k, const void* v, void* o, float* lse,
+                                      cudaStream_t stream) {
+  validate(shape, storage);
+  dispatch(params, storage, [&](auto t, auto rd) {
+    forward_impl<decltype(t), decltype(rd)>(shape, params, q, k, v, o, lse, stream);
+  });
+  return tile_stats(shape, params);
+}
+
+void attention_backward_cuda(const AttentionShape& shape, const AttentionParams& params, Format storage,
+                             const void* q, const void* k, const void* v, const void* o, const float* lse,
+                             const void* dout, void* dq, void* dk, void* dv, cudaStream_t stream) {
+  validate(shape, storage);
+  dispatch(params, storage, [&](auto t, auto rd) {
+    backward_impl<decltype(t), decltype(rd)>(shape, params, q, k, v, o, lse, dout, dq, dk, dv, stream);
+  });
+}
+
+}  // namespace fastudy::cuda

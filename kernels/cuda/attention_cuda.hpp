@@ -1,0 +1,37 @@
+// CUDA attention kernels: baseline (S materialised, softmax, P.V) and flash (tiled online softmax,
+// FA-2 q_outer and FA-1 kv_outer loop orders), forward and backward (flash recomputes P from lse),
+// with storage fp32, fp16 (__half) or bf16 (__nv_bfloat16) and the pure or mixed precision policies.
+// The per-tile arithmetic is kernels/cuda/tile_math.hpp, shared with the host twin
+// (kernels/cuda/tile_reference.hpp) that tests/gpu checks on the CPU. Torch-free.
+//
+// B batch, H heads, N sequence, d head dim. Every tensor is a contiguous row-major [B, H, N, d] device
+// array of the storage type; lse is a [B, H, N] float device array.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "kernels/attention.hpp"
+
+namespace fastudy::cuda {
+
+// Number of visible CUDA devices; 0 when there is none or no driver (why, if given, gets
+// cudaGetErrorString of the failure, or "no CUDA device" when the count is 0).
+int device_count(std::string* why = nullptr);
+bool device_available(std::string* why = nullptr);
+
+// storage: the element type of q, k, v, o (fp32 -> float, fp16 -> __half, bf16 -> __nv_bfloat16).
+// params.policy must be a pure or mixed policy of fp32/fp16/bf16 (cuda_tile::tile_storage_format);
+// with fp16/bf16 storage it must be that format's policy, with fp32 storage any of them (values are
+// rounded on load). Asynchronous on stream except for the workspace allocation and its release,
+// which synchronise. lse may be null. params.threads is ignored.
+AttentionStats attention_forward_cuda(const AttentionShape& shape, const AttentionParams& params, Format storage,
+                                      const void* q, const void* k, const void* v, void* o, float* lse,
+                                      cudaStream_t stream = nullptr);
+// Flash needs o and lse of the flash forward in the same policy; baseline ignores them.
+void attention_backward_cuda(const AttentionShape& shape, const AttentionParams& params, Format storage,
+                             const void* q, const void* k, const void* v, const void* o, const float* lse,
+                             const void* dout, void* dq, void* dk, void* dv, cudaStream_t stream = nullptr);
+
+}  // namespace fastudy::cuda

@@ -1,0 +1,240 @@
+// The per-row, per-tile arithmetic of the CUDA attention kernels, as FASTUDY_HD (__host__ __device__)
+// functions. The device kernels (attention_cuda.cu) and the host twin (tile_reference.cpp, compiled
+// by the host compiler) call exactly these functions, so a CPU test checks the numerics the GPU runs.
+//
+// B batch, H heads, N sequence, d head dim, Br/Bc the Q/KV block sizes. Values live in float; each
+// step is rounded by a rounding object R (TileRounding<S, C>: storage steps q, k, v, s, p, o, grad in
+// S, compute steps accum, stats, rescale, division, o_running in C), the same step semantics as the CPU
+// kernels (kernels/detail/attention_impl.hpp):
+//   dot product acc = accum(fma(a_t, b_t, acc)) for t = 0..d-1 in order (always fused, as on GPUs).
+//   scores      s = s(acc * scale), causally masked entries -inf.
+//   P           p(exp(s - m)); exp is exp_f32 below (the CPU kernels' Cephes expf, fused).
+//   O           flash keeps the running O in o_running; final O/l rounded to division, then to o.
+//   backward    P recomputed from lse, dS = grad(P (dP - D)), dQ/dK/dV accumulated in accum.
+// Only explicit fmaf() calls fuse: the CUDA code is compiled with --fmad=false and the host twin with
+// -ffp-contract=off, so host and device perform the same operations. logf (for lse) is the one
+// library call whose last bit may differ between host and device.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/format.hpp"
+#include "kernels/round.hpp"
+
+namespace fastudy::cuda_tile {
+
+// Storage steps in S, compute steps in C: the pure (C = S) and mixed (C = fp32) presets.
+template <Format S, Format C>
+struct TileRounding {
+  static constexpr Format kStorage = S;
+  static constexpr Format kCompute = C;
+  FASTUDY_HD static float q(float x) { return round_to_format<S>(x); }
+  FASTUDY_HD static float k(float x) { return round_to_format<S>(x); }
+  FASTUDY_HD static float v(float x) { return round_to_format<S>(x); }
+  FASTUDY_HD static float s(float x) { return round_to_format<S>(x); }
+  FASTUDY_HD static float p(float x) { return round_to_format<S>(x); }
+  FASTUDY_HD static float o(float x) { return round_to_format<S>(x); }
+  FASTUDY_HD static float grad(float x) { return round_to_format<S>(x); }
+  FASTUDY_HD static float accum(float x) { return round_to_format<C>(x); }
+  FASTUDY_HD static float stats(float x) { return round_to_format<C>(x); }
+  FASTUDY_HD static float rescale(float x) { return round_to_format<C>(x); }
+  FASTUDY_HD static float division(float x) { return round_to_format<C>(x); }
+  FASTUDY_HD static float o_running(float x) { return round_to_format<C>(x); }
+};
+
+FASTUDY_HD inline float neg_inf() { return detail::bits_as<float>(std::uint32_t{0xFF800000u}); }
+FASTUDY_HD inline float pos_inf() { return detail::bits_as<float>(std::uint32_t{0x7F800000u}); }
+FASTUDY_HD inline float max_of(float a, float b) { return a > b ? a : b; }  // the CPU kernels' vmax
+
+// Cephes expf with the CPU kernels' constants and order of operations (about 1 ulp): exp(x) = 0 below
+// -87.34 (masked scores are -inf and give exactly 0), inf above 88.72, NaN stays NaN.
+FASTUDY_HD inline float exp_f32(float x) {
+  const float xc = x < 88.3762626647949f ? x : 88.3762626647949f;
+  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer (ties to even)
+  const float t = fmaf(xc, 1.44269504088896341f, magic);
+  const float n = t - magic;
+  float r = fmaf(n, -0.693359375f, xc);
+  r = fmaf(n, 2.12194440e-4f, r);
+  float p = fmaf(1.9875691500e-4f, r, 1.3981999507e-3f);
+  p = fmaf(p, r, 8.3334519073e-3f);
+  p = fmaf(p, r, 4.1665795894e-2f);
+  p = fmaf(p, r, 1.6666665459e-1f);
+  p = fmaf(p, r, 5.0000001201e-1f);
+  const float y = fmaf(p, r * r, r + 1.0f);
+  const std::uint32_t e =
+      (detail::bits_as<std::uint32_t>(t) - detail::bits_as<std::uint32_t>(magic) + 127u) << 23;
+  float res = y * detail::bits_as<float>(e);
+  if (x < -87.3365447505531f) res = 0.0f;
+  if (x > 88.7228391116729f) res = pos_inf();
+  return x != x ? x : res;
+}
+
+// A running max rounded to stats, except the -inf sentinel of "no key seen yet".
+template <class R>
+FASTUDY_HD inline float round_max(float m) {
+  return m == neg_inf() ? m : R::stats(m);
+}
+
+// acc over t < d of fma(a[t], b[t * stride_b], acc), rounded to accum after every step.
+template <class R>
+FASTUDY_HD inline float dot(const float* a, const float* b, int stride_b, int d) {
+  float acc = 0.0f;
+  for (int t = 0; t < d; ++t) acc = R::accum(fmaf(a[t], b[t * stride_b], acc));
+  return acc;
+}
+
+// s[c] = s(scale * (q . K_{j0+c})) for c < bc, -inf where key j0 + c follows query i (causal).
+// K is the tile [bc, ldk] (row c holds key j0 + c).
+template <class R>
+FASTUDY_HD inline void score_row(const float* q, const float* k, int ldk, int bc, int d, float scale, bool causal,
+                                 std::int64_t i, std::int64_t j0, float* s) {
+  for (int c = 0; c < bc; ++c) {
+    const float acc = dot<R>(q, k + static_cast<std::int64_t>(c) * ldk, 1, d);
+    s[c] = (causal && j0 + c > i) ? neg_inf() : R::s(acc * scale);
+  }
+}
+
+// o[t] = accum-sequence of o[t] + sum_c p[c] V[c][t] (c in order), for t < d.
+template <class R>
+FASTUDY_HD inline void pv_row(const float* p, const float* v, int ldv, int bc, int d, float* o) {
+  for (int t = 0; t < d; ++t) {
+    float acc = o[t];
+    for (int c = 0; c < bc; ++c) acc = R::accum(fmaf(p[c], v[static_cast<std::int64_t>(c) * ldv + t], acc));
+    o[t] = acc;
+  }
+}
+
+// Running state of one query row.
+struct RowState {
+  float m, l;
+};
+
+// ---- FA-2 (q_outer): one tile of one row; s holds the scores on entry and P on exit -----------------
+template <class R>
+FASTUDY_HD inline void flash_q_outer_tile(float* s, int bc, const float* v, int ldv, int d, bool rescale_o,
+                                          RowState& st, float* o) {
+  float mt = neg_inf();
+  for (int c = 0; c < bc; ++c) mt = max_of(mt, s[c]);
+  const float m_new = round_max<R>(max_of(st.m, mt));
+  const float m_safe = m_new == neg_inf() ? 0.0f : m_new;  // keeps exp(-inf - m) = 0, never NaN
+  const float alpha = R::rescale(exp_f32(st.m - m_safe));
+  float lsum = R::stats(alpha * st.l);
+  for (int c = 0; c < bc; ++c) {
+    const float p = R::p(exp_f32(s[c] - m_safe));
+    s[c] = p;
+    lsum = R::stats(lsum + p);
+  }
+  st.l = lsum;
+  st.m = m_new;
+  if (rescale_o)
+    for (int t = 0; t < d; ++t) o[t] = R::accum(alpha * o[t]);
+  pv_row<R>(s, v, ldv, bc, d, o);
+  for (int t = 0; t < d; ++t) o[t] = R::o_running(o[t]);
+}
+
+// Final normalisation of an FA-2 row: out[t] = o(division(o[t] / l)); returns lse = stats(m + log l).
+template <class R>
+FASTUDY_HD inline float flash_q_outer_finish(const RowState& st, const float* o, int d, float* out) {
+  for (int t = 0; t < d; ++t) out[t] = R::o(R::division(o[t] / st.l));
+  return R::stats(st.m + logf(st.l));
+}
+
+// ---- FA-1 (kv_outer): one tile of one row, O re-normalised (FA-1 Algorithm 1, line 12) -----------
+// m~ = rowmax(S), P~ = p(exp(S - m~)), l~ = rowsum(P~), m_new = max(m, m~), a = exp(m - m_new),
+// b = exp(m~ - m_new), l_new = a l + b l~, O = (a l O + b P~V) / l_new. Returns whether the row saw a
+// key of this tile (a rescale happened).
+template <class R>
+FASTUDY_HD inline bool flash_kv_outer_tile(float* s, int bc, const float* v, int ldv, int d, RowState& st,
+                                           float* o) {
+  float mt = neg_inf();
+  for (int c = 0; c < bc; ++c) mt = max_of(mt, s[c]);
+  mt = round_max<R>(mt);
+  if (mt == neg_inf()) return false;  // the row sees no key of this tile: nothing to update
+  float lt = 0.0f;
+  for (int c = 0; c < bc; ++c) {
+    const float p = R::p(exp_f32(s[c] - mt));
+    s[c] = p;
+    lt = R::stats(lt + p);
+  }
+  const float m_new = round_max<R>(max_of(st.m, mt));
+  const float a = R::rescale(exp_f32(st.m - m_new));
+  const float b = R::rescale(exp_f32(mt - m_new));
+  const float al = R::stats(a * st.l);
+  const float l_new = R::stats(al + R::stats(b * lt));
+  for (int t = 0; t < d; ++t) {
+    float pv = 0.0f;
+    for (int c = 0; c < bc; ++c) pv = R::accum(fmaf(s[c], v[static_cast<std::int64_t>(c) * ldv + t], pv));
+    const float num = R::accum(R::accum(al * o[t]) + R::accum(b * pv));
+    o[t] = R::o_running(R::division(num / l_new));
+  }
+  st.m = m_new;
+  st.l = l_new;
+  return true;
+}
+
+template <class R>
+FASTUDY_HD inline float flash_kv_outer_finish(const RowState& st, const float* o, int d, float* out) {
+  for (int t = 0; t < d; ++t) out[t] = R::o(o[t]);
+  return R::stats(st.m + logf(st.l));
+}
+
+// ---- baseline: one whole row; s holds the N scores on entry and the normalised P on exit ----------
+template <class R>
+FASTUDY_HD inline float baseline_softmax_row(float* s, std::int64_t n) {
+  float m = neg_inf();
+  for (std::int64_t c = 0; c < n; ++c) m = max_of(m, s[c]);
+  m = round_max<R>(m);
+  float l = 0.0f;
+  for (std::int64_t c = 0; c < n; ++c) {
+    s[c] = R::p(exp_f32(s[c] - m));
+    l = R::stats(l + s[c]);
+  }
+  for (std::int64_t c = 0; c < n; ++c) s[c] = R::p(R::division(s[c] / l));
+  return R::stats(m + logf(l));
+}
+
+// ---- backward ------------------------------------------------------------------------------------
+// One (i, j) entry of the flash backward: P_ij = p(exp(s(scale q_i.k_j) - lse_i)) recomputed from the
+// saved lse, dS_ij = grad(P_ij (dO_i.v_j - D_i)).
+template <class R>
+FASTUDY_HD inline void flash_backward_entry(const float* q_i, const float* k_j, const float* dout_i,
+                                            const float* v_j, int d, float scale, float lse_i, float d_i, float& p,
+                                            float& ds) {
+  const float s = dot<R>(q_i, k_j, 1, d);
+  const float dp = dot<R>(dout_i, v_j, 1, d);
+  p = R::p(exp_f32(R::s(s * scale) - lse_i));
+  ds = R::grad(p * (dp - d_i));
+}
+
+// y[t] = accum(fma(a, x[t], y[t])) for t < d.
+template <class R>
+FASTUDY_HD inline void axpy(float a, const float* x, float* y, int d) {
+  for (int t = 0; t < d; ++t) y[t] = R::accum(fmaf(a, x[t], y[t]));
+}
+
+// One row of the baseline backward, as the CPU kernels do it: p holds the raw score dots q_i.k_j and dp
+// the dots dO_i.v_j for j < jn on entry; on exit p holds P_i (softmax recomputed from the scores,
+// normalised) and dp holds dS_i = grad(P (dP - D_i)) with D_i = sum_j P_ij dP_ij (accum, j in order).
+template <class R>
+FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t jn, float scale) {
+  float m = neg_inf();
+  for (std::int64_t j = 0; j < jn; ++j) {
+    p[j] = R::s(p[j] * scale);
+    m = m < p[j] ? p[j] : m;  // std::max
+  }
+  m = R::stats(m);
+  float l = 0.0f;
+  for (std::int64_t j = 0; j < jn; ++j) {
+    p[j] = R::p(exp_f32(p[j] - m));
+    l = R::stats(l + p[j]);
+  }
+  float di = 0.0f;
+  for (std::int64_t j = 0; j < jn; ++j) {
+    p[j] = R::p(R::division(p[j] / l));
+    di = R::accum(fmaf(p[j], dp[j], di));
+  }
+  for (std::int64_t j = 0; j < jn; ++j) dp[j] = R::grad(p[j] * (dp[j] - di));
+}
+
+}  // namespace fastudy::cuda_tile

@@ -1,0 +1,196 @@
+// The host twin of the CUDA attention kernels (see tile_reference.hpp): the loops of
+// attention_cuda.cu run sequentially over the same tile math. Each device thread's work (one query
+// row, one key) is one iteration of an outer loop here, with the same tiles and the same order.
+//
+// B batch, H heads, N sequence, d head dim, Br/Bc block sizes.
+#include "kernels/cuda/tile_reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda/tile_dispatch.hpp"
+#include "kernels/cuda/tile_math.hpp"
+
+namespace fastudy::cuda_tile {
+namespace {
+
+struct HostHead {
+  std::int64_t n;
+  int d, br, bc;
+  float scale;
+  bool causal;
+};
+
+HostHead make_host_head(const AttentionShape& shape, const AttentionParams& params) {
+  HostHead h;
+  h.n = shape.seq_len;
+  h.d = static_cast<int>(shape.head_dim);
+  h.br = static_cast<int>(std::min<std::int64_t>(params.block_q, h.n));
+  h.bc = static_cast<int>(std::min<std::int64_t>(params.block_kv, h.n));
+  h.scale = static_cast<float>(shape.scale != 0.0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(h.d)));
+  h.causal = shape.causal;
+  return h;
+}
+
+template <class R, class Step>
+std::vector<float> rounded(const float* x, std::int64_t n, Step step) {
+  std::vector<float> r(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) r[i] = step(x[i]);
+  return r;
+}
+
+template <class R>
+void flash_forward_head(const HostHead& h, LoopOrder order, const float* q, const float* k, const float* v,
+                        float* o, float* lse) {
+  const std::int64_t nd = h.n * h.d;
+  const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
+  std::vector<float> s(h.bc), orow(h.d);
+  for (std::int64_t i0 = 0; i0 < h.n; i0 += h.br) {
+    const std::int64_t i_end = std::min<std::int64_t>(h.n, i0 + h.br);
+    const std::int64_t j_end = h.causal ? i_end : h.n;
+    for (std::int64_t i = i0; i < i_end; ++i) {  // one device thread
+      RowState st{neg_inf(), 0.0f};
+      std::fill(orow.begin(), orow.end(), 0.0f);
+      for (std::int64_t j0 = 0; j0 < j_end; j0 += h.bc) {
+        const int bc = static_cast<int>(std::min<std::int64_t>(h.bc, h.n - j0));
+        score_row<R>(qr.data() + i * h.d, kr.data() + j0 * h.d, h.d, bc, h.d, h.scale, h.causal, i, j0, s.data());
+        if (order == LoopOrder::q_outer) {
+          flash_q_outer_tile<R>(s.data(), bc, vr.data() + j0 * h.d, h.d, h.d, j0 > 0, st, orow.data());
+        } else {
+          flash_kv_outer_tile<R>(s.data(), bc, vr.data() + j0 * h.d, h.d, h.d, st, orow.data());
+        }
+      }
+      const float l = order == LoopOrder::q_outer ? flash_q_outer_finish<R>(st, orow.data(), h.d, o + i * h.d)
+                                                  : flash_kv_outer_finish<R>(st, orow.data(), h.d, o + i * h.d);
+      if (lse) lse[i] = l;
+    }
+  }
+}
+
+template <class R>
+void baseline_forward_head(const HostHead& h, const float* q, const float* k, const float* v, float* o, float* lse) {
+  const std::int64_t nd = h.n * h.d;
+  const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
+  std::vector<float> s(h.n), acc(h.d);
+  const int n = static_cast<int>(h.n);
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    score_row<R>(qr.data() + i * h.d, kr.data(), h.d, n, h.d, h.scale, h.causal, i, 0, s.data());
+    const float l = baseline_softmax_row<R>(s.data(), h.n);
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    pv_row<R>(s.data(), vr.data(), h.d, n, h.d, acc.data());
+    for (int t = 0; t < h.d; ++t) o[i * h.d + t] = R::o(acc[t]);
+    if (lse) lse[i] = l;
+  }
+}
+
+template <class R>
+void store_gradients(const HostHead& h, const std::vector<float>& dqa, const std::vector<float>& dka,
+                     const std::vector<float>& dva, float* dq, float* dk, float* dv) {
+  for (std::int64_t x = 0; x < h.n * h.d; ++x) {
+    dq[x] = R::grad(dqa[x] * h.scale);
+    dk[x] = R::grad(dka[x] * h.scale);
+    dv[x] = R::grad(dva[x]);
+  }
+}
+
+template <class R>
+void flash_backward_head(const HostHead& h, const float* q, const float* k, const float* v, const float* o,
+                         const float* lse, const float* dout, float* dq, float* dk, float* dv) {
+  const std::int64_t nd = h.n * h.d;
+  const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
+  const auto dor = rounded<R>(dout, nd, R::grad), orr = rounded<R>(o, nd, R::o);
+  std::vector<float> dd(h.n), dqa(nd, 0.0f), dka(nd, 0.0f), dva(nd, 0.0f);
+  for (std::int64_t i = 0; i < h.n; ++i) dd[i] = dot<R>(dor.data() + i * h.d, orr.data() + i * h.d, 1, h.d);
+  for (std::int64_t j = 0; j < h.n; ++j) {  // one device thread of the dK/dV kernel
+    for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {
+      float p, ds;
+      flash_backward_entry<R>(qr.data() + i * h.d, kr.data() + j * h.d, dor.data() + i * h.d, vr.data() + j * h.d,
+                              h.d, h.scale, lse[i], dd[i], p, ds);
+      axpy<R>(p, dor.data() + i * h.d, dva.data() + j * h.d, h.d);
+      axpy<R>(ds, qr.data() + i * h.d, dka.data() + j * h.d, h.d);
+    }
+  }
+  for (std::int64_t i = 0; i < h.n; ++i) {  // one device thread of the dQ kernel
+    const std::int64_t j_end = h.causal ? i + 1 : h.n;
+    for (std::int64_t j = 0; j < j_end; ++j) {
+      float p, ds;
+      flash_backward_entry<R>(qr.data() + i * h.d, kr.data() + j * h.d, dor.data() + i * h.d, vr.data() + j * h.d,
+                              h.d, h.scale, lse[i], dd[i], p, ds);
+      axpy<R>(ds, kr.data() + j * h.d, dqa.data() + i * h.d, h.d);
+    }
+  }
+  store_gradients<R>(h, dqa, dka, dva, dq, dk, dv);
+}
+
+template <class R>
+void baseline_backward_head(const HostHead& h, const float* q, const float* k, const float* v, const float* dout,
+                            float* dq, float* dk, float* dv) {
+  const std::int64_t nd = h.n * h.d;
+  const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
+  const auto dor = rounded<R>(dout, nd, R::grad);
+  std::vector<float> p(h.n * h.n, 0.0f), ds(h.n * h.n, 0.0f), dqa(nd, 0.0f), dka(nd, 0.0f), dva(nd, 0.0f);
+  for (std::int64_t i = 0; i < h.n; ++i) {  // one device thread of the softmax-backward kernel
+    const std::int64_t jn = h.causal ? i + 1 : h.n;
+    float* pi = p.data() + i * h.n;
+    float* dsi = ds.data() + i * h.n;
+    for (std::int64_t j = 0; j < jn; ++j) {
+      pi[j] = dot<R>(qr.data() + i * h.d, kr.data() + j * h.d, 1, h.d);
+      dsi[j] = dot<R>(dor.data() + i * h.d, vr.data() + j * h.d, 1, h.d);
+    }
+    baseline_backward_row<R>(pi, dsi, jn, h.scale);
+  }
+  for (std::int64_t j = 0; j < h.n; ++j) {  // one device thread of the dK/dV kernel
+    for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {
+      axpy<R>(p[i * h.n + j], dor.data() + i * h.d, dva.data() + j * h.d, h.d);
+      axpy<R>(ds[i * h.n + j], qr.data() + i * h.d, dka.data() + j * h.d, h.d);
+    }
+  }
+  for (std::int64_t i = 0; i < h.n; ++i) {  // one device thread of the dQ kernel
+    const std::int64_t jn = h.causal ? i + 1 : h.n;
+    for (std::int64_t j = 0; j < jn; ++j) axpy<R>(ds[i * h.n + j], kr.data() + j * h.d, dqa.data() + i * h.d, h.d);
+  }
+  store_gradients<R>(h, dqa, dka, dva, dq, dk, dv);
+}
+
+}  // namespace
+
+AttentionStats attention_forward_host(const AttentionShape& shape, const AttentionParams& params, const float* q,
+                                      const float* k, const float* v, float* o, float* lse) {
+  const HostHead h = make_host_head(shape, params);
+  const std::int64_t heads = shape.batch * shape.heads, nd = h.n * h.d;
+  dispatch_tile_rounding(params.policy, [&](auto rd) {
+    using R = decltype(rd);
+    for (std::int64_t b = 0; b < heads; ++b) {
+      float* lse_b = lse ? lse + b * h.n : nullptr;
+      if (params.kind == AttentionKind::baseline) {
+        baseline_forward_head<R>(h, q + b * nd, k + b * nd, v + b * nd, o + b * nd, lse_b);
+      } else {
+        flash_forward_head<R>(h, params.order, q + b * nd, k + b * nd, v + b * nd, o + b * nd, lse_b);
+      }
+    }
+  });
+  return tile_stats(shape, params);
+}
+
+void attention_backward_host(const AttentionShape& shape, const AttentionParams& params, const float* q,
+                             const float* k, const float* v, const float* o, const float* lse, const float* dout,
+                             float* dq, float* dk, float* dv) {
+  const HostHead h = make_host_head(shape, params);
+  const std::int64_t heads = shape.batch * shape.heads, nd = h.n * h.d;
+  dispatch_tile_rounding(params.policy, [&](auto rd) {
+    using R = decltype(rd);
+    for (std::int64_t b = 0; b < heads; ++b) {
+      if (params.kind == AttentionKind::baseline) {
+        baseline_backward_head<R>(h, q + b * nd, k + b * nd, v + b * nd, dout + b * nd, dq + b * nd, dk + b * nd,
+                                  dv + b * nd);
+      } else {
+        flash_backward_head<R>(h, q + b * nd, k + b * nd, v + b * nd, o + b * nd, lse + b * h.n, dout + b * nd,
+                               dq + b * nd, dk + b * nd, dv + b * nd);
+      }
+    }
+  });
+}
+
+}  // namespace fastudy::cuda_tile

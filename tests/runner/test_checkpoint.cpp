@@ -267,6 +267,40 @@ TEST(Checkpoint, H5dumpShowsTensorNames) {
   });
 }
 
+TEST(Checkpoint, H5pyReadsNamesAttributesAndMatchingCrc32) {
+  Comm world = Comm::world();
+  // Python start-up costs seconds here: run in the 2-rank configuration only, where the checksum
+  // combines two ranks' shares.
+  if (world.size() != 2) GTEST_SKIP() << "runs with 2 ranks only";
+  const std::string dir = scratch_dir(world, "h5py");
+  const std::string path = dir + "/c.h5";
+  CheckpointOptions split_all;
+  split_all.split_bytes = 0;
+  write_checkpoint(world, path, make_state(3), split_all);
+  on_root(world, [&] {
+    const std::string python = FASTUDY_PYTHON;
+    if (python.empty() || std::system((python + " -c 'import h5py' > /dev/null 2>&1").c_str()) != 0) {
+      GTEST_SKIP() << "python3 with h5py not available";
+    }
+    // The checksum attribute equals Python's zlib.crc32 of the tensor bytes: an independent check of
+    // the partial-CRC combination across ranks.
+    const std::string script =
+        "import h5py, zlib\n"
+        "f = h5py.File('" + path + "', 'r')\n"
+        "assert f.attrs['fastudy_format'] == 'fastudy-checkpoint/1'\n"
+        "assert f.attrs['variant'] == 'flash-bf16-s1' and f.attrs['step'] == 3\n"
+        "assert list(f['params']) == ['tok_emb.weight', 'blocks.0.attn.qkv.weight', 'blocks.0.attn.qkv.bias',"
+        " 'blocks.0.ln.gain', 'head.weight', 'a.scalar'], list(f['params'])\n"
+        "assert f['params']['blocks.0.attn.qkv.weight'].shape == (96, 32)\n"
+        "for sec in ('params', 'optimizer', 'extra'):\n"
+        "    for name, d in f[sec].items():\n"
+        "        assert d.attrs['crc32'] == zlib.crc32(d[()].tobytes()), (sec, name)\n"
+        "assert list(f['loss_history'][()]) == [4.0, 2.0, 4.0 / 3 + 2e-17]\n";
+    spit(dir + "/check.py", script);
+    EXPECT_EQ(std::system((python + " " + dir + "/check.py").c_str()), 0) << script;
+  });
+}
+
 TEST(H5, ErrorsNameCallFileObjectAndRank) {
   Comm world = Comm::world();
   const std::string dir = scratch_dir(world, "h5err");

@@ -36,8 +36,8 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
   // x [M, in], w [out, in], b [out] or empty (no bias; autograd functions take no undefined inputs)
   // -> [M, out].
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor w, torch::Tensor b,
-                               std::int64_t in_code, std::int64_t store_code) {
-    const torch::Tensor xr = round_if(x, in_code);
+                               std::int64_t in_code, std::int64_t store_code, bool x_in_format, bool grad_in_format) {
+    const torch::Tensor xr = x_in_format ? x : round_if(x, in_code);
     const torch::Tensor wr = round_if(w, in_code);
     const bool has_bias = b.numel() > 0;
     torch::Tensor y = has_bias ? torch::addmm(round_if(b, store_code), xr, wr.t()) : torch::mm(xr, wr.t());
@@ -46,6 +46,7 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
     ctx->saved_data["in"] = in_code;
     ctx->saved_data["store"] = store_code;
     ctx->saved_data["bias"] = has_bias;
+    ctx->saved_data["grad_in_format"] = grad_in_format;
     return y;
   }
 
@@ -55,7 +56,9 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
     const torch::Tensor& wr = saved[1];
     const std::int64_t in_code = ctx->saved_data["in"].toInt();
     const std::int64_t store_code = ctx->saved_data["store"].toInt();
-    const torch::Tensor g = round_if(grads[0].contiguous(), in_code);  // the backward matmuls' input
+    const torch::Tensor g = ctx->saved_data["grad_in_format"].toBool()
+                                ? grads[0].contiguous()
+                                : round_if(grads[0].contiguous(), in_code);  // the backward matmuls' input
     torch::Tensor gx = torch::mm(g, wr);
     torch::Tensor gw = torch::mm(g.t(), xr);
     torch::Tensor gb;
@@ -66,7 +69,7 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
       round_tensor_inplace(gw, f);
       if (gb.defined()) round_tensor_inplace(gb, f);
     }
-    return {gx, gw, gb, torch::Tensor(), torch::Tensor()};
+    return {gx, gw, gb, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -184,13 +187,13 @@ torch::Tensor round_copy(const torch::Tensor& t, Format f) {
 }
 
 torch::Tensor emulated_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
-                              const Emulation& e) {
+                              const Emulation& e, bool x_in_format, bool grad_in_format) {
   std::vector<std::int64_t> shape = x.sizes().vec();
   const torch::Tensor x2 = x.reshape({-1, shape.back()});
   shape.back() = w.size(0);
   const torch::Tensor bias = b.defined() ? b : torch::empty({0}, x.options());
   return LinearFn::apply(x2, w, bias, format_code(e.round_matmul_inputs, e.precision),
-                         format_code(e.round_storage, e.precision))
+                         format_code(e.round_storage, e.precision), x_in_format, grad_in_format)
       .view(shape);
 }
 
@@ -284,17 +287,21 @@ torch::Tensor Gpt::loss(const torch::Tensor& tokens, const Emulation& e, const A
   const std::int64_t N = config_.seq_len, D = config_.d_model;
   const torch::Tensor inputs = tokens.narrow(1, 0, N);
   const torch::Tensor targets = tokens.narrow(1, 1, N).reshape({-1});
+  // Inputs and gradients that arrive already in the format skip a second (idempotent) rounding: the
+  // attention output (stored in policy.o), GELU's output, and the attention's dQKV (policy.grad).
+  const bool attention_out_in_format = attention.params.policy.o == e.precision;
+  const bool attention_grad_in_format = attention.params.policy.grad == e.precision;
   torch::Tensor x = torch::embedding(p(0), inputs) + p(1);  // [B, N, D]
   for (int i = 0; i < config_.layers; ++i) {
     const std::size_t o = 2 + static_cast<std::size_t>(i) * kBlockParams;
     torch::Tensor h = torch::layer_norm(x, {D}, p(o + kLn1W), p(o + kLn1B), 1e-5);
-    h = emulated_linear(h, p(o + kQkvW), p(o + kQkvB), e);  // [B, N, 3D]
-    h = kernel_attention(h, config_.heads, attention, i);   // [B, N, D]
-    x = x + emulated_linear(h, p(o + kProjW), p(o + kProjB), e);
+    h = emulated_linear(h, p(o + kQkvW), p(o + kQkvB), e, false, attention_grad_in_format);  // [B, N, 3D]
+    h = kernel_attention(h, config_.heads, attention, i);                                  // [B, N, D]
+    x = x + emulated_linear(h, p(o + kProjW), p(o + kProjB), e, attention_out_in_format);
     h = torch::layer_norm(x, {D}, p(o + kLn2W), p(o + kLn2B), 1e-5);
     h = emulated_linear(h, p(o + kFcW), p(o + kFcB), e);
     h = round_activation(torch::gelu(h), e);
-    x = x + emulated_linear(h, p(o + kMlpProjW), p(o + kMlpProjB), e);
+    x = x + emulated_linear(h, p(o + kMlpProjW), p(o + kMlpProjB), e, e.round_storage);
   }
   const std::size_t f = 2 + static_cast<std::size_t>(config_.layers) * kBlockParams;
   x = torch::layer_norm(x, {D}, p(f), p(f + 1), 1e-5);

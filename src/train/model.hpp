@@ -43,9 +43,10 @@ struct Emulation {
 torch::Tensor round_copy(const torch::Tensor& t, Format f);
 
 // y = x W^T + b with the emulation's roundings (custom autograd function). x [..., in], w [out, in],
-// b [out] or undefined.
+// b [out] or undefined. x_in_format / grad_in_format: the caller guarantees that x / the incoming
+// gradient already hold values of the format, so their rounding (the identity then) is skipped.
 torch::Tensor emulated_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
-                              const Emulation& e);
+                              const Emulation& e, bool x_in_format = false, bool grad_in_format = false);
 
 // x rounded to the storage format, and its gradient too (identity without storage rounding).
 torch::Tensor round_activation(const torch::Tensor& x, const Emulation& e);

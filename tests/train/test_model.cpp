@@ -55,20 +55,39 @@ TEST_P(KernelAttentionFp64, ForwardAndBackwardMatchTorchAutograd) {
 INSTANTIATE_TEST_SUITE_P(Kinds, KernelAttentionFp64, ::testing::Values(AttentionKind::baseline, AttentionKind::flash),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
+bool representable(const torch::Tensor& t, Format f) {
+  const torch::Tensor c = t.detach().contiguous();
+  for (std::int64_t i = 0; i < c.numel(); ++i) {
+    const float v = c.data_ptr<float>()[i];
+    if (round_to(f, v) != v) return false;
+  }
+  return true;
+}
+
+TEST(KernelAttention, Bf16OutputsAndGradientsAreInTheFormat) {
+  // The model skips re-rounding the attention output and dQKV when the policy stores them in the
+  // training format (model.cpp): check that the kernels deliver exactly that.
+  torch::manual_seed(6);
+  const torch::Tensor qkv = torch::randn({2, 16, 3 * 8}).requires_grad_(true);
+  AttentionSetup setup;
+  setup.params.policy = make_policy("mixed", Format::bf16);
+  setup.params.block_q = 8;
+  setup.params.block_kv = 8;
+  for (AttentionKind kind : {AttentionKind::baseline, AttentionKind::flash}) {
+    setup.params.kind = kind;
+    qkv.mutable_grad() = torch::Tensor();
+    const torch::Tensor o = kernel_attention(qkv, 2, setup, 0);
+    o.backward(round_copy(torch::randn({2, 16, 8}), Format::bf16));
+    EXPECT_TRUE(representable(o, Format::bf16)) << to_string(kind);
+    EXPECT_TRUE(representable(qkv.grad(), Format::bf16)) << to_string(kind);
+  }
+}
+
 TEST(EmulatedLinear, Bf16RoundsOutputsAndGradientsTf32OnlyInputs) {
   torch::manual_seed(4);
   const torch::Tensor x = torch::randn({5, 7}).requires_grad_(true);
   const torch::Tensor w = torch::randn({3, 7}).requires_grad_(true);
   const torch::Tensor b = torch::randn({3}).requires_grad_(true);
-  auto representable = [](const torch::Tensor& t, Format f) {
-    const torch::Tensor c = t.detach().contiguous();
-    for (std::int64_t i = 0; i < c.numel(); ++i) {
-      const float v = c.data_ptr<float>()[i];
-      if (round_to(f, v) != v) return false;
-    }
-    return true;
-  };
-
   const torch::Tensor y = emulated_linear(x, w, b, Emulation::of(Format::bf16));
   y.backward(torch::randn({5, 3}));
   EXPECT_TRUE(representable(y, Format::bf16));

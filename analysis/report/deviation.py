@@ -26,6 +26,9 @@ MAX_TENSOR_ROWS = 20  # the per-tensor table shows the tensors with the most dev
 def build(data, figs):
     sec = Section("4. Weight deviation", "deviation")
     dev = data.deviation
+    if (dev is None or not dev.steps) and not data.planned("reduce"):
+        sec.blocks.append(text("Weight deviation is not part of this study ([study] phases).", kind="note"))
+        return sec
     if dev is None or not dev.steps:
         sec.blocks.append(text("No weight deviation yet: the reduce phase has not run (deviation.h5 and deviation.csv "
                                "are missing). Run `fastudy reduce OUT` after training.", kind="missing"))

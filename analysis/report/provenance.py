@@ -143,6 +143,8 @@ def left_out(data):
     if data.status is not None and grid_ids:
         missing = sorted(grid_ids - {r["variant"] for r in data.status.rows})
         items += [f"{v} has no status row (never scheduled)" for v in missing]
-    if not items:
+    if not items and data.status is not None and data.deviation is not None:
         return [text("Every variant of the grid trained to the end and was reduced.")]
+    if not items:
+        return []
     return [text("Variants that failed, diverged, are unfinished or were left out:"), Bullets(items)]

@@ -24,6 +24,9 @@ def build(data, figs):
     sec = Section("3. Training", "training")
     rows = status_rows(data)
     logs = data.train_logs
+    if not rows and not logs and not data.planned("train"):
+        sec.blocks.append(text("Training is not part of this study ([study] phases).", kind="note"))
+        return sec
     if not rows and not logs:
         sec.blocks.append(text("Training has not run (no status.csv, no variants/*/train_log.csv). Run "
                                "`fastudy train GRID.toml --out OUT`.", kind="missing"))

@@ -91,6 +91,8 @@ while :; do
 done
 wait "$child"
 code=$?
+# Nothing left to forward (and `scontrol requeue` itself sends this shell a SIGTERM).
+trap '' USR1 TERM
 
 if [ -n "$requeue" ] && [ "$code" -ne 0 ]; then
   echo "fastudy.sbatch: fastudy stopped on the warning signal (exit $code); requeueing job $SLURM_JOB_ID to resume"

@@ -19,6 +19,7 @@ import glob
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -224,6 +225,8 @@ def main():
             return SKIP
         return 1
     log(r.stdout.strip())
+    # A timeout (ctest sends SIGTERM) still runs the `finally` below that stops the daemons.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("FAILED: terminated (timeout?)"))
     t0 = time.time()
     try:
         run_cases(args, env, work)

@@ -7,6 +7,7 @@
 // Exit codes: 0 success; 1 runtime failure (or some variants failed); 2 usage or configuration error
 // (nothing written). On an MPI run a runtime failure on any rank ends the whole job (MPI_Abort).
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -190,6 +191,9 @@ int main(int argc, char** argv) {
 
   // MPI jobs: every rank loads and validates the grid; if any rank fails, all exit with code 2
   // (rank 0 prints), so a bad grid never leaves ranks hanging and nothing is written.
+  // HDF5 never uses MPI-IO shared file pointers; Open MPI's `sm` component for them only prints
+  // "unable to open file for mmap" on some systems. A user's own setting wins.
+  setenv("OMPI_MCA_sharedfp", "^sm", 0);
   std::optional<mpi::MpiSession> session;
   try {
     session.emplace(&argc, &argv);

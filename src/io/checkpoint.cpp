@@ -3,9 +3,11 @@
 // The collective write: every rank creates the same groups/datasets/attributes (collective metadata)
 // and writes rows [r*R/P, (r+1)*R/P) of each tensor with R rows on P ranks, with one collective
 // transfer per dataset; tensors smaller than CheckpointOptions::split_bytes are written whole by
-// rank 0 alone (a collective per bias vector costs more than the write). CRC-32 of a dataset = crc32_combine over the ranks' shares in rank order, so no
-// rank checksums more than its share. Then: close, reopen and verify (every rank checks its share
-// against the stored checksum, reading independently), fsync, rename by rank 0 after a barrier.
+// rank 0 alone (a collective per bias vector costs more than the write). CRC-32 of a dataset =
+// crc32_combine over the ranks' shares in rank order, so no rank checksums more than its share.
+// Then: close, reopen and verify (every rank checks its share against the stored checksum, reading
+// independently), fsync, rename by rank 0 once the collective close has completed every rank's
+// writes.
 #include "src/io/checkpoint.hpp"
 
 #include <fcntl.h>
@@ -206,44 +208,46 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
   for (const auto& a : s.optimizer) items.push_back({"optimizer", &a});
   for (const auto& a : s.extra) items.push_back({"extra", &a});
   items.push_back({"", &history});
-  // Validation and the directory setup may fail on some ranks only: agree before any collective.
+  // Validation may fail on some ranks only, and the ranks' structures must agree: settle both with
+  // one reduction (max of [invalid, digest, -digest]) before any collective HDF5 call.
   std::string invalid;
   try {
     validate(s, items);
   } catch (const UsageError& e) {
     invalid = e.what();
   }
-  if (group.allreduce_max(std::int64_t{invalid.empty() ? 0 : 1}) != 0) {
+  const std::int64_t digest = static_cast<std::int64_t>(fnv1a(structure_of(s, items)) >> 1);
+  std::int64_t agree[3] = {invalid.empty() ? 0 : 1, digest, -digest};
+  group.allreduce_max(agree, 3);
+  if (agree[0] != 0) {
     throw UsageError(invalid.empty() ? "write_checkpoint('" + path + "'): another rank of the group passed an "
                                        "invalid state"
                                      : invalid);
   }
-
-  const std::int64_t digest = static_cast<std::int64_t>(fnv1a(structure_of(s, items)) >> 1);
-  if (group.allreduce_max(digest) != -group.allreduce_max(-digest)) {
+  if (agree[1] != -agree[2]) {
     throw UsageError("write_checkpoint('" + path + "'): the ranks of the group passed states of different "
                      "structure (names, shapes, dtypes, scalars or attributes differ)",
                      "every rank of a variant's group must hold the same replicated TrainState");
   }
 
-  // Rank 0 prepares the directory and picks the temporary name.
+  // Rank 0 prepares the directory and picks the temporary name ("T<name>"), or reports "E<error>".
   const fs::path final_path(path);
-  std::string tmp, setup_error;
+  std::string setup;
   if (group.is_root()) {
     try {
       if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path());
       remove_stale_tmp(final_path);
-      tmp = path + ".tmp." + unique_suffix();
+      setup = "T" + path + ".tmp." + unique_suffix();
     } catch (const std::exception& e) {
-      setup_error = e.what();
+      setup = std::string("E") + e.what();
     }
   }
-  group.bcast(setup_error);
-  if (!setup_error.empty()) {
-    throw CheckpointError(path, "", "cannot prepare the directory: " + setup_error,
+  group.bcast(setup);
+  if (setup[0] == 'E') {
+    throw CheckpointError(path, "", "cannot prepare the directory: " + setup.substr(1),
                           "check that the output directory is writable");
   }
-  group.bcast(tmp);
+  const std::string tmp = setup.substr(1);
 
   CheckpointWriteStats stats;
   auto since = [](std::chrono::steady_clock::time_point t) {
@@ -337,7 +341,8 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
 
   stats.verify_seconds = since(phase);
   phase = std::chrono::steady_clock::now();
-  group.barrier();
+  // No barrier needed: closing (MPI_File_close) is collective and completes every rank's writes, and
+  // the verification ended with a reduction.
   std::string failure;
   if (group.is_root()) {
     try {

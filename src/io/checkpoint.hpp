@@ -69,7 +69,7 @@ struct CheckpointWriteStats {
   double seconds = 0;                      // wall time of the whole call on this rank, of which:
   double write_seconds = 0;                //   create, write, checksum, close
   double verify_seconds = 0;               //   re-read and check
-  double commit_seconds = 0;               //   barrier, fsync, rename
+  double commit_seconds = 0;               //   fsync, rename
 };
 
 // Collective over `group`. Every rank passes a TrainState with the same structure (names, shapes,

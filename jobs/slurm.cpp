@@ -288,7 +288,7 @@ std::string submit_script(const std::string& script) {
 
 int job_slurm(JobContext& ctx) {
   const Study& st = *ctx.study;
-  SlurmOptions& s = ctx.opts.slurm;
+  const SlurmOptions& s = ctx.opts.slurm;
 
   // Everything is validated before anything is written.
   if (s.nodes < 1) throw UsageError("--nodes must be >= 1 (got " + std::to_string(s.nodes) + ")");

@@ -30,7 +30,7 @@ MICROBENCH_FLOATS = ("max_abs", "mean_abs", "std_abs", "rel_l2", "rescales_per_r
 MICROBENCH_INTS = ("seq_len", "head_dim", "block_q", "block_kv", "causal", "trial", "tiles_kv")
 RANKING_FLOATS = ("w1_mean", "w1_min", "w1_max", "max_abs_mean", "slope", "ratio_to_attention",
                   "ratio_lo", "ratio_hi")
-DEVIATION_METRICS = ("w1", "w2", "max_abs", "mean_abs", "rel_l2")
+REPORTED_METRICS = ("w1", "max_abs")  # the metrics the report shows (read only these from deviation.h5)
 MODEL_TENSOR = "model"  # the whole-model pseudo-tensor of deviation.h5/.csv
 
 
@@ -53,7 +53,8 @@ class TrainLog:
 
 @dataclass
 class Deviation:
-    """Pairwise matrices: matrices[step][tensor][metric] is a V x V array over `variants`."""
+    """Pairwise matrices: matrices[step][tensor][metric] is a V x V array over `variants` (metrics:
+    REPORTED_METRICS)."""
     variants: list
     variant_axes: dict  # id -> [(axis, value)] in grid order
     steps: list
@@ -196,7 +197,7 @@ def read_deviation_h5(path, problems):
             for tensor, tg in g.items():
                 if tensor not in tensors:
                     tensors.append(tensor)
-                matrices[step][tensor] = {m: np.array(tg[m]) for m in tg.keys()}
+                matrices[step][tensor] = {m: np.array(tg[m]) for m in tg.keys() if m in REPORTED_METRICS}
     steps.sort()
     prov, _ = parse_provenance_lines(attrs.get("provenance", "").splitlines())
     left_out = [l for l in attrs.get("left_out", "").splitlines() if l]
@@ -221,7 +222,7 @@ def read_deviation_csv(path):
             tensors.append(tensor)
         per = matrices.setdefault(step, {}).setdefault(tensor, {})
         i, j = index[r["variant_a"]], index[r["variant_b"]]
-        for m in DEVIATION_METRICS:
+        for m in REPORTED_METRICS:
             if m in r:
                 mat = per.setdefault(m, np.full((n, n), np.nan))
                 mat[i, j] = mat[j, i] = to_float(r[m])

@@ -102,6 +102,19 @@ class PartialStudyTest(unittest.TestCase):
         self.assertIn("LARGER than a change of init seed", html)
         checks.verdict_matches_ranking(self, out / "report.html", out / "ranking.csv")
 
+    def test_deviation_csv_without_h5(self):
+        # Without deviation.h5 the matrices come from deviation.csv and the variants' axes from the grid.
+        out = self.dir / "csv"
+        out.mkdir()
+        synthetic.write_study_toml(out)
+        synthetic.write_reduce(out)
+        (out / "deviation.h5").unlink()
+        html, _ = self.render(out)
+        self.assertIn("From deviation.csv: 7 variants", html)
+        self.assertIn('id="fig-deviation_heatmap"', html)
+        self.assertIn('id="fig-deviation_over_steps"', html)
+        self.assertIn("<th>attention W1</th>", html)
+
     def test_no_attention_axis(self):
         # A grid without the attention axis: the sources are still ranked, but nothing is bounded.
         out = self.dir / "noatt"

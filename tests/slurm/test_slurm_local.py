@@ -1,14 +1,15 @@
 #!/usr/bin/python3
 """`fastudy slurm` against a real Slurm: a single-node Slurm on localhost (scripts/slurm-local.sh).
 
-1. An uninterrupted job (srun --mpi=pmix when Slurm has it, else mpirun; 2 tasks) trains
-   tests/slurm/slurm_grid.toml to the end: the job completes with exit code 0, every variant is done
-   and has its final checkpoint.
+1. An uninterrupted job for configs/ci.toml (every phase; srun --mpi=pmix when Slurm has it, else
+   mpirun; 2 tasks): the job completes with exit code 0, every variant is done with its final
+   checkpoint, and the microbench and reduce outputs exist.
 2. The same study with mpirun (and again with srun when Slurm has pmix); mid-run the batch shell
    gets the warning signal (`scancel --signal=USR1 --batch`). fastudy checkpoints and stops, the
    script requeues the job, and the requeued job resumes: Slurm counts one restart, the log shows both runs, the checkpoints
    written before the signal were not rewritten (the second run did not start over), and the final
-   weights and optimizer state are bit-identical to the uninterrupted job's.
+   weights and optimizer state are bit-identical to an uninterrupted run of the same grid (mpirun,
+   2 ranks, no Slurm).
 
 Exit codes: 0 passed, 1 failed, 77 skipped (not root, Slurm/munge missing or not startable, no h5py).
 The daemons are stopped at the end whatever happens.
@@ -82,16 +83,16 @@ def status_rows(out):
     return {r[0]: r for r in rows[1:]}
 
 
-def check_finished(out, job, info):
+def check_finished(out, job, info, variants=("s1", "s2"), steps=STEPS):
     slurm_log = read(os.path.join(out, "slurm-%s.out" % job))
     check(info.get("JobState") == "COMPLETED" and info.get("ExitCode") == "0:0",
           "job %s ended %s with exit code %s; log:\n%s" % (job, info.get("JobState"), info.get("ExitCode"), slurm_log))
     check("fastudy exited with code 0" in slurm_log, "the log does not show fastudy's exit code 0:\n" + slurm_log)
     rows = status_rows(out)
-    check(sorted(rows) == ["s1", "s2"], "status.csv has variants %s, expected s1 and s2" % sorted(rows))
+    check(sorted(rows) == sorted(variants), "status.csv has variants %s, expected %s" % (sorted(rows), sorted(variants)))
     for v, row in rows.items():
-        check(row[1] == "done" and row[2] == str(STEPS), "variant %s is %s at step %s" % (v, row[1], row[2]))
-        final = os.path.join(out, "checkpoints", v, "step_%07d.h5" % STEPS)
+        check(row[1] == "done" and row[2] == str(steps), "variant %s is %s at step %s" % (v, row[1], row[2]))
+        final = os.path.join(out, "checkpoints", v, "step_%07d.h5" % steps)
         check(os.path.exists(final), "missing final checkpoint " + final)
     return slurm_log
 
@@ -158,19 +159,28 @@ def wait_for_progress(out, job, env, min_step, timeout):
 def run_cases(args, env, work):
     grid = os.path.join(args.source, "tests", "slurm", "slurm_grid.toml")
     mpi = subprocess.run(["srun", "--mpi=list"], env=env, capture_output=True, text=True)
-    ref_launcher = "srun" if re.search(r"\bpmix\b", mpi.stdout + mpi.stderr) else "mpirun"
+    ci_launcher = "srun" if re.search(r"\bpmix\b", mpi.stdout + mpi.stderr) else "mpirun"
 
-    # 1. Uninterrupted.
-    ref = os.path.join(work, "ref")
-    job = submit(args, grid, ref, ref_launcher, env)
+    # 1. The CI grid, every phase, uninterrupted.
+    ci = os.path.join(work, "ci")
+    job = submit(args, os.path.join(args.source, "configs", "ci.toml"), ci, ci_launcher, env)
     info = wait_job(job, env, 120)
-    check_finished(ref, job, info)
-    log("case 1 passed: job %s completed, 2 variants done at step %d" % (job, STEPS))
+    ci_variants = [a + "-" + p + "-s" + s for a in ("baseline", "flash") for p in ("fp32", "bf16") for s in "12"]
+    check_finished(ci, job, info, ci_variants, 20)
+    for name in ("microbench.csv", "deviation.h5", "ranking.csv"):
+        check(os.path.exists(os.path.join(ci, name)), "the CI study lacks " + name)
+    log("case 1 passed: job %s ran configs/ci.toml (%s): %d variants done" % (job, ci_launcher, len(ci_variants)))
+
+    # The reference for case 2: the test grid trained without Slurm, uninterrupted, on 2 ranks.
+    ref = os.path.join(work, "ref")
+    r = subprocess.run([shutil.which("mpirun", path=env.get("PATH")) or "mpirun", "-n", "2", "--oversubscribe",
+                        args.fastudy, "train", grid, "--out", ref, "-q"], env=env, capture_output=True, text=True)
+    check(r.returncode == 0, "the reference run failed (%d): %s%s" % (r.returncode, r.stdout, r.stderr))
 
     # 2. Warning signal mid-run, requeue, resume: with mpirun, and with srun when Slurm has pmix.
-    for launcher in ["mpirun"] + (["srun"] if ref_launcher == "srun" else []):
+    for launcher in ["mpirun"] + (["srun"] if ci_launcher == "srun" else []):
         signal_case(args, env, grid, os.path.join(work, "signal-" + launcher), launcher, ref)
-    if ref_launcher != "srun":
+    if ci_launcher != "srun":
         log("srun --mpi=pmix is not available here: the srun launcher was not tested")
 
 

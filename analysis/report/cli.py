@@ -1,35 +1,52 @@
 """`python3 analysis/report OUT`: read a study's outputs and write OUT/report.html, OUT/report.md and
-OUT/report_files/ (PNG and SVG of every plot). Exit codes: 0 written, 1 failure, 2 usage error.
+OUT/report_files/ (PNG and SVG of every plot). Exit codes: 0 written; 1 failure (a section that
+failed is written as a note, the error printed); 2 usage error.
 """
 
 import argparse
 import shutil
 import sys
+import traceback
 from pathlib import Path
 
 from . import deviation, microbench, provenance, training, verdict
+from .doc import Section, text
 from .figures import FigureWriter, style
 from .readers import load_study
 from .render import render_html, render_markdown
 
 
-def build_report(out_dir):
-    """Render the report of the study in out_dir; returns (html path, markdown path)."""
+SECTIONS = (
+    ("1. Verdict", "verdict", lambda data, figs, state: verdict.build(data, state)),
+    ("2. Microbenchmark", "microbench", lambda data, figs, state: microbench.build(data, figs)),
+    ("3. Training", "training", lambda data, figs, state: training.build(data, figs)),
+    ("4. Weight deviation", "deviation", lambda data, figs, state: deviation.build(data, figs)),
+    ("5. Provenance", "provenance", lambda data, figs, state: provenance.build(data)),
+)
+
+
+def build_report(out_dir, errors=None):
+    """Render the report of the study in out_dir; returns (html path, markdown path). A section that
+    fails is replaced by a note with the error (appended to `errors` when given, else raised), so
+    one unexpected file does not cost the reader the rest of the report."""
     out = Path(out_dir)
     data = load_study(out)
     files = out / "report_files"
     if files.exists():
         shutil.rmtree(files)  # plots of an earlier report must not linger beside the new one
     figs = FigureWriter(files)
+    sections = []
     with style():
         state = provenance.phase_state(data)
-        sections = [
-            verdict.build(data, state),
-            microbench.build(data, figs),
-            training.build(data, figs),
-            deviation.build(data, figs),
-            provenance.build(data),
-        ]
+        for title, anchor, build in SECTIONS:
+            try:
+                sections.append(build(data, figs, state))
+            except Exception as e:
+                if errors is None:
+                    raise
+                errors.append(f"section {title}: {traceback.format_exc()}")
+                sections.append(Section(title, anchor, [text(f"This section could not be rendered: "
+                                                             f"{type(e).__name__}: {e}", kind="bad")]))
     name = (data.config or {}).get("study", {}).get("name", out.name)
     prov = data.provenance or {}
     subtitle = [f"Study `{name}` in {out.resolve()} — fastudy {prov.get('version', '?')} (git {prov.get('git', '?')}), "
@@ -63,8 +80,11 @@ def main(argv=None):
         print(f"error: {out} holds no fastudy outputs (no study.toml, microbench.csv, status.csv or ranking.csv)\n"
               "hint: run a phase first, e.g. fastudy microbench GRID.toml --out OUT", file=sys.stderr)
         return 2
-    html_path, md_path = build_report(out)
+    errors = []
+    html_path, md_path = build_report(out, errors)
     if not args.quiet:
         print(f"report: {html_path}")
         print(f"report: {md_path} (plots in {out / 'report_files'})")
-    return 0
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
+    return 1 if errors else 0

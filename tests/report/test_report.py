@@ -172,6 +172,23 @@ class PartialStudyTest(unittest.TestCase):
         self.assertIn("flash-fp32-s1 is running at step 8", md)
         self.assertIn("No weight deviation yet", md)
 
+    def test_broken_file_costs_one_section(self):
+        # A ranking.csv with a non-number: the verdict says it could not be rendered, the rest is there,
+        # and the exit code tells the caller (fastudy report) that something failed.
+        out = self.dir / "broken"
+        out.mkdir()
+        synthetic.write_study_toml(out)
+        synthetic.write_microbench(out)
+        synthetic.write_reduce(out)
+        ranking = out / "ranking.csv"
+        ranking.write_text(ranking.read_text().replace("seed,*,*,3,20,", "seed,*,*,3,20,not-a-number", 1))
+        self.assertEqual(main([str(out), "--quiet"]), 1)
+        html = (out / "report.html").read_text()
+        verdict = html.split('<section id="verdict">', 1)[1].split("</section>", 1)[0]
+        self.assertIn("This section could not be rendered", verdict)
+        self.assertIn('id="fig-microbench_formats"', html)
+        self.assertIn('id="fig-deviation_heatmap"', html)
+
     def test_nothing_there(self):
         out = self.dir / "empty"
         out.mkdir()

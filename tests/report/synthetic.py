@@ -39,7 +39,7 @@ def write_study_toml(out, phases=("microbench", "train", "reduce", "report")):
     out.joinpath("provenance.txt").write_text(PROVENANCE.format(phase="train"))
 
 
-def write_microbench(out):
+def write_microbench(out, sweeps=("formats", "seq_len", "block_area")):
     cols = ("sweep,algorithm,pass,format,policy,seq_len,head_dim,block_q,block_kv,loop_order,causal,trial,"
             "distribution,max_abs,mean_abs,std_abs,rel_l2,rescales_per_row,tiles_kv")
     unit = {"fp64": 2.0 ** -53, "fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
@@ -54,14 +54,18 @@ def write_microbench(out):
             lines.append(f"{sweep},{alg},{ps},{fmt},{policy},{n},16,{bq},{bkv},{order},0,{trial},normal,"
                          f"{err!r},{err / 5!r},{err / 7!r},{err / 3!r},{resc},{tk}")
 
-    for ps, fmt, policy, order, trial in itertools.product(("forward", "backward"), unit, ("pure", "mixed"),
-                                                           ("kv_outer", "q_outer"), (0, 1)):
-        add("formats", ps, fmt, policy, 64, 16, 16, order, trial)
-    for fmt, n, trial in itertools.product(("fp16", "bf16"), (32, 64, 128, 256), (0, 1)):
-        add("seq_len", "forward", fmt, "pure", n, 16, 16, "q_outer", trial)
-    for fmt, (bq, bkv), order in itertools.product(("fp16", "bf16"), ((8, 8), (16, 16), (32, 32), (8, 32), (32, 8)),
-                                                   ("kv_outer", "q_outer")):
-        add("block_area", "forward", fmt, "pure", 128, bq, bkv, order, 0)
+    if "formats" in sweeps:
+        for ps, fmt, policy, order, trial in itertools.product(("forward", "backward"), unit, ("pure", "mixed"),
+                                                               ("kv_outer", "q_outer"), (0, 1)):
+            add("formats", ps, fmt, policy, 64, 16, 16, order, trial)
+    if "seq_len" in sweeps:
+        for fmt, n, trial in itertools.product(("fp16", "bf16"), (32, 64, 128, 256), (0, 1)):
+            add("seq_len", "forward", fmt, "pure", n, 16, 16, "q_outer", trial)
+    if "block_area" in sweeps:
+        for fmt, (bq, bkv), order in itertools.product(("fp16", "bf16"),
+                                                       ((8, 8), (16, 16), (32, 32), (8, 32), (32, 8)),
+                                                       ("kv_outer", "q_outer")):
+            add("block_area", "forward", fmt, "pure", 128, bq, bkv, order, 0)
     out.joinpath("microbench.csv").write_text("\n".join(lines) + "\n")
 
 

@@ -133,12 +133,12 @@ class PartialStudyTest(unittest.TestCase):
         out = self.dir / "mb"
         out.mkdir()
         synthetic.write_study_toml(out)
-        synthetic.write_microbench(out)
+        synthetic.write_microbench(out, sweeps=("formats",))
         html, md = self.render(out)
         checks.html_images(self, out / "report.html")
         links = checks.md_files(self, out / "report.md")
-        self.assertEqual({Path(l).stem for l in links}, {"microbench_formats", "microbench_seq_len",
-                                                         "microbench_block_area"})
+        self.assertEqual({Path(l).stem for l in links}, {"microbench_formats"})
+        self.assertIn("Fig. 5 (deviation against sequence length) needs a sweep", md)
         self.assertIn("No verdict yet", md)
         self.assertIn("ranking.csv is missing", md)
         self.assertIn("Training has not run", md)
@@ -150,7 +150,7 @@ class PartialStudyTest(unittest.TestCase):
         out = self.dir / "mbstudy"
         out.mkdir()
         synthetic.write_study_toml(out, phases=("microbench", "report"))
-        synthetic.write_microbench(out)
+        synthetic.write_microbench(out, sweeps=("formats",))
         _, md = self.render(out)
         self.assertIn("does not train or reduce", md)
         self.assertIn("train: not part of this study", md)
@@ -159,7 +159,7 @@ class PartialStudyTest(unittest.TestCase):
         out = self.dir / "train"
         out.mkdir()
         synthetic.write_study_toml(out)
-        synthetic.write_microbench(out)
+        synthetic.write_microbench(out, sweeps=("formats",))
         synthetic.write_training(out, states={"flash-fp32-s1": "running", "flash-fp32-s2": "queued"})
         html, md = self.render(out)
         checks.html_images(self, out / "report.html")
@@ -178,7 +178,7 @@ class PartialStudyTest(unittest.TestCase):
         out = self.dir / "broken"
         out.mkdir()
         synthetic.write_study_toml(out)
-        synthetic.write_microbench(out)
+        synthetic.write_microbench(out, sweeps=("formats",))
         synthetic.write_reduce(out)
         ranking = out / "ranking.csv"
         ranking.write_text(ranking.read_text().replace("seed,*,*,3,20,", "seed,*,*,3,20,not-a-number", 1))
@@ -205,7 +205,7 @@ class PartialStudyTest(unittest.TestCase):
         (out / "report_files" / "stale.png").write_bytes(b"old")
         for f in ("ranking.csv", "deviation.h5", "deviation.csv", "twins.csv"):
             (out / f).unlink()
-        synthetic.write_microbench(out)
+        synthetic.write_microbench(out, sweeps=("formats",))
         self.render(out)
         self.assertFalse((out / "report_files" / "stale.png").exists())
         self.assertFalse((out / "report_files" / "deviation_heatmap.png").exists())

@@ -2,6 +2,7 @@
 // fp16 dynamic loss scaling, clipping, AdamW, and the exact TrainState round trip (see engine.hpp).
 #include "src/train/engine.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -69,7 +70,7 @@ double learning_rate(const TrainConfig& t, std::int64_t step) {
   if (t.schedule == "constant") return t.lr;
   const double span = static_cast<double>(std::max<std::int64_t>(1, t.steps - t.warmup));
   const double progress = std::clamp(static_cast<double>(step - t.warmup) / span, 0.0, 1.0);
-  return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * progress));
+  return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(3.141592653589793 * progress));
 }
 
 Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resume)

@@ -2,6 +2,8 @@
 // code into an MpiError with the call name, the world rank and the file:line of the call.
 #include "src/runtime/mpi.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -139,7 +141,10 @@ std::string processor_name() {
 }
 
 void abort(int code, const std::string& message) {
-  std::cerr << "error: [rank " << world_rank() << "] " << message << '\n' << std::flush;
+  // One write(2) of the whole line, so that lines of ranks aborting together do not interleave.
+  const std::string line = "error: [rank " + std::to_string(world_rank()) + "] " + message + "\n";
+  std::cerr << std::flush;
+  [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, line.data(), line.size());
   if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }

@@ -139,14 +139,14 @@ double fma_peak() {
   return peak;
 }
 
-// Reference times measured once (fastest of 3 after a warm-up, like the benchmark loops) so every
+// Reference times measured once (fastest of 5 after a warm-up, like the benchmark loops) so every
 // benchmark can report ratios to them.
 double torch_seconds() {
   static const double t = [] {
     const TorchInputs in;
     run_torch(in);
     double best = 1e30;
-    for (int r = 0; r < 3; ++r) best = std::min(best, run_torch(in));
+    for (int r = 0; r < 5; ++r) best = std::min(best, run_torch(in));
     return best;
   }();
   return t;
@@ -155,7 +155,7 @@ double flash_fp32_seconds() {
   static const double t = [] {
     run_flash(flash_params(Format::fp32));
     double best = 1e30;
-    for (int r = 0; r < 3; ++r) best = std::min(best, run_flash(flash_params(Format::fp32)));
+    for (int r = 0; r < 5; ++r) best = std::min(best, run_flash(flash_params(Format::fp32)));
     return best;
   }();
   return t;

@@ -217,6 +217,7 @@ int job_microbench(JobContext& ctx) {
   std::ostringstream mine;
   std::size_t done = 0, next_report = points.size() / 10 + 1;
   for (std::size_t i = static_cast<std::size_t>(world.rank()); i < points.size(); i += static_cast<std::size_t>(world.size())) {
+    if (stop_signal_received()) break;  // checked again collectively below
     const SweepPoint& sp = points[i];
     std::optional<PrecisionPolicy> policy;
     if (st.attention.custom_policies.count(sp.point.policy))
@@ -228,6 +229,10 @@ int job_microbench(JobContext& ctx) {
                 "/" + std::to_string(points.size()));
       next_report += points.size() / 10 + 1;
     }
+  }
+  if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {
+    log::warn("microbench: stopped by a signal; nothing written (it reruns with --resume)");
+    return kExitFailure;
   }
   std::vector<std::string> parts = world.gather(mine.str());
 

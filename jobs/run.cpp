@@ -1,5 +1,6 @@
 // `fastudy [run] GRID.toml`: every phase the grid enables, in order (microbench, train, reduce,
 // report). Each phase reads only what the previous ones wrote, so any of them can also run alone.
+#include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 #include "src/util/error.hpp"
 #include "src/util/log.hpp"
@@ -23,6 +24,10 @@ int job_run(JobContext& ctx) {
     first = false;
     int rc = ph.fn(ctx);
     if (rc != kExitOk) status = rc;
+    if (stop_signal_received()) {
+      log::warn("stopped by a signal after the " + std::string(ph.name) + " phase; the later phases did not run");
+      break;
+    }
   }
   return status;
 }

@@ -95,7 +95,6 @@ int job_train(JobContext& ctx) {
     if (ctx.opts.resume) requeue_stale_done(out, variants, status_path);
   });
   if (world.rank() != 0) variants = select_variants(st, ctx.opts.variants);
-  install_stop_signals();
 
   std::vector<std::string> ids;
   for (const auto* v : variants) ids.push_back(v->id);

@@ -5,5 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build}
 scripts/setup.sh "$build_dir"
+# A single-node Slurm (munge, slurmctld, slurmd) for the real-Slurm test; the test starts and stops it.
+if [ "$(id -u)" -eq 0 ]; then
+  bash scripts/slurm-local.sh install || echo "test: Slurm could not be installed; the real-Slurm test will skip"
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir "$build_dir" --output-on-failure -j2 --timeout 900

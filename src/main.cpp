@@ -203,6 +203,7 @@ int main(int argc, char** argv) {
   }
   mpi::Comm world = mpi::Comm::world();
   log::set_console(world.rank() == 0);
+  install_stop_signals();
 
   std::optional<JobContext> ctx;
   std::string load_error, load_hint;

@@ -61,7 +61,7 @@ void requeue_stale_done(const std::string& out, const std::vector<const Variant*
     auto ref = latest_valid_checkpoint(checkpoint_dir(out, v->id));
     std::string why;
     if (!ref || ref->step < v->train.steps) why = "its final checkpoint is missing";
-    else if (read_checkpoint(ref->path).attrs["config_hash"] != v->hash) why = "its configuration changed";
+    else if (read_checkpoint_info(ref->path).attrs["config_hash"] != v->hash) why = "its configuration changed";
     if (why.empty()) continue;
     log::info("requeue " + v->id + ": " + why);
     row.state = TaskState::queued;
@@ -117,7 +117,7 @@ int job_train(JobContext& ctx) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double eta = elapsed / finished * static_cast<double>(ids.size() - static_cast<std::size_t>(finished));
       os << "[group " << group << "] " << to_string(row.state) << " " << row.variant << " at step " << row.step;
-      if (std::isfinite(row.loss)) os << ", loss " << row.loss;
+      if (row.has_loss) os << ", loss " << row.loss;
       if (!row.reason.empty()) os << " (" << row.reason << ")";
       os << " [" << finished << "/" << ids.size() << ", ETA " << format_seconds(eta) << "]";
     }

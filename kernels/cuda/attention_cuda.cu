@@ -357,7 +357,7 @@ void validate(const AttentionShape& shape, Format storage) {
                      "use fp32, fp16 or bf16 tensors");
   }
   if (shape.seq_len < 1 || shape.head_dim < 1 || shape.batch < 1 || shape.heads < 1 ||
-      shape.seq_len > (std::int64_t{1} << 30) || shape.head_dim > 1024) {
+      shape.seq_len > (std::int64_t{1} << 30) || shape.head_dim > 1024 || shape.batch * shape.heads > 65535) {
     throw UsageError("CUDA attention: bad shape B=" + std::to_string(shape.batch) + " H=" +
                      std::to_string(shape.heads) + " N=" + std::to_string(shape.seq_len) + " d=" +
                      std::to_string(shape.head_dim));
@@ -394,6 +394,10 @@ void attention_backward_cuda(const AttentionShape& shape, const AttentionParams&
                              const void* q, const void* k, const void* v, const void* o, const float* lse,
                              const void* dout, void* dq, void* dk, void* dv, cudaStream_t stream) {
   validate(shape, storage);
+  if (params.kind == AttentionKind::flash && (o == nullptr || lse == nullptr)) {
+    throw UsageError("CUDA flash attention backward needs the forward's o and lse",
+                     "pass the o and lse written by attention_forward_cuda in the same policy");
+  }
   dispatch(params, storage, [&](auto t, auto rd) {
     backward_impl<decltype(t), decltype(rd)>(shape, params, q, k, v, o, lse, dout, dq, dk, dv, stream);
   });

@@ -24,8 +24,9 @@ bool device_available(std::string* why = nullptr);
 // storage: the element type of q, k, v, o (fp32 -> float, fp16 -> __half, bf16 -> __nv_bfloat16).
 // params.policy must be a pure or mixed policy of fp32/fp16/bf16 (cuda_tile::tile_storage_format);
 // with fp16/bf16 storage it must be that format's policy, with fp32 storage any of them (values are
-// rounded on load). Asynchronous on stream except for the workspace allocation and its release,
-// which synchronise. lse may be null. params.threads is ignored.
+// rounded on load). B*H at most 65535, d at most 1024. Synchronous: the call allocates float
+// workspaces (Q/K/V rounded, and for baseline the [B, H, N, N] scores), launches on stream and waits
+// for it before freeing them. lse may be null. params.threads is ignored.
 AttentionStats attention_forward_cuda(const AttentionShape& shape, const AttentionParams& params, Format storage,
                                       const void* q, const void* k, const void* v, void* o, float* lse,
                                       cudaStream_t stream = nullptr);

@@ -1,6 +1,11 @@
 // The MPI gradient-averaging backend and the backend factory.
 #include "src/runtime/reducer.hpp"
 
+#ifdef FASTUDY_HAVE_NCCL
+#include "kernels/cuda/attention_cuda.hpp"
+#include "kernels/cuda/nccl_reducer.hpp"
+#endif
+
 namespace fastudy {
 namespace {
 
@@ -30,9 +35,6 @@ class MpiReducer final : public GradientReducer {
 }  // namespace
 
 #ifdef FASTUDY_HAVE_NCCL
-// reducer_nccl.cpp
-int cuda_device_count();
-std::unique_ptr<GradientReducer> make_nccl_reducer(const mpi::Comm& group);
 bool have_nccl() { return true; }
 #else
 bool have_nccl() { return false; }
@@ -44,12 +46,12 @@ std::unique_ptr<GradientReducer> make_reducer(const mpi::Comm& group, const std:
   }
 #ifdef FASTUDY_HAVE_NCCL
   // Every rank of the group must take the same branch: decide on the device count of all of them.
-  const bool devices_everywhere = group.allreduce_max(cuda_device_count() > 0 ? 0 : 1) == 0;
+  const bool devices_everywhere = group.allreduce_max(cuda::device_count() > 0 ? 0 : 1) == 0;
   if (backend == "nccl" && !devices_everywhere) {
     throw UsageError("allreduce backend 'nccl' requested, but a rank of the group sees no CUDA device",
                      "use backend 'mpi' (or 'auto') on machines without GPUs");
   }
-  if (backend == "nccl" || (backend == "auto" && devices_everywhere)) return make_nccl_reducer(group);
+  if (backend == "nccl" || (backend == "auto" && devices_everywhere)) return nccl::make_nccl_reducer(group);
 #else
   if (backend == "nccl") {
     throw UsageError("allreduce backend 'nccl' requested, but this build of fastudy has no NCCL",

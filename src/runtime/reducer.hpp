@@ -26,7 +26,7 @@ class GradientReducer {
 
 // backend: "auto" (nccl when this build has NCCL and every rank of the group sees a CUDA device, else
 // mpi), "mpi", or "nccl" (throws UsageError in a build without NCCL or on ranks without a device).
-// The mpi backend takes host buffers; the nccl backend takes device buffers of the current device. The group communicator must outlive the
+// The mpi backend takes host buffers; the nccl backend takes host buffers (staged through the device) or device buffers of the current device. The group communicator must outlive the
 // reducer. Collective over the group (NCCL exchanges its unique id over the group's communicator).
 std::unique_ptr<GradientReducer> make_reducer(const mpi::Comm& group, const std::string& backend);
 

@@ -73,7 +73,8 @@ const std::vector<std::string> kSchedules{"cosine", "constant"};
 const std::vector<std::string> kDistributions{"normal", "uniform", "outliers"};
 const std::vector<std::string> kPasses{"forward", "backward"};
 const std::vector<std::string> kMetrics{"w1", "w2", "max_abs", "mean_abs", "rel_l2"};
-const std::vector<std::string> kPolicySteps{"q", "k", "v", "s", "p", "o", "accum", "stats", "rescale", "division", "grad"};
+const std::vector<std::string> kPolicySteps{"q",     "k",     "v",       "s",        "p",   "o",
+                                            "o_running", "accum", "stats", "rescale", "division", "grad"};
 
 std::vector<std::string> all_format_names() {
   std::vector<std::string> out;
@@ -466,6 +467,7 @@ PrecisionPolicy resolve_policy(const AttentionConfig& cfg, const std::string& na
     else if (step == "s") p.s = fmt;
     else if (step == "p") p.p = fmt;
     else if (step == "o") p.o = fmt;
+    else if (step == "o_running") p.o_running = fmt;
     else if (step == "accum") p.accum = fmt;
     else if (step == "stats") p.stats = fmt;
     else if (step == "rescale") p.rescale = fmt;

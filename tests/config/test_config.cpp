@@ -110,12 +110,15 @@ policy = "acc32"
 [attention.policies.acc32]
 accum = "fp32"
 stats = "fp32"
+o_running = "fp32"
 )",
                          "a.toml");
   PrecisionPolicy p = resolve_policy(st.attention, "acc32", Format::bf16);
   EXPECT_EQ(p.name, "acc32");
   EXPECT_EQ(p.accum, Format::fp32);
   EXPECT_EQ(p.stats, Format::fp32);
+  EXPECT_EQ(p.o_running, Format::fp32);
+  EXPECT_EQ(p.o, Format::bf16);
   EXPECT_EQ(p.q, Format::bf16);
   EXPECT_EQ(p.p, Format::bf16);
 }

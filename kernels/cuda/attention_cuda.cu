@@ -33,24 +33,6 @@ using namespace fastudy::cuda_tile;
 
 constexpr int kThreads = 128;  // threads per block of the row/key kernels
 
-struct DevHead {
-  std::int64_t n;
-  int d, br, bc;
-  float scale;
-  bool causal;
-};
-
-DevHead make_dev_head(const AttentionShape& shape, const AttentionParams& params) {
-  DevHead h;
-  h.n = shape.seq_len;
-  h.d = static_cast<int>(shape.head_dim);
-  h.br = static_cast<int>(std::min<std::int64_t>(params.block_q, h.n));
-  h.bc = static_cast<int>(std::min<std::int64_t>(params.block_kv, h.n));
-  h.scale = static_cast<float>(shape.scale != 0.0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(h.d)));
-  h.causal = shape.causal;
-  return h;
-}
-
 __device__ inline float to_float(float x) { return x; }
 __device__ inline float to_float(__half x) { return __half2float(x); }
 __device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -79,7 +61,7 @@ __global__ void load_kernel(const T* in, float* out, std::int64_t n) {
 }
 
 template <class T, class R, LoopOrder Order>
-__global__ void flash_forward_kernel(DevHead h, const float* q, const float* k, const float* v, T* o, float* lse) {
+__global__ void flash_forward_kernel(TileHead h, const float* q, const float* k, const float* v, T* o, float* lse) {
   extern __shared__ float smem[];
   float* ks = smem;
   float* vs = ks + h.bc * h.d;
@@ -117,7 +99,7 @@ __global__ void flash_forward_kernel(DevHead h, const float* q, const float* k, 
 }
 
 template <class T, class R>
-__global__ void baseline_forward_kernel(DevHead h, const float* q, const float* k, const float* v, float* s_ws,
+__global__ void baseline_forward_kernel(TileHead h, const float* q, const float* k, const float* v, float* s_ws,
                                         float* acc_ws, T* o, float* lse) {
   const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (i >= h.n) return;
@@ -135,7 +117,7 @@ __global__ void baseline_forward_kernel(DevHead h, const float* q, const float* 
 
 // ---- backward ----------------------------------------------------------------------------------
 template <class R>
-__global__ void flash_dd_kernel(DevHead h, const float* dout, const float* o, float* dd) {
+__global__ void flash_dd_kernel(TileHead h, const float* dout, const float* o, float* dd) {
   const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (i >= h.n) return;
   const std::int64_t row = blockIdx.y * h.n + i;
@@ -143,7 +125,7 @@ __global__ void flash_dd_kernel(DevHead h, const float* dout, const float* o, fl
 }
 
 template <class R>
-__global__ void flash_dkdv_kernel(DevHead h, const float* q, const float* k, const float* v, const float* dout,
+__global__ void flash_dkdv_kernel(TileHead h, const float* q, const float* k, const float* v, const float* dout,
                                   const float* lse, const float* dd, float* dka, float* dva) {
   const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (j >= h.n) return;
@@ -158,7 +140,7 @@ __global__ void flash_dkdv_kernel(DevHead h, const float* q, const float* k, con
 }
 
 template <class R>
-__global__ void flash_dq_kernel(DevHead h, const float* q, const float* k, const float* v, const float* dout,
+__global__ void flash_dq_kernel(TileHead h, const float* q, const float* k, const float* v, const float* dout,
                                 const float* lse, const float* dd, float* dqa) {
   const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (i >= h.n) return;
@@ -173,7 +155,7 @@ __global__ void flash_dq_kernel(DevHead h, const float* q, const float* k, const
 }
 
 template <class R>
-__global__ void baseline_softmax_backward_kernel(DevHead h, const float* q, const float* k, const float* v,
+__global__ void baseline_softmax_backward_kernel(TileHead h, const float* q, const float* k, const float* v,
                                                  const float* dout, float* p_ws, float* ds_ws) {
   const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (i >= h.n) return;
@@ -189,7 +171,7 @@ __global__ void baseline_softmax_backward_kernel(DevHead h, const float* q, cons
 }
 
 template <class R>
-__global__ void baseline_dkdv_kernel(DevHead h, const float* q, const float* dout, const float* p_ws,
+__global__ void baseline_dkdv_kernel(TileHead h, const float* q, const float* dout, const float* p_ws,
                                      const float* ds_ws, float* dka, float* dva) {
   const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (j >= h.n) return;
@@ -201,7 +183,7 @@ __global__ void baseline_dkdv_kernel(DevHead h, const float* q, const float* dou
 }
 
 template <class R>
-__global__ void baseline_dq_kernel(DevHead h, const float* k, const float* ds_ws, float* dqa) {
+__global__ void baseline_dq_kernel(TileHead h, const float* k, const float* ds_ws, float* dqa) {
   const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (i >= h.n) return;
   const std::int64_t base = blockIdx.y * h.n, off = base * h.d;
@@ -224,7 +206,7 @@ __global__ void store_gradients_kernel(std::int64_t n, float scale, const float*
 unsigned elementwise_blocks(std::int64_t n) {
   return static_cast<unsigned>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, 65535));
 }
-dim3 row_grid(const DevHead& h, std::int64_t heads) {
+dim3 row_grid(const TileHead& h, std::int64_t heads) {
   return dim3(static_cast<unsigned>((h.n + kThreads - 1) / kThreads), static_cast<unsigned>(heads));
 }
 
@@ -235,7 +217,7 @@ void load(const void* in, float* out, std::int64_t n, cudaStream_t stream) {
 }
 
 template <class T, class R, LoopOrder Order>
-void launch_flash_forward(const DevHead& h, std::int64_t heads, const float* q, const float* k, const float* v, T* o,
+void launch_flash_forward(const TileHead& h, std::int64_t heads, const float* q, const float* k, const float* v, T* o,
                           float* lse, cudaStream_t stream) {
   const auto kernel = flash_forward_kernel<T, R, Order>;
   const std::size_t bytes = sizeof(float) * (2 * std::size_t(h.bc) * h.d + std::size_t(h.br) * h.bc +
@@ -260,7 +242,7 @@ void launch_flash_forward(const DevHead& h, std::int64_t heads, const float* q, 
 template <class T, class R>
 void forward_impl(const AttentionShape& shape, const AttentionParams& params, const void* q, const void* k,
                   const void* v, void* o, float* lse, cudaStream_t stream) {
-  const DevHead h = make_dev_head(shape, params);
+  const TileHead h = make_tile_head(shape, params);
   const std::int64_t heads = shape.batch * shape.heads, total = heads * h.n * h.d;
   DeviceBuffer<float> qr(total), kr(total), vr(total);
   load<T, R, kStepQ>(q, qr.get(), total, stream);
@@ -287,7 +269,7 @@ template <class T, class R>
 void backward_impl(const AttentionShape& shape, const AttentionParams& params, const void* q, const void* k,
                    const void* v, const void* o, const float* lse, const void* dout, void* dq, void* dk, void* dv,
                    cudaStream_t stream) {
-  const DevHead h = make_dev_head(shape, params);
+  const TileHead h = make_tile_head(shape, params);
   const std::int64_t heads = shape.batch * shape.heads, total = heads * h.n * h.d;
   DeviceBuffer<float> qr(total), kr(total), vr(total), dor(total), dqa(total), dka(total), dva(total);
   load<T, R, kStepQ>(q, qr.get(), total, stream);

@@ -16,13 +16,35 @@
 // library call whose last bit may differ between host and device.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/attention.hpp"
 #include "kernels/format.hpp"
 #include "kernels/round.hpp"
 
 namespace fastudy::cuda_tile {
+
+// The sizes of one head as the tiles see them (block sizes clipped to N), shared by the device
+// kernels and the host twin.
+struct TileHead {
+  std::int64_t n;
+  int d, br, bc;
+  float scale;
+  bool causal;
+};
+
+inline TileHead make_tile_head(const AttentionShape& shape, const AttentionParams& params) {
+  TileHead h;
+  h.n = shape.seq_len;
+  h.d = static_cast<int>(shape.head_dim);
+  h.br = static_cast<int>(std::min<std::int64_t>(params.block_q, h.n));
+  h.bc = static_cast<int>(std::min<std::int64_t>(params.block_kv, h.n));
+  h.scale = static_cast<float>(shape.scale != 0.0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(h.d)));
+  h.causal = shape.causal;
+  return h;
+}
 
 // Storage steps in S, compute steps in C: the pure (C = S) and mixed (C = fp32) presets.
 template <Format S, Format C>

@@ -16,24 +16,6 @@
 namespace fastudy::cuda_tile {
 namespace {
 
-struct HostHead {
-  std::int64_t n;
-  int d, br, bc;
-  float scale;
-  bool causal;
-};
-
-HostHead make_host_head(const AttentionShape& shape, const AttentionParams& params) {
-  HostHead h;
-  h.n = shape.seq_len;
-  h.d = static_cast<int>(shape.head_dim);
-  h.br = static_cast<int>(std::min<std::int64_t>(params.block_q, h.n));
-  h.bc = static_cast<int>(std::min<std::int64_t>(params.block_kv, h.n));
-  h.scale = static_cast<float>(shape.scale != 0.0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(h.d)));
-  h.causal = shape.causal;
-  return h;
-}
-
 template <class R, class Step>
 std::vector<float> rounded(const float* x, std::int64_t n, Step step) {
   std::vector<float> r(static_cast<std::size_t>(n));
@@ -42,7 +24,7 @@ std::vector<float> rounded(const float* x, std::int64_t n, Step step) {
 }
 
 template <class R>
-void flash_forward_head(const HostHead& h, LoopOrder order, const float* q, const float* k, const float* v,
+void flash_forward_head(const TileHead& h, LoopOrder order, const float* q, const float* k, const float* v,
                         float* o, float* lse) {
   const std::int64_t nd = h.n * h.d;
   const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
@@ -70,7 +52,7 @@ void flash_forward_head(const HostHead& h, LoopOrder order, const float* q, cons
 }
 
 template <class R>
-void baseline_forward_head(const HostHead& h, const float* q, const float* k, const float* v, float* o, float* lse) {
+void baseline_forward_head(const TileHead& h, const float* q, const float* k, const float* v, float* o, float* lse) {
   const std::int64_t nd = h.n * h.d;
   const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
   std::vector<float> s(h.n), acc(h.d);
@@ -86,7 +68,7 @@ void baseline_forward_head(const HostHead& h, const float* q, const float* k, co
 }
 
 template <class R>
-void store_gradients(const HostHead& h, const std::vector<float>& dqa, const std::vector<float>& dka,
+void store_gradients(const TileHead& h, const std::vector<float>& dqa, const std::vector<float>& dka,
                      const std::vector<float>& dva, float* dq, float* dk, float* dv) {
   for (std::int64_t x = 0; x < h.n * h.d; ++x) {
     dq[x] = R::grad(dqa[x] * h.scale);
@@ -96,7 +78,7 @@ void store_gradients(const HostHead& h, const std::vector<float>& dqa, const std
 }
 
 template <class R>
-void flash_backward_head(const HostHead& h, const float* q, const float* k, const float* v, const float* o,
+void flash_backward_head(const TileHead& h, const float* q, const float* k, const float* v, const float* o,
                          const float* lse, const float* dout, float* dq, float* dk, float* dv) {
   const std::int64_t nd = h.n * h.d;
   const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
@@ -125,7 +107,7 @@ void flash_backward_head(const HostHead& h, const float* q, const float* k, cons
 }
 
 template <class R>
-void baseline_backward_head(const HostHead& h, const float* q, const float* k, const float* v, const float* dout,
+void baseline_backward_head(const TileHead& h, const float* q, const float* k, const float* v, const float* dout,
                             float* dq, float* dk, float* dv) {
   const std::int64_t nd = h.n * h.d;
   const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
@@ -158,7 +140,7 @@ void baseline_backward_head(const HostHead& h, const float* q, const float* k, c
 
 AttentionStats attention_forward_host(const AttentionShape& shape, const AttentionParams& params, const float* q,
                                       const float* k, const float* v, float* o, float* lse) {
-  const HostHead h = make_host_head(shape, params);
+  const TileHead h = make_tile_head(shape, params);
   const std::int64_t heads = shape.batch * shape.heads, nd = h.n * h.d;
   dispatch_tile_rounding(params.policy, [&](auto rd) {
     using R = decltype(rd);
@@ -177,7 +159,7 @@ AttentionStats attention_forward_host(const AttentionShape& shape, const Attenti
 void attention_backward_host(const AttentionShape& shape, const AttentionParams& params, const float* q,
                              const float* k, const float* v, const float* o, const float* lse, const float* dout,
                              float* dq, float* dk, float* dv) {
-  const HostHead h = make_host_head(shape, params);
+  const TileHead h = make_tile_head(shape, params);
   const std::int64_t heads = shape.batch * shape.heads, nd = h.n * h.d;
   dispatch_tile_rounding(params.policy, [&](auto rd) {
     using R = decltype(rd);

@@ -99,7 +99,7 @@ int job_train(JobContext& ctx) {
   std::vector<std::string> ids;
   for (const auto* v : variants) ids.push_back(v->id);
   const int groups = world.size() / st.train.ranks_per_variant;
-  log::info(ctx.prov.header() + "train: " + std::to_string(ids.size()) + " variants on " + std::to_string(groups) +
+  log::info("train: " + std::to_string(ids.size()) + " variants on " + std::to_string(groups) +
             " group(s) of " + std::to_string(st.train.ranks_per_variant) + " rank(s)");
 
   const auto t0 = std::chrono::steady_clock::now();

@@ -233,6 +233,7 @@ int main(int argc, char** argv) {
   for (const auto& h : hosts)
     if (std::find(ctx->prov.hosts.begin(), ctx->prov.hosts.end(), h) == ctx->prov.hosts.end()) ctx->prov.hosts.push_back(h);
 
+  log::info(ctx->prov.header());
   try {
     return parsed.job->run(*ctx);
   } catch (const SilentExit& e) {

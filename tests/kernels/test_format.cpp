@@ -170,6 +170,25 @@ TEST(Format, Bf16MatchesC10) {
   EXPECT_EQ(mismatches, 0u) << "first mismatch at fp32 pattern 0x" << std::hex << first_bad;
 }
 
+// round_inplace's branch-free fp32 -> bf16 loop against the per-value rounding, bit for bit (NaN
+// payloads included), over the same patterns.
+TEST(Format, Bf16RoundInplaceMatchesPerValueBitForBit) {
+  std::vector<std::uint32_t> patterns;
+  sweep_patterns(16, [&](std::uint32_t u) { patterns.push_back(u); });
+  for (std::uint32_t u : {0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00001u, 0x7fffffffu, 0x7f7fffffu, 0x00000001u,
+                          0x80008000u})
+    patterns.push_back(u);
+  std::vector<float> x(patterns.size());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = float_of(patterns[i]);
+  round_inplace(Format::bf16, x.data(), x.size());
+  std::uint64_t mismatches = 0;
+  std::uint32_t first_bad = 0;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (bits_of(x[i]) != bits_of(round_to_format<Format::bf16>(float_of(patterns[i]))) && mismatches++ == 0)
+      first_bad = patterns[i];
+  EXPECT_EQ(mismatches, 0u) << "first mismatch at fp32 pattern 0x" << std::hex << first_bad;
+}
+
 TEST(Format, EveryFormatMatchesExactReferenceOnFloats) {
   // A prime stride visits every exponent and many fraction patterns; the low patterns near each
   // format's rounding boundaries are covered by the full sweeps above and the tables below.

@@ -142,7 +142,7 @@ void write_h5(const std::string& path, const std::vector<std::vector<std::string
   if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
 }
 
-// Flash/baseline error ratio (vs fp64) per pass, format and policy: the median over points of the
+// Flash/baseline error ratio (vs fp64) per sweep, pass, format and policy: the median over points of the
 // per-point ratio of max |d|, with the medians of each error beside it.
 void print_summary(const std::vector<std::vector<std::string>>& rows) {
   struct Acc {
@@ -158,7 +158,7 @@ void print_summary(const std::vector<std::vector<std::string>>& rows) {
   for (const auto& r : rows)
     if (r[1] == "baseline") baseline_of[point_key(r)] = std::strtod(r[13].c_str(), nullptr);
   for (const auto& r : rows) {
-    const std::string key = r[2] + "|" + r[3] + "|" + r[4];
+    const std::string key = r[0] + "|" + r[2] + "|" + r[3] + "|" + r[4];
     const double e = std::strtod(r[13].c_str(), nullptr);
     if (r[1] == "flash") {
       acc[key].flash.push_back(e);
@@ -175,13 +175,14 @@ void print_summary(const std::vector<std::vector<std::string>>& rows) {
   };
   std::ostringstream os;
   char line[200];
-  std::snprintf(line, sizeof line, "%-9s %-9s %-7s %14s %14s %12s %7s\n", "pass", "format", "policy",
+  std::snprintf(line, sizeof line, "%-12s %-9s %-9s %-7s %14s %14s %12s %7s\n", "sweep", "pass", "format", "policy",
                 "flash max|d|", "base max|d|", "flash/base", "points");
   os << "microbench: error against the fp64 golden value (medians over points)\n" << line;
   for (const auto& [key, a] : acc) {
     auto parts = split(key, '|');
-    std::snprintf(line, sizeof line, "%-9s %-9s %-7s %14.3e %14.3e %12.2f %7zu\n", parts[0].c_str(), parts[1].c_str(),
-                  parts[2].c_str(), median(a.flash), median(a.baseline), median(a.ratio), a.flash.size());
+    std::snprintf(line, sizeof line, "%-12s %-9s %-9s %-7s %14.3e %14.3e %12.2f %7zu\n", parts[0].c_str(),
+                  parts[1].c_str(), parts[2].c_str(), parts[3].c_str(), median(a.flash), median(a.baseline),
+                  median(a.ratio), a.flash.size());
     os << line;
   }
   log::info(os.str());

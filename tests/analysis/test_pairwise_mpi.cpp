@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "analysis/distance.hpp"
+#include "tests/analysis/pairwise_data.hpp"
 
 namespace fastudy {
 namespace {
@@ -19,30 +20,10 @@ constexpr double kU64 = 0x1p-53;  // fp64 unit roundoff
 // Each side is within 2^9 u of the exact sums (derivation in test_pairwise.cpp): 2^10 u apart at most.
 constexpr double kSplitTol = 0x1p10 * kU64;
 
-struct Data {
-  std::size_t n;
-  std::vector<std::vector<float>> x;
-  std::vector<const float*> ptrs() const {
-    std::vector<const float*> p;
-    for (const auto& v : x) p.push_back(v.data());
-    return p;
-  }
-};
+using test::Data;
 
 // The same data on every rank (fixed seed): a shared base plus a drift per variant.
-Data make_data(std::size_t V, std::size_t n) {
-  std::mt19937_64 rng(77);
-  std::normal_distribution<float> base(0.0f, 0.02f), drift(0.0f, 1e-3f);
-  std::vector<float> b(n);
-  for (auto& v : b) v = base(rng);
-  Data d{n, {}};
-  for (std::size_t k = 0; k < V; ++k) {
-    std::vector<float> x(b);
-    for (auto& v : x) v += (1.0f + static_cast<float>(k)) * drift(rng);
-    d.x.push_back(std::move(x));
-  }
-  return d;
-}
+Data make_data(std::size_t V, std::size_t n) { return test::make_data(V, n, 77); }
 
 // What a rank of the reduce job does: sort (here every variant; the job shares the sorting and
 // exchanges windows), keep only its window of the sorted arrays and its slice of the unsorted ones,

@@ -25,7 +25,16 @@ function(fastudy_gtest name)
                            TIMEOUT ${T_TIMEOUT} LABELS "mpi;${T_LABELS}" PROCESSORS ${n})
     endforeach()
   else()
-    gtest_discover_tests(${name} PROPERTIES ENVIRONMENT "${FASTUDY_MPI_ENV}" TIMEOUT ${T_TIMEOUT}
-                         LABELS "${T_LABELS}" DISCOVERY_TIMEOUT 60)
+    # List-valued properties (ENVIRONMENT, LABELS) cannot go through gtest_discover_tests' PROPERTIES:
+    # it splits them into separate arguments, keeping only the first element. They are set by a
+    # second include file, read by ctest after the discovered tests' own, over the discovered list.
+    gtest_discover_tests(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} TEST_LIST ${name}_TESTS DISCOVERY_TIMEOUT 60)
+    set(props ${CMAKE_CURRENT_BINARY_DIR}/${name}_properties.cmake)
+    file(WRITE ${props}
+         "if(${name}_TESTS)\n"
+         "  set_tests_properties(\${${name}_TESTS} PROPERTIES ENVIRONMENT [==[${FASTUDY_MPI_ENV}]==]\n"
+         "                      LABELS [==[${T_LABELS}]==])\n"
+         "endif()\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${props})
   endif()
 endfunction()

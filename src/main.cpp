@@ -191,9 +191,6 @@ int main(int argc, char** argv) {
 
   // MPI jobs: every rank loads and validates the grid; if any rank fails, all exit with code 2
   // (rank 0 prints), so a bad grid never leaves ranks hanging and nothing is written.
-  // HDF5 never uses MPI-IO shared file pointers; Open MPI's `sm` component for them only prints
-  // "unable to open file for mmap" on some systems. A user's own setting wins.
-  setenv("OMPI_MCA_sharedfp", "^sm", 0);
   std::optional<mpi::MpiSession> session;
   try {
     session.emplace(&argc, &argv);

@@ -105,6 +105,11 @@ MpiSession::MpiSession(int* argc, char*** argv, ThreadLevel requested, ThreadLev
     // A singleton (no mpirun) never spawns processes: no need for Open MPI's helper daemon, which
     // would also outlive a killed process.
     if (!launched_by_mpirun()) ::setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
+    // HDF5 never uses MPI-IO shared file pointers; Open MPI's `sm` component for them fails with
+    // "unable to open file for mmap" when its session directory is busy or gone (concurrent
+    // singletons), which then fails H5Fcreate. Every entry point (fastudy, tests, benchmarks)
+    // initialises MPI here, so the setting lives here; the user's own setting wins.
+    ::setenv("OMPI_MCA_sharedfp", "^sm", 0);
     int provided = MPI_THREAD_SINGLE;
     FASTUDY_MPI(MPI_Init_thread, argc, argv, to_mpi(requested), &provided);
     owns_ = true;

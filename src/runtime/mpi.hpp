@@ -46,7 +46,8 @@ const char* to_string(ThreadLevel t);
 // unless MPI was already initialised by someone else (then it does neither). Before initialising it
 // sets OMPI_MCA_mpi_yield_when_idle=1 unless the environment sets it: waiting ranks then yield the
 // core instead of spinning, which halves collective I/O times on loaded or oversubscribed nodes
-// (bench/runner). Started without mpirun it also sets OMPI_MCA_ess_singleton_isolated=1 (unless set):
+// (bench/runner). It disables Open MPI's `sharedfp/sm` component (OMPI_MCA_sharedfp=^sm unless set),
+// which HDF5 never needs and which fails on busy hosts. Started without mpirun it also sets OMPI_MCA_ess_singleton_isolated=1 (unless set):
 // the single rank runs without Open MPI's helper daemon. Throws MpiError when the
 // library provides less than `required` (the scheduler's coordinator thread needs `multiple` once
 // there is more than one rank group; a single group runs without it).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "analysis/distance.hpp"
+#include "src/runtime/mpi.hpp"
 #include "tests/analysis/pairwise_data.hpp"
 
 namespace fastudy {
@@ -103,7 +104,7 @@ TEST(PairwiseMpi, ArbitrarySplitAgreesToRoundingLevel) {
 }  // namespace fastudy
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  fastudy::mpi::MpiSession session(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -113,6 +114,5 @@ int main(int argc, char** argv) {
   }
   int failed = RUN_ALL_TESTS();
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return failed;
+  return failed;  // the session finalises MPI
 }

@@ -124,31 +124,75 @@ TEST(E2E, W1MatchesScipyOnCheckpointTensors) {
   EXPECT_NE(r.output.find("checked"), std::string::npos) << r.output;
 }
 
+// Complete checkpoints of every variant of `out`, and whether a checkpoint is being written (a
+// temporary file exists).
+struct Progress {
+  std::size_t complete = 0;
+  bool writing = false;
+};
+Progress progress_of(const std::string& out) {
+  Progress p;
+  for (const char* id : kIds) {
+    const std::string dir = checkpoint_dir(out, id);
+    p.complete += list_checkpoint_steps(dir).size();
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().find(".h5.tmp.") != std::string::npos) p.writing = true;
+  }
+  return p;
+}
+
 TEST(E2E, KillNineAtAnyMomentThenResumeIsBitIdentical) {
   TempDir dir;
   const std::string ref = (dir / "ref").string(), run = (dir / "run").string();
   // checkpoint_every = 1: a checkpoint is being written most of the time, so kills land inside writes.
-  const std::string grid = dir.file("g.toml", tiny_grid(ref, 12, 1));
+  constexpr int kSteps = 24;
+  const std::string grid = dir.file("g.toml", tiny_grid(ref, kSteps, 1));
   ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
+  const std::size_t total = std::size(kIds) * kSteps;
 
-  int kills = 0;
-  for (int delay_ms : {1500, 2100, 2600, 3200, 3900}) {
+  // Each attempt resumes the study and is killed once its checkpoints reach a threshold (the readiness
+  // event); odd attempts wait further until a checkpoint is being written. Every threshold leaves at
+  // least a quarter of the study to do, so the process is still working when the kill lands, and the
+  // exit status proves it: killed by SIGKILL, not ended by itself.
+  int mid_write = 0;
+  const std::size_t thresholds[] = {total / 16, total / 4, total / 3, total / 2, 3 * total / 4};
+  for (std::size_t attempt = 0; attempt < std::size(thresholds); ++attempt) {
+    SCOPED_TRACE("attempt " + std::to_string(attempt));
+    const std::size_t threshold = thresholds[attempt];
+    const bool wait_for_write = attempt % 2 == 1;
     pid_t pid = spawn_fastudy({"train", grid, "--out", run, "--resume"});
     ASSERT_GT(pid, 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      ++kills;
+    bool exited = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+    for (;;) {
+      const Progress p = progress_of(run);
+      if (p.complete >= threshold && (!wait_for_write || p.writing)) {
+        mid_write += p.writing ? 1 : 0;
+        break;
+      }
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        exited = true;
+        break;
+      }
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no progress to " << threshold << " checkpoints";
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // polling interval, not a synchronisation
     }
+    ASSERT_FALSE(exited) << "the run ended (status " << status << ") before reaching " << threshold
+                         << " of " << total << " checkpoints";
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+        << "the run was not killed (status " << status << "): the fault was not injected";
+    EXPECT_LT(progress_of(run).complete, total) << "the kill came after the last checkpoint";
   }
-  EXPECT_GE(kills, 1) << "no run was interrupted; the test proves nothing";
+  RecordProperty("kills_inside_a_write", mid_write);
   RunResult r = run_fastudy("train " + grid + " --out " + run + " --resume -q");
   ASSERT_EQ(r.code, 0) << r.output;
   for (const char* id : kIds) {
     SCOPED_TRACE(id);
-    EXPECT_EQ(final_state(ref, id, 12), final_state(run, id, 12));
+    EXPECT_EQ(final_state(ref, id, kSteps), final_state(run, id, kSteps));
   }
   // No temporary or partial checkpoint is ever taken for a whole one.
   for (const char* id : kIds)

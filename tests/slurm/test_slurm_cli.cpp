@@ -4,7 +4,10 @@
 // The same script against a real Slurm: test_slurm_local.py (label "slurm").
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <csignal>
@@ -14,6 +17,8 @@
 #include <thread>
 
 #include "tests/cli/cli_util.hpp"
+
+extern char** environ;
 
 using namespace fastudy::test;
 namespace fs = std::filesystem;
@@ -193,30 +198,55 @@ TEST(SlurmCli, ScriptForwardsTheSignalAndRequeues) {
   fs::permissions(bin / "scontrol", fs::perms::owner_all);
   const std::string env = "env PATH=" + bin.string() + ":/usr/bin:/bin SLURM_JOB_ID=42 SLURM_NTASKS=1 ";
   const std::string script = out + "/fastudy.sbatch";
-  const fs::path train_log = fs::path(out) / "variants" / "s1" / "train_log.csv";
-  const auto lines = [&] {
-    std::ifstream in(train_log);
+  // Complete checkpoints of every variant: the readiness event. One more than before the script started
+  // means fastudy is training (its signal handlers and the script's traps are installed).
+  const auto checkpoints = [&] {
     int n = 0;
-    for (std::string l; std::getline(in, l);) ++n;
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(out, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("step_", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".h5") == 0) ++n;
+    }
     return n;
   };
 
-  // Runs the script in the background and sends `sig` to the batch shell once the train log of s1
-  // has `min_lines` lines; returns the script's output after it ended.
-  const auto run_and_signal = [&](int sig, int min_lines, const std::string& log_name) {
+  // Runs the script as a child with its output in `log_name`, sends `sig` to the batch shell once a new
+  // checkpoint exists, waits for the shell to end and returns its output.
+  const auto run_and_signal = [&](int sig, const std::string& log_name) {
     const std::string log = dir.str() + "/" + log_name;
-    const int pid = std::stoi(run_command(env + "bash " + script + " > " + log + " 2>&1 & echo $!").output);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (lines() < min_lines && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_GE(lines(), min_lines) << read_file(log);
-    EXPECT_EQ(::kill(pid, sig), 0);
-    while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::vector<std::string> args{"/usr/bin/env", "PATH=" + bin.string() + ":/usr/bin:/bin", "SLURM_JOB_ID=42",
+                                  "SLURM_NTASKS=1", "bash", script};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    const int before = checkpoints();
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    EXPECT_EQ(rc, 0);
+    if (rc != 0) return std::string();
+    int status = 0;
+    bool ended = false;
+    while (checkpoints() <= before) {
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        ended = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // polling interval, not a synchronisation
+    }
+    EXPECT_FALSE(ended) << "the script ended before writing a checkpoint:\n" << read_file(log);
+    if (!ended) {
+      EXPECT_EQ(::kill(pid, sig), 0);
+      EXPECT_EQ(waitpid(pid, &status, 0), pid);
+    }
     return read_file(log);
   };
 
-  const std::string out1 = run_and_signal(SIGUSR1, 120, "run1.log");
+  const std::string out1 = run_and_signal(SIGUSR1, "run1.log");
   EXPECT_NE(out1.find("SIGUSR1 received"), std::string::npos) << out1;
   EXPECT_NE(out1.find("stopped by a signal; run the same command with --resume"), std::string::npos) << out1;
   EXPECT_NE(out1.find("requeueing job 42"), std::string::npos) << out1;
@@ -224,10 +254,12 @@ TEST(SlurmCli, ScriptForwardsTheSignalAndRequeues) {
   EXPECT_EQ(read_file(fs::path(out) / "status.csv").find("s1,done,400"), std::string::npos)
       << "the signal came too late to test anything";
 
-  const std::string out2 = run_and_signal(SIGTERM, 200, "run2.log");
+  const std::string out2 = run_and_signal(SIGTERM, "run2.log");
   EXPECT_NE(out2.find("SIGTERM received"), std::string::npos) << out2;
   EXPECT_NE(out2.find("stopped by a signal; run the same command with --resume"), std::string::npos) << out2;
   EXPECT_NE(out2.find("fastudy exited with code 1"), std::string::npos) << out2;
+  EXPECT_EQ(read_file(fs::path(out) / "status.csv").find("s2,done,400"), std::string::npos)
+      << "the signal came too late to test anything";
   EXPECT_EQ(read_file(dir / "scontrol.calls"), "requeue 42\n") << "a SIGTERM must not requeue";
 
   RunResult run3 = run_command(env + "bash " + script);

@@ -12,8 +12,11 @@
    2 ranks, no Slurm).
 
 Exit codes: 0 passed, 1 failed, 77 skipped (not root, Slurm/munge missing or not startable, no h5py).
-The daemons are stopped at the end whatever happens.
+The daemons are stopped at the end whatever happens: by this script when it ends or gets SIGTERM, and,
+when ctest kills it (a timeout), by the ctest fixture cleanup `test_slurm_local.py --stop`, which reads
+the daemons' state directory from WORK.state (written before they start).
 Usage: test_slurm_local.py --fastudy BUILD/fastudy --source SRC --work DIR
+       test_slurm_local.py --stop --source SRC --work DIR
 """
 import argparse
 import glob
@@ -201,12 +204,32 @@ def signal_case(args, env, grid, out, launcher, ref):
     log("case 2 (%s) passed: job %s was requeued once, resumed and matches the uninterrupted run" % (launcher, job))
 
 
+def stop_recorded(script, record):
+    """Stops the daemons whose state directory `record` names (left by a run that was killed)."""
+    if not os.path.exists(record):
+        return
+    state = read(record).strip()
+    if state and os.path.isdir(state):
+        env = dict(os.environ, SLURM_CONF=os.path.join(state, "slurm.conf"))
+        subprocess.run([script, "stop", state], env=env)
+        shutil.rmtree(state, ignore_errors=True)
+    os.remove(record)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--fastudy", required=True)
+    p.add_argument("--fastudy")
     p.add_argument("--source", required=True)
     p.add_argument("--work", required=True)
+    p.add_argument("--stop", action="store_true", help="stop the daemons a killed run left behind, and exit")
     args = p.parse_args()
+    script = os.path.join(args.source, "scripts", "slurm-local.sh")
+    record = os.path.abspath(args.work) + ".state"
+    if args.stop:
+        stop_recorded(script, record)
+        return 0
+    if not args.fastudy:
+        p.error("--fastudy is required")
 
     if os.geteuid() != 0:
         print("SKIP: the local Slurm runs its daemons as root; run this test as root")
@@ -218,12 +241,15 @@ def main():
         print("SKIP: /usr/bin/python3 lacks h5py/numpy (apt-get install python3-h5py)")
         return SKIP
 
-    script = os.path.join(args.source, "scripts", "slurm-local.sh")
     work = os.path.abspath(args.work)
+    stop_recorded(script, record)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    # The daemons' state in a short path (the munge socket path must fit a sockaddr_un).
+    # The daemons' state in a short path (the munge socket path must fit a sockaddr_un), recorded for
+    # the fixture cleanup.
     state = tempfile.mkdtemp(prefix="fastudy-slurm-")
+    with open(record, "w") as f:
+        f.write(state + "\n")
     env = dict(os.environ, SLURM_CONF=os.path.join(state, "slurm.conf"), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     r = subprocess.run([script, "start", state], env=env, capture_output=True, text=True)
@@ -232,6 +258,7 @@ def main():
         if r.returncode == SKIP:
             print("SKIP: could not start a local Slurm (install it with: scripts/slurm-local.sh install)")
             shutil.rmtree(state, ignore_errors=True)
+            os.remove(record)
             return SKIP
         return 1
     log(r.stdout.strip())
@@ -250,8 +277,7 @@ def main():
                 print("--- %s (tail)\n%s" % (path, "".join(open(path).readlines()[-20:])))
         return 1
     finally:
-        subprocess.run([script, "stop", state], env=env)
-        shutil.rmtree(state, ignore_errors=True)
+        stop_recorded(script, record)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "src/util/error.hpp"
+#include "base/error.hpp"
 
 namespace fastudy {
 

@@ -32,7 +32,7 @@
 #include <utility>
 #include <vector>
 
-#include "src/util/error.hpp"
+#include "base/error.hpp"
 
 namespace fastudy {
 

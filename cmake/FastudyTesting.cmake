@@ -3,6 +3,14 @@
 # builds one GoogleTest executable. Without RANKS it is registered test by test (gtest_discover_tests);
 # with RANKS it runs whole under mpirun once per rank count (name_np<N>).
 include(GoogleTest)
+include_guard(GLOBAL)
+
+# An include directory with the tests folder alone (see cmake/FastudyLayers.cmake).
+set(FASTUDY_TESTS_INCLUDE ${CMAKE_BINARY_DIR}/layers/tests)
+if(NOT IS_SYMLINK ${FASTUDY_TESTS_INCLUDE}/tests)
+  file(MAKE_DIRECTORY ${FASTUDY_TESTS_INCLUDE})
+  file(CREATE_LINK ${CMAKE_SOURCE_DIR}/tests ${FASTUDY_TESTS_INCLUDE}/tests SYMBOLIC)
+endif()
 
 set(FASTUDY_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
 
@@ -10,6 +18,9 @@ function(fastudy_gtest name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS;RANKS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  # Tests include their own helpers from the project root ("tests/cli/cli_util.hpp") and see the
+  # libraries through T_LIBS only.
+  target_include_directories(${name} PRIVATE ${FASTUDY_TESTS_INCLUDE})
   target_compile_definitions(${name} PRIVATE FASTUDY_TEST_DATA="${CMAKE_SOURCE_DIR}/tests/data"
                                              FASTUDY_CONFIGS="${CMAKE_SOURCE_DIR}/configs"
                                              FASTUDY_BINARY_DIR="${CMAKE_BINARY_DIR}")

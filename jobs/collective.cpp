@@ -3,10 +3,10 @@
 #include <csignal>
 #include <iostream>
 
-#include "src/config.hpp"
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "src/core/config.hpp"
 #include "src/runtime/mpi.hpp"
-#include "src/util/error.hpp"
-#include "src/util/log.hpp"
 
 namespace fastudy {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "src/config.hpp"
+#include "src/core/config.hpp"
 
 namespace fastudy {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "src/config.hpp"
-#include "src/provenance.hpp"
+#include "src/core/config.hpp"
+#include "src/core/provenance.hpp"
 
 namespace fastudy {
 

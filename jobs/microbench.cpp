@@ -13,12 +13,12 @@
 #include <sstream>
 #include <thread>
 
+#include "base/log.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 #include "kernels/microbench.hpp"
 #include "src/io/h5.hpp"
 #include "src/runtime/mpi.hpp"
-#include "src/util/log.hpp"
 
 namespace fs = std::filesystem;
 

@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "base/error.hpp"
 #include "jobs/job.hpp"
-#include "src/util/error.hpp"
 
 namespace fs = std::filesystem;
 

@@ -5,9 +5,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "base/error.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
-#include "src/util/error.hpp"
 
 namespace fastudy {
 

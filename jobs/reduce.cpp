@@ -21,12 +21,12 @@
 
 #include "analysis/distance.hpp"
 #include "analysis/ranking.hpp"
+#include "base/log.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 #include "src/io/checkpoint.hpp"
 #include "src/io/h5.hpp"
 #include "src/runtime/mpi.hpp"
-#include "src/util/log.hpp"
 
 namespace fs = std::filesystem;
 

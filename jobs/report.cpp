@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
+#include "base/log.hpp"
 #include "fastudy/version.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
-#include "src/util/error.hpp"
-#include "src/util/log.hpp"
 
 extern char** environ;
 

@@ -1,9 +1,9 @@
 // `fastudy [run] GRID.toml`: every phase the grid enables, in order (microbench, train, reduce,
 // report). Each phase reads only what the previous ones wrote, so any of them can also run alone.
+#include "base/error.hpp"
+#include "base/log.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
-#include "src/util/error.hpp"
-#include "src/util/log.hpp"
 
 namespace fastudy {
 

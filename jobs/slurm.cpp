@@ -24,10 +24,10 @@
 #include <iostream>
 #include <sstream>
 
+#include "base/error.hpp"
+#include "base/log.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
-#include "src/util/error.hpp"
-#include "src/util/log.hpp"
 
 namespace fs = std::filesystem;
 

@@ -3,9 +3,9 @@
 #include <filesystem>
 #include <iostream>
 
+#include "base/error.hpp"
 #include "jobs/job.hpp"
 #include "src/runtime/status.hpp"
-#include "src/util/error.hpp"
 
 namespace fastudy {
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "base/log.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 #include "src/io/checkpoint.hpp"
@@ -19,7 +20,6 @@
 #include "src/runtime/scheduler.hpp"
 #include "src/runtime/status.hpp"
 #include "src/train/trainer.hpp"
-#include "src/util/log.hpp"
 
 namespace fs = std::filesystem;
 

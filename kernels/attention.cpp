@@ -11,9 +11,9 @@
 #include <omp.h>
 #endif
 
+#include "base/error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/detail/attention_isa.hpp"
-#include "src/util/error.hpp"
 
 namespace fastudy {
 namespace {

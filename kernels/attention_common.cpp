@@ -7,8 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "base/error.hpp"
 #include "kernels/attention.hpp"
-#include "src/util/error.hpp"
 
 namespace fastudy {
 

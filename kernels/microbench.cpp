@@ -7,7 +7,7 @@
 #include <cmath>
 #include <string_view>
 
-#include "src/util/error.hpp"
+#include "base/error.hpp"
 
 namespace fastudy {
 namespace {

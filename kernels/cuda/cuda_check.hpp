@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <string>
 
-#include "src/util/error.hpp"
+#include "base/error.hpp"
 
 namespace fastudy::cuda {
 

@@ -1,4 +1,4 @@
-// Small device helpers for host code that is not compiled by nvcc (kernels/cuda/nccl_reducer.cpp).
+// Small device helpers for host code that is not compiled by nvcc (src/runtime/nccl_reducer.cpp).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -7,9 +7,9 @@
 
 #include <string>
 
+#include "base/error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cuda/tile_math.hpp"
-#include "src/util/error.hpp"
 
 namespace fastudy::cuda_tile {
 

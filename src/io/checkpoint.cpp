@@ -22,8 +22,8 @@
 #include <regex>
 #include <sstream>
 
+#include "base/log.hpp"
 #include "src/io/h5.hpp"
-#include "src/util/log.hpp"
 
 namespace fastudy {
 namespace fs = std::filesystem;

@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
+#include "src/core/train_state.hpp"
 #include "src/runtime/mpi.hpp"
-#include "src/train_state.hpp"
-#include "src/util/error.hpp"
 
 namespace fastudy {
 

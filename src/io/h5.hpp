@@ -23,9 +23,9 @@
 
 #include <hdf5.h>
 
+#include "base/dtype.hpp"
+#include "base/error.hpp"
 #include "src/runtime/mpi.hpp"
-#include "src/train_state.hpp"
-#include "src/util/error.hpp"
 
 namespace fastudy::h5 {
 

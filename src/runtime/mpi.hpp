@@ -21,7 +21,7 @@
 
 #include <mpi.h>
 
-#include "src/util/error.hpp"
+#include "base/error.hpp"
 
 namespace fastudy::mpi {
 

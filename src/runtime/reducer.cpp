@@ -3,7 +3,7 @@
 
 #ifdef FASTUDY_HAVE_NCCL
 #include "kernels/cuda/attention_cuda.hpp"
-#include "kernels/cuda/nccl_reducer.hpp"
+#include "src/runtime/nccl_reducer.hpp"
 #endif
 
 namespace fastudy {

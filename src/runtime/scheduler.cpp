@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "src/util/log.hpp"
+#include "base/log.hpp"
 
 namespace fastudy {
 namespace {

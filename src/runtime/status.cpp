@@ -9,7 +9,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "src/util/error.hpp"
+#include "base/error.hpp"
 
 namespace fastudy {
 namespace fs = std::filesystem;

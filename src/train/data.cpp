@@ -8,8 +8,8 @@
 #include <iterator>
 #include <sstream>
 
+#include "base/error.hpp"
 #include "src/train/rng.hpp"
-#include "src/util/error.hpp"
 
 namespace fastudy::train {
 namespace {

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "src/config.hpp"
+#include "src/core/config.hpp"
 
 namespace fastudy::train {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "src/util/error.hpp"
+#include "base/error.hpp"
 
 namespace fastudy::train {
 namespace {

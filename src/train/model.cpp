@@ -5,8 +5,8 @@
 
 #include <cmath>
 
+#include "base/error.hpp"
 #include "src/train/rng.hpp"
-#include "src/util/error.hpp"
 
 namespace fastudy::train {
 

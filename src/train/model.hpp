@@ -25,7 +25,7 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/format.hpp"
-#include "src/config.hpp"
+#include "src/core/config.hpp"
 
 namespace fastudy::train {
 

@@ -8,8 +8,8 @@
 #include <limits>
 #include <sstream>
 
+#include "base/error.hpp"
 #include "src/train/engine.hpp"
-#include "src/util/error.hpp"
 
 namespace fastudy {
 namespace {

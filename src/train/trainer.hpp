@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "src/config.hpp"
-#include "src/train_state.hpp"
+#include "src/core/config.hpp"
+#include "src/core/train_state.hpp"
 
 namespace fastudy {
 

@@ -1,7 +1,7 @@
 // grid.toml happy paths: defaults, the shipped configs, grid expansion, ids, hashes, round trip.
 #include <gtest/gtest.h>
 
-#include "src/config.hpp"
+#include "src/core/config.hpp"
 
 using namespace fastudy;
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "src/config.hpp"
+#include "src/core/config.hpp"
 
 using namespace fastudy;
 

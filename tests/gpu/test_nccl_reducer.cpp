@@ -1,4 +1,4 @@
-// The NCCL gradient reducer (kernels/cuda/nccl_reducer.hpp) under mpirun -n 2. With devices: host and
+// The NCCL gradient reducer (src/runtime/nccl_reducer.hpp) under mpirun -n 2. With devices: host and
 // device buffers averaged over the ranks, one device per local rank. Without a device (CI machines):
 // the device tests skip with "no CUDA device: <reason>", and the reducer's refusal is checked.
 // Own main: MPI is initialised for the whole binary; ranks other than 0 print only failures.
@@ -11,8 +11,8 @@
 
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/nccl_reducer.hpp"
 #include "src/runtime/mpi.hpp"
+#include "src/runtime/nccl_reducer.hpp"
 
 namespace fastudy {
 namespace {

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cuda/tile_math.hpp"
 #include "kernels/cuda/tile_reference.hpp"
-#include "src/util/error.hpp"
 #include "tests/gpu/common.hpp"
 
 namespace fastudy {

@@ -6,8 +6,8 @@
 #include <string>
 #include <unistd.h>
 
+#include "src/core/train_state.hpp"
 #include "src/runtime/mpi.hpp"
-#include "src/train_state.hpp"
 
 namespace fastudy::testing_runner {
 

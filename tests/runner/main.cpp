@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include "base/log.hpp"
 #include "src/runtime/mpi.hpp"
-#include "src/util/log.hpp"
 
 namespace {
 

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "base/error.hpp"
 #include "src/train/data.hpp"
-#include "src/util/error.hpp"
 #include "tests/train/tiny.hpp"
 
 namespace fastudy::train {

@@ -11,8 +11,8 @@
 #include <thread>
 #include <unistd.h>
 
+#include "base/error.hpp"
 #include "src/train/trainer.hpp"
-#include "src/util/error.hpp"
 #include "tests/train/tiny.hpp"
 
 namespace fastudy {

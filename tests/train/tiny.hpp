@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "src/config.hpp"
-#include "src/train_state.hpp"
+#include "src/core/config.hpp"
+#include "src/core/train_state.hpp"
 
 namespace fastudy::train_test {
 

@@ -21,9 +21,9 @@
 #include <memory>
 #include <string>
 
+#include "base/error.hpp"
 #include "src/runtime/mpi.hpp"
 #include "src/runtime/reducer.hpp"
-#include "src/util/error.hpp"
 
 namespace fastudy::nccl {
 

@@ -15,12 +15,12 @@
 
 #include <boost/program_options.hpp>
 
+#include "base/error.hpp"
+#include "base/log.hpp"
 #include "fastudy/version.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 #include "src/runtime/mpi.hpp"
-#include "src/util/error.hpp"
-#include "src/util/log.hpp"
 
 namespace po = boost::program_options;
 using namespace fastudy;

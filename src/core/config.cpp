@@ -4,7 +4,7 @@
 // Every section is read through a Section, which remembers the keys it consumed; whatever is left is
 // an unknown key, reported with a "did you mean" suggestion. Validation that spans keys (d_model vs
 // heads, block sizes vs seq_len) runs after all sections are read, pointing at the offending key.
-#include "src/config.hpp"
+#include "src/core/config.hpp"
 
 #include <algorithm>
 #include <cmath>

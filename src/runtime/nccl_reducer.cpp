@@ -1,6 +1,6 @@
 // The NCCL gradient reducer (see nccl_reducer.hpp). Every NCCL call is wrapped once (FASTUDY_NCCL_CHECK,
 // rank and file:line in the message); CUDA calls go through FASTUDY_CUDA_CHECK (cuda_check.hpp).
-#include "kernels/cuda/nccl_reducer.hpp"
+#include "src/runtime/nccl_reducer.hpp"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>

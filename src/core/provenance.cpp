@@ -1,4 +1,4 @@
-#include "src/provenance.hpp"
+#include "src/core/provenance.hpp"
 
 #include <unistd.h>
 

@@ -1,7 +1,4 @@
-#include "src/train_state.hpp"
-
-#include <functional>
-#include <numeric>
+#include "base/dtype.hpp"
 
 namespace fastudy {
 
@@ -23,10 +20,6 @@ const char* to_string(DType t) {
     case DType::u8: return "u8";
   }
   return "?";
-}
-
-std::int64_t NamedArray::numel() const {
-  return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
 }
 
 }  // namespace fastudy

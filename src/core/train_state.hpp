@@ -11,11 +11,9 @@
 #include <string>
 #include <vector>
 
-namespace fastudy {
+#include "base/dtype.hpp"
 
-enum class DType : std::uint8_t { f32, f64, i64, u8 };
-std::size_t dtype_size(DType t);
-const char* to_string(DType t);
+namespace fastudy {
 
 // A named, shaped, contiguous array. Names are module paths ("blocks.0.attn.qkv.weight") or, for
 // optimizer state, "<param>.exp_avg" / "<param>.exp_avg_sq".

@@ -1,4 +1,4 @@
-#include "src/util/log.hpp"
+#include "base/log.hpp"
 
 #include <mutex>
 

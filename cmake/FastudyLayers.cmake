@@ -1,0 +1,37 @@
+# The layers of fastudy, bottom to top, in the data-flow order of the design:
+#
+#   base      errors, logging, element types: what every layer needs (knows nothing above it)
+#   kernels   number formats and attention kernels (CPU; kernels/cuda beside them)
+#   src       the runner: runtime (MPI, reducers, scheduler) < core (config, provenance, train state)
+#             < io (HDF5, checkpoints) < train (model, trainer)
+#   analysis  distances and the ranking of deviation sources
+#   jobs      the phases over all of the above, and the command line (jobs/main.cpp)
+#
+# Every source includes from the project root ("kernels/format.hpp"), but no target sees the whole
+# root: fastudy_expose() gives a target an include directory holding only the folders it owns (as
+# symbolic links into the source tree), and a target sees another folder only by linking the target
+# that owns it. A file that includes a folder above its own layer therefore fails to compile
+# ("src/runtime/mpi.hpp: No such file or directory"); tests/layers checks that it does, and
+# scripts/check_layers.py checks the folder include graph against this order.
+set(FASTUDY_LAYER_INCLUDE_ROOT ${CMAKE_BINARY_DIR}/layers)
+
+# fastudy_expose(TARGET folder...): TARGET owns these folders (relative to the project root) and
+# publishes them, and only them, to itself and to every target that links it.
+function(fastudy_expose target)
+  set(root ${FASTUDY_LAYER_INCLUDE_ROOT}/${target})
+  foreach(folder IN LISTS ARGN)
+    get_filename_component(parent ${root}/${folder} DIRECTORY)
+    file(MAKE_DIRECTORY ${parent})
+    if(NOT IS_SYMLINK ${root}/${folder})
+      file(CREATE_LINK ${CMAKE_SOURCE_DIR}/${folder} ${root}/${folder} SYMBOLIC)
+    endif()
+  endforeach()
+  get_target_property(type ${target} TYPE)
+  if(type STREQUAL "INTERFACE_LIBRARY")
+    target_include_directories(${target} INTERFACE ${root})
+  elseif(type STREQUAL "EXECUTABLE")
+    target_include_directories(${target} PRIVATE ${root})
+  else()
+    target_include_directories(${target} PUBLIC ${root})
+  endif()
+endfunction()

@@ -13,6 +13,10 @@
 #include "src/core/config.hpp"
 #include "src/core/provenance.hpp"
 
+namespace boost::program_options {
+class options_description;
+}
+
 namespace fastudy {
 
 namespace mpi {
@@ -52,6 +56,9 @@ struct JobContext {
 };
 
 using JobFn = int (*)(JobContext&);
+// Adds a job's own command-line options to `d`, bound to the fields of CliOptions they set. Each job
+// declares its options in its own file, next to the code that reads them.
+using JobOptionsFn = void (*)(boost::program_options::options_description& d, CliOptions& o);
 
 struct JobInfo {
   std::string name;
@@ -60,6 +67,7 @@ struct JobInfo {
   bool uses_mpi = false; // initialise MPI and gather ranks/hosts for provenance
   bool target_is_out = false;  // the positional argument is an output directory (or a grid)
   JobFn run = nullptr;
+  JobOptionsFn options = nullptr;  // null: the job has only the common options
 };
 
 const std::vector<JobInfo>& job_registry();
@@ -74,6 +82,12 @@ int job_reduce(JobContext& ctx);
 int job_report(JobContext& ctx);
 int job_status(JobContext& ctx);
 int job_slurm(JobContext& ctx);
+// Their own options (jobs without any have none here).
+void run_options(boost::program_options::options_description& d, CliOptions& o);
+void plan_options(boost::program_options::options_description& d, CliOptions& o);
+void train_options(boost::program_options::options_description& d, CliOptions& o);
+void reduce_options(boost::program_options::options_description& d, CliOptions& o);
+void slurm_options(boost::program_options::options_description& d, CliOptions& o);
 
 // Output directory policy shared by the phases that create results (output.cpp).
 // A new or empty directory is created and receives study.toml (the resolved config) and

@@ -20,6 +20,7 @@
 #include "fastudy/version.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
+#include "kernels/attention.hpp"
 #include "src/runtime/mpi.hpp"
 
 namespace po = boost::program_options;
@@ -34,6 +35,10 @@ void print_global_help(std::ostream& os) {
   for (const auto& j : job_registry()) {
     os << "  " << j.name << std::string(12 - std::min<std::size_t>(11, j.name.size()), ' ') << j.summary << "\n";
   }
+  os << "\nprecision policy steps (a custom [attention.policies.NAME] starts from `pure` and sets\n"
+        "some of them: step = \"format\"):\n";
+  for (const auto& step : kPolicySteps)
+    os << "  " << step.name << std::string(12 - std::min<std::size_t>(11, step.name.size()), ' ') << step.what << "\n";
   os << "\ncommon options: --out DIR, --resume, --force, -q/--quiet, -v/--verbose, -h/--help, --version\n"
         "`fastudy JOB --help` shows the options of one job.\n\n"
         "exit codes: 0 success; 1 runtime failure (or some variants failed or diverged);\n"
@@ -50,27 +55,9 @@ po::options_description common_options() {
   return d;
 }
 
-po::options_description job_options(const std::string& job, CliOptions& o) {
-  po::options_description d("options of `" + job + "`");
-  if (job == "plan") {
-    d.add_options()("ranks,n", po::value<int>(&o.ranks)->default_value(1), "number of MPI ranks to plan for");
-  } else if (job == "train" || job == "run") {
-    d.add_options()("variant", po::value<std::vector<std::string>>(&o.variants),
-                    "train only this variant id (repeatable; default: all)");
-  }
-  if (job == "reduce" || job == "run") {
-    d.add_options()("allow-missing", "leave out variants whose checkpoints are missing or corrupt (reported)");
-  }
-  if (job == "slurm") {
-    d.add_options()("nodes", po::value<int>(&o.slurm.nodes)->default_value(1), "nodes")(
-        "ntasks-per-node", po::value<int>(&o.slurm.ntasks_per_node)->default_value(1), "MPI ranks per node")(
-        "gpus-per-node", po::value<int>(&o.slurm.gpus_per_node)->default_value(0), "GPUs per node (one rank per GPU)")(
-        "time", po::value<std::string>(&o.slurm.time)->default_value("01:00:00"), "time limit HH:MM:SS")(
-        "partition", po::value<std::string>(&o.slurm.partition), "Slurm partition")(
-        "account", po::value<std::string>(&o.slurm.account), "Slurm account")(
-        "launcher", po::value<std::string>(&o.slurm.launcher)->default_value("srun"), "srun or mpirun")(
-        "submit", "submit the script with sbatch after writing it");
-  }
+po::options_description job_options(const JobInfo& job, CliOptions& o) {
+  po::options_description d("options of `" + job.name + "`");
+  if (job.options) job.options(d, o);
   return d;
 }
 
@@ -96,7 +83,7 @@ Parsed parse_command_line(int argc, char** argv) {
   p.opts.command = name;
 
   po::options_description all = common_options();
-  po::options_description own = job_options(name, p.opts);
+  po::options_description own = job_options(*p.job, p.opts);
   all.add(own);
   po::options_description hidden;
   hidden.add_options()("target", po::value<std::string>(&p.opts.target), "GRID.toml or OUT");
@@ -118,8 +105,6 @@ Parsed parse_command_line(int argc, char** argv) {
   }
   p.opts.resume = vm.count("resume") > 0;
   p.opts.force = vm.count("force") > 0;
-  p.opts.allow_missing = vm.count("allow-missing") > 0;
-  p.opts.slurm.submit = vm.count("submit") > 0;
   p.quiet = vm.count("quiet") > 0;
   p.verbose = vm.count("verbose") > 0;
   if (vm.count("out")) p.opts.out = vm["out"].as<std::string>();

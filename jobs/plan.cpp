@@ -5,9 +5,13 @@
 #include <iostream>
 #include <sstream>
 
+#include <boost/program_options.hpp>
+
 #include "base/error.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
+
+namespace po = boost::program_options;
 
 namespace fastudy {
 
@@ -51,6 +55,10 @@ VariantEstimate estimate_variant(const Variant& v) {
                      (v.model.layers * (10.0 + 2.0 * v.model.mlp_ratio) * v.model.d_model + 3.0 * v.model.vocab);
   e.memory_per_rank = 4.0 * elt * static_cast<double>(e.params) + elt * act;
   return e;
+}
+
+void plan_options(po::options_description& d, CliOptions& o) {
+  d.add_options()("ranks,n", po::value<int>(&o.ranks)->default_value(1), "number of MPI ranks to plan for");
 }
 
 int job_plan(JobContext& ctx) {

@@ -19,6 +19,8 @@
 #include <set>
 #include <sstream>
 
+#include <boost/program_options.hpp>
+
 #include "analysis/distance.hpp"
 #include "analysis/ranking.hpp"
 #include "base/log.hpp"
@@ -29,6 +31,8 @@
 #include "src/runtime/mpi.hpp"
 
 namespace fs = std::filesystem;
+
+namespace po = boost::program_options;
 
 namespace fastudy {
 
@@ -206,6 +210,11 @@ void write_deviation_h5(const std::string& path, const Plan& plan, const std::ve
 }
 
 }  // namespace
+
+void reduce_options(po::options_description& d, CliOptions& o) {
+  d.add_options()("allow-missing", po::bool_switch(&o.allow_missing),
+                  "leave out variants whose checkpoints are missing or corrupt (reported)");
+}
 
 int job_reduce(JobContext& ctx) {
   const Study& st = *ctx.study;

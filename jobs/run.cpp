@@ -1,11 +1,21 @@
 // `fastudy [run] GRID.toml`: every phase the grid enables, in order (microbench, train, reduce,
 // report). Each phase reads only what the previous ones wrote, so any of them can also run alone.
+#include <boost/program_options.hpp>
+
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 
+namespace po = boost::program_options;
+
 namespace fastudy {
+
+void run_options(po::options_description& d, CliOptions& o) {
+  // `run` runs the phases of train and reduce, so it takes their options.
+  train_options(d, o);
+  reduce_options(d, o);
+}
 
 int job_run(JobContext& ctx) {
   const Study& st = *ctx.study;

@@ -24,12 +24,16 @@
 #include <iostream>
 #include <sstream>
 
+#include <boost/program_options.hpp>
+
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
 
 namespace fs = std::filesystem;
+
+namespace po = boost::program_options;
 
 namespace fastudy {
 
@@ -285,6 +289,17 @@ std::string submit_script(const std::string& script) {
 }
 
 }  // namespace
+
+void slurm_options(po::options_description& d, CliOptions& o) {
+  d.add_options()("nodes", po::value<int>(&o.slurm.nodes)->default_value(1), "nodes")(
+      "ntasks-per-node", po::value<int>(&o.slurm.ntasks_per_node)->default_value(1), "MPI ranks per node")(
+      "gpus-per-node", po::value<int>(&o.slurm.gpus_per_node)->default_value(0), "GPUs per node (one rank per GPU)")(
+      "time", po::value<std::string>(&o.slurm.time)->default_value("01:00:00"), "time limit HH:MM:SS")(
+      "partition", po::value<std::string>(&o.slurm.partition), "Slurm partition")(
+      "account", po::value<std::string>(&o.slurm.account), "Slurm account")(
+      "launcher", po::value<std::string>(&o.slurm.launcher)->default_value("srun"), "srun or mpirun")(
+      "submit", po::bool_switch(&o.slurm.submit), "submit the script with sbatch after writing it");
+}
 
 int job_slurm(JobContext& ctx) {
   const Study& st = *ctx.study;

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <sstream>
 
+#include <boost/program_options.hpp>
+
 #include "base/log.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
@@ -22,6 +24,8 @@
 #include "src/train/trainer.hpp"
 
 namespace fs = std::filesystem;
+
+namespace po = boost::program_options;
 
 namespace fastudy {
 
@@ -80,6 +84,11 @@ std::string format_seconds(double s) {
 }
 
 }  // namespace
+
+void train_options(po::options_description& d, CliOptions& o) {
+  d.add_options()("variant", po::value<std::vector<std::string>>(&o.variants),
+                  "train only this variant id (repeatable; default: all)");
+}
 
 int job_train(JobContext& ctx) {
   const Study& st = *ctx.study;

@@ -33,6 +33,33 @@ struct PrecisionPolicy {
   Format o_running = Format::fp32;  // flash: the running (unfinished) O kept between KV tiles
 };
 
+// The steps of a policy, one row each: the key of a custom policy in grid.toml
+// ([attention.policies.NAME] step = "format"), the member it sets and what it rounds. The grid parser,
+// the resolved study.toml, `fastudy --help` and the tests all read this table; a new step is a new
+// member above plus one row here.
+using PolicyMember = Format PrecisionPolicy::*;
+struct PolicyStep {
+  std::string_view name;
+  PolicyMember member;
+  std::string_view what;
+};
+inline constexpr PolicyStep kPolicySteps[] = {
+    {"q", &PrecisionPolicy::q, "storage of Q (inputs are rounded on entry)"},
+    {"k", &PrecisionPolicy::k, "storage of K"},
+    {"v", &PrecisionPolicy::v, "storage of V"},
+    {"s", &PrecisionPolicy::s, "storage of the scores S = QK^T*scale"},
+    {"p", &PrecisionPolicy::p, "storage of the probabilities P before P.V"},
+    {"o", &PrecisionPolicy::o, "storage of the output O"},
+    {"o_running", &PrecisionPolicy::o_running, "flash: the running (unfinished) O kept between KV tiles"},
+    {"accum", &PrecisionPolicy::accum, "accumulator of dot products (QK^T and P.V), rounded after every add"},
+    {"stats", &PrecisionPolicy::stats, "softmax statistics: running max and running sum"},
+    {"rescale", &PrecisionPolicy::rescale, "the rescale factor alpha = exp(m_old - m_new)"},
+    {"division", &PrecisionPolicy::division, "the final division by the row sum"},
+    {"grad", &PrecisionPolicy::grad, "storage of dO, dQ, dK, dV and dS in the backward pass"},
+};
+// The step named `name`, or null.
+const PolicyStep* find_policy_step(std::string_view name);
+
 // pure: every step in f (the paper's re-implementation). mixed: storage (q,k,v,s,p,o,grad) in f,
 // accumulators, statistics, rescale, division and flash's running O in fp32 (or f when f is wider),
 // as GPU kernels do (they keep the running O in fp32 registers and round only the final output).

@@ -32,6 +32,12 @@ PrecisionPolicy make_policy(std::string_view preset, Format f) {
 
 std::string policy_preset_names() { return "pure, mixed"; }
 
+const PolicyStep* find_policy_step(std::string_view name) {
+  for (const auto& step : kPolicySteps)
+    if (step.name == name) return &step;
+  return nullptr;
+}
+
 std::string_view to_string(AttentionKind k) {
   switch (k) {
     case AttentionKind::baseline: return "baseline";

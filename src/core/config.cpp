@@ -73,8 +73,11 @@ const std::vector<std::string> kSchedules{"cosine", "constant"};
 const std::vector<std::string> kDistributions{"normal", "uniform", "outliers"};
 const std::vector<std::string> kPasses{"forward", "backward"};
 const std::vector<std::string> kMetrics{"w1", "w2", "max_abs", "mean_abs", "rel_l2"};
-const std::vector<std::string> kPolicySteps{"q",     "k",     "v",       "s",        "p",   "o",
-                                            "o_running", "accum", "stats", "rescale", "division", "grad"};
+std::vector<std::string> policy_step_names() {
+  std::vector<std::string> out;
+  for (const auto& step : kPolicySteps) out.emplace_back(step.name);
+  return out;
+}
 
 std::vector<std::string> all_format_names() {
   std::vector<std::string> out;
@@ -231,16 +234,6 @@ void require(bool ok, Section& s, const std::string& key, const std::string& mes
   if (!ok) s.fail(key, message, hint);
 }
 
-// Canonical text of an axis value, and the token it contributes to a variant id.
-std::string id_token(const std::string& axis, const std::string& value) {
-  if (axis == "seed") return "s" + value;
-  if (axis == "data_seed") return "d" + value;
-  if (axis == "block_q") return "bq" + value;
-  if (axis == "block_kv") return "bkv" + value;
-  if (axis == "lr") return "lr" + value;
-  return value;
-}
-
 std::string format_double(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", v);
@@ -252,6 +245,76 @@ std::string format_double(double v) {
   }
   return buf;
 }
+
+// ---- the grid axes: one row each ------------------------------------------------------------------
+// A row says everything fastudy does with an axis: its name in [grid]; the type of its values; the
+// values it allows (word axes; from the study, since `policy` allows the study's custom policies);
+// the smallest value (integer axes) and whether a value may not exceed [model] seq_len; the fragment
+// it adds to a variant id (prefix + value: "s1"; no prefix: the value itself); and how a value
+// applies to a variant. Validation (read_grid), expansion and ids (expand_variants), the resolved
+// TOML with typed values (resolved_study_toml) and through it the content hash, and the checkpoint
+// attributes (Variant::axes) all read this table: a new axis is one row here plus its test.
+enum class AxisType { word, integer, real };
+struct GridAxis {
+  const char* name;
+  const char* example;       // two allowed values, as TOML (for --help, the README and the table's test)
+  AxisType type;
+  const char* id_prefix;
+  std::vector<std::string> (*allowed)(const std::vector<std::string>& policy_names);  // word axes
+  std::int64_t min_value;    // integer axes (real axes: values must be > 0)
+  bool at_most_seq_len;      // integer axes: a block size
+  std::string (*unknown_hint)(const std::string& value);  // word axes: a hint for a value not allowed (null: none)
+  void (*apply)(Variant& var, const std::string& value);
+};
+
+const GridAxis kGridAxes[] = {
+    {"attention", R"(["baseline", "flash"])", AxisType::word, "", [](const auto&) { return kAttentionKinds; }, 0, false, nullptr,
+     [](Variant& v, const std::string& x) { v.attention = *parse_attention_kind(x); }},
+    {"precision", R"(["fp32", "bf16"])", AxisType::word, "", [](const auto&) { return kTrainFormats; }, 0, false,
+     [](const std::string& x) {
+       return x.rfind("fp8", 0) == 0 ? std::string("fp8 formats are for the microbenchmark only ([microbench] formats)")
+                                     : std::string();
+     },
+     [](Variant& v, const std::string& x) { v.precision = *parse_format(x); }},
+    {"seed", R"([1, 2])", AxisType::integer, "s", nullptr, 0, false, nullptr,
+     [](Variant& v, const std::string& x) { v.seed = std::stoull(x); }},
+    {"init", R"(["normal", "scaled"])", AxisType::word, "", [](const auto&) { return kInits; }, 0, false, nullptr,
+     [](Variant& v, const std::string& x) { v.init = x; }},
+    {"data_seed", R"([3, 4])", AxisType::integer, "d", nullptr, 0, false, nullptr,
+     [](Variant& v, const std::string& x) { v.data.seed = std::stoull(x); }},
+    {"policy", R"(["pure", "mixed"])", AxisType::word, "", [](const auto& policies) { return policies; }, 0, false, nullptr,
+     [](Variant& v, const std::string& x) { v.attention_cfg.policy = x; }},
+    {"block_q", R"([8, 16])", AxisType::integer, "bq", nullptr, 1, true, nullptr,
+     [](Variant& v, const std::string& x) { v.attention_cfg.block_q = std::stoi(x); }},
+    {"block_kv", R"([8, 16])", AxisType::integer, "bkv", nullptr, 1, true, nullptr,
+     [](Variant& v, const std::string& x) { v.attention_cfg.block_kv = std::stoi(x); }},
+    {"loop_order", R"(["kv_outer", "q_outer"])", AxisType::word, "", [](const auto&) { return kLoopOrders; }, 0, false, nullptr,
+     [](Variant& v, const std::string& x) { v.attention_cfg.loop_order = *parse_loop_order(x); }},
+    {"lr", R"([0.001, 0.002])", AxisType::real, "lr", nullptr, 0, false, nullptr,
+     [](Variant& v, const std::string& x) {
+       v.train.lr = std::stod(x);
+       v.train.min_lr = std::min(v.train.min_lr, v.train.lr);
+     }},
+};
+
+}  // namespace
+
+std::vector<GridAxisInfo> grid_axes() {
+  std::vector<GridAxisInfo> out;
+  for (const auto& axis : kGridAxes) out.push_back({axis.name, axis.example});
+  return out;
+}
+
+namespace {
+
+const GridAxis* find_axis(const std::string& name) {
+  for (const auto& axis : kGridAxes)
+    if (axis.name == name) return &axis;
+  return nullptr;
+}
+
+// The token an axis value contributes to a variant id.
+std::string id_token(const std::string& axis, const std::string& value) { return find_axis(axis)->id_prefix + value; }
 
 toml::array to_array(const std::vector<std::string>& v) {
   toml::array a;
@@ -433,8 +496,11 @@ const Variant* Study::find_variant(const std::string& id) const {
 }
 
 const std::vector<std::string>& known_axes() {
-  static const std::vector<std::string> axes{"attention", "precision", "seed",     "init",       "data_seed",
-                                             "policy",    "block_q",   "block_kv", "loop_order", "lr"};
+  static const std::vector<std::string> axes = [] {
+    std::vector<std::string> names;
+    for (const auto& axis : kGridAxes) names.emplace_back(axis.name);
+    return names;
+  }();
   return axes;
 }
 
@@ -460,20 +526,7 @@ PrecisionPolicy resolve_policy(const AttentionConfig& cfg, const std::string& na
   // A custom policy starts from `pure` in the variant's format and overrides the steps it names.
   PrecisionPolicy p = make_policy("pure", f);
   p.name = name;
-  for (const auto& [step, fmt] : it->second) {
-    if (step == "q") p.q = fmt;
-    else if (step == "k") p.k = fmt;
-    else if (step == "v") p.v = fmt;
-    else if (step == "s") p.s = fmt;
-    else if (step == "p") p.p = fmt;
-    else if (step == "o") p.o = fmt;
-    else if (step == "o_running") p.o_running = fmt;
-    else if (step == "accum") p.accum = fmt;
-    else if (step == "stats") p.stats = fmt;
-    else if (step == "rescale") p.rescale = fmt;
-    else if (step == "division") p.division = fmt;
-    else if (step == "grad") p.grad = fmt;
-  }
+  for (const auto& [step, fmt] : it->second) p.*(find_policy_step(step)->member) = fmt;  // names checked on parse
   return p;
 }
 
@@ -486,28 +539,21 @@ Study load_study(const std::string& path) {
   return parse_study(ss.str(), path);
 }
 
-Study parse_study(const std::string& text, const std::string& file) {
-  toml::table root;
-  try {
-    root = toml::parse(text, file);
-  } catch (const toml::parse_error& e) {
-    throw ConfigError(file, static_cast<int>(e.source().begin.line), static_cast<int>(e.source().begin.column), "",
-                      "TOML syntax error: " + std::string(e.description()));
-  }
+namespace {
 
-  Study st;
-  st.file = file;
-  const toml::source_region top{};
+// ---- parse_study, one function per section of grid.toml ---------------------------------------
 
-  auto section = [&](const std::string& name) {
-    const toml::node* n = root.get(name);
-    if (n && !n->is_table())
-      throw ConfigError(file, static_cast<int>(n->source().begin.line), static_cast<int>(n->source().begin.column),
-                        name, "`" + name + "` must be a table: write [" + name + "] on its own line");
-    return Section(file, name, n ? n->as_table() : nullptr, n ? n->source() : top);
-  };
+// The table [name] of the file (an absent one reads as empty; anything but a table is an error).
+Section open_section(const toml::table& root, const std::string& file, const std::string& name) {
+  static const toml::source_region top{};
+  const toml::node* n = root.get(name);
+  if (n && !n->is_table())
+    throw ConfigError(file, static_cast<int>(n->source().begin.line), static_cast<int>(n->source().begin.column),
+                      name, "`" + name + "` must be a table: write [" + name + "] on its own line");
+  return Section(file, name, n ? n->as_table() : nullptr, n ? n->source() : top);
+}
 
-  // Unknown top-level sections.
+void check_top_level(const toml::table& root, const std::string& file) {
   const std::vector<std::string> sections{"study", "grid", "model", "data", "train", "attention", "microbench", "reduce"};
   for (auto&& [k, v] : root) {
     std::string key(k.str());
@@ -518,9 +564,9 @@ Study parse_study(const std::string& text, const std::string& file) {
                         "unknown section or key `" + key + "` at the top level", hint);
     }
   }
+}
 
-  // [study]
-  Section study = section("study");
+void read_study(Section study, Study& st) {
   study.get("name", st.name);
   study.get("out", st.out);
   study.get_words("phases", st.phases, known_phases());
@@ -528,10 +574,9 @@ Study parse_study(const std::string& text, const std::string& file) {
           "[study] name \"" + st.name + "\" must be non-empty, without spaces or slashes", "use e.g. name = \"quick\"");
   require(!st.out.empty(), study, "out", "[study] out must not be empty", "name the output directory, e.g. out = \"out/quick\"");
   study.finish();
+}
 
-  // [model]
-  Section model = section("model");
-  ModelConfig& m = st.model;
+void read_model(Section model, ModelConfig& m) {
   model.get("vocab", m.vocab);
   model.get("d_model", m.d_model);
   model.get("heads", m.heads);
@@ -548,10 +593,9 @@ Study parse_study(const std::string& text, const std::string& file) {
           "[model] d_model = " + std::to_string(m.d_model) + " is not divisible by heads = " + std::to_string(m.heads),
           "choose d_model a multiple of heads (head dim = d_model / heads)");
   model.finish();
+}
 
-  // [data]
-  Section data = section("data");
-  DataConfig& d = st.data;
+void read_data(Section data, DataConfig& d, const ModelConfig& m) {
   data.get("kind", d.kind);
   data.get("path", d.path);
   data.get("seed", d.seed);
@@ -568,10 +612,9 @@ Study parse_study(const std::string& text, const std::string& file) {
   require(d.span_len >= 1 && d.span_len < m.seq_len, data, "span_len",
           "[data] span_len = " + std::to_string(d.span_len) + " must be in [1, seq_len)");
   data.finish();
+}
 
-  // [train]
-  Section train = section("train");
-  TrainConfig& t = st.train;
+void read_train(Section train, TrainConfig& t) {
   train.get("steps", t.steps);
   train.get("batch", t.batch);
   train.get("lr", t.lr);
@@ -615,10 +658,10 @@ Study parse_study(const std::string& text, const std::string& file) {
   require(t.loss_scale >= 1, train, "loss_scale", "[train] loss_scale must be >= 1");
   require(t.loss_scale_window >= 1, train, "loss_scale_window", "[train] loss_scale_window must be >= 1");
   train.finish();
+}
 
-  // [attention]
-  Section att = section("attention");
-  AttentionConfig& a = st.attention;
+// Returns the names a `policy` may take: the presets and the custom policies.
+std::vector<std::string> read_attention(Section att, AttentionConfig& a, const ModelConfig& m, const std::string& file) {
   att.get("block_q", a.block_q);
   att.get("block_kv", a.block_kv);
   std::string loop = std::string(to_string(a.loop_order));
@@ -642,7 +685,8 @@ Study parse_study(const std::string& text, const std::string& file) {
                           "attention.policies." + pname, "policy `" + pname + "` must be a table of step = \"format\"");
       Section ps(file, "attention.policies." + pname, pv.as_table(), pv.source());
       auto& steps = a.custom_policies[pname];
-      for (const auto& step : kPolicySteps) {
+      const std::vector<std::string> step_names = policy_step_names();
+      for (const auto& step : step_names) {
         std::string fmt;
         ps.get(step, fmt);
         if (fmt.empty()) continue;
@@ -650,7 +694,7 @@ Study parse_study(const std::string& text, const std::string& file) {
         if (!f) ps.fail(step, "unknown format \"" + fmt + "\"; allowed: " + format_names(), suggestion(fmt, all_format_names()));
         steps[step] = *f;
       }
-      ps.finish(kPolicySteps);
+      ps.finish(step_names);
     }
   }
   require(a.block_q >= 1, att, "block_q", "[attention] block_q must be >= 1");
@@ -669,9 +713,11 @@ Study parse_study(const std::string& text, const std::string& file) {
               join(policy_names),
           suggestion(a.policy, policy_names));
   att.finish();
+  return policy_names;
+}
 
-  // [microbench]
-  Section mb = section("microbench");
+void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::string>& policy_names,
+                     const std::string& file) {
   MicrobenchSweep base;
   read_sweep(mb, base, policy_names);
   if (mb.has("sweeps")) {
@@ -690,16 +736,15 @@ Study parse_study(const std::string& text, const std::string& file) {
       if (!names.insert(sw.name).second)
         ss.fail("name", "[[microbench.sweeps]] name \"" + sw.name + "\" is used twice", "give every sweep its own name");
       ss.finish();
-      st.microbench.sweeps.push_back(std::move(sw));
+      mbc.sweeps.push_back(std::move(sw));
     }
   } else {
-    st.microbench.sweeps.push_back(base);
+    mbc.sweeps.push_back(base);
   }
   mb.finish();
+}
 
-  // [reduce]
-  Section red = section("reduce");
-  ReduceConfig& rc = st.reduce;
+void read_reduce(Section red, ReduceConfig& rc) {
   red.get_words("metrics", rc.metrics, kMetrics);
   if (const toml::array* steps = red.array("steps")) {
     rc.steps.clear();
@@ -715,9 +760,11 @@ Study parse_study(const std::string& text, const std::string& file) {
           "[reduce] metrics must include \"w1\" (the ranking is built on it)");
   require(rc.per_tensor || rc.whole_model, red, "per_tensor", "[reduce] per_tensor and whole_model cannot both be false");
   red.finish();
+}
 
-  // [grid]
-  Section grid = section("grid");
+// The axes of [grid], in the order of the file.
+void read_grid(Section grid, Study& st, const std::vector<std::string>& policy_names, const std::string& file) {
+  const ModelConfig& m = st.model;
   if (grid.present()) {
     // toml++ tables are ordered by key; the grid's axes keep the order of the file.
     std::vector<std::pair<const toml::key*, const toml::node*>> entries;
@@ -738,47 +785,54 @@ Study parse_study(const std::string& text, const std::string& file) {
         throw ConfigError(file, static_cast<int>(k.source().begin.line), static_cast<int>(k.source().begin.column),
                           "grid." + axis, "unknown grid axis `" + axis + "`", hint);
       }
+      const GridAxis& row = *find_axis(axis);
       std::vector<std::string> values;
-      if (axis == "attention") grid.get_words(axis, values, kAttentionKinds);
-      else if (axis == "precision") {
-        grid.get_words(axis, values, {});
-        for (std::size_t i = 0; i < values.size(); ++i) {
-          if (std::find(kTrainFormats.begin(), kTrainFormats.end(), values[i]) == kTrainFormats.end()) {
-            std::string msg = "[grid] precision has unknown training format \"" + values[i] + "\"; allowed: " + join(kTrainFormats);
-            std::string hint = suggestion(values[i], kTrainFormats);
-            if (values[i].rfind("fp8", 0) == 0) hint = "fp8 formats are for the microbenchmark only ([microbench] formats)";
-            grid.fail_at(*v.as_array()->get(i), axis, msg, hint);
-          }
-        }
-      } else if (axis == "init") grid.get_words(axis, values, kInits);
-      else if (axis == "loop_order") grid.get_words(axis, values, kLoopOrders);
-      else if (axis == "policy") grid.get_words(axis, values, policy_names);
-      else if (axis == "lr") {
-        const toml::array* arr = grid.array(axis);
-        for (const auto& el : *arr) {
-          if (!el.is_number() || *el.value<double>() <= 0)
-            grid.fail_at(el, axis, "[grid] lr must hold positive numbers");
-          std::string s = format_double(*el.value<double>());
-          if (std::find(values.begin(), values.end(), s) != values.end())
-            grid.fail_at(el, axis, "[grid] lr lists " + s + " twice", "remove the duplicate");
-          values.push_back(s);
-        }
-      } else {  // integer axes: seed, data_seed, block_q, block_kv
-        std::vector<int> ints;
-        grid.get_ints(axis, ints, axis == "block_q" || axis == "block_kv" ? 1 : 0);
-        for (std::size_t i = 0; i < ints.size(); ++i) {
-          if ((axis == "block_q" || axis == "block_kv") && ints[i] > m.seq_len)
+      switch (row.type) {
+        case AxisType::word: {
+          const std::vector<std::string> allowed = row.allowed(policy_names);
+          grid.get_words(axis, values, {});
+          for (std::size_t i = 0; i < values.size(); ++i) {
+            if (std::find(allowed.begin(), allowed.end(), values[i]) != allowed.end()) continue;
+            std::string hint = row.unknown_hint ? row.unknown_hint(values[i]) : std::string();
+            if (hint.empty()) hint = suggestion(values[i], allowed);
             grid.fail_at(*v.as_array()->get(i), axis,
-                         "[grid] " + axis + " = " + std::to_string(ints[i]) + " is larger than [model] seq_len = " +
-                             std::to_string(m.seq_len),
-                         "use block sizes <= seq_len");
-          values.push_back(std::to_string(ints[i]));
+                         "`grid." + axis + "` has unknown value \"" + values[i] + "\"; allowed: " + join(allowed), hint);
+          }
+          break;
+        }
+        case AxisType::integer: {
+          std::vector<int> ints;
+          grid.get_ints(axis, ints, row.min_value);
+          for (std::size_t i = 0; i < ints.size(); ++i) {
+            if (row.at_most_seq_len && ints[i] > m.seq_len)
+              grid.fail_at(*v.as_array()->get(i), axis,
+                           "[grid] " + axis + " = " + std::to_string(ints[i]) + " is larger than [model] seq_len = " +
+                               std::to_string(m.seq_len),
+                           "use block sizes <= seq_len");
+            values.push_back(std::to_string(ints[i]));
+          }
+          break;
+        }
+        case AxisType::real: {
+          const toml::array* arr = grid.array(axis);
+          for (const auto& el : *arr) {
+            if (!el.is_number() || *el.value<double>() <= 0)
+              grid.fail_at(el, axis, "[grid] " + axis + " must hold positive numbers");
+            std::string s = format_double(*el.value<double>());
+            if (std::find(values.begin(), values.end(), s) != values.end())
+              grid.fail_at(el, axis, "[grid] " + axis + " lists " + s + " twice", "remove the duplicate");
+            values.push_back(s);
+          }
+          break;
         }
       }
       st.axes.emplace_back(axis, values);
     }
   }
+}
 
+// The variants: the cross product of the axes, first axis slowest.
+void expand_variants(Study& st) {
   // Expand the cross product, first axis slowest.
   std::vector<std::size_t> idx(st.axes.size(), 0);
   bool done = false;
@@ -794,16 +848,7 @@ Study parse_study(const std::string& text, const std::string& file) {
       const std::string& value = st.axes[a].second[idx[a]];
       var.axes.emplace_back(axis, value);
       tokens.push_back(id_token(axis, value));
-      if (axis == "attention") var.attention = *parse_attention_kind(value);
-      else if (axis == "precision") var.precision = *parse_format(value);
-      else if (axis == "seed") var.seed = std::stoull(value);
-      else if (axis == "init") var.init = value;
-      else if (axis == "data_seed") var.data.seed = std::stoull(value);
-      else if (axis == "policy") var.attention_cfg.policy = value;
-      else if (axis == "block_q") var.attention_cfg.block_q = std::stoi(value);
-      else if (axis == "block_kv") var.attention_cfg.block_kv = std::stoi(value);
-      else if (axis == "loop_order") var.attention_cfg.loop_order = *parse_loop_order(value);
-      else if (axis == "lr") var.train.lr = std::stod(value), var.train.min_lr = std::min(var.train.min_lr, var.train.lr);
+      find_axis(axis)->apply(var, value);
     }
     var.id = tokens.empty() ? "default" : join(tokens, "-");
     toml::table vt{{"variant", toml::table{{"id", var.id},
@@ -829,16 +874,20 @@ Study parse_study(const std::string& text, const std::string& file) {
       idx[a] = 0;
     }
   }
+}
 
-  // The whole resolved study.
+// The whole resolved study, as TOML (its content hash is the study's hash).
+std::string resolved_study_toml(const Study& st) {
+  const ReduceConfig& rc = st.reduce;
   // [grid] is written by hand after the rest: toml++ orders keys, the grid keeps the file's order.
   std::ostringstream grid_text;
   grid_text << "\n[grid]\n";
   for (const auto& [axis, values] : st.axes) {
     toml::array arr;
+    const AxisType type = find_axis(axis)->type;
     for (const auto& value : values) {
-      if (axis == "seed" || axis == "data_seed" || axis == "block_q" || axis == "block_kv") arr.push_back(std::stoll(value));
-      else if (axis == "lr") arr.push_back(std::stod(value));
+      if (type == AxisType::integer) arr.push_back(std::stoll(value));
+      else if (type == AxisType::real) arr.push_back(std::stod(value));
       else arr.push_back(value);
     }
     grid_text << axis << " = " << arr << "\n";
@@ -858,7 +907,33 @@ Study parse_study(const std::string& text, const std::string& file) {
                              {"per_tensor", rc.per_tensor},
                              {"whole_model", rc.whole_model}}}};
   if (!steps.empty()) resolved["reduce"].as_table()->insert("steps", steps);
-  st.resolved_toml = to_toml_text(resolved) + grid_text.str();
+  return to_toml_text(resolved) + grid_text.str();
+}
+
+}  // namespace
+
+Study parse_study(const std::string& text, const std::string& file) {
+  toml::table root;
+  try {
+    root = toml::parse(text, file);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(file, static_cast<int>(e.source().begin.line), static_cast<int>(e.source().begin.column), "",
+                      "TOML syntax error: " + std::string(e.description()));
+  }
+  check_top_level(root, file);
+  Study st;
+  st.file = file;
+  read_study(open_section(root, file, "study"), st);
+  read_model(open_section(root, file, "model"), st.model);
+  read_data(open_section(root, file, "data"), st.data, st.model);
+  read_train(open_section(root, file, "train"), st.train);
+  const std::vector<std::string> policy_names =
+      read_attention(open_section(root, file, "attention"), st.attention, st.model, file);
+  read_microbench(open_section(root, file, "microbench"), st.microbench, policy_names, file);
+  read_reduce(open_section(root, file, "reduce"), st.reduce);
+  read_grid(open_section(root, file, "grid"), st, policy_names, file);
+  expand_variants(st);
+  st.resolved_toml = resolved_study_toml(st);
   st.hash = content_hash(st.resolved_toml);
   return st;
 }

@@ -154,6 +154,13 @@ struct Study {
 
 // The grid axes fastudy knows, with what each overrides.
 const std::vector<std::string>& known_axes();
+// The grid axes, from the one table in config.cpp that drives their validation, expansion, ids and
+// resolved TOML: each axis's name and two allowed values as TOML (for help texts and tests).
+struct GridAxisInfo {
+  std::string name;
+  std::string example;
+};
+std::vector<GridAxisInfo> grid_axes();
 // Every phase name, in run order: microbench, train, reduce, report.
 const std::vector<std::string>& known_phases();
 

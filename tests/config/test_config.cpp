@@ -1,6 +1,9 @@
 // grid.toml happy paths: defaults, the shipped configs, grid expansion, ids, hashes, round trip.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "src/core/config.hpp"
 
 using namespace fastudy;
@@ -139,4 +142,57 @@ TEST(Config, ContentHashIsFnv1a) {
   // FNV-1a 64 of "" is the offset basis; of "a" a published test vector.
   EXPECT_EQ(content_hash(""), "cbf29ce484222325");
   EXPECT_EQ(content_hash("a"), "af63dc4c8601ec8c");
+}
+
+// The policy-step table: each row sets its own member and no other, from the grid's custom policy
+// table, and the README names every step.
+TEST(PolicySteps, EachRowSetsExactlyItsMemberFromTheGrid) {
+  for (const auto& step : kPolicySteps) {
+    SCOPED_TRACE(std::string(step.name));
+    const std::string text = "[attention.policies.one]\n" + std::string(step.name) + " = \"fp16\"\n";
+    Study st = parse_study(text, "g.toml");
+    const PrecisionPolicy got = resolve_policy(st.attention, "one", Format::fp32);
+    const PrecisionPolicy pure = make_policy("pure", Format::fp32);
+    for (const auto& other : kPolicySteps) {
+      const Format want = other.member == step.member ? Format::fp16 : pure.*(other.member);
+      EXPECT_EQ(got.*(other.member), want) << other.name;
+    }
+    EXPECT_EQ(find_policy_step(step.name), &step);
+  }
+  EXPECT_EQ(find_policy_step("accumulator"), nullptr);
+}
+
+TEST(PolicySteps, ReadmeNamesEveryStep) {
+  std::ifstream in(std::string(FASTUDY_CONFIGS) + "/../README.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string readme = ss.str();
+  ASSERT_FALSE(readme.empty());
+  for (const auto& step : kPolicySteps)
+    EXPECT_NE(readme.find("`" + std::string(step.name) + "`"), std::string::npos) << step.name;
+}
+
+// The grid-axis table: every row expands, names its variants, applies its value and hashes, so a new
+// axis (one row) is covered here without a new line of test.
+TEST(GridAxes, EveryAxisExpandsIdsHashesAndRoundTrips) {
+  ASSERT_EQ(grid_axes().size(), known_axes().size());
+  for (const auto& axis : grid_axes()) {
+    SCOPED_TRACE(axis.name);
+    const std::string text = "[model]\nseq_len = 32\n[grid]\n" + axis.name + " = " + axis.example + "\n";
+    Study st = parse_study(text, "g.toml");
+    ASSERT_EQ(st.variants.size(), 2u);
+    const Variant& a = st.variants[0];
+    const Variant& b = st.variants[1];
+    EXPECT_NE(a.id, b.id);
+    EXPECT_NE(a.hash, b.hash) << "the axis does not change the variant's resolved configuration";
+    EXPECT_NE(a.resolved_toml, b.resolved_toml);
+    EXPECT_NE(a.axis(axis.name), b.axis(axis.name));
+    EXPECT_NE(a.id.find(a.axis(axis.name)), std::string::npos) << a.id;
+    // The resolved study parses back to the same study.
+    Study again = parse_study(st.resolved_toml, "study.toml");
+    EXPECT_EQ(again.hash, st.hash);
+    ASSERT_EQ(again.variants.size(), 2u);
+    EXPECT_EQ(again.variants[1].id, b.id);
+    EXPECT_EQ(again.variants[1].hash, b.hash);
+  }
 }

@@ -4,14 +4,19 @@
 //   OUT/microbench.csv   one row per point and algorithm, with a provenance header
 //   OUT/microbench.h5    the same table as one dataset per column under /rows (string columns as
 //                        integer codes with a `labels` attribute, one label per line)
-// Rank 0 prints the flash/baseline error ratio per format and policy.
+// Both are written from one schema of columns (kColumns below). Rank 0 prints the flash/baseline
+// error ratio per format and policy.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <stdexcept>
+#include <string_view>
 #include <thread>
+#include <variant>
 
 #include "base/log.hpp"
 #include "jobs/collective.hpp"
@@ -65,27 +70,81 @@ std::vector<SweepPoint> expand_points(const Study& st) {
   return pts;
 }
 
-const char* kColumns[] = {"sweep",     "algorithm", "pass",    "format",   "policy",   "seq_len",  "head_dim",
-                          "block_q",   "block_kv",  "loop_order", "causal", "trial",    "distribution",
-                          "max_abs",   "mean_abs",  "std_abs", "rel_l2",   "rescales_per_row", "tiles_kv"};
-constexpr int kFirstNumeric = 13;  // max_abs onwards are floating point
-const std::vector<int> kIntColumns{5, 6, 7, 8, 10, 11, 18};
+// ---- the output columns: one row each, in file order ---------------------------------------------
+// The CSV, the HDF5 table (one dataset per column under /rows; text columns as integer codes with a
+// `labels` attribute, one label per line) and the summary are all written from this schema, and the
+// report reads the columns by these names (the HDF5 `columns` attribute lists them). A new column is
+// one row here (and its value in MicrobenchRow).
+enum class ColumnType { text, integer, real };
+using Cell = std::variant<std::string, std::int64_t, double>;
+using Record = std::vector<Cell>;  // one output row, a cell per column
 
-std::string fmt(double v) {
+struct Column {
+  const char* name;
+  ColumnType type;
+  Cell (*get)(const std::string& sweep, const MicrobenchRow& r);
+};
+
+const Column kColumns[] = {
+    {"sweep", ColumnType::text, [](const std::string& sweep, const MicrobenchRow&) -> Cell { return sweep; }},
+    {"algorithm", ColumnType::text, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.algorithm; }},
+    {"pass", ColumnType::text, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.point.pass; }},
+    {"format", ColumnType::text,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::string(to_string(r.point.format)); }},
+    {"policy", ColumnType::text, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.point.policy; }},
+    {"seq_len", ColumnType::integer,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::int64_t{r.point.seq_len}; }},
+    {"head_dim", ColumnType::integer,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::int64_t{r.point.head_dim}; }},
+    {"block_q", ColumnType::integer,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::int64_t{r.point.block_q}; }},
+    {"block_kv", ColumnType::integer,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::int64_t{r.point.block_kv}; }},
+    {"loop_order", ColumnType::text,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::string(to_string(r.point.loop_order)); }},
+    {"causal", ColumnType::integer,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::int64_t{r.point.causal ? 1 : 0}; }},
+    {"trial", ColumnType::integer,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::int64_t{r.point.trial}; }},
+    {"distribution", ColumnType::text,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return r.point.distribution; }},
+    {"max_abs", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.max_abs; }},
+    {"mean_abs", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.mean_abs; }},
+    {"std_abs", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.std_abs; }},
+    {"rel_l2", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.rel_l2; }},
+    {"rescales_per_row", ColumnType::real,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return r.rescales_per_row; }},
+    {"tiles_kv", ColumnType::integer, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.tiles_kv; }},
+};
+constexpr std::size_t kNumColumns = std::size(kColumns);
+
+// The position of a column in kColumns (a name not in the schema is a programming error).
+std::size_t column(std::string_view name) {
+  for (std::size_t c = 0; c < kNumColumns; ++c)
+    if (name == kColumns[c].name) return c;
+  throw std::logic_error("microbench: no column " + std::string(name));
+}
+
+Record record_of(const std::string& sweep, const MicrobenchRow& r) {
+  Record rec;
+  rec.reserve(kNumColumns);
+  for (const auto& c : kColumns) rec.push_back(c.get(sweep, r));
+  return rec;
+}
+
+// CSV text of a cell: reals with 17 significant digits (they read back exactly).
+std::string csv_text(const Cell& cell) {
+  if (const auto* t = std::get_if<std::string>(&cell)) return *t;
+  if (const auto* i = std::get_if<std::int64_t>(&cell)) return std::to_string(*i);
   char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::snprintf(buf, sizeof buf, "%.17g", std::get<double>(cell));
   return buf;
 }
 
-std::string csv_line(const std::string& sweep, const MicrobenchRow& r) {
-  const MicrobenchPoint& p = r.point;
-  std::ostringstream os;
-  os << sweep << ',' << r.algorithm << ',' << p.pass << ',' << to_string(p.format) << ',' << p.policy << ','
-     << p.seq_len << ',' << p.head_dim << ',' << p.block_q << ',' << p.block_kv << ',' << to_string(p.loop_order) << ','
-     << (p.causal ? 1 : 0) << ',' << p.trial << ',' << p.distribution << ',' << fmt(r.max_abs) << ','
-     << fmt(r.mean_abs) << ',' << fmt(r.std_abs) << ',' << fmt(r.rel_l2) << ',' << fmt(r.rescales_per_row) << ','
-     << r.tiles_kv;
-  return os.str();
+std::string csv_line(const Record& rec) {
+  std::string line;
+  for (std::size_t c = 0; c < rec.size(); ++c) line += (c ? "," : "") + csv_text(rec[c]);
+  return line;
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -96,7 +155,63 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-void write_h5(const std::string& path, const std::vector<std::vector<std::string>>& rows, const Provenance& prov) {
+double real_at(const Record& rec, std::string_view name) { return std::get<double>(rec[column(name)]); }
+const std::string& text_at(const Record& rec, std::string_view name) { return std::get<std::string>(rec[column(name)]); }
+
+// Records travel from the ranks to rank 0 as bytes: per record its point index, then per cell its
+// value (text: length and bytes; integer and real: their 8 bytes), in schema order.
+template <class T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+template <class T>
+T take(const std::string& in, std::size_t& at) {
+  if (at + sizeof(T) > in.size()) throw Error("microbench: a rank sent a truncated record");
+  T v;
+  std::memcpy(&v, in.data() + at, sizeof v);
+  at += sizeof v;
+  return v;
+}
+
+void encode(std::string& out, std::uint64_t index, const Record& rec) {
+  put(out, index);
+  for (std::size_t c = 0; c < kNumColumns; ++c) {
+    if (kColumns[c].type == ColumnType::text) {
+      const auto& t = std::get<std::string>(rec[c]);
+      put(out, static_cast<std::uint64_t>(t.size()));
+      out += t;
+    } else if (kColumns[c].type == ColumnType::integer) {
+      put(out, std::get<std::int64_t>(rec[c]));
+    } else {
+      put(out, std::get<double>(rec[c]));
+    }
+  }
+}
+
+std::vector<std::pair<std::uint64_t, Record>> decode(const std::string& in) {
+  std::vector<std::pair<std::uint64_t, Record>> out;
+  std::size_t at = 0;
+  while (at < in.size()) {
+    const auto index = take<std::uint64_t>(in, at);
+    Record rec;
+    for (const auto& c : kColumns) {
+      if (c.type == ColumnType::text) {
+        const auto n = take<std::uint64_t>(in, at);
+        if (at + n > in.size()) throw Error("microbench: a rank sent a truncated record");
+        rec.emplace_back(in.substr(at, n));
+        at += n;
+      } else if (c.type == ColumnType::integer) {
+        rec.emplace_back(take<std::int64_t>(in, at));
+      } else {
+        rec.emplace_back(take<double>(in, at));
+      }
+    }
+    out.emplace_back(index, std::move(rec));
+  }
+  return out;
+}
+
+void write_h5(const std::string& path, const std::vector<Record>& rows, const Provenance& prov) {
   const std::string tmp = path + ".tmp";
   {
     h5::File f = h5::File::create(tmp, nullptr);
@@ -105,30 +220,30 @@ void write_h5(const std::string& path, const std::vector<std::vector<std::string
     root.set_attr("config_hash", prov.config_hash);
     root.set_attr("format", std::string("fastudy-microbench/1"));
     std::string cols;
-    for (const char* c : kColumns) cols += (cols.empty() ? "" : ",") + std::string(c);
+    for (const auto& c : kColumns) cols += (cols.empty() ? "" : ",") + std::string(c.name);
     root.set_attr("columns", cols);
     h5::Group g = root.create_group("rows");
     const std::int64_t n = static_cast<std::int64_t>(rows.size());
     h5::Transfer xfer(f);
-    for (int c = 0; c < static_cast<int>(std::size(kColumns)); ++c) {
-      const bool is_int = std::find(kIntColumns.begin(), kIntColumns.end(), c) != kIntColumns.end();
-      if (c >= kFirstNumeric && !is_int) {
+    for (std::size_t c = 0; c < kNumColumns; ++c) {
+      if (kColumns[c].type == ColumnType::real) {
         std::vector<double> col(rows.size());
-        for (std::size_t i = 0; i < rows.size(); ++i) col[i] = std::strtod(rows[i][c].c_str(), nullptr);
-        g.create_dataset(kColumns[c], DType::f64, {n}).write_rows(col.data(), 0, n, xfer);
-      } else if (is_int) {
+        for (std::size_t i = 0; i < rows.size(); ++i) col[i] = std::get<double>(rows[i][c]);
+        g.create_dataset(kColumns[c].name, DType::f64, {n}).write_rows(col.data(), 0, n, xfer);
+      } else if (kColumns[c].type == ColumnType::integer) {
         std::vector<std::int64_t> col(rows.size());
-        for (std::size_t i = 0; i < rows.size(); ++i) col[i] = std::stoll(rows[i][c]);
-        g.create_dataset(kColumns[c], DType::i64, {n}).write_rows(col.data(), 0, n, xfer);
+        for (std::size_t i = 0; i < rows.size(); ++i) col[i] = std::get<std::int64_t>(rows[i][c]);
+        g.create_dataset(kColumns[c].name, DType::i64, {n}).write_rows(col.data(), 0, n, xfer);
       } else {
         std::vector<std::string> labels;
         std::vector<std::int64_t> codes(rows.size());
         for (std::size_t i = 0; i < rows.size(); ++i) {
-          auto it = std::find(labels.begin(), labels.end(), rows[i][c]);
-          if (it == labels.end()) it = labels.insert(labels.end(), rows[i][c]);
+          const auto& text = std::get<std::string>(rows[i][c]);
+          auto it = std::find(labels.begin(), labels.end(), text);
+          if (it == labels.end()) it = labels.insert(labels.end(), text);
           codes[i] = it - labels.begin();
         }
-        h5::Dataset d = g.create_dataset(kColumns[c], DType::i64, {n});
+        h5::Dataset d = g.create_dataset(kColumns[c].name, DType::i64, {n});
         d.write_rows(codes.data(), 0, n, xfer);
         std::string joined;
         for (const auto& l : labels) joined += l + "\n";
@@ -144,27 +259,31 @@ void write_h5(const std::string& path, const std::vector<std::vector<std::string
 
 // Flash/baseline error ratio (vs fp64) per sweep, pass, format and policy: the median over points of the
 // per-point ratio of max |d|, with the medians of each error beside it.
-void print_summary(const std::vector<std::vector<std::string>>& rows) {
+void print_summary(const std::vector<Record>& rows) {
   struct Acc {
     std::vector<double> flash, baseline, ratio;
   };
   std::map<std::string, Acc> acc;
   std::map<std::string, double> baseline_of;  // point key -> baseline max_abs
-  auto point_key = [](const std::vector<std::string>& r) {
+  // A point: every column but the algorithm and the measurements.
+  auto point_key = [](const Record& r) {
     std::string k;
-    for (int c : {0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) k += r[c] + "|";
+    for (const char* name : {"sweep", "pass", "format", "policy", "seq_len", "head_dim", "block_q", "block_kv",
+                             "loop_order", "causal", "trial", "distribution"})
+      k += csv_text(r[column(name)]) + "|";
     return k;
   };
   for (const auto& r : rows)
-    if (r[1] == "baseline") baseline_of[point_key(r)] = std::strtod(r[13].c_str(), nullptr);
+    if (text_at(r, "algorithm") == "baseline") baseline_of[point_key(r)] = real_at(r, "max_abs");
   for (const auto& r : rows) {
-    const std::string key = r[0] + "|" + r[2] + "|" + r[3] + "|" + r[4];
-    const double e = std::strtod(r[13].c_str(), nullptr);
-    if (r[1] == "flash") {
+    const std::string key =
+        text_at(r, "sweep") + "|" + text_at(r, "pass") + "|" + text_at(r, "format") + "|" + text_at(r, "policy");
+    const double e = real_at(r, "max_abs");
+    if (text_at(r, "algorithm") == "flash") {
       acc[key].flash.push_back(e);
       auto it = baseline_of.find(point_key(r));
       if (it != baseline_of.end() && it->second > 0) acc[key].ratio.push_back(e / it->second);
-    } else if (r[1] == "baseline") {
+    } else if (text_at(r, "algorithm") == "baseline") {
       acc[key].baseline.push_back(e);
     }
   }
@@ -214,8 +333,8 @@ int job_microbench(JobContext& ctx) {
   log::info("microbench: " + std::to_string(points.size()) + " points over " + std::to_string(world.size()) +
             " rank(s)");
 
-  // Round-robin: point i runs on rank i % size. Each rank returns "index\tline\n..." for its rows.
-  std::ostringstream mine;
+  // Round-robin: point i runs on rank i % size. Each rank sends its records (encode) to rank 0.
+  std::string mine;
   std::size_t done = 0, next_report = points.size() / 10 + 1;
   for (std::size_t i = static_cast<std::size_t>(world.rank()); i < points.size(); i += static_cast<std::size_t>(world.size())) {
     if (stop_signal_received()) break;  // checked again collectively below
@@ -223,7 +342,7 @@ int job_microbench(JobContext& ctx) {
     std::optional<PrecisionPolicy> policy;
     if (st.attention.custom_policies.count(sp.point.policy))
       policy = resolve_policy(st.attention, sp.point.policy, sp.point.format);
-    for (const auto& row : run_microbench_point(sp.point, policy, threads)) mine << i << '\t' << csv_line(sp.sweep, row) << '\n';
+    for (const auto& row : run_microbench_point(sp.point, policy, threads)) encode(mine, i, record_of(sp.sweep, row));
     ++done;
     if (world.rank() == 0 && done * static_cast<std::size_t>(world.size()) >= next_report) {
       log::info("  microbench " + std::to_string(std::min(points.size(), done * static_cast<std::size_t>(world.size()))) +
@@ -235,27 +354,21 @@ int job_microbench(JobContext& ctx) {
     log::warn("microbench: stopped by a signal; nothing written (it reruns with --resume)");
     return kExitFailure;
   }
-  std::vector<std::string> parts = world.gather(mine.str());
+  std::vector<std::string> parts = world.gather(mine);
 
   on_root(world, [&] {
-    std::vector<std::pair<std::size_t, std::string>> lines;
-    for (const auto& part : parts) {
-      std::istringstream in(part);
-      std::string l;
-      while (std::getline(in, l)) {
-        auto tab = l.find('\t');
-        lines.emplace_back(std::stoull(l.substr(0, tab)), l.substr(tab + 1));
-      }
-    }
-    std::stable_sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<std::pair<std::uint64_t, Record>> records;
+    for (const auto& part : parts)
+      for (auto& r : decode(part)) records.push_back(std::move(r));
+    std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     std::ostringstream csv;
     csv << ctx.prov.header();
-    for (std::size_t c = 0; c < std::size(kColumns); ++c) csv << (c ? "," : "") << kColumns[c];
+    for (std::size_t c = 0; c < kNumColumns; ++c) csv << (c ? "," : "") << kColumns[c].name;
     csv << '\n';
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& [idx, l] : lines) {
-      csv << l << '\n';
-      rows.push_back(split(l, ','));
+    std::vector<Record> rows;
+    for (auto& [idx, rec] : records) {
+      csv << csv_line(rec) << '\n';
+      rows.push_back(std::move(rec));
     }
     write_h5(h5_path, rows, ctx.prov);
     write_text_file(csv_path, csv.str());

@@ -1,5 +1,5 @@
-// The microbenchmark point library (see kernels/microbench.hpp): deterministic inputs, the three
-// comparisons of one point, and its error metrics.
+// The microbenchmark point library (see kernels/microbench.hpp): deterministic inputs and the three
+// comparisons of one point; its error metrics are the check harness's (kernels/check.hpp).
 //
 // B batch, H heads, N sequence, d head dim; tensors are [B, H, N, d].
 #include "kernels/microbench.hpp"
@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "base/error.hpp"
+#include "kernels/check.hpp"
 
 namespace fastudy {
 namespace {
@@ -35,27 +36,6 @@ bool needs_double(const PrecisionPolicy& p) {
   for (Format f : {p.q, p.k, p.v, p.s, p.p, p.o, p.accum, p.stats, p.rescale, p.division, p.grad})
     if (f == Format::fp64) return true;
   return false;
-}
-
-struct Diff {
-  double max_abs = 0, mean_abs = 0, std_abs = 0, rel_l2 = 0;
-};
-
-Diff compare(const std::vector<double>& a, const std::vector<double>& ref) {
-  Diff d;
-  double sum = 0, sum_sq = 0, ref_sq = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double e = std::fabs(a[i] - ref[i]);
-    d.max_abs = std::max(d.max_abs, e);
-    sum += e;
-    sum_sq += e * e;
-    ref_sq += ref[i] * ref[i];
-  }
-  const double n = static_cast<double>(a.size());
-  d.mean_abs = sum / n;
-  d.std_abs = std::sqrt(std::max(0.0, sum_sq / n - d.mean_abs * d.mean_abs));
-  d.rel_l2 = ref_sq > 0 ? std::sqrt(sum_sq / ref_sq) : std::sqrt(sum_sq);
-  return d;
 }
 
 std::vector<double> rounded(std::vector<double> x, Format f) {
@@ -181,7 +161,7 @@ std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
   const KernelResult flash = run(AttentionKind::flash);
   const KernelResult baseline = run(AttentionKind::baseline);
 
-  auto row = [&](const char* algorithm, const Diff& d, const AttentionStats& st) {
+  auto row = [&](const char* algorithm, const ErrorMetrics& d, const AttentionStats& st) {
     MicrobenchRow r;
     r.algorithm = algorithm;
     r.point = point;
@@ -193,9 +173,9 @@ std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
     r.tiles_kv = st.tiles_kv;
     return r;
   };
-  return {row("flash", compare(flash.values, golden), flash.stats),
-          row("baseline", compare(baseline.values, golden), baseline.stats),
-          row("flash_vs_baseline", compare(flash.values, baseline.values), flash.stats)};
+  return {row("flash", error_metrics(flash.values, golden), flash.stats),
+          row("baseline", error_metrics(baseline.values, golden), baseline.stats),
+          row("flash_vs_baseline", error_metrics(flash.values, baseline.values), flash.stats)};
 }
 
 }  // namespace fastudy

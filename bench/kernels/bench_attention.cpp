@@ -5,6 +5,10 @@
 //   flash forward with the mixed fp16 and bf16 policies (emulated storage rounding), and baseline.
 // Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), and the counters use the
 // fastest iteration of each benchmark: on a shared machine both keep other load out of the figures.
+// Every kernel (LibTorch's included) is checked against the fp64 reference with the check harness's
+// bound (kernels/check.hpp) before it is timed, on the first batch entry of the problem (all H heads,
+// the same N, d, blocks and policy: every head runs the same code); the label shows the check, and a
+// kernel that fails it is skipped with the error instead of timed.
 // Counters: GFLOP/s (4 B H N^2 d flops per forward), frac_peak (of the measured FMA peak),
 // x_torch (LibTorch time / this time), x_fp32 (this time / flash fp32 time), and the memory each
 // algorithm holds beyond its inputs and outputs (flash: O(N d) per thread; baseline/torch: N^2).
@@ -16,13 +20,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <immintrin.h>
+#include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <time.h>
 
 #include "kernels/attention.hpp"
+#include "kernels/check.hpp"
 
 namespace fastudy {
 namespace {
@@ -92,6 +100,24 @@ struct TorchInputs {
   }
 };
 
+// LibTorch's attention on float buffers, as a harness kernel (lse from at::logsumexp of the scores).
+AttentionStats torch_forward(const AttentionShape& shape, const AttentionParams&, const float* q, const float* k,
+                             const float* v, float* o, float* lse) {
+  const std::vector<std::int64_t> dims = {shape.batch, shape.heads, shape.seq_len, shape.head_dim};
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor tq = at::from_blob(const_cast<float*>(q), dims, opts);
+  const at::Tensor tk = at::from_blob(const_cast<float*>(k), dims, opts);
+  const at::Tensor tv = at::from_blob(const_cast<float*>(v), dims, opts);
+  const at::Tensor s = at::matmul(tq, tk.transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
+  const at::Tensor to = at::matmul(at::softmax(s, -1), tv).contiguous();
+  const at::Tensor tl = at::logsumexp(s, -1).contiguous();
+  std::memcpy(o, to.data_ptr<float>(), static_cast<std::size_t>(to.numel()) * sizeof(float));
+  std::memcpy(lse, tl.data_ptr<float>(), static_cast<std::size_t>(tl.numel()) * sizeof(float));
+  AttentionStats st;
+  st.tiles_kv = 1;
+  return st;
+}
+
 double run_torch(const TorchInputs& t) {
   at::set_num_threads(1);
   const double t0 = thread_seconds();
@@ -139,6 +165,58 @@ double fma_peak() {
   return peak;
 }
 
+// The check of a kernel before it is timed (once per kernel, whatever the number of runs), against
+// the fp64 reference of the first batch entry, its inputs rounded to the policy's storage format.
+struct Checked {
+  bool ok = false;
+  std::string summary;  // "vs fp64: max|dO| ... <= ..., max|d lse| ... <= ..."
+};
+
+// One reference per storage format (the policies here store Q, K and V in one format, policy.q).
+const AttentionReference& reference(const PrecisionPolicy& policy) {
+  static std::map<Format, AttentionReference> refs;
+  auto it = refs.find(policy.q);
+  if (it == refs.end()) {
+    const Problem& p = problem();
+    AttentionShape shape = p.shape;
+    shape.batch = 1;
+    const std::size_t n = static_cast<std::size_t>(kH * kN * kD);
+    auto head = [n](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.begin() + n); };
+    it = refs.emplace(policy.q, make_reference(shape, policy, head(p.q), head(p.k), head(p.v))).first;
+  }
+  return it->second;
+}
+
+const Checked& check(const std::string& name, const AttentionParams& params, const ForwardKernel<float>& kernel) {
+  static std::map<std::string, Checked> done;
+  auto it = done.find(name);
+  if (it == done.end()) {
+    const ForwardCheck<float> c = check_forward<float>(reference(params.policy), params, kernel);
+    it = done.emplace(name, Checked{c.ok(), "vs fp64: " + c.summary()}).first;
+  }
+  return it->second;
+}
+
+// LibTorch is checked as a pure fp32 computation without tiles (block_kv = N: one tile).
+AttentionParams torch_params() {
+  AttentionParams params;
+  params.kind = AttentionKind::baseline;
+  params.policy = make_policy("pure", Format::fp32);
+  params.block_q = static_cast<int>(kN);
+  params.block_kv = static_cast<int>(kN);
+  return params;
+}
+const Checked& torch_checked() { return check("torch", torch_params(), torch_forward); }
+const Checked& flash_checked(Format f) {
+  return check(describe_kernel(flash_params(f)), flash_params(f), attention_forward<float>);
+}
+
+// False, with the benchmark skipped and the check's numbers as the reason, when the check failed.
+bool passed(benchmark::State& state, const std::string& what, const Checked& c) {
+  if (!c.ok) state.SkipWithError((what + " fails its check against the fp64 reference: " + c.summary).c_str());
+  return c.ok;
+}
+
 // Reference times measured once (fastest of 5 after a warm-up, like the benchmark loops) so every
 // benchmark can report ratios to them.
 double torch_seconds() {
@@ -161,12 +239,14 @@ double flash_fp32_seconds() {
   return t;
 }
 
+// The ratios to LibTorch and to flash fp32 appear only when those kernels passed their checks (a
+// kernel is never timed unchecked).
 void report(benchmark::State& state, double seconds_per_iter, double extra_bytes) {
   const double gflops = kFlops / seconds_per_iter * 1e-9;
   state.counters["GFLOP/s"] = gflops;
   if (fma_peak() > 0) state.counters["frac_peak"] = gflops / (fma_peak() * 1e-9);
-  state.counters["x_torch"] = torch_seconds() / seconds_per_iter;
-  state.counters["x_fp32"] = seconds_per_iter / flash_fp32_seconds();
+  if (torch_checked().ok) state.counters["x_torch"] = torch_seconds() / seconds_per_iter;
+  if (flash_checked(Format::fp32).ok) state.counters["x_fp32"] = seconds_per_iter / flash_fp32_seconds();
   state.counters["extra_MiB"] = extra_bytes / (1024.0 * 1024.0);
 }
 
@@ -177,27 +257,34 @@ double flash_extra_bytes() { return 4.0 * (3 * kN * kD + 64 * 64 + 64 * kD); }
 
 void BM_flash_forward(benchmark::State& state, Format f) {
   const AttentionParams params = flash_params(f);
+  const Checked& checked = flash_checked(f);
+  if (!passed(state, describe_kernel(params), checked)) return;
   double best = 1e30;
   for (auto _ : state) best = std::min(best, run_flash(params));
   report(state, best, flash_extra_bytes());
-  state.SetLabel(std::string(attention_isa_name()) + " mixed " + std::string(to_string(f)));
+  state.SetLabel(std::string(attention_isa_name()) + " mixed " + std::string(to_string(f)) + "; " + checked.summary);
 }
 
 void BM_baseline_forward(benchmark::State& state) {
   AttentionParams params = flash_params(Format::fp32);
   params.kind = AttentionKind::baseline;
+  const Checked& checked = check(describe_kernel(params), params, attention_forward<float>);
+  if (!passed(state, describe_kernel(params), checked)) return;
   double best = 1e30;
   for (auto _ : state) best = std::min(best, run_flash(params));
   report(state, best, 4.0 * (kN * kN + 3 * kN * kD));
+  state.SetLabel(checked.summary);
 }
 
 void BM_torch_forward(benchmark::State& state) {
+  const Checked& checked = torch_checked();
+  if (!passed(state, "LibTorch attention", checked)) return;
   const TorchInputs in;
   run_torch(in);
   double best = 1e30;
   for (auto _ : state) best = std::min(best, run_torch(in));
   report(state, best, 4.0 * kB * kH * kN * kN * 2);  // scores and probabilities
-  state.SetLabel("at::matmul + at::softmax, 1 thread");
+  state.SetLabel("at::matmul + at::softmax, 1 thread; " + checked.summary);
 }
 
 void BM_fma_peak(benchmark::State& state) {

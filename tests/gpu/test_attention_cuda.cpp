@@ -1,6 +1,8 @@
-// GPU tests of the CUDA attention kernels: device results against the host twin (the same tile math
-// on the CPU, so equal bit for bit except lse, whose logf may differ in the last bit between host and
-// device) and against the CPU kernels of kernels/attention.hpp within the unit-roundoff bound.
+// GPU tests of the CUDA attention kernels: device results against the fp64 reference through the
+// check harness (kernels/check.hpp, the same unit-roundoff bounds as every other kernel), against the
+// host twin (the same tile math on the CPU, so equal bit for bit except lse, whose logf may differ in
+// the last bit between host and device) and against the CPU kernels of kernels/attention.hpp within
+// the harness's bound.
 // Every test skips with "no CUDA device: <reason>" where no device is visible (as on CI machines).
 //
 // B batch, H heads, N sequence, d head dim.
@@ -10,12 +12,15 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "kernels/attention.hpp"
+#include "kernels/check.hpp"
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/tile_reference.hpp"
@@ -95,16 +100,63 @@ std::vector<float> to_host(const cuda::DeviceBuffer<float>& b) {
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
+bool bit_equal(const std::vector<float>& a, const float* b) {
+  return std::memcmp(a.data(), b, a.size() * sizeof(float)) == 0;
+}
 
-// One storage/policy/variant case: forward and backward on the device, on the host twin and on the
-// CPU kernels.
+std::size_t elements(const AttentionShape& s) {
+  return static_cast<std::size_t>(s.batch * s.heads * s.seq_len * s.head_dim);
+}
+
+// The device kernels as harness kernels on float buffers: the host values (representable in the
+// storage format) go to the device in `storage`, the results come back as floats.
+ForwardKernel<float> device_forward(Format storage) {
+  return [storage](const AttentionShape& shape, const AttentionParams& params, const float* q, const float* k,
+                   const float* v, float* o, float* lse) {
+    const std::size_t size = elements(shape), rows = size / static_cast<std::size_t>(shape.head_dim);
+    DeviceTensor dq(std::vector<float>(q, q + size), storage), dk(std::vector<float>(k, k + size), storage);
+    DeviceTensor dv(std::vector<float>(v, v + size), storage), d_o(size, storage);
+    cuda::DeviceBuffer<float> d_lse(rows);
+    const AttentionStats st = cuda::attention_forward_cuda(shape, params, storage, dq.buf.get(), dk.buf.get(),
+                                                           dv.buf.get(), d_o.buf.get(), d_lse.get());
+    const std::vector<float> ho = d_o.host(), hl = to_host(d_lse);
+    std::copy(ho.begin(), ho.end(), o);
+    std::copy(hl.begin(), hl.end(), lse);
+    return st;
+  };
+}
+BackwardKernel<float> device_backward(Format storage) {
+  return [storage](const AttentionShape& shape, const AttentionParams& params, const float* q, const float* k,
+                   const float* v, const float* o, const float* lse, const float* dout, float* dq, float* dk,
+                   float* dv) {
+    const std::size_t size = elements(shape), rows = size / static_cast<std::size_t>(shape.head_dim);
+    DeviceTensor d_q(std::vector<float>(q, q + size), storage), d_k(std::vector<float>(k, k + size), storage);
+    DeviceTensor d_v(std::vector<float>(v, v + size), storage), d_o(std::vector<float>(o, o + size), storage);
+    DeviceTensor d_g(std::vector<float>(dout, dout + size), storage);
+    DeviceTensor d_dq(size, storage), d_dk(size, storage), d_dv(size, storage);
+    cuda::DeviceBuffer<float> d_lse(rows);
+    FASTUDY_CUDA_CHECK(cudaMemcpy(d_lse.get(), lse, rows * sizeof(float), cudaMemcpyHostToDevice));
+    cuda::attention_backward_cuda(shape, params, storage, d_q.buf.get(), d_k.buf.get(), d_v.buf.get(), d_o.buf.get(),
+                                  d_lse.get(), d_g.buf.get(), d_dq.buf.get(), d_dk.buf.get(), d_dv.buf.get());
+    const std::vector<float> hq = d_dq.host(), hk = d_dk.host(), hv = d_dv.host();
+    std::copy(hq.begin(), hq.end(), dq);
+    std::copy(hk.begin(), hk.end(), dk);
+    std::copy(hv.begin(), hv.end(), dv);
+  };
+}
+
+// One storage/policy/variant case: forward and backward on the device against the fp64 reference (the
+// harness's bounds on float buffers), the host twin and the CPU kernels.
 void check_case(const AttentionShape& shape, const Variant& var, Format storage, const PrecisionPolicy& policy,
                 int block_q, int block_kv) {
-  const std::size_t size = static_cast<std::size_t>(shape.batch * shape.heads * shape.seq_len * shape.head_dim);
+  const std::size_t size = elements(shape);
   const std::size_t rows = size / static_cast<std::size_t>(shape.head_dim);
   const Format f = policy.q;
-  const std::vector<float> q = rounded(random_normal(size, 41), f), k = rounded(random_normal(size, 42), f);
-  const std::vector<float> v = rounded(random_normal(size, 43), f), g = rounded(random_normal(size, 44), f);
+  // Q, K, V and dO rounded to f (the policy's storage and grad formats), as the kernels hold them.
+  const AttentionReference ref = make_reference(shape, policy, widen(random_normal(size, 41)),
+                                                widen(random_normal(size, 42)), widen(random_normal(size, 43)),
+                                                widen(random_normal(size, 44)));
+  const std::vector<float> q = narrow(ref.q), k = narrow(ref.k), v = narrow(ref.v), g = narrow(ref.dout);
   AttentionParams params;
   params.kind = var.kind;
   params.order = var.order;
@@ -114,12 +166,11 @@ void check_case(const AttentionShape& shape, const Variant& var, Format storage,
   const std::string what = std::string(var.name) + " " + policy.name + " " + std::string(to_string(f)) +
                            " storage " + std::string(to_string(storage)) + (shape.causal ? " causal" : "");
 
-  DeviceTensor dq_in(q, storage), dk_in(k, storage), dv_in(v, storage), dg(g, storage);
-  DeviceTensor d_o(size, storage), d_dq(size, storage), d_dk(size, storage), d_dv(size, storage);
-  cuda::DeviceBuffer<float> d_lse(rows);
-  cuda::attention_forward_cuda(shape, params, storage, dq_in.buf.get(), dk_in.buf.get(), dv_in.buf.get(),
-                               d_o.buf.get(), d_lse.get());
-  const std::vector<float> o = d_o.host(), lse = to_host(d_lse);
+  const ForwardCheck<float> dev = check_forward<float>(ref, params, device_forward(storage));
+  EXPECT_LE(dev.error.max_abs, dev.bound) << what << ": device O vs the fp64 reference";
+  EXPECT_LE(dev.lse_error.max_abs, dev.lse_bound) << what << ": device lse vs the fp64 reference";
+  const std::vector<float>& o = dev.o;
+  const std::vector<float>& lse = dev.lse;
 
   std::vector<float> o_twin(size), lse_twin(rows);
   cuda_tile::attention_forward_host(shape, params, q.data(), k.data(), v.data(), o_twin.data(), lse_twin.data());
@@ -130,22 +181,21 @@ void check_case(const AttentionShape& shape, const Variant& var, Format storage,
   for (std::size_t r = 0; r < rows; ++r)
     EXPECT_LE(std::fabs(lse[r] - lse_twin[r]), lse_tol * std::max(1.0f, std::fabs(lse_twin[r]))) << what << " row " << r;
 
-  std::vector<float> o_cpu(size), lse_cpu(rows);
-  attention_forward<float>(shape, params, q.data(), k.data(), v.data(), o_cpu.data(), lse_cpu.data());
-  EXPECT_LE(max_abs_diff(o, widen(o_cpu)),
-            forward_bound(policy, shape, score_magnitude(shape, q, k), max_abs(v), block_kv))
-      << what << ": device vs CPU kernels";
+  const ForwardCheck<float> cpu = check_forward<float>(ref, params);
+  EXPECT_LE(error_metrics(o, widen(cpu.o)).max_abs, dev.bound) << what << ": device vs CPU kernels";
 
   // Backward from the device's own O and lse, on both sides.
-  cuda::attention_backward_cuda(shape, params, storage, dq_in.buf.get(), dk_in.buf.get(), dv_in.buf.get(),
-                                d_o.buf.get(), d_lse.get(), dg.buf.get(), d_dq.buf.get(), d_dk.buf.get(),
-                                d_dv.buf.get());
+  const BackwardCheck<float> back =
+      check_backward<float>(ref, params, device_forward(storage), device_backward(storage));
+  EXPECT_LE(back.dq_error.rel_l2, back.bound) << what << ": device dQ vs the fp64 reference";
+  EXPECT_LE(back.dk_error.rel_l2, back.bound) << what << ": device dK vs the fp64 reference";
+  EXPECT_LE(back.dv_error.rel_l2, back.bound) << what << ": device dV vs the fp64 reference";
   std::vector<float> dq(size), dk(size), dv(size);
-  cuda_tile::attention_backward_host(shape, params, q.data(), k.data(), v.data(), o.data(), lse.data(), g.data(),
-                                     dq.data(), dk.data(), dv.data());
-  EXPECT_TRUE(bit_equal(d_dq.host(), dq)) << what << ": device dQ differs from the host twin";
-  EXPECT_TRUE(bit_equal(d_dk.host(), dk)) << what << ": device dK differs from the host twin";
-  EXPECT_TRUE(bit_equal(d_dv.host(), dv)) << what << ": device dV differs from the host twin";
+  cuda_tile::attention_backward_host(shape, params, q.data(), k.data(), v.data(), back.o.data(), back.lse.data(),
+                                     g.data(), dq.data(), dk.data(), dv.data());
+  EXPECT_TRUE(bit_equal(dq, back.grad.data())) << what << ": device dQ differs from the host twin";
+  EXPECT_TRUE(bit_equal(dk, back.grad.data() + size)) << what << ": device dK differs from the host twin";
+  EXPECT_TRUE(bit_equal(dv, back.grad.data() + 2 * size)) << what << ": device dV differs from the host twin";
 }
 
 TEST_F(CudaAttention, EveryVariantFormatAndPolicyMatchesHostTwin) {

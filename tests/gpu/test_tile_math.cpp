@@ -1,7 +1,8 @@
 // CPU tests of the CUDA kernels' numerics: the host twin (kernels/cuda/tile_reference.cpp) runs the
 // same tile math (kernels/cuda/tile_math.hpp) the device kernels run, in the same order. Checked
-// against the fp64 reference with unit-roundoff bounds, and against the CPU kernels of
-// kernels/attention.hpp in the same policy. Runs on every machine; no GPU involved.
+// against the fp64 reference with unit-roundoff bounds through the check harness (kernels/check.hpp),
+// and against the CPU kernels of kernels/attention.hpp in the same policy. Runs on every machine; no
+// GPU involved.
 //
 // B batch, H heads, N sequence, d head dim.
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 
 #include "base/error.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/check.hpp"
 #include "kernels/cuda/tile_math.hpp"
 #include "kernels/cuda/tile_reference.hpp"
 #include "tests/gpu/common.hpp"
@@ -73,7 +75,7 @@ TEST(TileMath, RoundingObjectsRoundAsThePolicySays) {
   EXPECT_EQ(Pure16::stats(1.0f + std::ldexp(1.0f, -9)), 1.0f);  // bf16 ulp at 1 is 2^-7
 }
 
-void check_forward(std::int64_t n, std::int64_t d) {
+void check_twin_forward(std::int64_t n, std::int64_t d) {
   for (bool causal : {false, true}) {
     const AttentionShape shape = make_shape(n, d, causal);
     const std::size_t size = static_cast<std::size_t>(shape.batch * shape.heads * n * d);
@@ -81,45 +83,37 @@ void check_forward(std::int64_t n, std::int64_t d) {
     for (const char* preset : {"pure", "mixed"}) {
       for (Format f : kCudaFormats) {
         const PrecisionPolicy policy = make_policy(preset, f);
-        const std::vector<float> q = rounded(q0, f), k = rounded(k0, f), v = rounded(v0, f);
-        std::vector<double> ref(size), ref_lse(size / d);
-        attention_forward_reference(shape, widen(q).data(), widen(k).data(), widen(v).data(), ref.data(),
-                                    ref_lse.data());
-        const double bound = forward_bound(policy, shape, score_magnitude(shape, q, k), max_abs(v), 10);
+        // The reference on Q, K, V rounded to f, as the kernels store them.
+        const AttentionReference ref = make_reference(shape, policy, widen(q0), widen(k0), widen(v0));
         for (const Variant& var : kVariants) {
           const AttentionParams params = make_params(var, policy);
-          std::vector<float> o(size), lse(size / d), o_cpu(size), lse_cpu(size / d);
-          const AttentionStats st = cuda_tile::attention_forward_host(shape, params, q.data(), k.data(), v.data(),
-                                                                      o.data(), lse.data());
+          // bound: forward_bound on float buffers (block_kv 10); lse: the same relative error as l plus
+          // u_stats |lse| when stored (lse_bound).
+          const ForwardCheck<float> twin = check_forward<float>(ref, params, cuda_tile::attention_forward_host);
           const std::string what = std::string(var.name) + " " + preset + " " + std::string(to_string(f)) +
                                    (causal ? " causal" : "");
-          EXPECT_LE(max_abs_diff(o, ref), bound) << what;
-          // lse = m + log l: the same relative error as l plus u_stats |lse| when stored.
-          EXPECT_LE(max_abs_diff(lse, ref_lse), bound / max_abs(v) * (1 + *std::max_element(
-                                                    ref_lse.begin(), ref_lse.end(),
-                                                    [](double a, double b) { return std::fabs(a) < std::fabs(b); })))
-              << what;
+          EXPECT_LE(twin.error.max_abs, twin.bound) << what;
+          EXPECT_LE(twin.lse_error.max_abs, twin.lse_bound) << what;
           // The CPU kernels take the same rounding steps in the same order with the same expf: on an
           // instruction set with FMA (their dot products fuse, as the twin's and the GPU's do) the
           // results are equal bit for bit; on the generic SSE build only within the bound.
-          const AttentionStats st_cpu =
-              attention_forward<float>(shape, params, q.data(), k.data(), v.data(), o_cpu.data(), lse_cpu.data());
+          const ForwardCheck<float> cpu = check_forward<float>(ref, params);
           if (cpu_kernels_fuse()) {
-            EXPECT_TRUE(bit_equal(o, o_cpu)) << what << " O vs CPU kernels (" << attention_isa_name() << ")";
-            EXPECT_TRUE(bit_equal(lse, lse_cpu)) << what << " lse vs CPU kernels";
+            EXPECT_TRUE(bit_equal(twin.o, cpu.o)) << what << " O vs CPU kernels (" << attention_isa_name() << ")";
+            EXPECT_TRUE(bit_equal(twin.lse, cpu.lse)) << what << " lse vs CPU kernels";
           } else {
-            EXPECT_LE(max_abs_diff(o, widen(o_cpu)), bound) << what << " vs CPU kernels";
+            EXPECT_LE(error_metrics(twin.o, widen(cpu.o)).max_abs, twin.bound) << what << " vs CPU kernels";
           }
-          EXPECT_EQ(st.tiles_kv, st_cpu.tiles_kv) << what;
-          EXPECT_DOUBLE_EQ(st.rescales_per_row, st_cpu.rescales_per_row) << what;
+          EXPECT_EQ(twin.stats.tiles_kv, cpu.stats.tiles_kv) << what;
+          EXPECT_DOUBLE_EQ(twin.stats.rescales_per_row, cpu.stats.rescales_per_row) << what;
         }
       }
     }
   }
 }
 
-TEST(TileMath, ForwardWithinUnitRoundoffBoundOfReference) { check_forward(37, 12); }
-TEST(TileMath, ForwardSingleTileAndTinyHeads) { check_forward(7, 3); }
+TEST(TileMath, ForwardWithinUnitRoundoffBoundOfReference) { check_twin_forward(37, 12); }
+TEST(TileMath, ForwardSingleTileAndTinyHeads) { check_twin_forward(7, 3); }
 
 TEST(TileMath, BackwardWithinUnitRoundoffBoundOfReference) {
   for (bool causal : {false, true}) {
@@ -130,27 +124,24 @@ TEST(TileMath, BackwardWithinUnitRoundoffBoundOfReference) {
     for (const char* preset : {"pure", "mixed"}) {
       for (Format f : kCudaFormats) {
         const PrecisionPolicy policy = make_policy(preset, f);
-        const std::vector<float> q = rounded(q0, f), k = rounded(k0, f), v = rounded(v0, f), g = rounded(g0, f);
-        std::vector<double> rq(size), rk(size), rv(size);
-        attention_backward_reference(shape, widen(q).data(), widen(k).data(), widen(v).data(), widen(g).data(),
-                                     rq.data(), rk.data(), rv.data());
-        const double bound = backward_bound(policy, shape, score_magnitude(shape, q, k));
+        // Q, K, V and dO rounded to f (the policy's storage and grad formats).
+        const AttentionReference ref = make_reference(shape, policy, widen(q0), widen(k0), widen(v0), widen(g0));
+        const std::vector<float> q = narrow(ref.q), k = narrow(ref.k), v = narrow(ref.v), g = narrow(ref.dout);
         for (const Variant& var : kVariants) {
           const AttentionParams params = make_params(var, policy);
-          std::vector<float> o(size), lse(size / 8), dq(size), dk(size), dv(size);
-          cuda_tile::attention_forward_host(shape, params, q.data(), k.data(), v.data(), o.data(), lse.data());
-          cuda_tile::attention_backward_host(shape, params, q.data(), k.data(), v.data(), o.data(), lse.data(),
-                                             g.data(), dq.data(), dk.data(), dv.data());
+          const BackwardCheck<float> twin = check_backward<float>(ref, params, cuda_tile::attention_forward_host,
+                                                                  cuda_tile::attention_backward_host);
           const std::string what = std::string(var.name) + " " + preset + " " + std::string(to_string(f)) +
                                    (causal ? " causal" : "");
-          EXPECT_LE(rel_l2(dq, rq), bound) << what << " dq";
-          EXPECT_LE(rel_l2(dk, rk), bound) << what << " dk";
-          EXPECT_LE(rel_l2(dv, rv), bound) << what << " dv";
+          EXPECT_LE(twin.dq_error.rel_l2, twin.bound) << what << " dq";
+          EXPECT_LE(twin.dk_error.rel_l2, twin.bound) << what << " dk";
+          EXPECT_LE(twin.dv_error.rel_l2, twin.bound) << what << " dv";
           if (cpu_kernels_fuse()) {
-            std::vector<float> cq(size), ck(size), cv(size);
-            attention_backward<float>(shape, params, q.data(), k.data(), v.data(), o.data(), lse.data(), g.data(),
-                                      cq.data(), ck.data(), cv.data());
-            EXPECT_TRUE(bit_equal(dq, cq) && bit_equal(dk, ck) && bit_equal(dv, cv)) << what << " vs CPU kernels";
+            // The CPU backward from the twin's O and lse; dQ|dK|dV concatenated, as the check's grad.
+            std::vector<float> c(3 * size);
+            attention_backward<float>(shape, params, q.data(), k.data(), v.data(), twin.o.data(), twin.lse.data(),
+                                      g.data(), c.data(), c.data() + size, c.data() + 2 * size);
+            EXPECT_TRUE(bit_equal(twin.grad, c)) << what << " vs CPU kernels";
           }
         }
       }
@@ -165,16 +156,12 @@ TEST(TileMath, MixedFlashErrorAtMostTwiceBaseline) {
   const std::vector<float> q0 = random_normal(size, 31), k0 = random_normal(size, 32), v0 = random_normal(size, 33);
   for (Format f : {Format::fp16, Format::bf16}) {
     const PrecisionPolicy policy = make_policy("mixed", f);
-    const std::vector<float> q = rounded(q0, f), k = rounded(k0, f), v = rounded(v0, f);
-    std::vector<double> ref(size);
-    attention_forward_reference(shape, widen(q).data(), widen(k).data(), widen(v).data(), ref.data(), nullptr);
+    const AttentionReference ref = make_reference(shape, policy, widen(q0), widen(k0), widen(v0));
     double err[3];
     for (int i = 0; i < 3; ++i) {
       AttentionParams params = make_params(kVariants[i], policy);
       params.block_kv = 8;
-      std::vector<float> o(size);
-      cuda_tile::attention_forward_host(shape, params, q.data(), k.data(), v.data(), o.data(), nullptr);
-      err[i] = max_abs_diff(o, ref);
+      err[i] = check_forward<float>(ref, params, cuda_tile::attention_forward_host).error.max_abs;
     }
     EXPECT_LE(err[1], 2 * err[0]) << to_string(f) << " flash q_outer vs baseline";
     EXPECT_LE(err[2], 2 * err[0]) << to_string(f) << " flash kv_outer vs baseline";

@@ -3,6 +3,8 @@
 // on float and double buffers; exact results where the exact answer is representable; the backward
 // against finite differences; FlashAttention's own acceptance rule (flash error <= 2x baseline error
 // in the mixed policy); odd sizes and clipped blocks; rescale counts; the portable build.
+// Every comparison with the reference goes through the check harness (kernels/check.hpp), which
+// holds the error metrics and the unit-roundoff bounds.
 //
 // B batch, H heads, N sequence, d head dim; tensors are [B, H, N, d].
 #include <gtest/gtest.h>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "kernels/attention.hpp"
+#include "kernels/check.hpp"
 #include "kernels/detail/attention_isa.hpp"
 #include "kernels/format.hpp"
 
@@ -44,117 +47,17 @@ std::vector<double> rounded(const std::vector<double>& x, Format f) {
   return r;
 }
 
-// The kernels on T buffers, results widened to double.
+// The kernels on T buffers, results widened to double (for the tests of exact results and of
+// AttentionStats; comparisons with the reference use check_forward / check_backward).
 template <class T>
 std::vector<double> forward_as(const AttentionShape& shape, const AttentionParams& params, const std::vector<double>& q,
                                const std::vector<double>& k, const std::vector<double>& v,
-                               std::vector<double>* lse = nullptr, AttentionStats* stats = nullptr) {
+                               AttentionStats* stats = nullptr) {
   std::vector<T> qt(q.begin(), q.end()), kt(k.begin(), k.end()), vt(v.begin(), v.end()), ot(q.size());
   std::vector<T> lt(shape.batch * shape.heads * shape.seq_len);
   const AttentionStats st = attention_forward<T>(shape, params, qt.data(), kt.data(), vt.data(), ot.data(), lt.data());
   if (stats) *stats = st;
-  if (lse) lse->assign(lt.begin(), lt.end());
   return std::vector<double>(ot.begin(), ot.end());
-}
-
-// dQ, dK, dV concatenated.
-template <class T>
-std::vector<double> backward_as(const AttentionShape& shape, const AttentionParams& params, const std::vector<double>& q,
-                                const std::vector<double>& k, const std::vector<double>& v,
-                                const std::vector<double>& dout) {
-  std::vector<T> qt(q.begin(), q.end()), kt(k.begin(), k.end()), vt(v.begin(), v.end()), ot(q.size());
-  std::vector<T> lt(shape.batch * shape.heads * shape.seq_len), dot(dout.begin(), dout.end());
-  std::vector<T> dq(q.size()), dk(q.size()), dv(q.size());
-  attention_forward<T>(shape, params, qt.data(), kt.data(), vt.data(), ot.data(), lt.data());
-  attention_backward<T>(shape, params, qt.data(), kt.data(), vt.data(), ot.data(), lt.data(), dot.data(), dq.data(),
-                        dk.data(), dv.data());
-  std::vector<double> g(dq.begin(), dq.end());
-  g.insert(g.end(), dk.begin(), dk.end());
-  g.insert(g.end(), dv.begin(), dv.end());
-  return g;
-}
-
-std::vector<double> reference_backward(const AttentionShape& shape, const std::vector<double>& q,
-                                       const std::vector<double>& k, const std::vector<double>& v,
-                                       const std::vector<double>& dout) {
-  std::vector<double> dq(q.size()), dk(q.size()), dv(q.size());
-  attention_backward_reference(shape, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(), dv.data());
-  std::vector<double> g = dq;
-  g.insert(g.end(), dk.begin(), dk.end());
-  g.insert(g.end(), dv.begin(), dv.end());
-  return g;
-}
-
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  double m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
-
-double rel_l2(const std::vector<double>& a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / den);
-}
-
-double max_abs(const std::vector<double>& x) {
-  double m = 0;
-  for (double v : x) m = std::max(m, std::fabs(v));
-  return m;
-}
-
-// u of the format a step runs in, on T buffers (a float holds at most fp32 precision).
-template <class T>
-double step_u(Format f) {
-  const double u = unit_roundoff(f);
-  return std::is_same_v<T, float> ? std::max(u, unit_roundoff(Format::fp32)) : u;
-}
-
-// Largest scaled |score| magnitude sum_t |q_it k_jt| * scale over all heads, rows and keys.
-double score_magnitude(const AttentionShape& shape, const std::vector<double>& q, const std::vector<double>& k) {
-  const std::int64_t n = shape.seq_len, d = shape.head_dim;
-  const double scale = shape.scale != 0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(d));
-  double m = 0;
-  for (std::int64_t h = 0; h < shape.batch * shape.heads; ++h)
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (std::int64_t t = 0; t < d; ++t) s += std::fabs(q[(h * n + i) * d + t] * k[(h * n + j) * d + t]);
-        m = std::max(m, s * scale);
-      }
-  return m;
-}
-
-// Forward error bound |O - O_ref| <= bound (elementwise), derived step by step from the unit
-// roundoffs of the policy (first order; the inputs are already rounded, so the reference sees the
-// same Q, K, V):
-//   scores: a length-d dot product rounded to accum after every add, then to s:
-//           |dS| <= (d u_accum + u_s) Smag, Smag = max_ij sum_t |q_it k_jt| * scale.
-//   softmax: P_ij = exp(S_ij - m_i) / l_i moves by at most 2 |dS| relative (numerator and the
-//           normalising sum), plus u_p (P storage), u_stats (max and each of the N sum adds:
-//           N u_stats relative on l), u_division, and 4 u_T for exp on T buffers (float exp is
-//           within 2 ulp; std::exp within 1).
-//   P.V:    a length-N sum in accum: N u_accum relative to sum_j P_ij |v_j| <= max|v|.
-//   flash:  each of the T_c tiles rescales O once more: u_rescale + u_o_running + u_accum +
-//           u_division + u_stats per tile (FA-1 re-normalises each tile, FA-2 rescales by alpha).
-//   output: u_o.
-// All relative to max|v|, which bounds |O|.
-template <class T>
-double forward_bound(const PrecisionPolicy& p, const AttentionShape& shape, double smag, double vmax, int block_kv) {
-  const double n = static_cast<double>(shape.seq_len), d = static_cast<double>(shape.head_dim);
-  const double ua = step_u<T>(p.accum), us = step_u<T>(p.s), up = step_u<T>(p.p), ust = step_u<T>(p.stats);
-  const double ur = step_u<T>(p.rescale), uo = step_u<T>(p.o), udiv = step_u<T>(p.division);
-  const double uor = step_u<T>(p.o_running);
-  const double ut = step_u<T>(std::is_same_v<T, float> ? Format::fp32 : Format::fp64);
-  const double tiles = std::ceil(n / std::min<double>(block_kv, n));
-  const double ds = (d * ua + us) * smag;
-  const double softmax = 2 * ds + up + (n + 1) * ust + udiv + 4 * ut;
-  const double pv = n * ua;
-  const double flash = tiles * (ur + uor + ua + udiv + ust);
-  return (softmax + pv + flash + uo) * vmax;
 }
 
 struct Inputs {
@@ -183,11 +86,8 @@ void check_forward_against_reference(int block_q, int block_kv, std::int64_t n, 
     for (const char* preset : {"pure", "mixed"}) {
       for (Format f : kAllFormats) {
         const PrecisionPolicy policy = make_policy(preset, f);
-        // The reference sees the inputs as the kernels store them.
-        const std::vector<double> q = rounded(in.q, policy.q), k = rounded(in.k, policy.k), v = rounded(in.v, policy.v);
-        std::vector<double> ref(q.size()), ref_lse(in.shape.batch * in.shape.heads * n);
-        attention_forward_reference(in.shape, q.data(), k.data(), v.data(), ref.data(), ref_lse.data());
-        const double bound = forward_bound<T>(policy, in.shape, score_magnitude(in.shape, q, k), max_abs(v), block_kv);
+        // The reference sees the inputs as the kernels store them (rounded to the policy's q, k, v).
+        const AttentionReference ref = make_reference(in.shape, policy, in.q, in.k, in.v);
         for (const Variant& var : kVariants) {
           AttentionParams params;
           params.kind = var.kind;
@@ -195,16 +95,13 @@ void check_forward_against_reference(int block_q, int block_kv, std::int64_t n, 
           params.policy = policy;
           params.block_q = block_q;
           params.block_kv = block_kv;
-          std::vector<double> lse;
-          const std::vector<double> out = forward_as<T>(in.shape, params, q, k, v, &lse);
-          const double err = max_abs_diff(out, ref);
-          EXPECT_LE(err, bound) << var.name << " " << preset << " " << to_string(f) << (causal ? " causal" : "")
-                                << " T=" << (std::is_same_v<T, float> ? "float" : "double") << " blocks " << block_q
-                                << "x" << block_kv;
-          // lse = m + log(l): |d lse| <= |dS| + N u_stats + u of the log on T, with |lse| itself
-          // adding u_stats |lse| when it is stored; the same bound scaled by 1/max|v| + |lse| covers it.
-          const double lse_bound = bound / max_abs(v) * (1 + max_abs(ref_lse));
-          EXPECT_LE(max_abs_diff(lse, ref_lse), lse_bound) << var.name << " lse " << preset << " " << to_string(f);
+          // bound: forward_bound on T buffers; lse_bound: the same scaled by 1/max|v| + max|lse|.
+          const ForwardCheck<T> c = check_forward<T>(ref, params);
+          EXPECT_LE(c.error.max_abs, c.bound) << var.name << " " << preset << " " << to_string(f)
+                                              << (causal ? " causal" : "")
+                                              << " T=" << (std::is_same_v<T, float> ? "float" : "double")
+                                              << " blocks " << block_q << "x" << block_kv;
+          EXPECT_LE(c.lse_error.max_abs, c.lse_bound) << var.name << " lse " << preset << " " << to_string(f);
         }
       }
     }
@@ -223,8 +120,7 @@ TEST(Attention, Fp64IsTheReferenceToRoundoff) {
   // In fp64 on double buffers every step is exact up to fp64 rounding, so the bound shrinks to
   // about (d + N) * 2^-53 relative: the kernels compute the same function as the reference.
   const Inputs in = make_inputs(2, 2, 50, 24, true, 5);
-  std::vector<double> ref(in.q.size());
-  attention_forward_reference(in.shape, in.q.data(), in.k.data(), in.v.data(), ref.data(), nullptr);
+  const AttentionReference ref = make_reference(in.shape, in.q, in.k, in.v);
   for (const Variant& var : kVariants) {
     AttentionParams params;
     params.kind = var.kind;
@@ -232,8 +128,7 @@ TEST(Attention, Fp64IsTheReferenceToRoundoff) {
     params.policy = make_policy("pure", Format::fp64);
     params.block_q = 16;
     params.block_kv = 16;
-    const double err = max_abs_diff(forward_as<double>(in.shape, params, in.q, in.k, in.v), ref);
-    EXPECT_LT(err, 1e-13) << var.name;
+    EXPECT_LT(check_forward<double>(ref, params).error.max_abs, 1e-13) << var.name;
   }
 }
 
@@ -320,7 +215,7 @@ TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
   for (bool causal : {false, true}) {
     Inputs in = make_inputs(1, 1, 6, 3, causal, 11);
     const std::vector<double> dout = random_normal(in.q.size(), 12);
-    const std::vector<double> grad = reference_backward(in.shape, in.q, in.k, in.v, dout);
+    const std::vector<double> grad = make_reference(in.shape, in.q, in.k, in.v, dout).grad;
     auto loss = [&](const Inputs& x) {
       std::vector<double> o(x.q.size());
       attention_forward_reference(x.shape, x.q.data(), x.k.data(), x.v.data(), o.data(), nullptr);
@@ -344,22 +239,8 @@ TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
   }
 }
 
-// Backward error in relative L2 against the fp64 reference backward. Each gradient is two chained
-// dot products (dP = dO.V^T over d, then dQ = dS.K over N, or dV = P^T.dO over N), each rounded to
-// accum after every add: (d + N) u_accum; dS and the stored gradients add u_grad each and P carries
-// the forward's softmax error (2 (d u_accum + u_s) Smag + u_p + (N + 1) u_stats + u_division); the
-// subtraction dP - D cancels, which can amplify relative errors by up to max|dP| / |dP - D|, a factor
-// we allow as 4 on these random inputs. Bound: 4 * (sum of the above).
-template <class T>
-double backward_bound(const PrecisionPolicy& p, const AttentionShape& shape, double smag) {
-  const double n = static_cast<double>(shape.seq_len), d = static_cast<double>(shape.head_dim);
-  const double ua = step_u<T>(p.accum), us = step_u<T>(p.s), up = step_u<T>(p.p), ust = step_u<T>(p.stats);
-  const double ug = step_u<T>(p.grad), udiv = step_u<T>(p.division);
-  const double ut = step_u<T>(std::is_same_v<T, float> ? Format::fp32 : Format::fp64);
-  const double softmax = 2 * (d * ua + us) * smag + up + (n + 1) * ust + udiv + 4 * ut;
-  return 4 * ((d + n) * ua + 3 * ug + softmax);
-}
-
+// Backward error in relative L2 against the fp64 reference backward, within backward_bound (its
+// derivation is in kernels/check.hpp).
 template <class T>
 void check_backward_against_reference() {
   for (bool causal : {false, true}) {
@@ -368,10 +249,8 @@ void check_backward_against_reference() {
     for (const char* preset : {"pure", "mixed"}) {
       for (Format f : {Format::fp64, Format::fp32, Format::tf32, Format::fp16, Format::bf16}) {
         const PrecisionPolicy policy = make_policy(preset, f);
-        const std::vector<double> q = rounded(in.q, f), k = rounded(in.k, f), v = rounded(in.v, f);
-        const std::vector<double> dout = rounded(dout_raw, f);
-        const std::vector<double> ref = reference_backward(in.shape, q, k, v, dout);
-        const double bound = backward_bound<T>(policy, in.shape, score_magnitude(in.shape, q, k));
+        // Q, K, V, dO rounded to f (the policy's storage and grad formats).
+        const AttentionReference ref = make_reference(in.shape, policy, in.q, in.k, in.v, dout_raw);
         for (const Variant& var : kVariants) {
           AttentionParams params;
           params.kind = var.kind;
@@ -379,9 +258,9 @@ void check_backward_against_reference() {
           params.policy = policy;
           params.block_q = 5;
           params.block_kv = 8;
-          const std::vector<double> g = backward_as<T>(in.shape, params, q, k, v, dout);
-          EXPECT_LE(rel_l2(g, ref), bound) << var.name << " " << preset << " " << to_string(f)
-                                           << (causal ? " causal" : "");
+          const BackwardCheck<T> c = check_backward<T>(ref, params);
+          EXPECT_LE(c.error.rel_l2, c.bound) << var.name << " " << preset << " " << to_string(f)
+                                             << (causal ? " causal" : "");
         }
       }
     }
@@ -391,9 +270,9 @@ void check_backward_against_reference() {
 TEST(Attention, BackwardMatchesReferenceFloat) { check_backward_against_reference<float>(); }
 TEST(Attention, BackwardOddBlocks) {
   // KV tiles that start off a vector boundary (20 keys per tile, 16 or 8 lanes) and a ragged last tile.
+  // The reference on the unrounded fp64 inputs: the kernels' rounding of them to fp32 counts too.
   const Inputs in = make_inputs(1, 1, 32, 5, false, 400);
-  const std::vector<double> dout = random_normal(in.q.size(), 401);
-  const std::vector<double> ref = reference_backward(in.shape, in.q, in.k, in.v, dout);
+  const AttentionReference ref = make_reference(in.shape, in.q, in.k, in.v, random_normal(in.q.size(), 401));
   const PrecisionPolicy policy = make_policy("mixed", Format::fp32);
   for (const Variant& var : kVariants) {
     AttentionParams params;
@@ -401,17 +280,15 @@ TEST(Attention, BackwardOddBlocks) {
     params.policy = policy;
     params.block_q = 7;
     params.block_kv = 20;
-    EXPECT_LE(rel_l2(backward_as<float>(in.shape, params, in.q, in.k, in.v, dout), ref),
-              backward_bound<float>(policy, in.shape, score_magnitude(in.shape, in.q, in.k)))
-        << var.name;
+    const BackwardCheck<float> c = check_backward<float>(ref, params);
+    EXPECT_LE(c.error.rel_l2, c.bound) << var.name;
   }
 }
 TEST(Attention, BackwardMatchesReferenceDouble) { check_backward_against_reference<double>(); }
 
 TEST(Attention, Fp64BackwardIsTheReferenceToRoundoff) {
   const Inputs in = make_inputs(1, 2, 33, 8, true, 9);
-  const std::vector<double> dout = random_normal(in.q.size(), 10);
-  const std::vector<double> ref = reference_backward(in.shape, in.q, in.k, in.v, dout);
+  const AttentionReference ref = make_reference(in.shape, in.q, in.k, in.v, random_normal(in.q.size(), 10));
   for (const Variant& var : kVariants) {
     AttentionParams params;
     params.kind = var.kind;
@@ -419,7 +296,7 @@ TEST(Attention, Fp64BackwardIsTheReferenceToRoundoff) {
     params.policy = make_policy("pure", Format::fp64);
     params.block_q = 8;
     params.block_kv = 8;
-    EXPECT_LT(rel_l2(backward_as<double>(in.shape, params, in.q, in.k, in.v, dout), ref), 1e-13) << var.name;
+    EXPECT_LT(check_backward<double>(ref, params).error.rel_l2, 1e-13) << var.name;
   }
 }
 
@@ -430,19 +307,17 @@ TEST(Attention, MixedFlashErrorAtMostTwiceBaseline) {
     for (std::uint64_t seed : {1, 2, 3}) {
       // N = 512 with 32-wide tiles: 16 KV tiles, 15 rescales per row.
       const Inputs in = make_inputs(1, 2, 512, 64, seed == 3, 1000 * seed);
-      const std::vector<double> q = rounded(in.q, f), k = rounded(in.k, f), v = rounded(in.v, f);
-      std::vector<double> ref(q.size());
-      attention_forward_reference(in.shape, q.data(), k.data(), v.data(), ref.data(), nullptr);
       AttentionParams params;
       params.policy = make_policy("mixed", f);
       params.block_q = 32;
       params.block_kv = 32;
+      const AttentionReference ref = make_reference(in.shape, params.policy, in.q, in.k, in.v);
       params.kind = AttentionKind::baseline;
-      const double base = max_abs_diff(forward_as<float>(in.shape, params, q, k, v), ref);
+      const double base = check_forward<float>(ref, params).error.max_abs;
       params.kind = AttentionKind::flash;
       for (LoopOrder order : {LoopOrder::kv_outer, LoopOrder::q_outer}) {
         params.order = order;
-        const double flash = max_abs_diff(forward_as<float>(in.shape, params, q, k, v), ref);
+        const double flash = check_forward<float>(ref, params).error.max_abs;
         EXPECT_LE(flash, 2 * base) << to_string(f) << " " << to_string(order) << " seed " << seed
                                    << " baseline " << base;
       }
@@ -459,7 +334,7 @@ TEST(Attention, RescaleCounts) {
     for (LoopOrder order : {LoopOrder::kv_outer, LoopOrder::q_outer}) {
       params.order = order;
       AttentionStats st;
-      forward_as<float>(in.shape, params, in.q, in.k, in.v, nullptr, &st);
+      forward_as<float>(in.shape, params, in.q, in.k, in.v, &st);
       const std::int64_t tiles = (100 + std::min(bc, 100) - 1) / std::min(bc, 100);
       EXPECT_EQ(st.tiles_kv, tiles);
       EXPECT_EQ(st.rescales_per_row, static_cast<double>(tiles - 1)) << "Bc " << bc;
@@ -469,10 +344,10 @@ TEST(Attention, RescaleCounts) {
   Inputs small = make_inputs(1, 1, 10, 4, true, 3);
   params.block_kv = 4;
   AttentionStats st;
-  forward_as<float>(small.shape, params, small.q, small.k, small.v, nullptr, &st);
+  forward_as<float>(small.shape, params, small.q, small.k, small.v, &st);
   EXPECT_DOUBLE_EQ(st.rescales_per_row, 0.8);
   params.kind = AttentionKind::baseline;
-  forward_as<float>(small.shape, params, small.q, small.k, small.v, nullptr, &st);
+  forward_as<float>(small.shape, params, small.q, small.k, small.v, &st);
   EXPECT_EQ(st.tiles_kv, 1);
   EXPECT_EQ(st.rescales_per_row, 0.0);
 }
@@ -533,18 +408,29 @@ std::vector<const detail::AttentionIsa*> runnable_isas() {
 
 TEST(Attention, EveryInstructionSetBuildMatchesReference) {
   const Inputs in = make_inputs(1, 2, 37, 16, true, 21);
-  const std::int64_t heads = 2, rows = heads * 37;
-  const std::vector<double> dout = random_normal(in.q.size(), 22);
+  const std::int64_t heads = 2;
   const PrecisionPolicy fp64 = make_policy("pure", Format::fp64), bf16 = make_policy("mixed", Format::bf16);
-  std::vector<double> ref(in.q.size());
-  attention_forward_reference(in.shape, in.q.data(), in.k.data(), in.v.data(), ref.data(), nullptr);
-  const std::vector<double> ref_grad = reference_backward(in.shape, in.q, in.k, in.v, dout);
-  const std::vector<double> q16 = rounded(in.q, Format::bf16), k16 = rounded(in.k, Format::bf16),
-                            v16 = rounded(in.v, Format::bf16);
-  std::vector<double> ref16(q16.size());
-  attention_forward_reference(in.shape, q16.data(), k16.data(), v16.data(), ref16.data(), nullptr);
+  const AttentionReference ref = make_reference(in.shape, in.q, in.k, in.v, random_normal(in.q.size(), 22));
+  const AttentionReference ref16 = make_reference(in.shape, bf16, in.q, in.k, in.v);  // Q, K, V rounded to bf16
   for (const detail::AttentionIsa* isa : runnable_isas()) {
     ASSERT_NE(isa, nullptr);
+    // The build's functions as harness kernels, over all heads on this thread.
+    const ForwardKernel<double> forward_f64 = [&](const AttentionShape& s, const AttentionParams& p, const double* q,
+                                                  const double* k, const double* v, double* o, double* lse) {
+      isa->forward_f64(s, p, q, k, v, o, lse, 0, heads);
+      return AttentionStats{};
+    };
+    const BackwardKernel<double> backward_f64 = [&](const AttentionShape& s, const AttentionParams& p, const double* q,
+                                                    const double* k, const double* v, const double* o,
+                                                    const double* lse, const double* dout, double* dq, double* dk,
+                                                    double* dv) {
+      isa->backward_f64(s, p, q, k, v, o, lse, dout, dq, dk, dv, 0, heads);
+    };
+    const ForwardKernel<float> forward_f32 = [&](const AttentionShape& s, const AttentionParams& p, const float* q,
+                                                 const float* k, const float* v, float* o, float* lse) {
+      isa->forward_f32(s, p, q, k, v, o, lse, 0, heads);
+      return AttentionStats{};
+    };
     for (const Variant& var : kVariants) {
       AttentionParams params;
       params.kind = var.kind;
@@ -552,25 +438,13 @@ TEST(Attention, EveryInstructionSetBuildMatchesReference) {
       params.policy = fp64;
       params.block_q = 8;
       params.block_kv = 8;
-      const std::size_t size = in.q.size();
-      std::vector<double> o(size), lse(rows), dq(size), dk(size), dv(size);
-      isa->forward_f64(in.shape, params, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), 0, heads);
-      EXPECT_LT(max_abs_diff(o, ref), 1e-13) << isa->name << " " << var.name;
-      isa->backward_f64(in.shape, params, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), dout.data(),
-                        dq.data(), dk.data(), dv.data(), 0, heads);
-      std::vector<double> g = dq;
-      g.insert(g.end(), dk.begin(), dk.end());
-      g.insert(g.end(), dv.begin(), dv.end());
-      EXPECT_LT(rel_l2(g, ref_grad), 1e-13) << isa->name << " " << var.name;
+      EXPECT_LT(check_forward<double>(ref, params, forward_f64).error.max_abs, 1e-13) << isa->name << " " << var.name;
+      EXPECT_LT(check_backward<double>(ref, params, forward_f64, backward_f64).error.rel_l2, 1e-13)
+          << isa->name << " " << var.name;
 
       params.policy = bf16;
-      std::vector<float> qf(q16.begin(), q16.end()), kf(k16.begin(), k16.end()), vf(v16.begin(), v16.end());
-      std::vector<float> of(size), lf(rows);
-      isa->forward_f32(in.shape, params, qf.data(), kf.data(), vf.data(), of.data(), lf.data(), 0, heads);
-      const std::vector<double> od(of.begin(), of.end());
-      EXPECT_LE(max_abs_diff(od, ref16),
-                forward_bound<float>(bf16, in.shape, score_magnitude(in.shape, q16, k16), max_abs(v16), 8))
-          << isa->name << " " << var.name;
+      const ForwardCheck<float> c = check_forward<float>(ref16, params, forward_f32);
+      EXPECT_LE(c.error.max_abs, c.bound) << isa->name << " " << var.name;
     }
   }
 }

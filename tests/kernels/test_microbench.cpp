@@ -1,10 +1,14 @@
 // Tests of the microbenchmark point library (kernels/microbench.hpp): deterministic inputs that do
 // not depend on the format, policy, blocks or loop order; fp64 points that agree with the golden
-// result; error rows that grow as mantissa bits shrink.
+// result; error rows that grow as mantissa bits shrink; error columns that are the check harness's
+// metrics (kernels/check.hpp), within its bounds.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
+#include "kernels/check.hpp"
 #include "kernels/microbench.hpp"
 
 namespace fastudy {
@@ -126,6 +130,65 @@ TEST(Microbench, ErrorGrowsAsMantissaShrinks) {
       EXPECT_GT(rows[a].max_abs, last[a]) << to_string(f) << " " << rows[a].algorithm;
       EXPECT_GT(rows[a].mean_abs, 0.0);
       last[a] = rows[a].max_abs;
+    }
+  }
+}
+
+// The rows are the harness's error metrics of the same kernels on the same rounded inputs, bit for
+// bit (one definition of the metrics), and the golden errors stay within the harness's bounds.
+TEST(Microbench, RowsAreTheHarnessMetricsWithinItsBounds) {
+  auto expect_same = [](const MicrobenchRow& row, const ErrorMetrics& m, const std::string& what) {
+    EXPECT_EQ(row.max_abs, m.max_abs) << what;
+    EXPECT_EQ(row.mean_abs, m.mean_abs) << what;
+    EXPECT_EQ(row.std_abs, m.std_abs) << what;
+    EXPECT_EQ(row.rel_l2, m.rel_l2) << what;
+  };
+  for (const char* pass : {"forward", "backward"}) {
+    for (Format f : {Format::fp32, Format::bf16}) {
+      MicrobenchPoint p = small_point();
+      p.pass = pass;
+      p.format = f;
+      p.causal = f == Format::bf16;
+      const std::vector<MicrobenchRow> rows = run_microbench_point(p);
+      const MicrobenchInputs in = microbench_inputs(p);
+      AttentionShape shape;
+      shape.batch = p.batch;
+      shape.heads = p.heads;
+      shape.seq_len = p.seq_len;
+      shape.head_dim = p.head_dim;
+      shape.causal = p.causal;
+      AttentionParams params;
+      params.policy = make_policy(p.policy, p.format);
+      params.block_q = p.block_q;
+      params.block_kv = p.block_kv;
+      params.order = p.loop_order;
+      params.threads = 1;
+      const AttentionReference ref = make_reference(shape, params.policy, in.q, in.k, in.v, in.dout);
+      const std::string what = std::string(pass) + " " + std::string(to_string(f));
+      if (p.pass == "forward") {
+        params.kind = AttentionKind::flash;
+        const ForwardCheck<float> flash = check_forward<float>(ref, params);
+        params.kind = AttentionKind::baseline;
+        const ForwardCheck<float> baseline = check_forward<float>(ref, params);
+        expect_same(rows[0], flash.error, what + " flash");
+        expect_same(rows[1], baseline.error, what + " baseline");
+        expect_same(rows[2], error_metrics(flash.o, std::vector<double>(baseline.o.begin(), baseline.o.end())),
+                    what + " flash_vs_baseline");
+        EXPECT_LE(rows[0].max_abs, flash.bound) << what;
+        EXPECT_LE(rows[1].max_abs, baseline.bound) << what;
+      } else {
+        params.kind = AttentionKind::flash;
+        const BackwardCheck<float> flash = check_backward<float>(ref, params);
+        params.kind = AttentionKind::baseline;
+        const BackwardCheck<float> baseline = check_backward<float>(ref, params);
+        expect_same(rows[0], flash.error, what + " flash");
+        expect_same(rows[1], baseline.error, what + " baseline");
+        expect_same(rows[2],
+                    error_metrics(flash.grad, std::vector<double>(baseline.grad.begin(), baseline.grad.end())),
+                    what + " flash_vs_baseline");
+        EXPECT_LE(rows[0].rel_l2, flash.bound) << what;
+        EXPECT_LE(rows[1].rel_l2, baseline.bound) << what;
+      }
     }
   }
 }

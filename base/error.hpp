@@ -23,6 +23,11 @@ class Error : public std::runtime_error {
   std::string hint_;
 };
 
+// This process's rank in the job (MPI_COMM_WORLD), for the messages of layers below the MPI runtime
+// (the CUDA kernels): -1 until the runtime sets it, which mpi::MpiSession does right after MPI_Init.
+int process_rank();
+void set_process_rank(int rank);
+
 // A usage error (bad command line, impossible rank layout): exit code 2, nothing written.
 class UsageError : public Error {
  public:

@@ -18,7 +18,9 @@
 #include <thread>
 #include <variant>
 
+#include "base/atomic_file.hpp"
 #include "base/log.hpp"
+#include "base/number.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 #include "kernels/microbench.hpp"
@@ -136,9 +138,7 @@ Record record_of(const std::string& sweep, const MicrobenchRow& r) {
 std::string csv_text(const Cell& cell) {
   if (const auto* t = std::get_if<std::string>(&cell)) return *t;
   if (const auto* i = std::get_if<std::int64_t>(&cell)) return std::to_string(*i);
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", std::get<double>(cell));
-  return buf;
+  return number_text(std::get<double>(cell));
 }
 
 std::string csv_line(const Record& rec) {
@@ -212,8 +212,7 @@ std::vector<std::pair<std::uint64_t, Record>> decode(const std::string& in) {
 }
 
 void write_h5(const std::string& path, const std::vector<Record>& rows, const Provenance& prov) {
-  const std::string tmp = path + ".tmp";
-  {
+  atomic_write_with(path, [&](const std::string& tmp) {
     h5::File f = h5::File::create(tmp, nullptr);
     h5::Group root = f.root();
     root.set_attr("provenance", prov.header());
@@ -251,10 +250,7 @@ void write_h5(const std::string& path, const std::vector<Record>& rows, const Pr
       }
     }
     f.close();
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  });
 }
 
 // Flash/baseline error ratio (vs fp64) per sweep, pass, format and policy: the median over points of the

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "base/atomic_file.hpp"
 #include "base/error.hpp"
 #include "jobs/job.hpp"
 
@@ -23,23 +24,7 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("cannot create " + tmp, "check that the directory exists and is writable");
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw Error("writing " + path + " failed (disk full?)", "free space on the file system and run again");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
-}
+void write_text_file(const std::string& path, const std::string& text) { atomic_write(path, text); }
 
 void prepare_output(JobContext& ctx) {
   const Study& st = *ctx.study;

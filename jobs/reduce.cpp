@@ -23,7 +23,9 @@
 
 #include "analysis/distance.hpp"
 #include "analysis/ranking.hpp"
+#include "base/atomic_file.hpp"
 #include "base/log.hpp"
+#include "base/number.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 #include "src/io/checkpoint.hpp"
@@ -49,11 +51,6 @@ struct Plan {
   std::vector<std::string> tensors;      // parameter names, then "model"
 };
 
-std::string fmt(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
 
 // Rank 0: which variants and steps to reduce; missing or corrupt checkpoints are errors naming the
 // file unless --allow-missing, which leaves the variant out.
@@ -170,10 +167,9 @@ std::vector<std::vector<T>> gather_tensor(const StepParams& sp, const std::strin
 
 void write_deviation_h5(const std::string& path, const Plan& plan, const std::vector<std::vector<double>>& results,
                         const Provenance& prov) {
-  const std::string tmp = path + ".tmp";
   const std::size_t V = plan.variants.size();
   const std::int64_t v64 = static_cast<std::int64_t>(V);
-  {
+  atomic_write_with(path, [&](const std::string& tmp) {
     h5::File f = h5::File::create(tmp, nullptr);
     h5::Group root = f.root();
     root.set_attr("format", std::string("fastudy-deviation/1"));
@@ -203,10 +199,7 @@ void write_deviation_h5(const std::string& path, const Plan& plan, const std::ve
       }
     }
     f.close();
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  });
 }
 
 }  // namespace
@@ -282,7 +275,7 @@ int job_reduce(JobContext& ctx) {
         for (std::size_t i = 0; i < V; ++i)
           for (std::size_t j = i + 1; j < V; ++j) {
             csv << plan.steps[si] << ',' << plan.tensors[t] << ',' << plan.variants[i]->id << ',' << plan.variants[j]->id;
-            for (int k = 0; k < kMetrics; ++k) csv << ',' << fmt(m[(static_cast<std::size_t>(k) * V + i) * V + j]);
+            for (int k = 0; k < kMetrics; ++k) csv << ',' << number_text(m[(static_cast<std::size_t>(k) * V + i) * V + j]);
             csv << '\n';
           }
       }
@@ -307,15 +300,15 @@ int job_reduce(JobContext& ctx) {
     rc << ctx.prov.header()
        << "axis,value_a,value_b,pairs,step,w1_mean,w1_min,w1_max,max_abs_mean,slope,ratio_to_attention,ratio_lo,ratio_hi\n";
     for (const auto& r : ranking.rows)
-      rc << r.axis << ',' << r.value_a << ',' << r.value_b << ',' << r.pairs << ',' << r.step << ',' << fmt(r.w1_mean) << ','
-         << fmt(r.w1_min) << ',' << fmt(r.w1_max) << ',' << fmt(r.max_abs_mean) << ',' << fmt(r.slope) << ','
-         << fmt(r.ratio_to_attention) << ',' << fmt(r.ratio_lo) << ',' << fmt(r.ratio_hi) << '\n';
+      rc << r.axis << ',' << r.value_a << ',' << r.value_b << ',' << r.pairs << ',' << r.step << ',' << number_text(r.w1_mean) << ','
+         << number_text(r.w1_min) << ',' << number_text(r.w1_max) << ',' << number_text(r.max_abs_mean) << ',' << number_text(r.slope) << ','
+         << number_text(r.ratio_to_attention) << ',' << number_text(r.ratio_lo) << ',' << number_text(r.ratio_hi) << '\n';
     for (const auto& n : ranking.notes) rc << "# note: " << n << '\n';
     write_text_file((fs::path(out) / "ranking.csv").string(), rc.str());
     std::ostringstream tw;
     tw << ctx.prov.header() << "variant,twin,precision,step,w1,max_abs\n";
     for (const auto& t : ranking.twins)
-      tw << t.variant << ',' << t.twin << ',' << t.precision << ',' << t.step << ',' << fmt(t.w1) << ',' << fmt(t.max_abs) << '\n';
+      tw << t.variant << ',' << t.twin << ',' << t.precision << ',' << t.step << ',' << number_text(t.w1) << ',' << number_text(t.max_abs) << '\n';
     write_text_file((fs::path(out) / "twins.csv").string(), tw.str());
     log::info(format_ranking_table(ranking));
     log::info("reduce: wrote deviation.h5, deviation.csv, ranking.csv and twins.csv in " + out);

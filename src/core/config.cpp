@@ -15,6 +15,8 @@
 
 #include <toml++/toml.h>
 
+#include "base/number.hpp"
+
 namespace fastudy {
 
 namespace {
@@ -234,17 +236,6 @@ void require(bool ok, Section& s, const std::string& key, const std::string& mes
   if (!ok) s.fail(key, message, hint);
 }
 
-std::string format_double(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  // Shortest form that round-trips.
-  for (int p = 1; p <= 17; ++p) {
-    char s[64];
-    std::snprintf(s, sizeof s, "%.*g", p, v);
-    if (std::strtod(s, nullptr) == v) return s;
-  }
-  return buf;
-}
 
 // ---- the grid axes: one row each ------------------------------------------------------------------
 // A row says everything fastudy does with an axis: its name in [grid]; the type of its values; the
@@ -818,7 +809,7 @@ void read_grid(Section grid, Study& st, const std::vector<std::string>& policy_n
           for (const auto& el : *arr) {
             if (!el.is_number() || *el.value<double>() <= 0)
               grid.fail_at(el, axis, "[grid] " + axis + " must hold positive numbers");
-            std::string s = format_double(*el.value<double>());
+            std::string s = shortest_number_text(*el.value<double>());
             if (std::find(values.begin(), values.end(), s) != values.end())
               grid.fail_at(el, axis, "[grid] " + axis + " lists " + s + " twice", "remove the duplicate");
             values.push_back(s);

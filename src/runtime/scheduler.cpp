@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/log.hpp"
+#include "base/number.hpp"
 
 namespace fastudy {
 namespace {
@@ -21,14 +22,9 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string number(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
 
 std::string encode(int task, const TaskOutcome& o) {
-  return std::to_string(task) + " " + to_string(o.state) + " " + std::to_string(o.step) + " " + number(o.loss) +
+  return std::to_string(task) + " " + to_string(o.state) + " " + std::to_string(o.step) + " " + number_text(o.loss) +
          "\n" + o.reason;
 }
 
@@ -300,7 +296,7 @@ ScheduleResult run_schedule(const mpi::Comm& world, int ranks_per_group, const s
       if (group.is_root()) {
         if (groups > 1) {
           sink = [&, task](std::int64_t step, double loss) {
-            to_coord.send(0, kProgress, std::to_string(task) + " " + std::to_string(step) + " " + number(loss));
+            to_coord.send(0, kProgress, std::to_string(task) + " " + std::to_string(step) + " " + number_text(loss));
           };
         } else {
           sink = [&, task](std::int64_t step, double loss) { coord->progress(static_cast<int>(task), step, loss); };

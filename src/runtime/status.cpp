@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "base/atomic_file.hpp"
 #include "base/error.hpp"
 
 namespace fastudy {
@@ -154,15 +155,7 @@ std::string format_status_csv(const std::vector<StatusRow>& rows) {
 void write_status_csv(const std::string& path, const std::vector<StatusRow>& rows) {
   const fs::path target(path);
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("cannot write '" + tmp + "'", "check that the output directory is writable");
-    out << format_status_csv(rows);
-    out.flush();
-    if (!out) throw Error("writing '" + tmp + "' failed", "check free space in the output directory");
-  }
-  fs::rename(tmp, target);
+  atomic_write(path, format_status_csv(rows));
 }
 
 void print_status(std::ostream& os, const std::vector<StatusRow>& rows, const VariantAxes& axes) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "base/number.hpp"
 #include "src/train/engine.hpp"
 
 namespace fastudy {
@@ -44,11 +45,6 @@ std::ofstream open_log(const std::filesystem::path& path, const char* header, co
   return out;
 }
 
-std::string num(double x) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.9g", x);
-  return buf;
-}
 
 }  // namespace
 
@@ -94,10 +90,10 @@ TrainResult train_variant(const Variant& v, const std::string& variant_dir, cons
     const StepLog& l = s.log;
     if (!s.event.empty()) result.events.emplace_back(l.step, s.event);
     if (writer) {
-      log << l.step << ',' << num(l.loss) << ',' << num(l.grad_norm) << ',' << num(l.lr) << ',' << num(l.loss_scale)
-          << ',' << (l.skipped ? 1 : 0) << ',' << (l.spike ? 1 : 0) << ',' << num(l.tokens_per_s) << '\n';
+      log << l.step << ',' << number_text(l.loss, 9) << ',' << number_text(l.grad_norm, 9) << ','
+          << number_text(l.lr, 9) << ',' << number_text(l.loss_scale, 9) << ',' << (l.skipped ? 1 : 0) << ',' << (l.spike ? 1 : 0) << ',' << number_text(l.tokens_per_s, 9) << '\n';
       for (const auto& r : engine.shadow()) {
-        shadow << l.step << ',' << r.layer << ',' << num(r.max_abs) << ',' << num(r.mean_abs) << '\n';
+        shadow << l.step << ',' << r.layer << ',' << number_text(r.max_abs, 9) << ',' << number_text(r.mean_abs, 9) << '\n';
       }
     }
     result.final_loss = l.loss;

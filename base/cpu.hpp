@@ -1,0 +1,23 @@
+// The instruction set fastudy's hot loops run with, decided once per process and in one place: the
+// attention kernels (kernels/, one translation unit per ISA) and the distance kernels (analysis/,
+// one function per ISA) are each compiled for every ISA below and call the variant cpu_isa() names.
+// Every variant rounds identically (no FMA contraction), so the choice changes speed, never results.
+#pragma once
+
+namespace fastudy {
+
+enum class Isa { generic, avx2, avx512 };
+
+// avx512: AVX-512 F/VL/DQ/BW with AVX2, FMA, F16C; avx2: AVX2, FMA, F16C; generic otherwise (and on
+// compilers or architectures without GCC's x86 target attributes).
+Isa cpu_isa();
+const char* to_string(Isa isa);
+
+// Whether this build compiles per-ISA variants at all (GCC on x86-64, without AddressSanitizer).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define FASTUDY_PER_ISA 1
+#else
+#define FASTUDY_PER_ISA 0
+#endif
+
+}  // namespace fastudy

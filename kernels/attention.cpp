@@ -12,25 +12,22 @@
 #endif
 
 #include "base/error.hpp"
+#include "base/cpu.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/detail/attention_isa.hpp"
 
 namespace fastudy {
 namespace {
 
+// The variant for base's cpu_isa() (the one ISA decision of the project); a variant this build did not
+// compile (null) falls back to the next narrower one.
 const detail::AttentionIsa& select_isa() {
   static const detail::AttentionIsa* isa = [] {
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw")) {
+    const Isa cpu = cpu_isa();
+    if (cpu == Isa::avx512)
       if (const detail::AttentionIsa* p = detail::attention_isa_avx512()) return p;
-    }
-    if (avx2) {
+    if (cpu == Isa::avx512 || cpu == Isa::avx2)
       if (const detail::AttentionIsa* p = detail::attention_isa_avx2()) return p;
-    }
-#endif
     return detail::attention_isa_generic();
   }();
   return *isa;

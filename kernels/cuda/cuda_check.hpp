@@ -1,5 +1,6 @@
 // The one wrapper of CUDA runtime calls: FASTUDY_CUDA_CHECK(call) throws CudaError naming the call,
-// file:line and cudaGetErrorString. Plus DeviceBuffer, the RAII owner of one cudaMalloc allocation.
+// the rank (like MpiError and NcclError, once the MPI runtime has set it), file:line and
+// cudaGetErrorString. Plus DeviceBuffer, the RAII owner of one cudaMalloc allocation.
 // Host code; include from .cu or .cpp files compiled against the CUDA toolkit headers.
 #pragma once
 
@@ -15,14 +16,18 @@ namespace fastudy::cuda {
 class CudaError : public Error {
  public:
   CudaError(const std::string& call, cudaError_t code, const char* file, int line)
-      : Error(call + " failed (" + file + ":" + std::to_string(line) + "): " + cudaGetErrorString(code),
+      : Error(call + " failed" + (process_rank() >= 0 ? " on rank " + std::to_string(process_rank()) : std::string()) +
+                  " (" + file + ":" + std::to_string(line) + "): " + cudaGetErrorString(code),
               "check that a CUDA device is visible (nvidia-smi, CUDA_VISIBLE_DEVICES) and the driver matches "
               "the toolkit"),
-        code_(code) {}
+        code_(code),
+        rank_(process_rank()) {}
   cudaError_t code() const { return code_; }
+  int rank() const { return rank_; }  // -1: outside an MPI run
 
  private:
   cudaError_t code_;
+  int rank_;
 };
 
 inline void check(cudaError_t code, const char* call, const char* file, int line) {

@@ -115,6 +115,7 @@ MpiSession::MpiSession(int* argc, char*** argv, ThreadLevel requested, ThreadLev
     owns_ = true;
   }
   return_errors(MPI_COMM_WORLD);
+  set_process_rank(world_rank());
   provided_ = provided_level();
   if (static_cast<int>(provided_) < static_cast<int>(required)) {
     throw Error(std::string("the MPI library provides only ") + to_string(provided_) + ", fastudy needs " +

@@ -1,0 +1,135 @@
+// LSD radix sort of floats and doubles by their IEEE bit patterns (radix_sort of
+// analysis/distance.hpp): stable, total order, NaNs last.
+#include "analysis/distance.hpp"
+#include "analysis/radix_sort.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+namespace fastudy {
+
+// ---- radix sort ---------------------------------------------------------------------------------
+
+namespace {
+
+// Monotone map of the IEEE bit pattern to an unsigned key: negative values flip all bits, positive
+// ones flip the sign bit. Order: -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN.
+template <class U>
+U to_key(U u) {
+  constexpr U sign = U{1} << (sizeof(U) * 8 - 1);
+  return (u & sign) ? static_cast<U>(~u) : static_cast<U>(u | sign);
+}
+template <class U>
+U from_key(U k) {
+  constexpr U sign = U{1} << (sizeof(U) * 8 - 1);
+  return (k & sign) ? static_cast<U>(k & ~sign) : static_cast<U>(~k);
+}
+
+// LSD radix sort of keys[0, n) by bits [0, bits), 11 bits per pass, tmp as scratch; the result ends
+// in keys. Passes where every key has the same digit are skipped.
+template <class U>
+void lsd_sort(U* keys, U* tmp, std::size_t n, int bits) {
+  constexpr int kDigit = 11;
+  constexpr std::size_t kBuckets = std::size_t{1} << kDigit;
+  if (n < 64) {
+    std::sort(keys, keys + n);
+    return;
+  }
+  std::size_t hist[kBuckets];
+  U* src = keys;
+  U* dst = tmp;
+  for (int shift = 0; shift < bits; shift += kDigit) {
+    std::fill(hist, hist + kBuckets, 0);
+    for (std::size_t i = 0; i < n; ++i) ++hist[(src[i] >> shift) & (kBuckets - 1)];
+    if (hist[(src[0] >> shift) & (kBuckets - 1)] == n) continue;
+    std::size_t offset = 0;
+    for (std::size_t d = 0; d < kBuckets; ++d) {
+      const std::size_t c = hist[d];
+      hist[d] = offset;
+      offset += c;
+    }
+    for (std::size_t i = 0; i < n; ++i) dst[hist[(src[i] >> shift) & (kBuckets - 1)]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != keys) std::copy(src, src + n, keys);
+}
+
+// One MSD pass on the top 11 bits (sign, and the exponent's top bits: weights concentrate in few
+// buckets), then an LSD sort of each bucket on the remaining bits while it sits in cache. About 2x
+// faster than a plain LSD sort whose scatters into 2048 DRAM streams thrash the TLB. Reads in[0, n),
+// writes the sorted values to out (may equal in); scratch (2n keys) is reused across calls, which saves
+// the page faults of fresh buffers for every variant.
+template <class T, class U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>
+void radix_sort_impl(const T* in, T* out, std::size_t n, std::vector<U>& scratch) {
+  constexpr int kBits = static_cast<int>(sizeof(U)) * 8;
+  constexpr int kTop = 11;
+  constexpr std::size_t kBuckets = std::size_t{1} << kTop;
+  if (n < 2) {
+    if (n == 1) out[0] = in[0];
+    return;
+  }
+  // The MSD pass reads kStreams interleaved quarters of the input with their own counters: weights
+  // fall into few top-digit buckets, and one counter would serialise on store-to-load forwarding.
+  constexpr std::size_t kStreams = 4;
+  const std::size_t chunk = (n + kStreams - 1) / kStreams;
+  if (scratch.size() < 2 * n) scratch.resize(2 * n);
+  U* a = scratch.data();
+  U* b = scratch.data() + n;
+  std::vector<std::size_t> count(kStreams * kBuckets, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    U u;
+    std::memcpy(&u, &in[i], sizeof u);
+    a[i] = to_key(u);
+  }
+  for (std::size_t i = 0; i < chunk; ++i)
+    for (std::size_t st = 0; st < kStreams; ++st) {
+      const std::size_t k = st * chunk + i;
+      if (k < n) ++count[st * kBuckets + (a[k] >> (kBits - kTop))];
+    }
+  std::vector<std::size_t> start(kBuckets + 1, 0);
+  std::size_t offset = 0;
+  for (std::size_t d = 0; d < kBuckets; ++d) {
+    start[d] = offset;
+    for (std::size_t st = 0; st < kStreams; ++st) {
+      const std::size_t c = count[st * kBuckets + d];
+      count[st * kBuckets + d] = offset;
+      offset += c;
+    }
+  }
+  start[kBuckets] = n;
+  for (std::size_t i = 0; i < chunk; ++i)
+    for (std::size_t st = 0; st < kStreams; ++st) {
+      const std::size_t k = st * chunk + i;
+      if (k < n) b[count[st * kBuckets + (a[k] >> (kBits - kTop))]++] = a[k];
+    }
+  for (std::size_t d = 0; d < kBuckets; ++d) {
+    const std::size_t len = start[d + 1] - start[d];
+    if (len > 1) lsd_sort(b + start[d], a + start[d], len, kBits - kTop);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const U u = from_key(b[i]);
+    std::memcpy(&out[i], &u, sizeof u);
+  }
+}
+
+}  // namespace
+
+void radix_sort_into(const float* in, float* out, std::size_t n, std::vector<std::uint32_t>& scratch) {
+  radix_sort_impl(in, out, n, scratch);
+}
+void radix_sort_into(const double* in, double* out, std::size_t n, std::vector<std::uint64_t>& scratch) {
+  radix_sort_impl(in, out, n, scratch);
+}
+
+void radix_sort(float* values, std::size_t n) {
+  std::vector<std::uint32_t> scratch;
+  radix_sort_impl(values, values, n, scratch);
+}
+void radix_sort(double* values, std::size_t n) {
+  std::vector<std::uint64_t> scratch;
+  radix_sort_impl(values, values, n, scratch);
+}
+
+}  // namespace fastudy

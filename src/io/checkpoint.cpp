@@ -10,8 +10,6 @@
 // writes.
 #include "src/io/checkpoint.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -22,6 +20,7 @@
 #include <regex>
 #include <sstream>
 
+#include "base/atomic_file.hpp"
 #include "base/log.hpp"
 #include "src/io/h5.hpp"
 
@@ -134,15 +133,6 @@ void validate(const TrainState& s, const std::vector<Item>& items) {
   }
 }
 
-void fsync_path(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw Error("cannot open '" + path + "' to fsync it: " + std::strerror(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) throw Error("fsync of '" + path + "' failed: " + std::strerror(err));
-}
-
 std::string dataset_label(const Item& it) {
   return it.section.empty() ? "/" + it.array->name : "/" + it.section + "/" + it.array->name;
 }
@@ -167,13 +157,8 @@ std::vector<std::uint32_t> combine_crcs(const mpi::Comm& group, const std::vecto
   return out;
 }
 
-std::string unique_suffix() {
-  std::ostringstream s;
-  s << std::hex << ::getpid() << '-'
-    << std::chrono::steady_clock::now().time_since_epoch().count();
-  return s.str();
-}
-
+// Removes every "<name>.tmp.*" beside `final_path`: the names temporary_path gives it, left behind by
+// writes that were killed before their rename.
 void remove_stale_tmp(const fs::path& final_path) {
   std::error_code ec;
   const std::string prefix = final_path.filename().string() + ".tmp.";
@@ -192,24 +177,46 @@ CheckpointError::CheckpointError(std::string file, std::string dataset, const st
       dataset_(std::move(dataset)) {}
 
 // ---- write --------------------------------------------------------------------------------------
+//
+// write_checkpoint runs five phases; every rank of the group makes the same collective calls in the
+// same order. Each phase but the write ends with a collective that lets all ranks go on or throw
+// together; a failed HDF5 or MPI call inside the write throws h5::H5Error or mpi::MpiError.
+//   agree_on_state      allreduce_max    the states are valid and of one structure on every rank
+//   prepare_temporary   bcast            the directory exists and every rank knows the temporary name
+//   write_temporary     HDF5 + allreduce the temporary file is complete, checksums stored, closed
+//   verify_temporary    allreduce_max    every rank's share reads back as written (options.verify)
+//   commit_temporary    bcast            rank 0 has renamed the temporary file over the checkpoint
 
-CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string& path, const TrainState& s,
-                                      const CheckpointOptions& options) {
-  const auto t0 = std::chrono::steady_clock::now();
+namespace {
+
+// The loss history as the float64 [steps] dataset /loss_history.
+NamedArray loss_history_array(const std::vector<double>& loss_history) {
   NamedArray history;
   history.name = kLossHistory;
   history.dtype = DType::f64;
-  history.shape = {static_cast<std::int64_t>(s.loss_history.size())};
-  history.data.resize(s.loss_history.size() * sizeof(double));
-  if (!s.loss_history.empty()) std::memcpy(history.data.data(), s.loss_history.data(), history.data.size());
+  history.shape = {static_cast<std::int64_t>(loss_history.size())};
+  history.data.resize(loss_history.size() * sizeof(double));
+  if (!loss_history.empty()) std::memcpy(history.data.data(), loss_history.data(), history.data.size());
+  return history;
+}
 
+// Every dataset of the file in write order: /params/*, /optimizer/*, /extra/*, then `history` at the
+// root. The items point into `s` and `history`, which must outlive them.
+std::vector<Item> items_of(const TrainState& s, const NamedArray& history) {
   std::vector<Item> items;
   for (const auto& a : s.params) items.push_back({"params", &a});
   for (const auto& a : s.optimizer) items.push_back({"optimizer", &a});
   for (const auto& a : s.extra) items.push_back({"extra", &a});
   items.push_back({"", &history});
+  return items;
+}
+
+// Phase 1, before any collective HDF5 call. Returns on every rank only if every rank's state is valid
+// and all have the same structure; otherwise every rank throws a UsageError. One allreduce_max.
+void agree_on_state(const mpi::Comm& group, const std::string& path, const TrainState& s,
+                    const std::vector<Item>& items) {
   // Validation may fail on some ranks only, and the ranks' structures must agree: settle both with
-  // one reduction (max of [invalid, digest, -digest]) before any collective HDF5 call.
+  // one reduction (max of [invalid, digest, -digest]).
   std::string invalid;
   try {
     validate(s, items);
@@ -229,15 +236,19 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
                      "structure (names, shapes, dtypes, scalars or attributes differ)",
                      "every rank of a variant's group must hold the same replicated TrainState");
   }
+}
 
-  // Rank 0 prepares the directory and picks the temporary name ("T<name>"), or reports "E<error>".
+// Phase 2. Rank 0 creates the directory, removes temporary files left by interrupted writes of `path`
+// and picks a fresh temporary name (temporary_path); one bcast of "T<name>" or "E<error>". Every rank
+// returns the same name, or every rank throws a CheckpointError.
+std::string prepare_temporary(const mpi::Comm& group, const std::string& path) {
   const fs::path final_path(path);
   std::string setup;
   if (group.is_root()) {
     try {
       if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path());
       remove_stale_tmp(final_path);
-      setup = "T" + path + ".tmp." + unique_suffix();
+      setup = "T" + temporary_path(path);
     } catch (const std::exception& e) {
       setup = std::string("E") + e.what();
     }
@@ -247,108 +258,119 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
     throw CheckpointError(path, "", "cannot prepare the directory: " + setup.substr(1),
                           "check that the output directory is writable");
   }
-  const std::string tmp = setup.substr(1);
+  return setup.substr(1);
+}
 
-  CheckpointWriteStats stats;
-  auto since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  };
-  auto phase = std::chrono::steady_clock::now();
+struct Checksums {
+  std::vector<std::uint32_t> share;  // of this rank's share of every item
+  std::vector<std::uint32_t> whole;  // of every whole dataset, the same on every rank
+};
+
+// Phase 3. Collective create of `tmp`; root attributes, groups and datasets (collective metadata);
+// each rank's share of the data; the combined crc32 attribute of every dataset (one allreduce_sum);
+// collective close. On return every rank's writes are complete in the file. Counts into `stats`.
+Checksums write_temporary(const mpi::Comm& group, const std::string& tmp, const TrainState& s,
+                          const std::vector<Item>& items, const CheckpointOptions& options,
+                          CheckpointWriteStats& stats) {
   const int P = group.size(), me = group.rank();
-  std::vector<std::uint32_t> local_crc(items.size());
-  std::vector<std::uint32_t> crc;  // of every whole dataset, the same on every rank
+  Checksums crc;
+  crc.share.resize(items.size());
+  h5::File f = h5::File::create(tmp, &group);
+  h5::Transfer xfer(f, options.collective);
+  h5::Transfer solo(f, false);  // small tensors: rank 0 alone, no synchronisation
   {
-    h5::File f = h5::File::create(tmp, &group);
-    h5::Transfer xfer(f, options.collective);
-    h5::Transfer solo(f, false);  // small tensors: rank 0 alone, no synchronisation
-    {
-      h5::Group root = f.root();
-      root.set_attr("fastudy_format", std::string(kCheckpointFormat));
-      root.set_attr("step", s.step);
-      root.set_attr("data_cursor", s.data_cursor);
-      root.set_attr("good_steps", s.good_steps);
-      root.set_attr("loss_scale", s.loss_scale);
-      for (const auto& [k, v] : s.attrs) root.set_attr(k, v);
+    h5::Group root = f.root();
+    root.set_attr("fastudy_format", std::string(kCheckpointFormat));
+    root.set_attr("step", s.step);
+    root.set_attr("data_cursor", s.data_cursor);
+    root.set_attr("good_steps", s.good_steps);
+    root.set_attr("loss_scale", s.loss_scale);
+    for (const auto& [k, v] : s.attrs) root.set_attr(k, v);
 
-      std::vector<h5::Group> sections;
-      for (const char* name : kSections) sections.push_back(root.create_group(name));
-      std::vector<h5::Dataset> datasets;
-      for (std::size_t i = 0; i < items.size(); ++i) {
-        const NamedArray& a = *items[i].array;
-        h5::Group& where = items[i].section.empty()
-                               ? root
-                               : sections[static_cast<std::size_t>(
-                                     std::find(std::begin(kSections), std::end(kSections), items[i].section) -
-                                     std::begin(kSections))];
-        h5::Dataset d = where.create_dataset(a.name, a.dtype, a.shape);
-        Share sh = share_of(a, me, P, options.split_bytes);
-        if (a.data.empty()) {
-          // An empty dataset has no storage to transfer to (the same on every rank).
-        } else if (a.data.size() >= options.split_bytes) {
-          d.write_rows(sh.bytes ? a.data.data() + sh.byte0 : nullptr, sh.row0, sh.rows, xfer);
-          ++stats.transfers;
-          if (xfer.io_mode() != "none") ++stats.collective_transfers;
-        } else if (me == 0) {
-          d.write_rows(a.data.data(), 0, sh.rows, solo);
-          ++stats.transfers;
-        }
-        local_crc[i] = crc_of(a.data.data() + sh.byte0, sh.bytes);
-        stats.bytes += static_cast<std::int64_t>(a.data.size());
-        ++stats.datasets;
-        datasets.push_back(std::move(d));
+    std::vector<h5::Group> sections;
+    for (const char* name : kSections) sections.push_back(root.create_group(name));
+    std::vector<h5::Dataset> datasets;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const NamedArray& a = *items[i].array;
+      h5::Group& where = items[i].section.empty()
+                             ? root
+                             : sections[static_cast<std::size_t>(
+                                   std::find(std::begin(kSections), std::end(kSections), items[i].section) -
+                                   std::begin(kSections))];
+      h5::Dataset d = where.create_dataset(a.name, a.dtype, a.shape);
+      Share sh = share_of(a, me, P, options.split_bytes);
+      if (a.data.empty()) {
+        // An empty dataset has no storage to transfer to (the same on every rank).
+      } else if (a.data.size() >= options.split_bytes) {
+        d.write_rows(sh.bytes ? a.data.data() + sh.byte0 : nullptr, sh.row0, sh.rows, xfer);
+        ++stats.transfers;
+        if (xfer.io_mode() != "none") ++stats.collective_transfers;
+      } else if (me == 0) {
+        d.write_rows(a.data.data(), 0, sh.rows, solo);
+        ++stats.transfers;
       }
-      crc = combine_crcs(group, items, local_crc, options.split_bytes);
-      for (std::size_t i = 0; i < items.size(); ++i) {
-        datasets[i].set_attr(kCrcAttr, static_cast<std::int64_t>(crc[i]));
-      }
+      crc.share[i] = crc_of(a.data.data() + sh.byte0, sh.bytes);
+      stats.bytes += static_cast<std::int64_t>(a.data.size());
+      ++stats.datasets;
+      datasets.push_back(std::move(d));
     }
-    f.close();
-  }
-  stats.write_seconds = since(phase);
-  phase = std::chrono::steady_clock::now();
-
-  if (options.verify) {
-    std::int64_t bad = -1;  // index of the first item whose share does not read back
-    {
-      h5::File f = h5::File::open(tmp, false, &group);
-      h5::Transfer xfer(f, false);  // each rank re-reads only its own share: nothing to coordinate
-      h5::Group root = f.root();
-      std::vector<std::byte> buf;
-      for (std::size_t i = 0; i < items.size(); ++i) {  // every rank joins every collective read
-        const NamedArray& a = *items[i].array;
-        h5::Dataset d = items[i].section.empty() ? root.open_dataset(a.name)
-                                                 : root.open_group(items[i].section).open_dataset(a.name);
-        Share sh = share_of(a, me, P, options.split_bytes);
-        buf.resize(sh.bytes);
-        if (sh.bytes > 0) d.read_rows(buf.data(), sh.row0, sh.rows, xfer);
-        const bool stored_ok = static_cast<std::uint32_t>(d.attr_int64(kCrcAttr)) == crc[i];
-        const bool share_ok = crc_of(buf.data(), sh.bytes) == local_crc[i];
-        if ((!stored_ok || !share_ok) && bad < 0) bad = static_cast<std::int64_t>(i);
-      }
-      if (root.attr_string("fastudy_format") != kCheckpointFormat) bad = 0;
-    }
-    bad = group.allreduce_max(bad);
-    if (bad >= 0) {
-      if (group.is_root()) {
-        std::error_code ec;
-        fs::remove(tmp, ec);
-      }
-      throw CheckpointError(tmp, dataset_label(items[static_cast<std::size_t>(bad)]),
-                            "data read back after the write differs from what was written",
-                            "the file system lost or changed data; check the disk and free space, then rerun");
+    crc.whole = combine_crcs(group, items, crc.share, options.split_bytes);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      datasets[i].set_attr(kCrcAttr, static_cast<std::int64_t>(crc.whole[i]));
     }
   }
+  f.close();
+  return crc;
+}
 
-  stats.verify_seconds = since(phase);
-  phase = std::chrono::steady_clock::now();
+// Phase 4. Every rank re-reads its own share of `tmp` (independent reads) and checks it against its
+// share checksum, and every stored crc32 attribute against the combined one; one allreduce_max.
+// Returns on every rank when all shares check out; otherwise rank 0 removes `tmp` and every rank
+// throws the same CheckpointError naming the first bad dataset.
+void verify_temporary(const mpi::Comm& group, const std::string& tmp, const std::vector<Item>& items,
+                      const Checksums& crc, std::size_t split_bytes) {
+  const int P = group.size(), me = group.rank();
+  std::int64_t bad = -1;  // index of the first item whose share does not read back
+  {
+    h5::File f = h5::File::open(tmp, false, &group);
+    h5::Transfer xfer(f, false);  // each rank re-reads only its own share: nothing to coordinate
+    h5::Group root = f.root();
+    std::vector<std::byte> buf;
+    for (std::size_t i = 0; i < items.size(); ++i) {  // every rank joins every collective read
+      const NamedArray& a = *items[i].array;
+      h5::Dataset d = items[i].section.empty() ? root.open_dataset(a.name)
+                                               : root.open_group(items[i].section).open_dataset(a.name);
+      Share sh = share_of(a, me, P, split_bytes);
+      buf.resize(sh.bytes);
+      if (sh.bytes > 0) d.read_rows(buf.data(), sh.row0, sh.rows, xfer);
+      const bool stored_ok = static_cast<std::uint32_t>(d.attr_int64(kCrcAttr)) == crc.whole[i];
+      const bool share_ok = crc_of(buf.data(), sh.bytes) == crc.share[i];
+      if ((!stored_ok || !share_ok) && bad < 0) bad = static_cast<std::int64_t>(i);
+    }
+    if (root.attr_string("fastudy_format") != kCheckpointFormat) bad = 0;
+  }
+  bad = group.allreduce_max(bad);
+  if (bad >= 0) {
+    if (group.is_root()) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+    }
+    throw CheckpointError(tmp, dataset_label(items[static_cast<std::size_t>(bad)]),
+                          "data read back after the write differs from what was written",
+                          "the file system lost or changed data; check the disk and free space, then rerun");
+  }
+}
+
+// Phase 5. Rank 0 renames `tmp` over `path` (commit_file: with `durable`, the file is fsync'ed before
+// and its directory after the rename; on failure `tmp` is removed); one bcast. Returns with the
+// checkpoint in place on every rank, or every rank throws a CheckpointError.
+void commit_temporary(const mpi::Comm& group, const std::string& tmp, const std::string& path, bool durable) {
   // No barrier needed: closing (MPI_File_close) is collective and completes every rank's writes, and
   // the verification ended with a reduction.
   std::string failure;
   if (group.is_root()) {
     try {
-      if (options.fsync) fsync_path(tmp);
-      fs::rename(tmp, final_path);
-      if (options.fsync) fsync_path(final_path.has_parent_path() ? final_path.parent_path().string() : ".");
+      commit_file(tmp, path, durable);
     } catch (const std::exception& e) {
       failure = e.what();
     }
@@ -358,8 +380,35 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
     throw CheckpointError(path, "", "could not move the verified file into place: " + failure,
                           "check permissions and free space of the output directory");
   }
-  stats.commit_seconds = since(phase);
-  stats.seconds = since(t0);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string& path, const TrainState& s,
+                                      const CheckpointOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const NamedArray history = loss_history_array(s.loss_history);
+  const std::vector<Item> items = items_of(s, history);
+  agree_on_state(group, path, s, items);
+  const std::string tmp = prepare_temporary(group, path);
+
+  CheckpointWriteStats stats;
+  auto phase = std::chrono::steady_clock::now();
+  const Checksums crc = write_temporary(group, tmp, s, items, options, stats);
+  stats.write_seconds = seconds_since(phase);
+
+  phase = std::chrono::steady_clock::now();
+  if (options.verify) verify_temporary(group, tmp, items, crc, options.split_bytes);
+  stats.verify_seconds = seconds_since(phase);
+
+  phase = std::chrono::steady_clock::now();
+  commit_temporary(group, tmp, path, options.fsync);
+  stats.commit_seconds = seconds_since(phase);
+  stats.seconds = seconds_since(t0);
   return stats;
 }
 

@@ -78,7 +78,7 @@ void over_heads(std::int64_t heads, int threads, Fn fn) {
 
 AttentionStats forward_stats(const AttentionShape& shape, const AttentionParams& params) {
   AttentionStats st;
-  if (params.kind == AttentionKind::baseline) {
+  if (params.attention == AttentionKind::baseline) {
     st.tiles_kv = 1;
     return st;
   }
@@ -136,7 +136,7 @@ void attention_backward(const AttentionShape& shape, const AttentionParams& para
                         const T* v, const T* o, const T* lse, const T* dout, T* dq, T* dk, T* dv) {
   check_arguments(shape, params, q, k, v, "attention_backward");
   if (!dout || !dq || !dk || !dv) throw Error("attention_backward: null gradient tensor");
-  if (params.kind == AttentionKind::flash && (!o || !lse)) {
+  if (params.attention == AttentionKind::flash && (!o || !lse)) {
     throw Error("attention_backward: the flash backward needs the forward's o and lse",
                 "pass the lse buffer to attention_forward and keep it for the backward call");
   }

@@ -84,7 +84,7 @@ struct AttentionShape {
 };
 
 struct AttentionParams {
-  AttentionKind kind = AttentionKind::flash;
+  AttentionKind attention = AttentionKind::flash;
   PrecisionPolicy policy;
   int block_q = 64;   // Br, flash only; clipped to seq_len
   int block_kv = 64;  // Bc, flash only; clipped to seq_len
@@ -108,7 +108,7 @@ void attention_forward_reference(const AttentionShape& shape, const double* q, c
 void attention_backward_reference(const AttentionShape& shape, const double* q, const double* k, const double* v,
                                   const double* dout, double* dq, double* dk, double* dv);
 
-// Baseline or flash (params.kind) with every step rounded as params.policy says. T is the container
+// Baseline or flash (params.attention) with every step rounded as params.policy says. T is the container
 // (float or double); values held in it are rounded to the policy's formats. lse is written for the
 // backward pass (it may be null when no backward follows).
 template <class T>

@@ -200,8 +200,8 @@ BackwardCheck<T> check_backward(const AttentionReference& ref, const AttentionPa
 }
 
 std::string describe_kernel(const AttentionParams& params) {
-  std::string s(to_string(params.kind));
-  if (params.kind == AttentionKind::flash) s += " " + std::string(to_string(params.order));
+  std::string s(to_string(params.attention));
+  if (params.attention == AttentionKind::flash) s += " " + std::string(to_string(params.order));
   s += " " + params.policy.name + " " + std::string(to_string(params.policy.q));
   s += " (blocks " + std::to_string(params.block_q) + "x" + std::to_string(params.block_kv) + ")";
   return s;

@@ -154,7 +154,7 @@ std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
   params.order = point.loop_order;
   params.threads = threads;
   auto run = [&](AttentionKind kind) {
-    params.kind = kind;
+    params.attention = kind;
     return needs_double(pol) ? run_kernel<double>(point, shape, params, q, k, v, dout)
                              : run_kernel<float>(point, shape, params, q, k, v, dout);
   };

@@ -73,7 +73,7 @@ const Problem& problem() {
 
 AttentionParams flash_params(Format f) {
   AttentionParams params;
-  params.kind = AttentionKind::flash;
+  params.attention = AttentionKind::flash;
   params.order = LoopOrder::q_outer;
   params.policy = make_policy("mixed", f);
   params.block_q = 64;
@@ -200,7 +200,7 @@ const Checked& check(const std::string& name, const AttentionParams& params, con
 // LibTorch is checked as a pure fp32 computation without tiles (block_kv = N: one tile).
 AttentionParams torch_params() {
   AttentionParams params;
-  params.kind = AttentionKind::baseline;
+  params.attention = AttentionKind::baseline;
   params.policy = make_policy("pure", Format::fp32);
   params.block_q = static_cast<int>(kN);
   params.block_kv = static_cast<int>(kN);
@@ -267,7 +267,7 @@ void BM_flash_forward(benchmark::State& state, Format f) {
 
 void BM_baseline_forward(benchmark::State& state) {
   AttentionParams params = flash_params(Format::fp32);
-  params.kind = AttentionKind::baseline;
+  params.attention = AttentionKind::baseline;
   const Checked& checked = check(describe_kernel(params), params, attention_forward<float>);
   if (!passed(state, describe_kernel(params), checked)) return;
   double best = 1e30;

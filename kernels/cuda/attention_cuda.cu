@@ -249,7 +249,7 @@ void forward_impl(const AttentionShape& shape, const AttentionParams& params, co
   load<T, R, kStepK>(k, kr.get(), total, stream);
   load<T, R, kStepV>(v, vr.get(), total, stream);
   T* out = static_cast<T*>(o);
-  if (params.kind == AttentionKind::baseline) {
+  if (params.attention == AttentionKind::baseline) {
     DeviceBuffer<float> s_ws(heads * h.n * h.n), acc_ws(total);
     baseline_forward_kernel<T, R><<<row_grid(h, heads), kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(),
                                                                               s_ws.get(), acc_ws.get(), out, lse);
@@ -279,7 +279,7 @@ void backward_impl(const AttentionShape& shape, const AttentionParams& params, c
   for (float* a : {dqa.get(), dka.get(), dva.get()})
     FASTUDY_CUDA_CHECK(cudaMemsetAsync(a, 0, sizeof(float) * total, stream));
   const dim3 grid = row_grid(h, heads);
-  if (params.kind == AttentionKind::baseline) {
+  if (params.attention == AttentionKind::baseline) {
     DeviceBuffer<float> p_ws(heads * h.n * h.n), ds_ws(heads * h.n * h.n);
     baseline_softmax_backward_kernel<R>
         <<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), p_ws.get(), ds_ws.get());
@@ -376,7 +376,7 @@ void attention_backward_cuda(const AttentionShape& shape, const AttentionParams&
                              const void* q, const void* k, const void* v, const void* o, const float* lse,
                              const void* dout, void* dq, void* dk, void* dv, cudaStream_t stream) {
   validate(shape, storage);
-  if (params.kind == AttentionKind::flash && (o == nullptr || lse == nullptr)) {
+  if (params.attention == AttentionKind::flash && (o == nullptr || lse == nullptr)) {
     throw UsageError("CUDA flash attention backward needs the forward's o and lse",
                      "pass the o and lse written by attention_forward_cuda in the same policy");
   }

@@ -49,7 +49,7 @@ void dispatch_tile_rounding(const PrecisionPolicy& p, F&& f) {
 // tile after the first that they see a key of.
 inline AttentionStats tile_stats(const AttentionShape& shape, const AttentionParams& params) {
   AttentionStats st;
-  if (params.kind == AttentionKind::baseline) {
+  if (params.attention == AttentionKind::baseline) {
     st.tiles_kv = 1;
     return st;
   }

@@ -146,7 +146,7 @@ AttentionStats attention_forward_host(const AttentionShape& shape, const Attenti
     using R = decltype(rd);
     for (std::int64_t b = 0; b < heads; ++b) {
       float* lse_b = lse ? lse + b * h.n : nullptr;
-      if (params.kind == AttentionKind::baseline) {
+      if (params.attention == AttentionKind::baseline) {
         baseline_forward_head<R>(h, q + b * nd, k + b * nd, v + b * nd, o + b * nd, lse_b);
       } else {
         flash_forward_head<R>(h, params.order, q + b * nd, k + b * nd, v + b * nd, o + b * nd, lse_b);
@@ -164,7 +164,7 @@ void attention_backward_host(const AttentionShape& shape, const AttentionParams&
   dispatch_tile_rounding(params.policy, [&](auto rd) {
     using R = decltype(rd);
     for (std::int64_t b = 0; b < heads; ++b) {
-      if (params.kind == AttentionKind::baseline) {
+      if (params.attention == AttentionKind::baseline) {
         baseline_backward_head<R>(h, q + b * nd, k + b * nd, v + b * nd, dout + b * nd, dq + b * nd, dk + b * nd,
                                   dv + b * nd);
       } else {

@@ -848,7 +848,7 @@ void forward_heads(const AttentionShape& shape, const AttentionParams& params, c
       const std::int64_t off = head * h.n * h.d;
       T* lse_head = lse ? lse + head * h.n : nullptr;
       load_inputs(rd, h, q + off, k + off, v + off, ws);
-      if (params.kind == AttentionKind::baseline) {
+      if (params.attention == AttentionKind::baseline) {
         baseline_forward(rd, h, ws, o + off, lse_head);
       } else if (params.order == LoopOrder::kv_outer) {
         flash_forward_kv_outer(rd, h, ws, o + off, lse_head);
@@ -868,7 +868,7 @@ void backward_heads(const AttentionShape& shape, const AttentionParams& params, 
     BackwardWorkspace<T> ws;
     for (std::int64_t head = head_begin; head < head_end; ++head) {
       const std::int64_t off = head * h.n * h.d;
-      if (params.kind == AttentionKind::baseline) {
+      if (params.attention == AttentionKind::baseline) {
         baseline_backward(rd, h, q + off, k + off, v + off, dout + off, ws, dq + off, dk + off, dv + off);
       } else {
         flash_backward(rd, h, q + off, k + off, v + off, o + off, lse + head * h.n, dout + off, ws, dq + off,

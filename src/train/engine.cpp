@@ -97,7 +97,7 @@ Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resu
                 "make [train] batch a multiple of [train] ranks_per_variant");
   }
   model_.init(v.init, v.seed);
-  attention_.params.kind = v.attention;
+  attention_.params.attention = v.attention;
   attention_.params.policy = resolve_policy(v.attention_cfg, v.attention_cfg.policy, v.precision);
   attention_.params.block_q = v.attention_cfg.block_q;
   attention_.params.block_kv = v.attention_cfg.block_kv;

@@ -126,7 +126,7 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
     run_attention_forward(shape, setup->params, packed, o, lse);
     if (setup->shadow && setup->shadow_sink != nullptr) {
       AttentionParams other = setup->params;
-      other.kind = other.kind == AttentionKind::flash ? AttentionKind::baseline : AttentionKind::flash;
+      other.attention = other.attention == AttentionKind::flash ? AttentionKind::baseline : AttentionKind::flash;
       torch::Tensor o_other = torch::empty_like(o);
       torch::Tensor no_lse;
       run_attention_forward(shape, other, packed, o_other, no_lse);

@@ -30,7 +30,7 @@ inline std::vector<float> narrow(const std::vector<double>& x) { return std::vec
 // The variants the CUDA kernels implement.
 struct Variant {
   const char* name;
-  AttentionKind kind;
+  AttentionKind attention;
   LoopOrder order;
 };
 inline constexpr Variant kVariants[] = {{"baseline", AttentionKind::baseline, LoopOrder::q_outer},

@@ -158,7 +158,7 @@ void check_case(const AttentionShape& shape, const Variant& var, Format storage,
                                                 widen(random_normal(size, 44)));
   const std::vector<float> q = narrow(ref.q), k = narrow(ref.k), v = narrow(ref.v), g = narrow(ref.dout);
   AttentionParams params;
-  params.kind = var.kind;
+  params.attention = var.attention;
   params.order = var.order;
   params.policy = policy;
   params.block_q = block_q;

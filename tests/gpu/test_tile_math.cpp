@@ -37,7 +37,7 @@ AttentionShape make_shape(std::int64_t n, std::int64_t d, bool causal) {
 
 AttentionParams make_params(const Variant& var, const PrecisionPolicy& policy) {
   AttentionParams p;
-  p.kind = var.kind;
+  p.attention = var.attention;
   p.order = var.order;
   p.policy = policy;
   p.block_q = 8;

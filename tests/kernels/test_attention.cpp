@@ -25,7 +25,7 @@ namespace fastudy {
 namespace {
 
 struct Variant {
-  AttentionKind kind;
+  AttentionKind attention;
   LoopOrder order;
   const char* name;
 };
@@ -90,7 +90,7 @@ void check_forward_against_reference(int block_q, int block_kv, std::int64_t n, 
         const AttentionReference ref = make_reference(in.shape, policy, in.q, in.k, in.v);
         for (const Variant& var : kVariants) {
           AttentionParams params;
-          params.kind = var.kind;
+          params.attention = var.attention;
           params.order = var.order;
           params.policy = policy;
           params.block_q = block_q;
@@ -123,7 +123,7 @@ TEST(Attention, Fp64IsTheReferenceToRoundoff) {
   const AttentionReference ref = make_reference(in.shape, in.q, in.k, in.v);
   for (const Variant& var : kVariants) {
     AttentionParams params;
-    params.kind = var.kind;
+    params.attention = var.attention;
     params.order = var.order;
     params.policy = make_policy("pure", Format::fp64);
     params.block_q = 16;
@@ -158,7 +158,7 @@ TEST(Attention, OneHotAttentionIsExact) {
         for (const Variant& var : kVariants) {
           for (int block : {1, 5, 24}) {
             AttentionParams params;
-            params.kind = var.kind;
+            params.attention = var.attention;
             params.order = var.order;
             params.policy = make_policy(preset, f);
             params.block_q = block;
@@ -253,7 +253,7 @@ void check_backward_against_reference() {
         const AttentionReference ref = make_reference(in.shape, policy, in.q, in.k, in.v, dout_raw);
         for (const Variant& var : kVariants) {
           AttentionParams params;
-          params.kind = var.kind;
+          params.attention = var.attention;
           params.order = var.order;
           params.policy = policy;
           params.block_q = 5;
@@ -276,7 +276,7 @@ TEST(Attention, BackwardOddBlocks) {
   const PrecisionPolicy policy = make_policy("mixed", Format::fp32);
   for (const Variant& var : kVariants) {
     AttentionParams params;
-    params.kind = var.kind;
+    params.attention = var.attention;
     params.policy = policy;
     params.block_q = 7;
     params.block_kv = 20;
@@ -291,7 +291,7 @@ TEST(Attention, Fp64BackwardIsTheReferenceToRoundoff) {
   const AttentionReference ref = make_reference(in.shape, in.q, in.k, in.v, random_normal(in.q.size(), 10));
   for (const Variant& var : kVariants) {
     AttentionParams params;
-    params.kind = var.kind;
+    params.attention = var.attention;
     params.order = var.order;
     params.policy = make_policy("pure", Format::fp64);
     params.block_q = 8;
@@ -312,9 +312,9 @@ TEST(Attention, MixedFlashErrorAtMostTwiceBaseline) {
       params.block_q = 32;
       params.block_kv = 32;
       const AttentionReference ref = make_reference(in.shape, params.policy, in.q, in.k, in.v);
-      params.kind = AttentionKind::baseline;
+      params.attention = AttentionKind::baseline;
       const double base = check_forward<float>(ref, params).error.max_abs;
-      params.kind = AttentionKind::flash;
+      params.attention = AttentionKind::flash;
       for (LoopOrder order : {LoopOrder::kv_outer, LoopOrder::q_outer}) {
         params.order = order;
         const double flash = check_forward<float>(ref, params).error.max_abs;
@@ -346,7 +346,7 @@ TEST(Attention, RescaleCounts) {
   AttentionStats st;
   forward_as<float>(small.shape, params, small.q, small.k, small.v, &st);
   EXPECT_DOUBLE_EQ(st.rescales_per_row, 0.8);
-  params.kind = AttentionKind::baseline;
+  params.attention = AttentionKind::baseline;
   forward_as<float>(small.shape, params, small.q, small.k, small.v, &st);
   EXPECT_EQ(st.tiles_kv, 1);
   EXPECT_EQ(st.rescales_per_row, 0.0);
@@ -361,7 +361,7 @@ TEST(Attention, StaticAndRuntimeRoundingAgreeBitForBit) {
     for (Format f : kAllFormats) {
       for (const Variant& var : kVariants) {
         AttentionParams params;
-        params.kind = var.kind;
+        params.attention = var.attention;
         params.order = var.order;
         params.block_q = 9;
         params.block_kv = 16;
@@ -433,7 +433,7 @@ TEST(Attention, EveryInstructionSetBuildMatchesReference) {
     };
     for (const Variant& var : kVariants) {
       AttentionParams params;
-      params.kind = var.kind;
+      params.attention = var.attention;
       params.order = var.order;
       params.policy = fp64;
       params.block_q = 8;

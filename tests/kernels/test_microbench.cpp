@@ -166,9 +166,9 @@ TEST(Microbench, RowsAreTheHarnessMetricsWithinItsBounds) {
       const AttentionReference ref = make_reference(shape, params.policy, in.q, in.k, in.v, in.dout);
       const std::string what = std::string(pass) + " " + std::string(to_string(f));
       if (p.pass == "forward") {
-        params.kind = AttentionKind::flash;
+        params.attention = AttentionKind::flash;
         const ForwardCheck<float> flash = check_forward<float>(ref, params);
-        params.kind = AttentionKind::baseline;
+        params.attention = AttentionKind::baseline;
         const ForwardCheck<float> baseline = check_forward<float>(ref, params);
         expect_same(rows[0], flash.error, what + " flash");
         expect_same(rows[1], baseline.error, what + " baseline");
@@ -177,9 +177,9 @@ TEST(Microbench, RowsAreTheHarnessMetricsWithinItsBounds) {
         EXPECT_LE(rows[0].max_abs, flash.bound) << what;
         EXPECT_LE(rows[1].max_abs, baseline.bound) << what;
       } else {
-        params.kind = AttentionKind::flash;
+        params.attention = AttentionKind::flash;
         const BackwardCheck<float> flash = check_backward<float>(ref, params);
-        params.kind = AttentionKind::baseline;
+        params.attention = AttentionKind::baseline;
         const BackwardCheck<float> baseline = check_backward<float>(ref, params);
         expect_same(rows[0], flash.error, what + " flash");
         expect_same(rows[1], baseline.error, what + " baseline");

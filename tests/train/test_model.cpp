@@ -32,7 +32,7 @@ TEST_P(KernelAttentionFp64, ForwardAndBackwardMatchTorchAutograd) {
   const torch::Tensor dout = torch::randn({B, N, D}, torch::kDouble);
 
   AttentionSetup setup;
-  setup.params.kind = GetParam();
+  setup.params.attention = GetParam();
   setup.params.policy = make_policy("pure", Format::fp64);
   setup.params.block_q = 8;  // 3 x 3 tiles, several rescales per row
   setup.params.block_kv = 8;
@@ -74,7 +74,7 @@ TEST(KernelAttention, Bf16OutputsAndGradientsAreInTheFormat) {
   setup.params.block_q = 8;
   setup.params.block_kv = 8;
   for (AttentionKind kind : {AttentionKind::baseline, AttentionKind::flash}) {
-    setup.params.kind = kind;
+    setup.params.attention = kind;
     qkv.mutable_grad() = torch::Tensor();
     const torch::Tensor o = kernel_attention(qkv, 2, setup, 0);
     o.backward(round_copy(torch::randn({2, 16, 8}), Format::bf16));

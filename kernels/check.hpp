@@ -24,6 +24,27 @@
 namespace fastudy {
 
 // ---------------------------------------------------------------------------------------------------
+// The kernel variants (attention kind x loop order) every attention implementation offers, with the
+// parameters of one of them: what the CPU tests, the GPU tests and the benchmarks iterate over.
+struct KernelVariant {
+  const char* name;
+  AttentionKind attention;
+  LoopOrder order;
+  AttentionParams params(const PrecisionPolicy& policy, int block_q, int block_kv) const {
+    AttentionParams p;
+    p.attention = attention;
+    p.order = order;
+    p.policy = policy;
+    p.block_q = block_q;
+    p.block_kv = block_kv;
+    return p;
+  }
+};
+inline constexpr KernelVariant kKernelVariants[] = {{"baseline", AttentionKind::baseline, LoopOrder::q_outer},
+                                                    {"flash_kv_outer", AttentionKind::flash, LoopOrder::kv_outer},
+                                                    {"flash_q_outer", AttentionKind::flash, LoopOrder::q_outer}};
+
+// ---------------------------------------------------------------------------------------------------
 // Error metrics of a result a against a reference, over every element (the microbenchmark's columns):
 //   max_abs = max |a - ref|, mean_abs = mean |a - ref|, std_abs = population standard deviation of
 //   |a - ref|, rel_l2 = ||a - ref||_2 / ||ref||_2 (||a - ref||_2 when ref is all zeros).

@@ -119,6 +119,16 @@ MicrobenchInputs microbench_inputs(const MicrobenchPoint& point) {
   return in;
 }
 
+AttentionShape microbench_shape(const MicrobenchPoint& point) {
+  AttentionShape shape;
+  shape.batch = point.batch;
+  shape.heads = point.heads;
+  shape.seq_len = point.seq_len;
+  shape.head_dim = point.head_dim;
+  shape.causal = point.causal;
+  return shape;
+}
+
 std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
                                                 const std::optional<PrecisionPolicy>& policy, int threads) {
   if (point.pass != "forward" && point.pass != "backward") {
@@ -129,12 +139,7 @@ std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
   const std::vector<double> q = rounded(raw.q, pol.q), k = rounded(raw.k, pol.k), v = rounded(raw.v, pol.v);
   const std::vector<double> dout = rounded(raw.dout, pol.grad);
 
-  AttentionShape shape;
-  shape.batch = point.batch;
-  shape.heads = point.heads;
-  shape.seq_len = point.seq_len;
-  shape.head_dim = point.head_dim;
-  shape.causal = point.causal;
+  const AttentionShape shape = microbench_shape(point);
 
   std::vector<double> golden(q.size());
   if (point.pass == "forward") {

@@ -66,6 +66,8 @@ struct MicrobenchInputs {
   std::vector<double> q, k, v, dout;
 };
 MicrobenchInputs microbench_inputs(const MicrobenchPoint& point);
+// The attention shape of a point (B, H, N, d, causal).
+AttentionShape microbench_shape(const MicrobenchPoint& point);
 
 // Runs one point: the three rows above. The policy is make_policy(point.policy, point.format) unless
 // `policy` gives a resolved custom one. Inputs are rounded to the policy's q, k, v (and grad for dO)

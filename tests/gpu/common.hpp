@@ -27,15 +27,9 @@ inline std::vector<double> widen(const std::vector<float>& x) { return std::vect
 // Values that are floats already (a reference's rounded inputs) back into a float buffer.
 inline std::vector<float> narrow(const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); }
 
-// The variants the CUDA kernels implement.
-struct Variant {
-  const char* name;
-  AttentionKind attention;
-  LoopOrder order;
-};
-inline constexpr Variant kVariants[] = {{"baseline", AttentionKind::baseline, LoopOrder::q_outer},
-                                        {"flash_q_outer", AttentionKind::flash, LoopOrder::q_outer},
-                                        {"flash_kv_outer", AttentionKind::flash, LoopOrder::kv_outer}};
+// The variants the CUDA kernels implement: all of them.
+using Variant = KernelVariant;
+constexpr const auto& kVariants = kKernelVariants;
 inline constexpr Format kCudaFormats[] = {Format::fp32, Format::fp16, Format::bf16};
 
 }  // namespace fastudy::gpu_test

@@ -157,12 +157,7 @@ void check_case(const AttentionShape& shape, const Variant& var, Format storage,
                                                 widen(random_normal(size, 42)), widen(random_normal(size, 43)),
                                                 widen(random_normal(size, 44)));
   const std::vector<float> q = narrow(ref.q), k = narrow(ref.k), v = narrow(ref.v), g = narrow(ref.dout);
-  AttentionParams params;
-  params.attention = var.attention;
-  params.order = var.order;
-  params.policy = policy;
-  params.block_q = block_q;
-  params.block_kv = block_kv;
+  const AttentionParams params = var.params(policy, block_q, block_kv);
   const std::string what = std::string(var.name) + " " + policy.name + " " + std::string(to_string(f)) +
                            " storage " + std::string(to_string(storage)) + (shape.causal ? " causal" : "");
 

@@ -24,14 +24,8 @@
 namespace fastudy {
 namespace {
 
-struct Variant {
-  AttentionKind attention;
-  LoopOrder order;
-  const char* name;
-};
-constexpr Variant kVariants[] = {{AttentionKind::baseline, LoopOrder::q_outer, "baseline"},
-                                 {AttentionKind::flash, LoopOrder::kv_outer, "flash_kv_outer"},
-                                 {AttentionKind::flash, LoopOrder::q_outer, "flash_q_outer"}};
+using Variant = KernelVariant;
+constexpr const auto& kVariants = kKernelVariants;
 
 std::vector<double> random_normal(std::size_t n, std::uint64_t seed, double sigma = 1.0) {
   std::mt19937_64 rng(seed);
@@ -89,12 +83,7 @@ void check_forward_against_reference(int block_q, int block_kv, std::int64_t n, 
         // The reference sees the inputs as the kernels store them (rounded to the policy's q, k, v).
         const AttentionReference ref = make_reference(in.shape, policy, in.q, in.k, in.v);
         for (const Variant& var : kVariants) {
-          AttentionParams params;
-          params.attention = var.attention;
-          params.order = var.order;
-          params.policy = policy;
-          params.block_q = block_q;
-          params.block_kv = block_kv;
+          AttentionParams params = var.params(policy, block_q, block_kv);
           // bound: forward_bound on T buffers; lse_bound: the same scaled by 1/max|v| + max|lse|.
           const ForwardCheck<T> c = check_forward<T>(ref, params);
           EXPECT_LE(c.error.max_abs, c.bound) << var.name << " " << preset << " " << to_string(f)
@@ -122,12 +111,7 @@ TEST(Attention, Fp64IsTheReferenceToRoundoff) {
   const Inputs in = make_inputs(2, 2, 50, 24, true, 5);
   const AttentionReference ref = make_reference(in.shape, in.q, in.k, in.v);
   for (const Variant& var : kVariants) {
-    AttentionParams params;
-    params.attention = var.attention;
-    params.order = var.order;
-    params.policy = make_policy("pure", Format::fp64);
-    params.block_q = 16;
-    params.block_kv = 16;
+    AttentionParams params = var.params(make_policy("pure", Format::fp64), 16, 16);
     EXPECT_LT(check_forward<double>(ref, params).error.max_abs, 1e-13) << var.name;
   }
 }
@@ -157,12 +141,7 @@ TEST(Attention, OneHotAttentionIsExact) {
       for (Format f : kAllFormats) {
         for (const Variant& var : kVariants) {
           for (int block : {1, 5, 24}) {
-            AttentionParams params;
-            params.attention = var.attention;
-            params.order = var.order;
-            params.policy = make_policy(preset, f);
-            params.block_q = block;
-            params.block_kv = block + 2;
+            AttentionParams params = var.params(make_policy(preset, f), block, block + 2);
             for (int as_double = 0; as_double < 2; ++as_double) {
               const std::vector<double> out = as_double ? forward_as<double>(shape, params, q, k, v)
                                                         : forward_as<float>(shape, params, q, k, v);
@@ -252,12 +231,7 @@ void check_backward_against_reference() {
         // Q, K, V, dO rounded to f (the policy's storage and grad formats).
         const AttentionReference ref = make_reference(in.shape, policy, in.q, in.k, in.v, dout_raw);
         for (const Variant& var : kVariants) {
-          AttentionParams params;
-          params.attention = var.attention;
-          params.order = var.order;
-          params.policy = policy;
-          params.block_q = 5;
-          params.block_kv = 8;
+          AttentionParams params = var.params(policy, 5, 8);
           const BackwardCheck<T> c = check_backward<T>(ref, params);
           EXPECT_LE(c.error.rel_l2, c.bound) << var.name << " " << preset << " " << to_string(f)
                                              << (causal ? " causal" : "");
@@ -290,12 +264,7 @@ TEST(Attention, Fp64BackwardIsTheReferenceToRoundoff) {
   const Inputs in = make_inputs(1, 2, 33, 8, true, 9);
   const AttentionReference ref = make_reference(in.shape, in.q, in.k, in.v, random_normal(in.q.size(), 10));
   for (const Variant& var : kVariants) {
-    AttentionParams params;
-    params.attention = var.attention;
-    params.order = var.order;
-    params.policy = make_policy("pure", Format::fp64);
-    params.block_q = 8;
-    params.block_kv = 8;
+    AttentionParams params = var.params(make_policy("pure", Format::fp64), 8, 8);
     EXPECT_LT(check_backward<double>(ref, params).error.rel_l2, 1e-13) << var.name;
   }
 }
@@ -360,12 +329,7 @@ TEST(Attention, StaticAndRuntimeRoundingAgreeBitForBit) {
   for (const char* preset : {"pure", "mixed"}) {
     for (Format f : kAllFormats) {
       for (const Variant& var : kVariants) {
-        AttentionParams params;
-        params.attention = var.attention;
-        params.order = var.order;
-        params.block_q = 9;
-        params.block_kv = 16;
-        params.policy = make_policy(preset, f);
+        AttentionParams params = var.params(make_policy(preset, f), 9, 16);
         const std::vector<double> q = rounded(in.q, f), k = rounded(in.k, f), v = rounded(in.v, f);
         const std::vector<double> a = forward_as<float>(in.shape, params, q, k, v);
         params.policy.grad = f == Format::bf16 ? Format::fp16 : Format::bf16;
@@ -432,12 +396,7 @@ TEST(Attention, EveryInstructionSetBuildMatchesReference) {
       return AttentionStats{};
     };
     for (const Variant& var : kVariants) {
-      AttentionParams params;
-      params.attention = var.attention;
-      params.order = var.order;
-      params.policy = fp64;
-      params.block_q = 8;
-      params.block_kv = 8;
+      AttentionParams params = var.params(fp64, 8, 8);
       EXPECT_LT(check_forward<double>(ref, params, forward_f64).error.max_abs, 1e-13) << isa->name << " " << var.name;
       EXPECT_LT(check_backward<double>(ref, params, forward_f64, backward_f64).error.rel_l2, 1e-13)
           << isa->name << " " << var.name;

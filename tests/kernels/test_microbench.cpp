@@ -151,12 +151,7 @@ TEST(Microbench, RowsAreTheHarnessMetricsWithinItsBounds) {
       p.causal = f == Format::bf16;
       const std::vector<MicrobenchRow> rows = run_microbench_point(p);
       const MicrobenchInputs in = microbench_inputs(p);
-      AttentionShape shape;
-      shape.batch = p.batch;
-      shape.heads = p.heads;
-      shape.seq_len = p.seq_len;
-      shape.head_dim = p.head_dim;
-      shape.causal = p.causal;
+      const AttentionShape shape = microbench_shape(p);
       AttentionParams params;
       params.policy = make_policy(p.policy, p.format);
       params.block_q = p.block_q;

@@ -5,8 +5,9 @@
 // The script survives time limits: Slurm sends the batch shell SIGUSR1 some minutes before the limit
 // (--signal=B:USR1@lead), the shell forwards it to fastudy, which checkpoints at the next step and exits
 // with code 1; the shell then requeues the job (scontrol requeue, --requeue), and the next run continues
-// the study with --resume. The body of the script is the same for every study: the text after the
-// settings block is slurm/fastudy.sbatch.in's body (a test keeps the two identical).
+// the study with --resume. The script is slurm/fastudy.sbatch.in with its @FIELD@s filled in and its
+// own comment replaced by a header on the study; the build embeds the template into the binary
+// (cmake/EmbedFile.cmake -> fastudy/sbatch_template.hpp), so nothing is read from the source tree.
 //
 // The output directory is prepared like any phase does it (study.toml, provenance.txt), so that
 // `fastudy GRID.toml --out OUT --resume` and the job's own `--resume` both find a study there.
@@ -23,11 +24,14 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 #include <boost/program_options.hpp>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
+#include "fastudy/sbatch_template.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
 
@@ -38,74 +42,6 @@ namespace po = boost::program_options;
 namespace fastudy {
 
 namespace {
-
-// The part of the script after the settings block; identical to the body of slurm/fastudy.sbatch.in.
-const char* const kSbatchBody = R"BODY(# ---- body (the same in every generated script; see slurm/fastudy.sbatch.in) ----
-#
-# Knobs clusters usually need (uncomment and adapt here, or set them in the submitting shell:
-# sbatch exports its environment to the job):
-#   module load openmpi hdf5 cuda            # the modules fastudy was built with
-#   export FASTUDY_TORCH_THREADS=${SLURM_CPUS_PER_TASK:-1}   # LibTorch threads per rank
-#   export NCCL_DEBUG=WARN                   # INFO to see the rings/trees NCCL builds
-#   export NCCL_SOCKET_IFNAME=ib0            # the interface NCCL's bootstrap uses (or ^lo,docker)
-#   export NCCL_IB_HCA=mlx5                  # restrict NCCL to these InfiniBand adapters
-# One rank per GPU: ask for --ntasks-per-node equal to --gpus-per-node; fastudy takes the GPU of
-# its local rank (CPU when there is none). With srun, `--gpu-bind=closest` (or `single:1`) pins
-# each task to its GPU's NUMA domain. srun's MPI plugin: pmix needs an Open MPI built with PMIx and
-# a Slurm with mpi/pmix (`srun --mpi=list`); otherwise set FASTUDY_SRUN_MPI=pmi2, or use mpirun.
-
-set -u
-
-requeue=
-child=
-
-# Slurm's warning signal (SIGUSR1, asked for with --signal=B:USR1@...) reaches this shell: tell
-# fastudy to checkpoint and stop, and requeue the job afterwards. A SIGTERM (scancel, or the time
-# limit itself) is forwarded the same way but does not requeue: the job is ending for good.
-# srun forwards signals to every task. mpirun forwards SIGUSR1 to every rank but answers SIGTERM by
-# killing them, so mpirun always gets SIGUSR1 (fastudy treats both the same).
-forward_stop() {
-  [ "$1" = USR1 ] && requeue=yes
-  echo "fastudy.sbatch: SIG$1 received: asking fastudy to checkpoint and stop"
-  [ -z "$child" ] && return
-  case $LAUNCHER in
-    srun) kill -s "$1" "$child" 2>/dev/null ;;
-    *) kill -s USR1 "$child" 2>/dev/null ;;
-  esac
-}
-trap 'forward_stop USR1' USR1
-trap 'forward_stop TERM' TERM
-
-echo "fastudy.sbatch: job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}) on ${SLURM_JOB_NODELIST:-?}, $(date -u '+%F %T') UTC"
-
-# --resume always: the first run creates OUT's outputs, a requeued one continues them.
-case $LAUNCHER in
-  srun) srun --mpi="${FASTUDY_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 \
-          "$FASTUDY" run "$GRID" --out "$OUT" --resume & ;;
-  mpirun) mpirun -n "${SLURM_NTASKS:-1}" "$FASTUDY" run "$GRID" --out "$OUT" --resume & ;;
-  *) echo "fastudy.sbatch: unknown LAUNCHER=$LAUNCHER (srun or mpirun)" >&2; exit 2 ;;
-esac
-child=$!
-[ -n "$requeue" ] && forward_stop USR1
-
-# A trapped signal interrupts `wait`: wait again until the launcher has really ended.
-while :; do
-  wait "$child"
-  kill -0 "$child" 2>/dev/null || break
-done
-wait "$child"
-code=$?
-# Nothing left to forward (and `scontrol requeue` itself sends this shell a SIGTERM).
-trap '' USR1 TERM
-
-if [ -n "$requeue" ] && [ "$code" -ne 0 ]; then
-  echo "fastudy.sbatch: fastudy stopped on the warning signal (exit $code); requeueing job $SLURM_JOB_ID to resume"
-  scontrol requeue "$SLURM_JOB_ID" && exit 0
-  echo "fastudy.sbatch: scontrol requeue failed; resubmit this script to continue (it resumes)" >&2
-fi
-echo "fastudy.sbatch: fastudy exited with code $code, $(date -u '+%F %T') UTC"
-exit "$code"
-)BODY";
 
 // Seconds of D-HH:MM:SS or HH:MM:SS; UsageError for anything else.
 long parse_time_limit(const std::string& t) {
@@ -161,8 +97,10 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-std::string job_name_of(const std::string& study) {
-  std::string n = "fastudy-";
+// The study's name as the job name's part after "fastudy-": other characters than letters, digits and
+// - _ . become _.
+std::string job_name_part(const std::string& study) {
+  std::string n;
   for (char c : study) n += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ? c : '_';
   return n;
 }
@@ -172,6 +110,63 @@ std::string self_executable() {
   std::error_code ec;
   fs::path p = fs::read_symlink("/proc/self/exe", ec);
   return ec ? std::string("fastudy") : p.string();
+}
+
+// One @NAME@ field of the template and its text in the script.
+struct TemplateField {
+  std::string name;
+  std::string value;
+};
+
+// Whether `text` holds a field at `at`: '@', one or more of A-Z and _, '@'. Returns its length, or 0.
+std::size_t field_length_at(std::string_view text, std::size_t at) {
+  if (text[at] != '@') return 0;
+  std::size_t end = at + 1;
+  while (end < text.size() && (std::isupper(static_cast<unsigned char>(text[end])) || text[end] == '_')) ++end;
+  return end > at + 1 && end < text.size() && text[end] == '@' ? end + 1 - at : 0;
+}
+
+// slurm/fastudy.sbatch.in filled in: its #! line, `header` in place of the template's own comment (up
+// to the first #SBATCH line), then the rest with every @NAME@ replaced by its value in one pass (a
+// value is never scanned for fields). An #SBATCH line with a field whose value is empty is left out
+// (--gpus-per-node 0, no --partition or --account). Every field must be known: a field the template
+// has and fastudy does not fill is an Error, not a script with a literal @NAME@ in it.
+std::string fill_sbatch_template(std::string_view templ, const std::string& header,
+                                 const std::vector<TemplateField>& fields) {
+  const std::size_t shebang_end = templ.find('\n');
+  const std::size_t sbatch_at = templ.find("\n#SBATCH ");
+  if (templ.rfind("#!", 0) != 0 || sbatch_at == std::string_view::npos)
+    throw Error("fastudy's built-in sbatch template has no #! line or no #SBATCH line",
+                "slurm/fastudy.sbatch.in must open with #!/bin/bash and hold the #SBATCH lines; fix it and rebuild");
+  std::string script(templ.substr(0, shebang_end + 1));
+  script += header;
+  std::size_t line_start = sbatch_at + 1;
+  while (line_start < templ.size()) {
+    std::size_t line_end = templ.find('\n', line_start);
+    line_end = line_end == std::string_view::npos ? templ.size() : line_end + 1;
+    const std::string_view line = templ.substr(line_start, line_end - line_start);
+    line_start = line_end;
+    std::string filled;
+    bool drop = false;
+    for (std::size_t i = 0; i < line.size();) {
+      const std::size_t n = field_length_at(line, i);
+      if (n == 0) {
+        filled += line[i++];
+        continue;
+      }
+      const std::string_view name = line.substr(i + 1, n - 2);
+      const auto f = std::find_if(fields.begin(), fields.end(), [&](const TemplateField& t) { return t.name == name; });
+      if (f == fields.end())
+        throw Error("fastudy's built-in sbatch template has the field @" + std::string(name) +
+                        "@, which fastudy slurm does not fill",
+                    "fill it in jobs/slurm.cpp (sbatch_script) or remove it from slurm/fastudy.sbatch.in, and rebuild");
+      drop = drop || (f->value.empty() && line.rfind("#SBATCH", 0) == 0);
+      filled += f->value;
+      i += n;
+    }
+    if (!drop) script += filled;
+  }
+  return script;
 }
 
 std::string sbatch_script(const JobContext& ctx, const std::string& grid, const std::string& out, long limit) {
@@ -188,8 +183,8 @@ std::string sbatch_script(const JobContext& ctx, const std::string& grid, const 
   }
   const VariantEstimate first = estimate_variant(st.variants.front());
 
+  // The header on what the job will do, in place of the template's own comment.
   std::ostringstream os;
-  os << "#!/bin/bash\n";
   os << "# fastudy sbatch script for study '" << st.name << "', written by fastudy slurm (fastudy "
      << ctx.prov.version << ").\n";
   os << "#   grid:        " << grid << " (config hash " << st.hash << ")\n";
@@ -210,24 +205,20 @@ std::string sbatch_script(const JobContext& ctx, const std::string& grid, const 
      << "#                requeues itself and the next run resumes (--resume)\n";
   os << "# Submit: sbatch " << out << "/fastudy.sbatch   Progress: fastudy status " << out << "\n";
   os << "# Regenerate: " << ctx.opts.command_line << "\n";
-  os << "#SBATCH --job-name=" << job_name_of(st.name) << "\n";
-  os << "#SBATCH --nodes=" << s.nodes << "\n";
-  os << "#SBATCH --ntasks-per-node=" << s.ntasks_per_node << "\n";
-  if (s.gpus_per_node > 0) os << "#SBATCH --gpus-per-node=" << s.gpus_per_node << "\n";
-  os << "#SBATCH --time=" << s.time << "\n";
-  if (!s.partition.empty()) os << "#SBATCH --partition=" << s.partition << "\n";
-  if (!s.account.empty()) os << "#SBATCH --account=" << s.account << "\n";
-  os << "#SBATCH --output=" << out << "/slurm-%j.out\n";
-  os << "#SBATCH --open-mode=append\n";
-  os << "#SBATCH --signal=B:USR1@" << lead << "\n";
-  os << "#SBATCH --requeue\n";
-  os << "\n# ---- settings (written by fastudy slurm; FASTUDY may be overridden from the environment) ----\n";
-  os << "FASTUDY=${FASTUDY:-" << shell_quote(self_executable()) << "}\n";
-  os << "GRID=" << shell_quote(grid) << "\n";
-  os << "OUT=" << shell_quote(out) << "\n";
-  os << "LAUNCHER=" << s.launcher << "\n\n";
-  os << kSbatchBody;
-  return os.str();
+  return fill_sbatch_template(embedded::kSbatchTemplate, os.str(),
+                              {{"STUDY", job_name_part(st.name)},
+                               {"NODES", std::to_string(s.nodes)},
+                               {"TASKS_PER_NODE", std::to_string(s.ntasks_per_node)},
+                               {"GPUS_PER_NODE", s.gpus_per_node > 0 ? std::to_string(s.gpus_per_node) : ""},
+                               {"TIME", s.time},
+                               {"PARTITION", s.partition},
+                               {"ACCOUNT", s.account},
+                               {"OUT", out},
+                               {"LEAD", std::to_string(lead)},
+                               {"FASTUDY_QUOTED", shell_quote(self_executable())},
+                               {"GRID_QUOTED", shell_quote(grid)},
+                               {"OUT_QUOTED", shell_quote(out)},
+                               {"LAUNCHER", s.launcher}});
 }
 
 // Whether an executable named `name` is on PATH.

@@ -9,12 +9,16 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "tests/cli/cli_util.hpp"
 
@@ -119,6 +123,79 @@ TEST(SlurmCli, BodyIsTheTemplateInSlurmDirectory) {
   ASSERT_FALSE(generated.empty());
   EXPECT_EQ(generated, templ) << "slurm/fastudy.sbatch.in and jobs/slurm.cpp's body differ";
   EXPECT_EQ(run_command("bash -n " + kSource + "/slurm/fastudy.sbatch.in").code, 0);
+}
+
+// The whole script is the template with its fields filled: the #! line, fastudy's header in place of
+// the template's own comment, then the template from its first #SBATCH line with every @NAME@ replaced
+// (and the lines of unset optional fields left out), with no @NAME@ left over.
+TEST(SlurmCli, ScriptIsTheTemplateFilledIn) {
+  const std::string templ = read_file(fs::path(kSource) / "slurm" / "fastudy.sbatch.in");
+  const auto sbatch_at = templ.find("\n#SBATCH ");
+  ASSERT_NE(sbatch_at, std::string::npos);
+  ASSERT_EQ(templ.rfind("#!/bin/bash\n", 0), 0u);
+  // The template filled by hand: optional fields not in `fields` drop their line.
+  const auto fill = [&](const std::vector<std::pair<std::string, std::string>>& fields) {
+    std::istringstream in(templ.substr(sbatch_at + 1));
+    std::string filled;
+    for (std::string line; std::getline(in, line);) {
+      bool drop = false;
+      for (const std::string optional : {"GPUS_PER_NODE", "PARTITION", "ACCOUNT"}) {
+        const bool given = std::any_of(fields.begin(), fields.end(), [&](const auto& f) { return f.first == optional; });
+        drop = drop || (!given && line.find("@" + optional + "@") != std::string::npos);
+      }
+      if (drop) continue;
+      for (const auto& [name, value] : fields) {
+        const std::string field = "@" + name + "@";
+        for (auto at = line.find(field); at != std::string::npos; at = line.find(field, at + value.size()))
+          line.replace(at, field.size(), value);
+      }
+      filled += line + "\n";
+    }
+    return filled;
+  };
+  // Any @NAME@ (upper case and _) left in a written script.
+  const auto leftover_field = [](const std::string& s) {
+    for (std::size_t at = s.find('@'); at != std::string::npos; at = s.find('@', at + 1)) {
+      std::size_t end = at + 1;
+      while (end < s.size() && (std::isupper(static_cast<unsigned char>(s[end])) || s[end] == '_')) ++end;
+      if (end > at + 1 && end < s.size() && s[end] == '@') return s.substr(at, end + 1 - at);
+    }
+    return std::string();
+  };
+
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("grid.toml", grid_text(out, 2));
+  const std::string exe = "'" + fs::canonical(FASTUDY_EXE).string() + "'";
+  struct Case {
+    std::string args;
+    std::vector<std::pair<std::string, std::string>> fields;
+  };
+  const Case cases[] = {
+      {"--nodes 2 --ntasks-per-node 4 --gpus-per-node 4 --time 01:00:00 --partition gpu --account proj_1 --launcher srun",
+       {{"STUDY", "slurm-cli"}, {"NODES", "2"}, {"TASKS_PER_NODE", "4"}, {"GPUS_PER_NODE", "4"}, {"TIME", "01:00:00"},
+        {"PARTITION", "gpu"}, {"ACCOUNT", "proj_1"}, {"OUT", out}, {"LEAD", "360"}, {"FASTUDY_QUOTED", exe},
+        {"GRID_QUOTED", "'" + grid + "'"}, {"OUT_QUOTED", "'" + out + "'"}, {"LAUNCHER", "srun"}}},
+      {"--ntasks-per-node 2 --time 00:05:00 --launcher mpirun --force",
+       {{"STUDY", "slurm-cli"}, {"NODES", "1"}, {"TASKS_PER_NODE", "2"}, {"TIME", "00:05:00"}, {"OUT", out},
+        {"LEAD", "60"}, {"FASTUDY_QUOTED", exe}, {"GRID_QUOTED", "'" + grid + "'"}, {"OUT_QUOTED", "'" + out + "'"},
+        {"LAUNCHER", "mpirun"}}},
+  };
+  for (const auto& c : cases) {
+    RunResult r = run_fastudy("slurm " + grid + " " + c.args);
+    ASSERT_EQ(r.code, 0) << c.args << ": " << r.output;
+    const std::string s = read_file(fs::path(out) / "fastudy.sbatch");
+    const auto header_end = s.find("\n#SBATCH ");
+    ASSERT_NE(header_end, std::string::npos) << s;
+    // fastudy's header replaces the template's comment; it is all comment lines.
+    const std::string header = s.substr(0, header_end + 1);
+    EXPECT_EQ(header.rfind("#!/bin/bash\n# fastudy sbatch script for study 'slurm-cli'", 0), 0u) << header;
+    EXPECT_EQ(header.find("\n#SBATCH"), std::string::npos) << header;
+    EXPECT_EQ(header.find("sbatch template"), std::string::npos) << "the template's own comment leaked:\n" << header;
+    EXPECT_EQ(s.substr(header_end + 1), fill(c.fields)) << c.args;
+    EXPECT_EQ(leftover_field(s), "") << c.args << "\n" << s;
+    EXPECT_EQ(run_command("bash -n " + out + "/fastudy.sbatch").code, 0) << c.args;
+  }
 }
 
 TEST(SlurmCli, ValidationErrorsExitTwoAndWriteNothing) {

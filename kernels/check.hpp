@@ -31,13 +31,7 @@ struct KernelVariant {
   AttentionKind attention;
   LoopOrder order;
   AttentionParams params(const PrecisionPolicy& policy, int block_q, int block_kv) const {
-    AttentionParams p;
-    p.attention = attention;
-    p.order = order;
-    p.policy = policy;
-    p.block_q = block_q;
-    p.block_kv = block_kv;
-    return p;
+    return AttentionParams{attention, policy, block_q, block_kv, order};
   }
 };
 inline constexpr KernelVariant kKernelVariants[] = {{"baseline", AttentionKind::baseline, LoopOrder::q_outer},

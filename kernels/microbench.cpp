@@ -120,13 +120,7 @@ MicrobenchInputs microbench_inputs(const MicrobenchPoint& point) {
 }
 
 AttentionShape microbench_shape(const MicrobenchPoint& point) {
-  AttentionShape shape;
-  shape.batch = point.batch;
-  shape.heads = point.heads;
-  shape.seq_len = point.seq_len;
-  shape.head_dim = point.head_dim;
-  shape.causal = point.causal;
-  return shape;
+  return AttentionShape{point.batch, point.heads, point.seq_len, point.head_dim, point.causal};
 }
 
 std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,

@@ -249,11 +249,7 @@ TEST(Attention, BackwardOddBlocks) {
   const AttentionReference ref = make_reference(in.shape, in.q, in.k, in.v, random_normal(in.q.size(), 401));
   const PrecisionPolicy policy = make_policy("mixed", Format::fp32);
   for (const Variant& var : kVariants) {
-    AttentionParams params;
-    params.attention = var.attention;
-    params.policy = policy;
-    params.block_q = 7;
-    params.block_kv = 20;
+    const AttentionParams params = var.params(policy, 7, 20);  // each variant's own loop order
     const BackwardCheck<float> c = check_backward<float>(ref, params);
     EXPECT_LE(c.error.rel_l2, c.bound) << var.name;
   }

@@ -15,23 +15,22 @@
 # scripts/check_layers.py checks the folder include graph against this order.
 set(FASTUDY_LAYER_INCLUDE_ROOT ${CMAKE_BINARY_DIR}/layers)
 
-# fastudy_expose(TARGET folder...): TARGET owns these folders (relative to the project root) and
-# publishes them, and only them, to itself and to every target that links it.
+# fastudy_layer_link(DIR folder): DIR/folder becomes a link to the source folder (relative to the
+# project root), so that an include directory DIR offers that folder and nothing else.
+function(fastudy_layer_link dir folder)
+  get_filename_component(parent ${dir}/${folder} DIRECTORY)
+  file(MAKE_DIRECTORY ${parent})
+  if(NOT IS_SYMLINK ${dir}/${folder})
+    file(CREATE_LINK ${CMAKE_SOURCE_DIR}/${folder} ${dir}/${folder} SYMBOLIC)
+  endif()
+endfunction()
+
+# fastudy_expose(LIBRARY folder...): the library owns these folders and publishes them, and only
+# them, to itself and to every target that links it.
 function(fastudy_expose target)
   set(root ${FASTUDY_LAYER_INCLUDE_ROOT}/${target})
   foreach(folder IN LISTS ARGN)
-    get_filename_component(parent ${root}/${folder} DIRECTORY)
-    file(MAKE_DIRECTORY ${parent})
-    if(NOT IS_SYMLINK ${root}/${folder})
-      file(CREATE_LINK ${CMAKE_SOURCE_DIR}/${folder} ${root}/${folder} SYMBOLIC)
-    endif()
+    fastudy_layer_link(${root} ${folder})
   endforeach()
-  get_target_property(type ${target} TYPE)
-  if(type STREQUAL "INTERFACE_LIBRARY")
-    target_include_directories(${target} INTERFACE ${root})
-  elseif(type STREQUAL "EXECUTABLE")
-    target_include_directories(${target} PRIVATE ${root})
-  else()
-    target_include_directories(${target} PUBLIC ${root})
-  endif()
+  target_include_directories(${target} PUBLIC ${root})
 endfunction()

@@ -6,11 +6,8 @@ include(GoogleTest)
 include_guard(GLOBAL)
 
 # An include directory with the tests folder alone (see cmake/FastudyLayers.cmake).
-set(FASTUDY_TESTS_INCLUDE ${CMAKE_BINARY_DIR}/layers/tests)
-if(NOT IS_SYMLINK ${FASTUDY_TESTS_INCLUDE}/tests)
-  file(MAKE_DIRECTORY ${FASTUDY_TESTS_INCLUDE})
-  file(CREATE_LINK ${CMAKE_SOURCE_DIR}/tests ${FASTUDY_TESTS_INCLUDE}/tests SYMBOLIC)
-endif()
+set(FASTUDY_TESTS_INCLUDE ${FASTUDY_LAYER_INCLUDE_ROOT}/tests)
+fastudy_layer_link(${FASTUDY_TESTS_INCLUDE} tests)
 
 set(FASTUDY_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
 

@@ -95,8 +95,6 @@ void slurm_options(boost::program_options::options_description& d, CliOptions& o
 // must match unless --force) or --force (start over: the directory's fastudy outputs are removed).
 // A non-empty directory that is not a fastudy study is always refused.
 void prepare_output(JobContext& ctx);
-// Atomically write a text file (tmp + rename) in the output directory.
-void write_text_file(const std::string& path, const std::string& text);
 std::string read_text_file(const std::string& path);
 bool file_exists(const std::string& path);
 

@@ -367,7 +367,7 @@ int job_microbench(JobContext& ctx) {
       rows.push_back(std::move(rec));
     }
     write_h5(h5_path, rows, ctx.prov);
-    write_text_file(csv_path, csv.str());
+    atomic_write(csv_path, csv.str());
     print_summary(rows);
     log::info("microbench: wrote " + csv_path + " and " + h5_path + " (" + std::to_string(rows.size()) + " rows)");
   });

@@ -24,8 +24,6 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
-void write_text_file(const std::string& path, const std::string& text) { atomic_write(path, text); }
-
 void prepare_output(JobContext& ctx) {
   const Study& st = *ctx.study;
   const fs::path out(ctx.out_dir);
@@ -57,8 +55,8 @@ void prepare_output(JobContext& ctx) {
                              " differs from the one in " + marker.string(),
                          "restore the grid, pass --force with --resume to retrain the changed variants from scratch, or "
                          "use another --out");
-      write_text_file(marker.string(), st.resolved_toml);
-      write_text_file((out / "provenance.txt").string(), ctx.prov.header());
+      atomic_write(marker.string(), st.resolved_toml);
+      atomic_write((out / "provenance.txt").string(), ctx.prov.header());
       return;
     } else {
       throw UsageError("output directory " + out.string() + " already holds a study",
@@ -68,8 +66,8 @@ void prepare_output(JobContext& ctx) {
   fs::create_directories(out, ec);
   if (ec) throw Error("cannot create output directory " + out.string() + ": " + ec.message(),
                       "check the path and permissions, or pass --out DIR");
-  write_text_file(marker.string(), st.resolved_toml);
-  write_text_file((out / "provenance.txt").string(), ctx.prov.header());
+  atomic_write(marker.string(), st.resolved_toml);
+  atomic_write((out / "provenance.txt").string(), ctx.prov.header());
 }
 
 }  // namespace fastudy

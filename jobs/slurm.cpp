@@ -29,6 +29,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "base/atomic_file.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "fastudy/sbatch_template.hpp"
@@ -334,7 +335,7 @@ int job_slurm(JobContext& ctx) {
   // otherwise unmarked directory would make it "not a fastudy study").
   prepare_output(ctx);
   const std::string script = (fs::path(out) / "fastudy.sbatch").string();
-  write_text_file(script, text);
+  atomic_write(script, text);
   ::chmod(script.c_str(), 0755);
   log::info("wrote " + script + " (" + std::to_string(st.variants.size()) + " variants, " + std::to_string(ranks) +
             " ranks, time limit " + s.time + ", warning " + std::to_string(warning_lead_seconds(limit)) + " s before)");

@@ -35,10 +35,14 @@ void print_global_help(std::ostream& os) {
   for (const auto& j : job_registry()) {
     os << "  " << j.name << std::string(12 - std::min<std::size_t>(11, j.name.size()), ' ') << j.summary << "\n";
   }
-  os << "\nprecision policy steps (a custom [attention.policies.NAME] starts from `pure` and sets\n"
-        "some of them: step = \"format\"):\n";
+  os << "\nprecision policies (readings: which implementation of attention in a format each models):\n";
+  for (const auto& preset : kPolicyPresets)
+    os << "  " << preset.name << std::string(15 - std::min<std::size_t>(14, preset.name.size()), ' ') << preset.models
+       << "\n";
+  os << "\nprecision policy steps (a custom [attention.policies.NAME] starts from `preset` (default pure),\n"
+        "sets some of them: step = \"format\", and may set rounding = \"nearest\" | \"zero\" | \"stochastic\"):\n";
   for (const auto& step : kPolicySteps)
-    os << "  " << step.name << std::string(12 - std::min<std::size_t>(11, step.name.size()), ' ') << step.what << "\n";
+    os << "  " << step.name << std::string(15 - std::min<std::size_t>(14, step.name.size()), ' ') << step.what << "\n";
   os << "\ncommon options: --out DIR, --resume, --force, -q/--quiet, -v/--verbose, -h/--help, --version\n"
         "`fastudy JOB --help` shows the options of one job.\n\n"
         "exit codes: 0 success; 1 runtime failure (or some variants failed or diverged);\n"

@@ -16,9 +16,20 @@
 
 namespace fastudy {
 
-// Which format each step of attention runs in.
+// Which format each step of attention runs in, and how values are rounded into it.
+//
+// The steps fall in three classes, which is what tells the readings (presets) apart:
+//   storage  q, k, v, s, p, o, grad: tensors as one op hands them to the next.
+//   in-op    accum, stats, softmax, division: values that live inside one op (a matmul's accumulator,
+//            a fused softmax's row max, exponentials, row sum and normalisation, one flash tile's row
+//            max and row sum).
+//   state    stats_running, rescale, o_running, exp_arg: what flash carries between KV tiles (running
+//            max, running sum, running O, the rescale factors) and the arguments of its exps, each of
+//            which a framework-level re-implementation computes as an op of its own.
+// The op decomposition each kernel follows is written next to the kernels
+// (kernels/detail/attention_impl.hpp).
 struct PrecisionPolicy {
-  std::string name = "pure";  // preset name ("pure", "mixed") or the custom policy's name
+  std::string name = "pure";  // preset name ("pure", "eager", "mixed") or the custom policy's name
   Format q = Format::fp32;    // storage of Q, K, V (inputs are rounded on entry)
   Format k = Format::fp32;
   Format v = Format::fp32;
@@ -26,11 +37,15 @@ struct PrecisionPolicy {
   Format p = Format::fp32;         // storage of probabilities P before P.V
   Format o = Format::fp32;         // storage of the output O
   Format accum = Format::fp32;     // accumulator of dot products (QK^T and P.V), rounded after every add
-  Format stats = Format::fp32;     // softmax statistics: running max, running sum
-  Format rescale = Format::fp32;   // the rescale factor alpha = exp(m_old - m_new)
-  Format division = Format::fp32;  // the final division by the row sum
+  Format stats = Format::fp32;     // row max and row sum inside one op (a fused softmax, one flash tile)
+  Format softmax = Format::fp32;   // baseline: S - m and exp(S - m) inside the fused softmax
+  Format rescale = Format::fp32;   // flash: the rescale factors alpha = exp(m_old - m_new) (and FA-1's b)
+  Format division = Format::fp32;  // the normalisation by the row sum (baseline's softmax, flash's end)
   Format grad = Format::fp32;      // storage of dO, dQ, dK, dV and dS in the backward pass
-  Format o_running = Format::fp32;  // flash: the running (unfinished) O kept between KV tiles
+  Format o_running = Format::fp32;      // flash: the running (unfinished) O kept between KV tiles
+  Format stats_running = Format::fp32;  // flash: running max and running sum kept between KV tiles
+  Format exp_arg = Format::fp32;        // flash: the arguments S - m and m_old - m_new of its exps
+  Rounding rounding = Rounding::nearest;  // how every step above rounds
 };
 
 // The steps of a policy, one row each: the key of a custom policy in grid.toml
@@ -52,20 +67,41 @@ inline constexpr PolicyStep kPolicySteps[] = {
     {"o", &PrecisionPolicy::o, "storage of the output O"},
     {"o_running", &PrecisionPolicy::o_running, "flash: the running (unfinished) O kept between KV tiles"},
     {"accum", &PrecisionPolicy::accum, "accumulator of dot products (QK^T and P.V), rounded after every add"},
-    {"stats", &PrecisionPolicy::stats, "softmax statistics: running max and running sum"},
-    {"rescale", &PrecisionPolicy::rescale, "the rescale factor alpha = exp(m_old - m_new)"},
-    {"division", &PrecisionPolicy::division, "the final division by the row sum"},
+    {"stats", &PrecisionPolicy::stats, "row max and row sum inside one op (baseline's softmax, one flash tile)"},
+    {"stats_running", &PrecisionPolicy::stats_running, "flash: running max and running sum kept between KV tiles"},
+    {"softmax", &PrecisionPolicy::softmax, "baseline: S - m and exp(S - m) inside the fused softmax"},
+    {"exp_arg", &PrecisionPolicy::exp_arg, "flash: the arguments S - m and m_old - m_new of its exps"},
+    {"rescale", &PrecisionPolicy::rescale, "flash: the rescale factors exp(m_old - m_new)"},
+    {"division", &PrecisionPolicy::division, "the normalisation by the row sum"},
     {"grad", &PrecisionPolicy::grad, "storage of dO, dQ, dK, dV and dS in the backward pass"},
 };
 // The step named `name`, or null.
 const PolicyStep* find_policy_step(std::string_view name);
 
-// pure: every step in f (the paper's re-implementation). mixed: storage (q,k,v,s,p,o,grad) in f,
-// accumulators, statistics, rescale, division and flash's running O in fp32 (or f when f is wider),
-// as GPU kernels do (they keep the running O in fp32 registers and round only the final output).
+// The readings: which implementation of attention in format f each preset models.
+//   pure   every step in f, every add of every accumulation rounded: a re-implementation that keeps
+//          every value, even inside an op, in the format.
+//   eager  a framework-level re-implementation run in f (PyTorch eager ops on bf16/fp16 tensors):
+//          each op computes in fp32 inside (matmul accumulators, a fused softmax) and rounds its
+//          output to f; what flash keeps between tiles (running max, sum and O, the rescale
+//          factors, the arguments of its exps) is stored in f.
+//   mixed  a GPU kernel (FlashAttention, cuDNN): storage in f, every in-op value and all of flash's
+//          running state in fp32 registers; only the final output is rounded.
+// Every preset rounds to nearest; fp64 runs every step in fp64.
+struct PolicyPreset {
+  std::string_view name;
+  std::string_view models;
+};
+inline constexpr PolicyPreset kPolicyPresets[] = {
+    {"pure", "every step in the format, every add of every accumulation rounded"},
+    {"eager", "framework ops (PyTorch) in the format: fp32 inside each op; op outputs and flash's running state "
+              "in the format"},
+    {"mixed", "a GPU kernel (FlashAttention): storage in the format; inside ops and running state in fp32"},
+};
 PrecisionPolicy make_policy(std::string_view preset, Format f);
-// "pure, mixed"
+// "pure, eager, mixed"
 std::string policy_preset_names();
+bool is_policy_preset(std::string_view name);
 
 enum class AttentionKind : std::uint8_t { baseline, flash };
 std::string_view to_string(AttentionKind k);
@@ -90,6 +126,11 @@ struct AttentionParams {
   int block_kv = 64;  // Bc, flash only; clipped to seq_len
   LoopOrder order = LoopOrder::q_outer;
   int threads = 0;    // threads over the B*H heads; 0: OpenMP's default (OMP_NUM_THREADS, at::set_num_threads)
+  // Stochastic rounding: the random stream of head h (0-based within this call) is keyed by
+  // (rounding_seed, head_offset + h), so a caller that splits a batch over ranks passes each rank's
+  // global index of its first head and gets the same bits as one rank doing the whole batch.
+  std::uint64_t rounding_seed = 0;
+  std::int64_t head_offset = 0;
 };
 
 // What a forward call did, for the microbenchmark's columns.

@@ -16,12 +16,17 @@ PrecisionPolicy make_policy(std::string_view preset, Format f) {
   PrecisionPolicy p;
   p.name = std::string(preset);
   p.q = p.k = p.v = p.s = p.p = p.o = p.grad = f;
+  // fp32 inside ops and in registers, or f itself when f is wider than fp32 (only fp64 is).
+  const Format fp32_or_wider = f == Format::fp64 ? Format::fp64 : Format::fp32;
   if (preset == "pure") {
-    p.accum = p.stats = p.rescale = p.division = p.o_running = f;
+    p.accum = p.stats = p.softmax = p.division = f;
+    p.stats_running = p.rescale = p.o_running = p.exp_arg = f;
+  } else if (preset == "eager") {
+    p.accum = p.stats = p.softmax = p.division = fp32_or_wider;
+    p.stats_running = p.rescale = p.o_running = p.exp_arg = f;
   } else if (preset == "mixed") {
-    // fp32 accumulators and statistics, or f itself when f is wider than fp32 (only fp64 is).
-    const Format compute = f == Format::fp64 ? Format::fp64 : Format::fp32;
-    p.accum = p.stats = p.rescale = p.division = p.o_running = compute;
+    p.accum = p.stats = p.softmax = p.division = fp32_or_wider;
+    p.stats_running = p.rescale = p.o_running = p.exp_arg = fp32_or_wider;
   } else {
     throw Error("unknown precision policy preset '" + std::string(preset) + "'",
                 "use one of: " + policy_preset_names() + ", or define [attention.policies." + std::string(preset) +
@@ -30,7 +35,17 @@ PrecisionPolicy make_policy(std::string_view preset, Format f) {
   return p;
 }
 
-std::string policy_preset_names() { return "pure, mixed"; }
+std::string policy_preset_names() {
+  std::string names;
+  for (const auto& preset : kPolicyPresets) names += (names.empty() ? "" : ", ") + std::string(preset.name);
+  return names;
+}
+
+bool is_policy_preset(std::string_view name) {
+  for (const auto& preset : kPolicyPresets)
+    if (preset.name == name) return true;
+  return false;
+}
 
 const PolicyStep* find_policy_step(std::string_view name) {
   for (const auto& step : kPolicySteps)

@@ -65,28 +65,32 @@ double score_magnitude(const AttentionShape& shape, const T* q, const T* k) {
   return m;
 }
 
-// The softmax term shared by both bounds: 2 |dS| relative + u_p + (N + 1) u_stats + u_division +
-// 4 u_buffer (see forward_bound in check.hpp).
+// The softmax term shared by both bounds: 2 |dS| relative + 2 Smag (u_softmax + u_exp_arg) + u_softmax
+// + u_p + (N + 1) u_stats + u_division + 4 u_buffer (see forward_bound in check.hpp).
 namespace {
 double softmax_term(const PrecisionPolicy& p, double n, double d, Format buffer, double smag) {
   const double ua = step_u(p.accum, buffer), us = step_u(p.s, buffer), up = step_u(p.p, buffer);
   const double ust = step_u(p.stats, buffer), udiv = step_u(p.division, buffer);
+  const double usm = step_u(p.softmax, buffer), uea = step_u(p.exp_arg, buffer);
   const double ut = step_u(buffer, buffer);
   const double ds = (d * ua + us) * smag;
-  return 2 * ds + up + (n + 1) * ust + udiv + 4 * ut;
+  return 2 * ds + 2 * smag * (usm + uea) + usm + up + (n + 1) * ust + udiv + 4 * ut;
 }
+// Rounding toward zero or stochastically errs by less than one ulp (2u), twice nearest's u.
+double mode_factor(const PrecisionPolicy& p) { return p.rounding == Rounding::nearest ? 1.0 : 2.0; }
 }  // namespace
 
 double forward_bound(const PrecisionPolicy& p, const AttentionShape& shape, Format buffer, double smag, double vmax,
                      int block_kv) {
   const double n = static_cast<double>(shape.seq_len), d = static_cast<double>(shape.head_dim);
-  const double ua = step_u(p.accum, buffer), ust = step_u(p.stats, buffer), ur = step_u(p.rescale, buffer);
+  const double ua = step_u(p.accum, buffer), ur = step_u(p.rescale, buffer);
   const double uo = step_u(p.o, buffer), udiv = step_u(p.division, buffer), uor = step_u(p.o_running, buffer);
+  const double usr = step_u(p.stats_running, buffer), uea = step_u(p.exp_arg, buffer);
   const double tiles = std::ceil(n / std::min<double>(block_kv, n));
   const double softmax = softmax_term(p, n, d, buffer, smag);
   const double pv = n * ua;
-  const double flash = tiles * (ur + uor + ua + udiv + ust);
-  return (softmax + pv + flash + uo) * vmax;
+  const double flash = tiles * (ur + 2 * smag * uea + 3 * uor + ua + udiv + 3 * usr);
+  return mode_factor(p) * (softmax + pv + flash + uo) * vmax;
 }
 
 double lse_bound(double forward_bound, double vmax, double max_abs_lse_ref) {
@@ -96,8 +100,9 @@ double lse_bound(double forward_bound, double vmax, double max_abs_lse_ref) {
 double backward_bound(const PrecisionPolicy& p, const AttentionShape& shape, Format buffer, double smag) {
   const double n = static_cast<double>(shape.seq_len), d = static_cast<double>(shape.head_dim);
   const double ua = step_u(p.accum, buffer), ug = step_u(p.grad, buffer);
+  const double usr = step_u(p.stats_running, buffer);
   const double softmax = softmax_term(p, n, d, buffer, smag);
-  return 4 * ((d + n) * ua + 3 * ug + softmax);
+  return mode_factor(p) * 4 * ((d + n) * ua + 3 * ug + usr + softmax);
 }
 
 AttentionReference make_reference(const AttentionShape& shape, std::vector<double> q, std::vector<double> k,

@@ -90,13 +90,19 @@ double score_magnitude(const AttentionShape& shape, const std::vector<T>& q, con
 //   softmax: P_ij = exp(S_ij - m_i) / l_i moves by at most 2 |dS| relative (numerator and the
 //           normalising sum), plus u_p (P storage), u_stats (max and each of the N sum adds:
 //           N u_stats relative on l), u_division, and 4 u_buffer for exp on the buffers (float exp is
-//           within 2 ulp, the ~1 ulp Cephes expf of the CUDA kernels too; std::exp within 1).
+//           within 2 ulp, the ~1 ulp Cephes expf of the CUDA kernels too; std::exp within 1). The
+//           exp's argument x = S - m (|x| <= 2 Smag) rounded to softmax (baseline) or exp_arg (flash)
+//           moves exp(x) by |x| u relative: 2 Smag (u_softmax + u_exp_arg); baseline's stored
+//           exponentials add u_softmax.
 //   P.V:    a length-N sum in accum: N u_accum relative to sum_j P_ij |v_j| <= max|v|.
-//   flash:  each of the T_c = ceil(N / Bc) tiles rescales O once more: u_rescale + u_o_running +
-//           u_accum + u_division + u_stats per tile (FA-1 re-normalises each tile, FA-2 rescales by
-//           alpha). Bc = block_kv, clipped to N.
+//   flash:  each of the T_c = ceil(N / Bc) tiles rescales O once more: u_rescale + 2 Smag u_exp_arg
+//           (alpha and its argument) + 3 u_o_running (alpha O, the tile's P.V, their sum) + u_accum +
+//           u_division + 3 u_stats_running (alpha l, the tile's row sum, their sum) per tile (FA-1
+//           re-normalises each tile, FA-2 rescales by alpha). Bc = block_kv, clipped to N.
 //   output: u_o.
-// All relative to vmax = max|v|, which bounds |O|. Every u is step_u(step, buffer).
+// All relative to vmax = max|v|, which bounds |O|. Every u is step_u(step, buffer). A policy rounding
+// toward zero or stochastically errs by up to one ulp = 2u per rounding: the bound doubles (the
+// backward bound too).
 double forward_bound(const PrecisionPolicy& p, const AttentionShape& shape, Format buffer, double smag, double vmax,
                      int block_kv);
 
@@ -109,7 +115,8 @@ double lse_bound(double forward_bound, double vmax, double max_abs_lse_ref);
 // Backward error bound in relative L2 (of dQ, dK, dV, each and concatenated) against the fp64
 // reference backward. Each gradient is two chained dot products (dP = dO.V^T over d, then dQ = dS.K
 // over N, or dV = P^T.dO over N), each rounded to accum after every add: (d + N) u_accum; dS and the
-// stored gradients add u_grad each (3 u_grad) and P carries the forward's softmax error
+// stored gradients add u_grad each (3 u_grad), D = dO.O stored adds u_stats_running, and P carries
+// the forward's softmax error
 // (2 (d u_accum + u_s) Smag + u_p + (N + 1) u_stats + u_division + 4 u_buffer); the subtraction
 // dP - D cancels, which can amplify relative errors by up to max|dP| / |dP - D|, a factor we allow
 // as 4 on random inputs of unit variance. Bound: 4 * (sum of the above).

@@ -109,6 +109,58 @@ double unit_roundoff(Format f) {
   return u;
 }
 
+namespace {
+
+template <Rounding M, class T>
+T round_mode_switch(Format f, T x, std::uint32_t random) {
+  switch (f) {
+    case Format::fp64: return round_to_format_mode<Format::fp64, M>(x, random);
+    case Format::fp32: return round_to_format_mode<Format::fp32, M>(x, random);
+    case Format::tf32: return round_to_format_mode<Format::tf32, M>(x, random);
+    case Format::fp16: return round_to_format_mode<Format::fp16, M>(x, random);
+    case Format::bf16: return round_to_format_mode<Format::bf16, M>(x, random);
+    case Format::fp8_e4m3: return round_to_format_mode<Format::fp8_e4m3, M>(x, random);
+    case Format::fp8_e5m2: return round_to_format_mode<Format::fp8_e5m2, M>(x, random);
+  }
+  return x;
+}
+
+template <class T>
+T round_any_mode(Format f, T x, Rounding r, std::uint32_t random) {
+  switch (r) {
+    case Rounding::nearest: return round_switch(f, x);
+    case Rounding::zero: return round_mode_switch<Rounding::zero>(f, x, random);
+    case Rounding::stochastic: return round_mode_switch<Rounding::stochastic>(f, x, random);
+  }
+  return x;
+}
+
+}  // namespace
+
+std::string_view to_string(Rounding r) {
+  switch (r) {
+    case Rounding::nearest: return "nearest";
+    case Rounding::zero: return "zero";
+    case Rounding::stochastic: return "stochastic";
+  }
+  return "unknown";
+}
+
+std::optional<Rounding> parse_rounding(std::string_view name) {
+  for (Rounding r : kAllRoundings)
+    if (to_string(r) == name) return r;
+  return std::nullopt;
+}
+
+std::string rounding_names() {
+  std::string names;
+  for (Rounding r : kAllRoundings) names += (names.empty() ? "" : ", ") + std::string(to_string(r));
+  return names;
+}
+
+float round_to(Format f, float x, Rounding r, std::uint32_t random) { return round_any_mode(f, x, r, random); }
+double round_to(Format f, double x, Rounding r, std::uint32_t random) { return round_any_mode(f, x, r, random); }
+
 float round_to(Format f, float x) { return round_switch(f, x); }
 double round_to(Format f, double x) { return round_switch(f, x); }
 void round_inplace(Format f, float* x, std::size_t n) { round_inplace_switch(f, x, n); }

@@ -38,4 +38,24 @@ double round_to(Format f, double x);
 void round_inplace(Format f, float* x, std::size_t n);
 void round_inplace(Format f, double* x, std::size_t n);
 
+// How a value is rounded into a narrower format.
+//   nearest     round to nearest, ties to even (IEEE default; what hardware conversions do).
+//   zero        truncation toward zero: drop the low bits. Every rounding shrinks |x|, so errors are
+//               biased toward zero (how some software emulations of low precision work). Overflow
+//               gives the largest finite value, never inf.
+//   stochastic  round up with probability equal to the dropped fraction (x's distance to the value
+//               below, in units of the spacing): unbiased, E[round(x)] = x. The random bits come
+//               from a counter-based hash of a seed and the value's position in the computation, so
+//               a run is reproducible and independent of the thread and rank count.
+enum class Rounding : std::uint8_t { nearest, zero, stochastic };
+inline constexpr Rounding kAllRoundings[] = {Rounding::nearest, Rounding::zero, Rounding::stochastic};
+std::string_view to_string(Rounding r);
+std::optional<Rounding> parse_rounding(std::string_view name);
+// "nearest, zero, stochastic"
+std::string rounding_names();
+
+// Round x into f in mode r. `random` is 32 uniform random bits (used by stochastic only).
+float round_to(Format f, float x, Rounding r, std::uint32_t random);
+double round_to(Format f, double x, Rounding r, std::uint32_t random);
+
 }  // namespace fastudy

@@ -1,4 +1,5 @@
-// Per-value round-to-nearest-even into the emulated number formats, as inline templates on the
+// Per-value rounding into the emulated number formats (to nearest even; toward zero and stochastic in
+// round_to_format_mode below), as inline templates on the
 // format so hot loops pay no call and no switch. format.cpp's round_to() is a switch over these.
 // Usable from CUDA later: every function is FASTUDY_HD (__host__ __device__ under nvcc).
 //
@@ -139,6 +140,83 @@ FASTUDY_HD inline T round_to_format(T x) {
     if (a > kMaxBits) a = Tr::nan_on_overflow ? kQuietNan : kExpMask;
     return detail::bits_as<T>(a | sign);
   }
+}
+
+// Rounding toward zero or stochastically (Rounding in kernels/format.hpp); nearest forwards to
+// round_to_format. `random` is 32 uniform random bits (stochastic only). Same special values as
+// round_to_format (inf/NaN first, signed zero kept). Normal range: stochastic adds the top kShift
+// bits of `random` to the bits to be dropped (a carry happens with probability equal to the dropped
+// fraction), then both modes clear them; a carry into the exponent is the correct result. Above the
+// largest finite value: zero gives the largest finite value (truncation never overflows), stochastic
+// gives inf (NaN for e4m3). Subnormal range of F: the same on the fixed quantum q = 2^(emin - p):
+// |x| (plus random * 2^-32 * q for stochastic) floored to a multiple of q.
+template <Format F, Rounding M, class T>
+FASTUDY_HD inline T round_to_format_mode(T x, std::uint32_t random) {
+  if constexpr (M == Rounding::nearest || round_is_identity<F, T>()) {
+    return round_to_format<F>(x);
+  } else {
+    using Tr = FormatTraits<F>;
+    using S = detail::SourceBits<T>;
+    using U = typename S::U;
+    constexpr int kShift = S::p - Tr::p;
+    constexpr U kOne = 1;
+    constexpr U kSignMask = kOne << (8 * sizeof(U) - 1);
+    constexpr U kExpMask = ~kSignMask & ~((kOne << S::p) - 1);
+    constexpr U kQuietNan = kExpMask | (kOne << (S::p - 1));
+    constexpr U kMaxFraction = ((kOne << Tr::p) - 1) - (Tr::nan_on_overflow ? 1 : 0);
+    constexpr U kMaxBits = (U(Tr::emax + S::bias) << S::p) | (kMaxFraction << kShift);
+    constexpr U kMinNormalBits = U(Tr::emin + S::bias) << S::p;
+
+    const U u = detail::bits_as<U>(x);
+    const U sign = u & kSignMask;
+    U a = u ^ sign;
+    if (a >= kExpMask) {  // inf or NaN
+      if (a > kExpMask || Tr::nan_on_overflow) return detail::bits_as<T>(sign | kQuietNan);
+      return x;
+    }
+    if (Tr::emin > 1 - S::bias && a < kMinNormalBits) {
+      constexpr U kMagicBits = U(Tr::emin - Tr::p + S::p + S::bias) << S::p;
+      constexpr U kQuantumBits = U(Tr::emin - Tr::p + S::bias) << S::p;
+      const T magic = detail::bits_as<T>(kMagicBits), quantum = detail::bits_as<T>(kQuantumBits);
+      T v = detail::bits_as<T>(a);
+      if constexpr (M == Rounding::stochastic) v += quantum * (static_cast<T>(random) * static_cast<T>(0x1p-32));
+      T r = (v + magic) - magic;  // nearest multiple of q
+      if (r > v) r -= quantum;    // floor
+      return detail::bits_as<T>(detail::bits_as<U>(r) | sign);
+    }
+    if constexpr (M == Rounding::stochastic && kShift > 0) {
+      if constexpr (kShift <= 32) a += U(random >> (32 - kShift));
+      else a += U(random) << (kShift - 32);
+    }
+    a &= ~((kOne << kShift) - 1);
+    if (a > kMaxBits) {
+      if constexpr (M == Rounding::zero) a = kMaxBits;
+      else a = Tr::nan_on_overflow ? kQuietNan : kExpMask;
+    }
+    return detail::bits_as<T>(a | sign);
+  }
+}
+
+// 32 random bits for draw `counter` of the stream `key`: murmur3's 32-bit finaliser over a Weyl
+// sequence, a bijection of the counter for each key (streams repeat after 2^32 draws).
+FASTUDY_HD inline std::uint32_t random_bits32(std::uint32_t key, std::uint32_t counter) {
+  std::uint32_t h = (counter * 0x9E3779B9u) ^ key;
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  h *= 0xC2B2AE35u;
+  h ^= h >> 16;
+  return h;
+}
+
+// The key of a head's stream: a 64-bit mix (splitmix64's finaliser) of the seed and the global head
+// index, folded to 32 bits.
+FASTUDY_HD inline std::uint32_t random_stream_key(std::uint64_t seed, std::uint64_t head) {
+  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (head + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<std::uint32_t>(z ^ (z >> 32));
 }
 
 }  // namespace fastudy

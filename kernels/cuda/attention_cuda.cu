@@ -121,7 +121,7 @@ __global__ void flash_dd_kernel(TileHead h, const float* dout, const float* o, f
   const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (i >= h.n) return;
   const std::int64_t row = blockIdx.y * h.n + i;
-  dd[row] = dot<R>(dout + row * h.d, o + row * h.d, 1, h.d);
+  dd[row] = R::stats_running(dot<R>(dout + row * h.d, o + row * h.d, 1, h.d));
 }
 
 template <class R>

@@ -1,8 +1,9 @@
 // The one place where a runtime precision policy becomes the compile-time rounding object of the
 // shared tile math (kernels/cuda/tile_math.hpp), for the host twin and the CUDA launchers alike.
-// Supported: storage steps (q, k, v, s, p, o, grad) all in S, compute steps (accum, stats, rescale,
-// division, o_running) all in C, with S one of fp32, fp16, bf16 and C = S (pure) or fp32 (mixed).
-// Other policies throw UsageError naming the policy (the CPU kernels run every policy).
+// Supported: storage steps (q, k, v, s, p, o, grad) all in S, in-op steps (accum, stats, softmax,
+// division) all in C and state steps (stats_running, rescale, o_running, exp_arg) all in R, with S one
+// of fp32, fp16, bf16 and (C, R) = (S, S) (pure), (fp32, S) (eager) or (fp32, fp32) (mixed), rounding
+// to nearest. Other policies throw UsageError naming the policy (the CPU kernels run every policy).
 #pragma once
 
 #include <string>
@@ -15,33 +16,36 @@ namespace fastudy::cuda_tile {
 
 // The storage format of a supported policy; throws UsageError for any other policy.
 inline Format tile_storage_format(const PrecisionPolicy& p) {
-  const Format s = p.q, c = p.accum;
-  const bool uniform = p.k == s && p.v == s && p.s == s && p.p == s && p.o == s && p.grad == s &&
-                       p.stats == c && p.rescale == c && p.division == c && p.o_running == c;
+  const Format s = p.q, c = p.accum, r = p.o_running;
+  const bool uniform = p.k == s && p.v == s && p.s == s && p.p == s && p.o == s && p.grad == s && p.stats == c &&
+                       p.softmax == c && p.division == c && p.stats_running == r && p.rescale == r &&
+                       p.exp_arg == r;
   const bool storage_ok = s == Format::fp32 || s == Format::fp16 || s == Format::bf16;
-  if (!uniform || !storage_ok || (c != s && c != Format::fp32)) {
+  const bool reading_ok = (c == s && r == s) || (c == Format::fp32 && (r == s || r == Format::fp32));
+  if (!uniform || !storage_ok || !reading_ok || p.rounding != Rounding::nearest) {
     throw UsageError("precision policy '" + p.name + "' (storage " + std::string(to_string(s)) + ", accumulator " +
-                         std::string(to_string(c)) + ") is not available in the CUDA attention kernels",
-                     "the CUDA kernels run the pure and mixed presets of fp32, fp16 and bf16; use the CPU kernels "
-                     "for other policies");
+                         std::string(to_string(c)) + ", running state " + std::string(to_string(r)) + ", rounding " +
+                         std::string(to_string(p.rounding)) + ") is not available in the CUDA attention kernels",
+                     "the CUDA kernels run the pure, eager and mixed presets of fp32, fp16 and bf16 rounding to "
+                     "nearest; use the CPU kernels for other policies");
   }
   return s;
 }
 
-// f(TileRounding<S, C>{}) for the policy's formats.
+template <Format S, class F>
+void dispatch_tile_classes(const PrecisionPolicy& p, F&& f) {
+  if (p.accum == S) return f(TileRounding<S, S, S>{});
+  if (p.o_running == S) return f(TileRounding<S, Format::fp32, S>{});
+  return f(TileRounding<S, Format::fp32, Format::fp32>{});
+}
+
+// f(TileRounding<S, C, R>{}) for the policy's formats.
 template <class F>
 void dispatch_tile_rounding(const PrecisionPolicy& p, F&& f) {
-  const Format s = tile_storage_format(p);
-  const bool mixed = p.accum != s;
-  switch (s) {
-    case Format::fp16:
-      if (mixed) return f(TileRounding<Format::fp16, Format::fp32>{});
-      return f(TileRounding<Format::fp16, Format::fp16>{});
-    case Format::bf16:
-      if (mixed) return f(TileRounding<Format::bf16, Format::fp32>{});
-      return f(TileRounding<Format::bf16, Format::bf16>{});
-    default:
-      return f(TileRounding<Format::fp32, Format::fp32>{});
+  switch (tile_storage_format(p)) {
+    case Format::fp16: return dispatch_tile_classes<Format::fp16>(p, f);
+    case Format::bf16: return dispatch_tile_classes<Format::bf16>(p, f);
+    default: return f(TileRounding<Format::fp32, Format::fp32, Format::fp32>{});
   }
 }
 

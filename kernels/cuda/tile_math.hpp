@@ -3,14 +3,17 @@
 // by the host compiler) call exactly these functions, so a CPU test checks the numerics the GPU runs.
 //
 // B batch, H heads, N sequence, d head dim, Br/Bc the Q/KV block sizes. Values live in float; each
-// step is rounded by a rounding object R (TileRounding<S, C>: storage steps q, k, v, s, p, o, grad in
-// S, compute steps accum, stats, rescale, division, o_running in C), the same step semantics as the CPU
-// kernels (kernels/detail/attention_impl.hpp):
+// step is rounded by a rounding object R (TileRounding<S, C, R>: storage steps q, k, v, s, p, o, grad
+// in S, in-op steps accum, stats, softmax, division in C, state steps stats_running, rescale,
+// o_running, exp_arg in R), with the op decomposition and step semantics of the CPU kernels
+// (kernels/detail/attention_impl.hpp, where it is written out):
 //   dot product acc = accum(fma(a_t, b_t, acc)) for t = 0..d-1 in order (always fused, as on GPUs).
 //   scores      s = s(acc * scale), causally masked entries -inf.
-//   P           p(exp(s - m)); exp is exp_f32 below (the CPU kernels' Cephes expf, fused).
+//   P           flash p(exp(exp_arg(s - m))); baseline's fused softmax softmax(exp(softmax(s - m)));
+//               exp is exp_f32 below (the CPU kernels' Cephes expf, fused).
 //   O           flash keeps the running O in o_running; final O/l rounded to division, then to o.
 //   backward    P recomputed from lse, dS = grad(P (dP - D)), dQ/dK/dV accumulated in accum.
+// Round to nearest only (the CPU kernels also round toward zero and stochastically).
 // Only explicit fmaf() calls fuse: the CUDA code is compiled with --fmad=false and the host twin with
 // -ffp-contract=off, so host and device perform the same operations. logf (for lse) is the one
 // library call whose last bit may differ between host and device.
@@ -46,11 +49,15 @@ inline TileHead make_tile_head(const AttentionShape& shape, const AttentionParam
   return h;
 }
 
-// Storage steps in S, compute steps in C: the pure (C = S) and mixed (C = fp32) presets.
-template <Format S, Format C>
+// Storage steps in S, in-op steps in C, state steps in R: the pure <S, S, S>, eager <S, fp32, S> and
+// mixed <S, fp32, fp32> presets.
+template <Format S, Format C, Format R>
 struct TileRounding {
   static constexpr Format kStorage = S;
   static constexpr Format kCompute = C;
+  static constexpr Format kState = R;
+  // Running sum / O exact in float: accumulated straight into (see the CPU kernels).
+  static constexpr bool kExactState = R == Format::fp32;
   FASTUDY_HD static float q(float x) { return round_to_format<S>(x); }
   FASTUDY_HD static float k(float x) { return round_to_format<S>(x); }
   FASTUDY_HD static float v(float x) { return round_to_format<S>(x); }
@@ -60,9 +67,12 @@ struct TileRounding {
   FASTUDY_HD static float grad(float x) { return round_to_format<S>(x); }
   FASTUDY_HD static float accum(float x) { return round_to_format<C>(x); }
   FASTUDY_HD static float stats(float x) { return round_to_format<C>(x); }
-  FASTUDY_HD static float rescale(float x) { return round_to_format<C>(x); }
+  FASTUDY_HD static float softmax(float x) { return round_to_format<C>(x); }
   FASTUDY_HD static float division(float x) { return round_to_format<C>(x); }
-  FASTUDY_HD static float o_running(float x) { return round_to_format<C>(x); }
+  FASTUDY_HD static float stats_running(float x) { return round_to_format<R>(x); }
+  FASTUDY_HD static float rescale(float x) { return round_to_format<R>(x); }
+  FASTUDY_HD static float o_running(float x) { return round_to_format<R>(x); }
+  FASTUDY_HD static float exp_arg(float x) { return round_to_format<R>(x); }
 };
 
 FASTUDY_HD inline float neg_inf() { return detail::bits_as<float>(std::uint32_t{0xFF800000u}); }
@@ -92,10 +102,19 @@ FASTUDY_HD inline float exp_f32(float x) {
   return x != x ? x : res;
 }
 
-// A running max rounded to stats, except the -inf sentinel of "no key seen yet".
+// A row max rounded to stats (in one op) or stats_running (flash's running max), an exp argument
+// rounded to exp_arg, each except the -inf sentinel ("no key seen yet", a masked score).
 template <class R>
 FASTUDY_HD inline float round_max(float m) {
   return m == neg_inf() ? m : R::stats(m);
+}
+template <class R>
+FASTUDY_HD inline float round_running_max(float m) {
+  return m == neg_inf() ? m : R::stats_running(m);
+}
+template <class R>
+FASTUDY_HD inline float round_exp_arg(float x) {
+  return x == neg_inf() ? x : R::exp_arg(x);
 }
 
 // acc over t < d of fma(a[t], b[t * stride_b], acc), rounded to accum after every step.
@@ -138,28 +157,46 @@ FASTUDY_HD inline void flash_q_outer_tile(float* s, int bc, const float* v, int 
                                           RowState& st, float* o) {
   float mt = neg_inf();
   for (int c = 0; c < bc; ++c) mt = max_of(mt, s[c]);
-  const float m_new = round_max<R>(max_of(st.m, mt));
+  const float m_new = round_running_max<R>(max_of(st.m, mt));
   const float m_safe = m_new == neg_inf() ? 0.0f : m_new;  // keeps exp(-inf - m) = 0, never NaN
-  const float alpha = R::rescale(exp_f32(st.m - m_safe));
-  float lsum = R::stats(alpha * st.l);
-  for (int c = 0; c < bc; ++c) {
-    const float p = R::p(exp_f32(s[c] - m_safe));
-    s[c] = p;
-    lsum = R::stats(lsum + p);
+  const float alpha = R::rescale(exp_f32(round_exp_arg<R>(st.m - m_safe)));
+  float lsum;
+  if (R::kExactState) {
+    lsum = R::stats(alpha * st.l);
+    for (int c = 0; c < bc; ++c) {
+      const float p = R::p(exp_f32(round_exp_arg<R>(s[c] - m_safe)));
+      s[c] = p;
+      lsum = R::stats(lsum + p);
+    }
+  } else {
+    float lt = 0.0f;
+    for (int c = 0; c < bc; ++c) {
+      const float p = R::p(exp_f32(round_exp_arg<R>(s[c] - m_safe)));
+      s[c] = p;
+      lt = R::stats(lt + p);
+    }
+    lsum = R::stats_running(R::stats_running(alpha * st.l) + R::stats_running(lt));
   }
   st.l = lsum;
   st.m = m_new;
   if (rescale_o)
-    for (int t = 0; t < d; ++t) o[t] = R::accum(alpha * o[t]);
-  pv_row<R>(s, v, ldv, bc, d, o);
-  for (int t = 0; t < d; ++t) o[t] = R::o_running(o[t]);
+    for (int t = 0; t < d; ++t) o[t] = R::o_running(alpha * o[t]);
+  if (R::kExactState) {
+    pv_row<R>(s, v, ldv, bc, d, o);
+  } else {
+    for (int t = 0; t < d; ++t) {
+      float pv = 0.0f;
+      for (int c = 0; c < bc; ++c) pv = R::accum(fmaf(s[c], v[static_cast<std::int64_t>(c) * ldv + t], pv));
+      o[t] = R::o_running(o[t] + R::o_running(pv));
+    }
+  }
 }
 
 // Final normalisation of an FA-2 row: out[t] = o(division(o[t] / l)); returns lse = stats(m + log l).
 template <class R>
 FASTUDY_HD inline float flash_q_outer_finish(const RowState& st, const float* o, int d, float* out) {
   for (int t = 0; t < d; ++t) out[t] = R::o(R::division(o[t] / st.l));
-  return R::stats(st.m + logf(st.l));
+  return R::stats_running(st.m + logf(st.l));
 }
 
 // ---- FA-1 (kv_outer): one tile of one row, O re-normalised (FA-1 Algorithm 1, line 12) -----------
@@ -171,23 +208,23 @@ FASTUDY_HD inline bool flash_kv_outer_tile(float* s, int bc, const float* v, int
                                            float* o) {
   float mt = neg_inf();
   for (int c = 0; c < bc; ++c) mt = max_of(mt, s[c]);
-  mt = round_max<R>(mt);
+  mt = round_running_max<R>(mt);
   if (mt == neg_inf()) return false;  // the row sees no key of this tile: nothing to update
   float lt = 0.0f;
   for (int c = 0; c < bc; ++c) {
-    const float p = R::p(exp_f32(s[c] - mt));
+    const float p = R::p(exp_f32(round_exp_arg<R>(s[c] - mt)));
     s[c] = p;
     lt = R::stats(lt + p);
   }
-  const float m_new = round_max<R>(max_of(st.m, mt));
-  const float a = R::rescale(exp_f32(st.m - m_new));
-  const float b = R::rescale(exp_f32(mt - m_new));
-  const float al = R::stats(a * st.l);
-  const float l_new = R::stats(al + R::stats(b * lt));
+  const float m_new = round_running_max<R>(max_of(st.m, mt));
+  const float a = R::rescale(exp_f32(round_exp_arg<R>(st.m - m_new)));
+  const float b = R::rescale(exp_f32(round_exp_arg<R>(mt - m_new)));
+  const float al = R::stats_running(a * st.l);
+  const float l_new = R::stats_running(al + R::stats_running(b * R::stats_running(lt)));
   for (int t = 0; t < d; ++t) {
     float pv = 0.0f;
     for (int c = 0; c < bc; ++c) pv = R::accum(fmaf(s[c], v[static_cast<std::int64_t>(c) * ldv + t], pv));
-    const float num = R::accum(R::accum(al * o[t]) + R::accum(b * pv));
+    const float num = R::o_running(R::o_running(al * o[t]) + R::o_running(b * R::o_running(pv)));
     o[t] = R::o_running(R::division(num / l_new));
   }
   st.m = m_new;
@@ -198,7 +235,7 @@ FASTUDY_HD inline bool flash_kv_outer_tile(float* s, int bc, const float* v, int
 template <class R>
 FASTUDY_HD inline float flash_kv_outer_finish(const RowState& st, const float* o, int d, float* out) {
   for (int t = 0; t < d; ++t) out[t] = R::o(o[t]);
-  return R::stats(st.m + logf(st.l));
+  return R::stats_running(st.m + logf(st.l));
 }
 
 // ---- baseline: one whole row; s holds the N scores on entry and the normalised P on exit ----------
@@ -209,7 +246,8 @@ FASTUDY_HD inline float baseline_softmax_row(float* s, std::int64_t n) {
   m = round_max<R>(m);
   float l = 0.0f;
   for (std::int64_t c = 0; c < n; ++c) {
-    s[c] = R::p(exp_f32(s[c] - m));
+    const float x = s[c] - m;
+    s[c] = R::softmax(exp_f32(x == neg_inf() ? x : R::softmax(x)));
     l = R::stats(l + s[c]);
   }
   for (std::int64_t c = 0; c < n; ++c) s[c] = R::p(R::division(s[c] / l));
@@ -225,7 +263,7 @@ FASTUDY_HD inline void flash_backward_entry(const float* q_i, const float* k_j, 
                                             float& ds) {
   const float s = dot<R>(q_i, k_j, 1, d);
   const float dp = dot<R>(dout_i, v_j, 1, d);
-  p = R::p(exp_f32(R::s(s * scale) - lse_i));
+  p = R::p(exp_f32(round_exp_arg<R>(R::s(s * scale) - lse_i)));
   ds = R::grad(p * (dp - d_i));
 }
 
@@ -248,7 +286,8 @@ FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t j
   m = R::stats(m);
   float l = 0.0f;
   for (std::int64_t j = 0; j < jn; ++j) {
-    p[j] = R::p(exp_f32(p[j] - m));
+    const float x = p[j] - m;
+    p[j] = R::softmax(exp_f32(x == neg_inf() ? x : R::softmax(x)));
     l = R::stats(l + p[j]);
   }
   float di = 0.0f;

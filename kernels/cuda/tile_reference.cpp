@@ -84,7 +84,7 @@ void flash_backward_head(const TileHead& h, const float* q, const float* k, cons
   const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
   const auto dor = rounded<R>(dout, nd, R::grad), orr = rounded<R>(o, nd, R::o);
   std::vector<float> dd(h.n), dqa(nd, 0.0f), dka(nd, 0.0f), dva(nd, 0.0f);
-  for (std::int64_t i = 0; i < h.n; ++i) dd[i] = dot<R>(dor.data() + i * h.d, orr.data() + i * h.d, 1, h.d);
+  for (std::int64_t i = 0; i < h.n; ++i) dd[i] = R::stats_running(dot<R>(dor.data() + i * h.d, orr.data() + i * h.d, 1, h.d));
   for (std::int64_t j = 0; j < h.n; ++j) {  // one device thread of the dK/dV kernel
     for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {
       float p, ds;

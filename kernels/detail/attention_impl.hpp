@@ -10,20 +10,49 @@
 // Rounding: every step goes through a rounding object R (one per policy shape, chosen once per call
 // in dispatch_rounding, the only place where runtime formats become template parameters). R::q(x),
 // R::accum(x), ... take a scalar or a vector; an identity rounding compiles to nothing, so the fp32
-// policy on float data runs the plain fp32 kernel. Semantics, step by step:
+// policy on float data runs the plain fp32 kernel. The rounding mode (nearest, zero, stochastic) is
+// the policy's; stochastic draws its bits from one counter-based stream per head.
+//
+// The op decomposition. Each line below is one op of a framework-level re-implementation (one PyTorch
+// call on tensors of the format): its output is rounded by the step named after it, values inside
+// it by the in-op steps (accum, stats, softmax, division). Which of these roundings do anything is
+// the reading's choice (kernels/attention.hpp): eager rounds op outputs and state to the format and
+// keeps in-op values in fp32; mixed keeps state in fp32 too; pure rounds everything.
 //   inputs      Q, K, V rounded to q, k, v on entry into per-head copies (dO and O to grad and o).
-//   dot product acc_0 = 0, acc_t = accum(acc_{t-1} + a_t b_t), in order t = 0..k-1. The product is
-//               fused into the add (FMA) where the instruction set has it, as GPU kernels do.
-//   scores      S = s(acc * scale), masked entries -inf.
-//   statistics  running max and sum rounded to stats after every update; the sum adds P values
-//               one by one in column order.
-//   rescale     alpha = rescale(exp(m_old - m_new)); exp is a vectorised Cephes-style expf
-//               (about 1 ulp) for float, std::exp for double, the same in every kernel.
-//   P           P = p(exp(S - m)) before P.V.
-//   O           flash keeps the running O in o_running after every tile; the final division O/l
-//               is rounded to division, then the output to o.
-//   backward    dP and D dot products in accum, dS = grad(P (dP - D)), dQ/dK/dV accumulated in accum
-//               and stored in grad.
+//   matmul      acc_0 = 0, acc_t = accum(acc_{t-1} + a_t b_t), in order t = 0..k-1 (the product is
+//               fused into the add (FMA) where the instruction set has it, as GPU kernels do).
+//   exp         a vectorised Cephes-style expf (about 1 ulp) for float, std::exp for double.
+// Baseline (S materialised, one fused softmax, P.V):
+//   S = s(Q K^T * scale)                                  matmul
+//   P = softmax(S): m = stats(rowmax S), e = softmax(exp(softmax(S - m))), l = stats(sum e, every add),
+//       P = p(division(e / l))                            one fused op; lse = stats(m + log l)
+//   O = o(P V)                                            matmul
+// FA-2 (q_outer; per Q block, per KV tile j; state m, l, O per row):
+//   S = s(Q K_j^T * scale)                                matmul
+//   m_new = stats_running(max(m, rowmax S))               running max
+//   P = p(exp(exp_arg(S - m_new)))                        two ops
+//   alpha = rescale(exp(exp_arg(m - m_new)))              two ops
+//   l = stats_running(stats_running(alpha l) + stats_running(rowsum P))   rowsum: in-op stats
+//   O = o_running(o_running(alpha O) + o_running(P V_j))  P V_j: matmul
+//   end: O = o(division(O / l)), lse = stats_running(m + log l)
+// FA-1 (kv_outer; Algorithm 1 of FlashAttention; per KV tile j, per Q block):
+//   S = s(Q_i K_j^T * scale);  m~ = stats_running(rowmax S);  P~ = p(exp(exp_arg(S - m~)))
+//   l~ = stats_running(rowsum P~)  (in-op stats);  m_new = stats_running(max(m, m~))
+//   a = rescale(exp(exp_arg(m - m_new))),  b = rescale(exp(exp_arg(m~ - m_new)))
+//   l_new = stats_running(stats_running(a l) + stats_running(b l~))
+//   O = o_running(division(o_running(o_running(a l O) + o_running(b o_running(P~ V_j))) / l_new))
+//   end: O = o(O), lse = stats_running(m + log l)
+// When the running sum or O is exact in the container (stats_running / o_running at least as wide:
+// mixed, as GPU kernels keep them in fp32 registers), FA-2 adds a tile's P and P.V straight into them
+// (l = stats(stats(alpha l) + P_1 + P_2 ...), O = alpha O then accumulated by the P.V matmul), as
+// FlashAttention-2's kernels do.
+// Backward (both kinds: row by row over queries, FA-2 order for flash):
+//   flash     P = p(exp(exp_arg(s(q k^T * scale) - lse))) recomputed from the saved lse,
+//             D = stats_running(dO . O) (accum inside), dS = grad(P (dP - D)), dP = dO V^T (matmul)
+//   baseline  P recomputed by the forward's softmax, D = accum-sum of P dP, dS = grad(P (dP - D))
+//   dQ, dK, dV accumulated in accum and stored in grad.
+// This models the flash backward *algorithm* run as framework ops, not autograd through the forward's
+// loop (which a framework re-implementation would get if it did not write its own backward).
 #pragma once
 
 #include "kernels/detail/attention_deps.hpp"
@@ -189,48 +218,147 @@ FASTUDY_INLINE vec_t<T> round_vec(vec_t<T> x) {
   }
 }
 
-// x rounded to F: scalars through round.hpp, vectors through round_vec.
+// Rounding toward zero or stochastically (see round_to_format_mode in kernels/round.hpp, whose
+// lane-wise twin this is); `random` holds 32 random bits per lane (stochastic only).
+template <Format F, class T>
+FASTUDY_INLINE vec_t<T> round_vec_mode(vec_t<T> x, Rounding mode, uvec_t<T> random) {
+  using Tr = FormatTraits<F>;
+  using S = detail::SourceBits<T>;
+  using U = typename S::U;
+  using UV = uvec_t<T>;
+  using V = vec_t<T>;
+  constexpr int kShift = S::p - Tr::p;
+  constexpr U kOne = 1;
+  constexpr U kSignMask = kOne << (8 * sizeof(U) - 1);
+  constexpr U kExpMask = ~kSignMask & ~((kOne << S::p) - 1);
+  constexpr U kQuietNan = kExpMask | (kOne << (S::p - 1));
+  constexpr U kMaxFraction = ((kOne << Tr::p) - 1) - (Tr::nan_on_overflow ? 1 : 0);
+  constexpr U kMaxBits = (U(Tr::emax + S::bias) << S::p) | (kMaxFraction << kShift);
+  constexpr U kMinNormalBits = U(Tr::emin + S::bias) << S::p;
+  const bool stochastic = mode == Rounding::stochastic;
+  const UV u = (UV)x;
+  const UV sign = u & kSignMask;
+  const UV a = u ^ sign;
+  UV r = a;
+  if (stochastic) {
+    if constexpr (kShift > 32) r += random << (kShift - 32);
+    else if constexpr (kShift > 0) r += random >> (32 - kShift);
+  }
+  r &= ~((kOne << kShift) - 1);
+  const U overflow = mode == Rounding::zero ? kMaxBits : (Tr::nan_on_overflow ? kQuietNan : kExpMask);
+  r = r > kMaxBits ? (UV{} + overflow) : r;
+  if constexpr (Tr::emin > 1 - S::bias) {
+    constexpr U kMagicBits = U(Tr::emin - Tr::p + S::p + S::bias) << S::p;
+    constexpr U kQuantumBits = U(Tr::emin - Tr::p + S::bias) << S::p;
+    const V magic = (V)(UV{} + kMagicBits), quantum = (V)(UV{} + kQuantumBits);
+    V v = (V)a;
+    if (stochastic) v += quantum * (__builtin_convertvector(random, V) * T(0x1p-32));
+    V t = (v + magic) - magic;
+    t = t > v ? t - quantum : t;
+    r = a < kMinNormalBits ? (UV)t : r;
+  }
+  UV special = UV{} + kQuietNan;
+  if constexpr (!Tr::nan_on_overflow) special = a > kExpMask ? special : a;
+  r = a >= kExpMask ? special : r;
+  return (V)(r | sign);
+}
+
+// The random bits of stochastic rounding: one stream per head (random_stream_key of the seed and the
+// head's global index), one draw per lane per rounding call, in the order the kernel makes the calls.
+// The bits therefore depend on the vector width of the instruction-set build, not on threads or ranks.
+struct RandomStream {
+  std::uint32_t key = 0;
+  std::uint32_t counter = 0;
+  template <class T>
+  FASTUDY_INLINE uvec_t<T> next_vec() {
+    using UV = uvec_t<T>;
+    constexpr int L = kLanes<T>;
+    UV idx;
+    for (int i = 0; i < L; ++i) idx[i] = counter + static_cast<std::uint32_t>(i);
+    counter += L;
+    UV h = (idx * 0x9E3779B9u) & 0xFFFFFFFFu;
+    h ^= key;
+    h ^= h >> 16;
+    h = (h * 0x85EBCA6Bu) & 0xFFFFFFFFu;
+    h ^= h >> 13;
+    h = (h * 0xC2B2AE35u) & 0xFFFFFFFFu;
+    h ^= h >> 16;
+    return h;
+  }
+  FASTUDY_INLINE std::uint32_t next() { return random_bits32(key, counter++); }
+};
+
+// x rounded to F in `mode`: scalars through round.hpp, vectors through round_vec / round_vec_mode.
 template <Format F, class T, class X>
-FASTUDY_INLINE X round_any(X x) {
+FASTUDY_INLINE X round_any(X x, Rounding mode, RandomStream& rng) {
   if constexpr (round_is_identity<F, T>()) {
     return x;
   } else if constexpr (IsVec<X>::value) {
-    return round_vec<F, T>(x);
+    if (mode == Rounding::nearest) return round_vec<F, T>(x);
+    return round_vec_mode<F, T>(x, mode, mode == Rounding::stochastic ? rng.next_vec<T>() : uvec_t<T>{});
   } else {
-    return round_to_format<F>(x);
+    if (mode == Rounding::nearest) return round_to_format<F>(x);
+    if (mode == Rounding::zero) return round_to_format_mode<F, Rounding::zero>(x, 0);
+    return round_to_format_mode<F, Rounding::stochastic>(x, rng.next());
   }
 }
 
-// Rounding object with compile-time formats: storage steps (q, k, v, s, p, o, grad) in S, compute
-// steps (accum, stats, rescale, division) in C. Covers the pure and mixed presets.
-template <class T, Format S, Format C>
-struct StaticRounding {
-  template <class X> FASTUDY_INLINE X q(X x) const { return round_any<S, T>(x); }
-  template <class X> FASTUDY_INLINE X k(X x) const { return round_any<S, T>(x); }
-  template <class X> FASTUDY_INLINE X v(X x) const { return round_any<S, T>(x); }
-  template <class X> FASTUDY_INLINE X s(X x) const { return round_any<S, T>(x); }
-  template <class X> FASTUDY_INLINE X p(X x) const { return round_any<S, T>(x); }
-  template <class X> FASTUDY_INLINE X o(X x) const { return round_any<S, T>(x); }
-  template <class X> FASTUDY_INLINE X grad(X x) const { return round_any<S, T>(x); }
-  template <class X> FASTUDY_INLINE X accum(X x) const { return round_any<C, T>(x); }
-  template <class X> FASTUDY_INLINE X stats(X x) const { return round_any<C, T>(x); }
-  template <class X> FASTUDY_INLINE X rescale(X x) const { return round_any<C, T>(x); }
-  template <class X> FASTUDY_INLINE X division(X x) const { return round_any<C, T>(x); }
-  template <class X> FASTUDY_INLINE X o_running(X x) const { return round_any<C, T>(x); }
-  static constexpr bool kORunningIdentity = round_is_identity<C, T>();
+// What every rounding object holds besides its formats: the mode and the random stream (mutable:
+// kernels take the rounding object by const reference; each thread has its own).
+struct RoundingState {
+  Rounding mode = Rounding::nearest;
+  // Flash's running sum / running O exact in the container (stats_running / o_running at least as
+  // wide): they live in registers as in GPU kernels, and a tile's P and P.V are accumulated straight
+  // into them. Otherwise they are stored between tiles, and a tile's row sum and P.V are ops of their
+  // own whose rounded results are then added.
+  bool exact_running_sum = false;
+  bool exact_running_o = false;
+  mutable RandomStream rng;
+  // The stream of one head: call before the head's first rounding.
+  void start_head(std::uint64_t seed, std::uint64_t global_head) const {
+    rng.key = random_stream_key(seed, global_head);
+    rng.counter = 0;
+  }
+};
+
+// Rounding object with compile-time formats, one per step class (PrecisionPolicy, kernels/attention.hpp):
+// storage steps (q, k, v, s, p, o, grad) in S, in-op steps (accum, stats, softmax, division) in C,
+// state steps (stats_running, rescale, o_running, exp_arg) in R. pure is <f, f, f>, eager <f, fp32, f>,
+// mixed <f, fp32, fp32>.
+template <class T, Format S, Format C, Format R>
+struct StaticRounding : RoundingState {
+  template <Format F, class X> FASTUDY_INLINE X round(X x) const { return round_any<F, T>(x, mode, rng); }
+  template <class X> FASTUDY_INLINE X q(X x) const { return round<S>(x); }
+  template <class X> FASTUDY_INLINE X k(X x) const { return round<S>(x); }
+  template <class X> FASTUDY_INLINE X v(X x) const { return round<S>(x); }
+  template <class X> FASTUDY_INLINE X s(X x) const { return round<S>(x); }
+  template <class X> FASTUDY_INLINE X p(X x) const { return round<S>(x); }
+  template <class X> FASTUDY_INLINE X o(X x) const { return round<S>(x); }
+  template <class X> FASTUDY_INLINE X grad(X x) const { return round<S>(x); }
+  template <class X> FASTUDY_INLINE X accum(X x) const { return round<C>(x); }
+  template <class X> FASTUDY_INLINE X stats(X x) const { return round<C>(x); }
+  template <class X> FASTUDY_INLINE X softmax(X x) const { return round<C>(x); }
+  template <class X> FASTUDY_INLINE X division(X x) const { return round<C>(x); }
+  template <class X> FASTUDY_INLINE X stats_running(X x) const { return round<R>(x); }
+  template <class X> FASTUDY_INLINE X rescale(X x) const { return round<R>(x); }
+  template <class X> FASTUDY_INLINE X o_running(X x) const { return round<R>(x); }
+  template <class X> FASTUDY_INLINE X exp_arg(X x) const { return round<R>(x); }
 };
 
 // Rounding object for any custom policy: a runtime switch per value (slower, same results).
 template <class T>
-struct RuntimeRounding {
+struct RuntimeRounding : RoundingState {
   PrecisionPolicy policy;
+  explicit RuntimeRounding(const PrecisionPolicy& p) : policy(p) {}
   template <class X>
-  static X apply(Format f, X x) {
+  X apply(Format f, X x) const {
     if constexpr (IsVec<X>::value) {
-      for (int i = 0; i < kLanes<T>; ++i) x[i] = round_to(f, static_cast<T>(x[i]));
+      const uvec_t<T> bits = mode == Rounding::stochastic ? rng.next_vec<T>() : uvec_t<T>{};
+      for (int i = 0; i < kLanes<T>; ++i)
+        x[i] = round_to(f, static_cast<T>(x[i]), mode, static_cast<std::uint32_t>(bits[i]));
       return x;
     } else {
-      return round_to(f, x);
+      return round_to(f, x, mode, mode == Rounding::stochastic ? rng.next() : 0u);
     }
   }
   template <class X> X q(X x) const { return apply(policy.q, x); }
@@ -242,10 +370,12 @@ struct RuntimeRounding {
   template <class X> X grad(X x) const { return apply(policy.grad, x); }
   template <class X> X accum(X x) const { return apply(policy.accum, x); }
   template <class X> X stats(X x) const { return apply(policy.stats, x); }
-  template <class X> X rescale(X x) const { return apply(policy.rescale, x); }
+  template <class X> X softmax(X x) const { return apply(policy.softmax, x); }
   template <class X> X division(X x) const { return apply(policy.division, x); }
+  template <class X> X stats_running(X x) const { return apply(policy.stats_running, x); }
+  template <class X> X rescale(X x) const { return apply(policy.rescale, x); }
   template <class X> X o_running(X x) const { return apply(policy.o_running, x); }
-  static constexpr bool kORunningIdentity = false;
+  template <class X> X exp_arg(X x) const { return apply(policy.exp_arg, x); }
 };
 
 // ---- exp --------------------------------------------------------------------------------------
@@ -283,12 +413,29 @@ FASTUDY_INLINE double sexp(double x) { return std::exp(x); }
 template <class T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
-// A running max rounded to stats, except the -inf that marks "no key seen yet": it is a sentinel,
-// not a value (fp8 e4m3 has no inf and would turn it into NaN).
+// `rounded` (x rounded by some step), except where x is the -inf that marks "no key seen yet" or a
+// masked score: a sentinel, not a value (fp8 e4m3 has no inf and would turn it into NaN).
+template <class V>
+FASTUDY_INLINE V keep_neg_inf(V x, V rounded) {
+  if constexpr (IsVec<V>::value) {
+    return x == kNegInf<std::remove_reference_t<decltype(x[0])>> ? x : rounded;
+  } else {
+    return x == kNegInf<V> ? x : rounded;
+  }
+}
+// A row max rounded to stats (inside one op) or stats_running (flash's running max), -inf kept.
 template <class R, class V>
 FASTUDY_INLINE V round_max(const R& rd, V m) {
-  const V r = rd.stats(m);
-  return m == kNegInf<std::remove_reference_t<decltype(m[0])>> ? m : r;
+  return keep_neg_inf(m, rd.stats(m));
+}
+template <class R, class V>
+FASTUDY_INLINE V round_running_max(const R& rd, V m) {
+  return keep_neg_inf(m, rd.stats_running(m));
+}
+// The argument x of one of flash's exps, rounded to exp_arg (-inf kept: exp(-inf) = 0).
+template <class R, class V>
+FASTUDY_INLINE V round_exp_arg(const R& rd, V x) {
+  return keep_neg_inf(x, rd.exp_arg(x));
 }
 
 inline std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
@@ -451,14 +598,6 @@ void load_inputs(const R& rd, const Head<T>& h, const T* q, const T* k, const T*
     for (std::int64_t t = 0; t < h.d; ++t) ws.v[i * h.dp + t] = rd.v(v[i * h.d + t]);
 }
 
-template <class T, class R>
-void round_o_running(const R& rd, T* x, std::int64_t n) {
-  if constexpr (!R::kORunningIdentity) {
-    constexpr int L = kLanes<T>;
-    for (std::int64_t i = 0; i < n; i += L) vstore(x + i, rd.o_running(vload(x + i)));
-  }
-}
-
 // ---- flash forward, Q-outer (FlashAttention-2): one final normalisation -------------------------
 template <class T, class R>
 void flash_forward_q_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o, T* lse) {
@@ -470,6 +609,7 @@ void flash_forward_q_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o
   ws.m.resize(brp_max);
   ws.l.resize(brp_max);
   ws.alpha.resize(brp_max);
+  ws.pv.resize(h.br * h.dp);
   for (std::int64_t i0 = 0; i0 < h.n; i0 += h.br) {
     const std::int64_t br = std::min(h.br, h.n - i0), brp = round_up(br, L);
     std::fill(ws.m.begin(), ws.m.end(), kNegInf<T>);
@@ -485,15 +625,28 @@ void flash_forward_q_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o
         V mt = splat(kNegInf<T>);
         for (std::int64_t c = 0; c < bc; ++c) mt = vmax(mt, vload(st + c * brp + r));
         const V m_old = vload(ws.m.data() + r);
-        const V m_new = round_max(rd, vmax(m_old, mt));
+        const V m_new = round_running_max(rd, vmax(m_old, mt));
         // Lanes with no score yet (m_new = -inf) subtract 0 instead, to keep exp(-inf) = 0, not NaN.
         const V m_safe = m_new == kNegInf<T> ? V{} : m_new;
-        const V alpha = rd.rescale(vexp(m_old - m_safe));
-        V lsum = rd.stats(alpha * vload(ws.l.data() + r));
-        for (std::int64_t c = 0; c < bc; ++c) {
-          const V p = rd.p(vexp(vload(st + c * brp + r) - m_safe));
-          vstore(st + c * brp + r, p);
-          lsum = rd.stats(lsum + p);
+        const V alpha = rd.rescale(vexp(round_exp_arg(rd, m_old - m_safe)));
+        V lsum;
+        if (rd.exact_running_sum) {
+          // The running sum in registers (GPU kernels): the tile's P added straight into it.
+          lsum = rd.stats(alpha * vload(ws.l.data() + r));
+          for (std::int64_t c = 0; c < bc; ++c) {
+            const V p = rd.p(vexp(round_exp_arg(rd, vload(st + c * brp + r) - m_safe)));
+            vstore(st + c * brp + r, p);
+            lsum = rd.stats(lsum + p);
+          }
+        } else {
+          // The running sum stored between tiles: the tile's row sum is an op of its own.
+          V lt{};
+          for (std::int64_t c = 0; c < bc; ++c) {
+            const V p = rd.p(vexp(round_exp_arg(rd, vload(st + c * brp + r) - m_safe)));
+            vstore(st + c * brp + r, p);
+            lt = rd.stats(lt + p);
+          }
+          lsum = rd.stats_running(rd.stats_running(alpha * vload(ws.l.data() + r)) + rd.stats_running(lt));
         }
         vstore(ws.l.data() + r, lsum);
         vstore(ws.m.data() + r, m_new);
@@ -503,16 +656,24 @@ void flash_forward_q_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o
         for (std::int64_t r = 0; r < br; ++r) {
           const V a = splat(ws.alpha[r]);
           T* orow = ws.o.data() + r * h.dp;
-          for (std::int64_t t = 0; t < h.dp; t += L) vstore(orow + t, rd.accum(a * vload(orow + t)));
+          for (std::int64_t t = 0; t < h.dp; t += L) vstore(orow + t, rd.o_running(a * vload(orow + t)));
         }
       }
-      pv_tile(rd, st, brp, ws.v.data() + j0 * h.dp, h.dp, bc, br, ws.o.data(), h.dp);
-      round_o_running(rd, ws.o.data(), br * h.dp);
+      if (rd.exact_running_o) {
+        // The running O in registers (GPU kernels): P.V accumulated straight into it.
+        pv_tile(rd, st, brp, ws.v.data() + j0 * h.dp, h.dp, bc, br, ws.o.data(), h.dp);
+      } else {
+        // The running O stored between tiles: P.V is a matmul of its own, then added.
+        std::fill(ws.pv.begin(), ws.pv.begin() + br * h.dp, T(0));
+        pv_tile(rd, st, brp, ws.v.data() + j0 * h.dp, h.dp, bc, br, ws.pv.data(), h.dp);
+        for (std::int64_t i = 0; i < br * h.dp; i += L)
+          vstore(ws.o.data() + i, rd.o_running(vload(ws.o.data() + i) + rd.o_running(vload(ws.pv.data() + i))));
+      }
     }
     for (std::int64_t r = 0; r < br; ++r) {
       const T l = ws.l[r];
       for (std::int64_t t = 0; t < h.d; ++t) o[(i0 + r) * h.d + t] = rd.o(rd.division(ws.o[r * h.dp + t] / l));
-      if (lse) lse[i0 + r] = rd.stats(ws.m[r] + std::log(l));
+      if (lse) lse[i0 + r] = rd.stats_running(ws.m[r] + std::log(l));
     }
   }
 }
@@ -551,21 +712,21 @@ void flash_forward_kv_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* 
       for (std::int64_t r = 0; r < brp; r += L) {
         V mt = splat(kNegInf<T>);
         for (std::int64_t c = 0; c < bc; ++c) mt = vmax(mt, vload(st + c * brp + r));
-        mt = round_max(rd, mt);
+        mt = round_running_max(rd, mt);
         const V mt_safe = mt == kNegInf<T> ? V{} : mt;
         V lt{};
         for (std::int64_t c = 0; c < bc; ++c) {
-          const V p = rd.p(vexp(vload(st + c * brp + r) - mt_safe));
+          const V p = rd.p(vexp(round_exp_arg(rd, vload(st + c * brp + r) - mt_safe)));
           vstore(st + c * brp + r, p);
           lt = rd.stats(lt + p);
         }
         const V m_old = vload(m_blk.data() + r), l_old = vload(l_blk.data() + r);
-        const V m_new = round_max(rd, vmax(m_old, mt));
+        const V m_new = round_running_max(rd, vmax(m_old, mt));
         const V m_new_safe = m_new == kNegInf<T> ? V{} : m_new;
-        const V a = rd.rescale(vexp(m_old - m_new_safe));
-        const V b = rd.rescale(vexp(mt - m_new_safe));
-        const V al = rd.stats(a * l_old);
-        const V l_new = rd.stats(al + rd.stats(b * lt));
+        const V a = rd.rescale(vexp(round_exp_arg(rd, m_old - m_new_safe)));
+        const V b = rd.rescale(vexp(round_exp_arg(rd, mt - m_new_safe)));
+        const V al = rd.stats_running(a * l_old);
+        const V l_new = rd.stats_running(al + rd.stats_running(b * rd.stats_running(lt)));
         vstore(ws.b.data() + r, b);
         vstore(ws.al.data() + r, al);
         vstore(ws.lnew.data() + r, l_new);
@@ -580,7 +741,8 @@ void flash_forward_kv_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* 
         T* orow = ws.o.data() + (i0 + r) * h.dp;
         const T* pvrow = ws.pv.data() + r * h.dp;
         for (std::int64_t t = 0; t < h.dp; t += L) {
-          const V num = rd.accum(rd.accum(al * vload(orow + t)) + rd.accum(b * vload(pvrow + t)));
+          const V num =
+              rd.o_running(rd.o_running(al * vload(orow + t)) + rd.o_running(b * rd.o_running(vload(pvrow + t))));
           vstore(orow + t, rd.o_running(rd.division(num / ln)));
         }
         ws.m[i0 + r] = m_blk[r];
@@ -590,7 +752,7 @@ void flash_forward_kv_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* 
   }
   for (std::int64_t i = 0; i < h.n; ++i) {
     for (std::int64_t t = 0; t < h.d; ++t) o[i * h.d + t] = rd.o(ws.o[i * h.dp + t]);
-    if (lse) lse[i] = rd.stats(ws.m[i] + std::log(ws.l[i]));
+    if (lse) lse[i] = rd.stats_running(ws.m[i] + std::log(ws.l[i]));
   }
 }
 
@@ -612,7 +774,8 @@ void baseline_forward(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o, T* 
     m = round_max(rd, m);
     V l{};
     for (std::int64_t c = 0; c < h.n; ++c) {
-      const V e = rd.p(vexp(vload(st + c * np + r) - m));
+      const V x = vload(st + c * np + r) - m;
+      const V e = rd.softmax(vexp(keep_neg_inf(x, rd.softmax(x))));
       vstore(st + c * np + r, e);
       l = rd.stats(l + e);
     }
@@ -711,7 +874,7 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
   for (std::int64_t i = 0; i < h.n; ++i) {
     T acc = 0;
     for (std::int64_t t = 0; t < h.d; ++t) acc = rd.accum(madd(ws.dout[i * h.dp + t], rd.o(o[i * h.d + t]), acc));
-    ws.dd[i] = acc;
+    ws.dd[i] = rd.stats_running(acc);
   }
   const std::int64_t bcp_max = round_up(h.bc, L);
   ws.p.resize(bcp_max);
@@ -730,7 +893,7 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
         row_dot(rd, ws.dout.data() + i * h.dp, ws.vt.data(), np, h.d, j0, bcp, ds);
         const V li = splat(lse[i]), di = splat(ws.dd[i]);
         for (std::int64_t j = 0; j < bcp; j += L) {
-          const V pv = rd.p(vexp(rd.s(vload(p + j) * h.scale) - li));
+          const V pv = rd.p(vexp(round_exp_arg(rd, rd.s(vload(p + j) * h.scale) - li)));
           vstore(p + j, pv);
           vstore(ds + j, rd.grad(pv * (vload(ds + j) - di)));
         }
@@ -767,7 +930,8 @@ void baseline_backward(const R& rd, const Head<T>& h, const T* q, const T* k, co
     m = rd.stats(m);
     T l = 0;
     for (std::int64_t j = 0; j < jn; ++j) {
-      p[j] = rd.p(sexp(p[j] - m));
+      const T x = p[j] - m;
+      p[j] = rd.softmax(sexp(rd.softmax(x)));
       l = rd.stats(l + p[j]);
     }
     T di = 0;
@@ -799,43 +963,60 @@ Format normalise_for(Format f) {
   return f;
 }
 
-template <class T, Format S, class F>
-void dispatch_compute(Format c, F&& f, const PrecisionPolicy& p) {
-  if (c == S) return f(StaticRounding<T, S, S>{});
-  if (c == Format::fp32) return f(StaticRounding<T, S, Format::fp32>{});
-  return f(RuntimeRounding<T>{p});
+template <class T>
+bool exact_in(Format f) {
+  return normalise_for<T>(f) == (std::is_same_v<T, float> ? Format::fp32 : Format::fp64);
 }
 
+// f(rounding object) with the object's mode and flags set from the policy.
+template <class T, class Rd, class F>
+void call_with(Rd rd, const PrecisionPolicy& p, F&& f) {
+  rd.mode = p.rounding;
+  rd.exact_running_sum = exact_in<T>(p.stats_running);
+  rd.exact_running_o = exact_in<T>(p.o_running);
+  f(rd);
+}
+
+// The three readings of storage format S: pure <S, S, S>, eager <S, fp32, S>, mixed <S, fp32, fp32>.
+template <class T, Format S, class F>
+void dispatch_classes(Format c, Format r, F&& f, const PrecisionPolicy& p) {
+  if (c == S && r == S) return call_with<T>(StaticRounding<T, S, S, S>{}, p, f);
+  if (c == Format::fp32 && r == S) return call_with<T>(StaticRounding<T, S, Format::fp32, S>{}, p, f);
+  if (c == Format::fp32 && r == Format::fp32) return call_with<T>(StaticRounding<T, S, Format::fp32, Format::fp32>{}, p, f);
+  call_with<T>(RuntimeRounding<T>{p}, p, f);
+}
+
+// Storage steps uniform in S, in-op steps uniform in C and state steps uniform in R (every preset) take
+// a compile-time rounding object; any other policy the runtime one.
 template <class T, class F>
 void dispatch_rounding(const PrecisionPolicy& p, F&& f) {
-  const Format s = normalise_for<T>(p.q), c = normalise_for<T>(p.accum);
-  const bool uniform_storage = normalise_for<T>(p.k) == s && normalise_for<T>(p.v) == s &&
-                               normalise_for<T>(p.s) == s && normalise_for<T>(p.p) == s &&
-                               normalise_for<T>(p.o) == s && normalise_for<T>(p.grad) == s;
-  const bool uniform_compute = normalise_for<T>(p.stats) == c && normalise_for<T>(p.rescale) == c &&
-                               normalise_for<T>(p.division) == c && normalise_for<T>(p.o_running) == c;
-  if (!uniform_storage || !uniform_compute) return f(RuntimeRounding<T>{p});
+  const auto n = [](Format x) { return normalise_for<T>(x); };
+  const Format s = n(p.q), c = n(p.accum), r = n(p.o_running);
+  const bool uniform = n(p.k) == s && n(p.v) == s && n(p.s) == s && n(p.p) == s && n(p.o) == s &&
+                       n(p.grad) == s && n(p.stats) == c && n(p.softmax) == c && n(p.division) == c &&
+                       n(p.stats_running) == r && n(p.rescale) == r && n(p.exp_arg) == r;
+  if (!uniform) return call_with<T>(RuntimeRounding<T>{p}, p, f);
   if constexpr (std::is_same_v<T, double>) {
     // Double buffers serve fp64 (the trainer's fp64 runs, the microbenchmark's fp64 points); other
     // policies on them take the runtime path, which keeps the compile time of each ISA build down.
-    if (s == Format::fp64 && c == Format::fp64) return f(StaticRounding<T, Format::fp64, Format::fp64>{});
-    return f(RuntimeRounding<T>{p});
+    if (s == Format::fp64 && c == Format::fp64 && r == Format::fp64)
+      return call_with<T>(StaticRounding<T, Format::fp64, Format::fp64, Format::fp64>{}, p, f);
+    return call_with<T>(RuntimeRounding<T>{p}, p, f);
   }
   switch (s) {
     case Format::fp64:
-      if (c == Format::fp64) return f(StaticRounding<T, Format::fp64, Format::fp64>{});
-      return f(RuntimeRounding<T>{p});
     case Format::fp32:
-      if (c == Format::fp32) return f(StaticRounding<T, Format::fp32, Format::fp32>{});
-      return f(RuntimeRounding<T>{p});
-    case Format::tf32: return dispatch_compute<T, Format::tf32>(c, f, p);
-    case Format::fp16: return dispatch_compute<T, Format::fp16>(c, f, p);
-    case Format::bf16: return dispatch_compute<T, Format::bf16>(c, f, p);
+      if (c == Format::fp32 && r == Format::fp32)
+        return call_with<T>(StaticRounding<T, Format::fp32, Format::fp32, Format::fp32>{}, p, f);
+      break;
+    case Format::tf32: return dispatch_classes<T, Format::tf32>(c, r, f, p);
+    case Format::fp16: return dispatch_classes<T, Format::fp16>(c, r, f, p);
+    case Format::bf16: return dispatch_classes<T, Format::bf16>(c, r, f, p);
     case Format::fp8_e4m3:
     case Format::fp8_e5m2:
       break;  // fp8 takes the runtime path: fewer instantiations, the same results, slower
   }
-  f(RuntimeRounding<T>{p});
+  call_with<T>(RuntimeRounding<T>{p}, p, f);
 }
 
 template <class T>
@@ -846,6 +1027,7 @@ void forward_heads(const AttentionShape& shape, const AttentionParams& params, c
     Workspace<T> ws;
     for (std::int64_t head = head_begin; head < head_end; ++head) {
       const std::int64_t off = head * h.n * h.d;
+      rd.start_head(params.rounding_seed, static_cast<std::uint64_t>(params.head_offset + head));
       T* lse_head = lse ? lse + head * h.n : nullptr;
       load_inputs(rd, h, q + off, k + off, v + off, ws);
       if (params.attention == AttentionKind::baseline) {
@@ -868,6 +1050,8 @@ void backward_heads(const AttentionShape& shape, const AttentionParams& params, 
     BackwardWorkspace<T> ws;
     for (std::int64_t head = head_begin; head < head_end; ++head) {
       const std::int64_t off = head * h.n * h.d;
+      // The backward's own stream: the forward's seed with its top bit flipped.
+      rd.start_head(params.rounding_seed ^ (std::uint64_t{1} << 63), static_cast<std::uint64_t>(params.head_offset + head));
       if (params.attention == AttentionKind::baseline) {
         baseline_backward(rd, h, q + off, k + off, v + off, dout + off, ws, dq + off, dk + off, dv + off);
       } else {

@@ -81,6 +81,12 @@ std::vector<std::string> policy_step_names() {
   return out;
 }
 
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& preset : kPolicyPresets) names.emplace_back(preset.name);
+  return names;
+}
+
 std::vector<std::string> all_format_names() {
   std::vector<std::string> out;
   for (Format f : kAllFormats) out.emplace_back(to_string(f));
@@ -273,7 +279,7 @@ const GridAxis kGridAxes[] = {
      [](Variant& v, const std::string& x) { v.init = x; }},
     {"data_seed", R"([3, 4])", AxisType::integer, "d", nullptr, 0, false, nullptr,
      [](Variant& v, const std::string& x) { v.data.seed = std::stoull(x); }},
-    {"policy", R"(["pure", "mixed"])", AxisType::word, "", [](const auto& policies) { return policies; }, 0, false, nullptr,
+    {"policy", R"(["eager", "mixed"])", AxisType::word, "", [](const auto& policies) { return policies; }, 0, false, nullptr,
      [](Variant& v, const std::string& x) { v.attention_cfg.policy = x; }},
     {"block_q", R"([8, 16])", AxisType::integer, "bq", nullptr, 1, true, nullptr,
      [](Variant& v, const std::string& x) { v.attention_cfg.block_q = std::stoi(x); }},
@@ -356,9 +362,9 @@ toml::table attention_table(const AttentionConfig& a) {
                 {"policy", a.policy}};
   if (!a.custom_policies.empty()) {
     toml::table pols;
-    for (const auto& [name, steps] : a.custom_policies) {
-      toml::table p;
-      for (const auto& [step, f] : steps) p.insert(step, std::string(to_string(f)));
+    for (const auto& [name, custom] : a.custom_policies) {
+      toml::table p{{"preset", custom.preset}, {"rounding", std::string(to_string(custom.rounding))}};
+      for (const auto& [step, f] : custom.steps) p.insert(step, std::string(to_string(f)));
       pols.insert(name, std::move(p));
     }
     t.insert("policies", std::move(pols));
@@ -514,10 +520,11 @@ std::string content_hash(const std::string& text) {
 PrecisionPolicy resolve_policy(const AttentionConfig& cfg, const std::string& name, Format f) {
   auto it = cfg.custom_policies.find(name);
   if (it == cfg.custom_policies.end()) return make_policy(name, f);
-  // A custom policy starts from `pure` in the variant's format and overrides the steps it names.
-  PrecisionPolicy p = make_policy("pure", f);
+  // A custom policy starts from its preset in the variant's format and overrides the steps it names.
+  PrecisionPolicy p = make_policy(it->second.preset, f);
   p.name = name;
-  for (const auto& [step, fmt] : it->second) p.*(find_policy_step(step)->member) = fmt;  // names checked on parse
+  p.rounding = it->second.rounding;
+  for (const auto& [step, fmt] : it->second.steps) p.*(find_policy_step(step)->member) = fmt;  // names checked on parse
   return p;
 }
 
@@ -667,7 +674,7 @@ std::vector<std::string> read_attention(Section att, AttentionConfig& a, const M
                                   "write [attention.policies.NAME] with step = \"format\" lines");
     for (auto&& [pk, pv] : *pn->as_table()) {
       std::string pname(pk.str());
-      if (pname == "pure" || pname == "mixed")
+      if (is_policy_preset(pname))
         throw ConfigError(file, static_cast<int>(pk.source().begin.line), static_cast<int>(pk.source().begin.column),
                           "attention.policies." + pname, "a custom policy cannot be named \"" + pname + "\" (a preset)",
                           "choose another name");
@@ -675,17 +682,28 @@ std::vector<std::string> read_attention(Section att, AttentionConfig& a, const M
         throw ConfigError(file, static_cast<int>(pv.source().begin.line), static_cast<int>(pv.source().begin.column),
                           "attention.policies." + pname, "policy `" + pname + "` must be a table of step = \"format\"");
       Section ps(file, "attention.policies." + pname, pv.as_table(), pv.source());
-      auto& steps = a.custom_policies[pname];
-      const std::vector<std::string> step_names = policy_step_names();
-      for (const auto& step : step_names) {
+      CustomPolicy& custom = a.custom_policies[pname];
+      std::vector<std::string> keys = policy_step_names();
+      for (const auto& step : keys) {
         std::string fmt;
         ps.get(step, fmt);
         if (fmt.empty()) continue;
         auto f = parse_format(fmt);
         if (!f) ps.fail(step, "unknown format \"" + fmt + "\"; allowed: " + format_names(), suggestion(fmt, all_format_names()));
-        steps[step] = *f;
+        custom.steps[step] = *f;
       }
-      ps.finish(step_names);
+      ps.get("preset", custom.preset);
+      if (!is_policy_preset(custom.preset))
+        ps.fail("preset", "unknown preset \"" + custom.preset + "\"; allowed: " + policy_preset_names(),
+                suggestion(custom.preset, preset_names()));
+      std::string rounding(to_string(custom.rounding));
+      ps.get("rounding", rounding);
+      if (auto r = parse_rounding(rounding)) custom.rounding = *r;
+      else ps.fail("rounding", "unknown rounding \"" + rounding + "\"; allowed: " + rounding_names(),
+                   suggestion(rounding, {"nearest", "zero", "stochastic"}));
+      keys.push_back("preset");
+      keys.push_back("rounding");
+      ps.finish(keys);
     }
   }
   require(a.block_q >= 1, att, "block_q", "[attention] block_q must be >= 1");
@@ -696,8 +714,8 @@ std::vector<std::string> read_attention(Section att, AttentionConfig& a, const M
   require(a.block_kv <= m.seq_len, att, "block_kv",
           "[attention] block_kv = " + std::to_string(a.block_kv) + " is larger than [model] seq_len = " + std::to_string(m.seq_len),
           "use a block size <= seq_len");
-  auto policy_known = [&](const std::string& p) { return p == "pure" || p == "mixed" || a.custom_policies.count(p); };
-  std::vector<std::string> policy_names{"pure", "mixed"};
+  auto policy_known = [&](const std::string& p) { return is_policy_preset(p) || a.custom_policies.count(p); };
+  std::vector<std::string> policy_names = preset_names();
   for (const auto& [k, v] : a.custom_policies) policy_names.push_back(k);
   require(policy_known(a.policy), att, "policy",
           "[attention] policy = \"" + a.policy + "\" is neither a preset nor a [attention.policies." + a.policy + "] table; known: " +

@@ -73,13 +73,21 @@ struct TrainConfig {
   std::int64_t loss_scale_window = 200;  // fp16: grow the scale after this many finite steps
 };
 
+// A custom precision policy: a preset (the reading it starts from, in the variant's format), the
+// steps it sets to other formats, and its rounding mode.
+struct CustomPolicy {
+  std::string preset = "pure";
+  std::map<std::string, Format> steps;  // step -> format
+  Rounding rounding = Rounding::nearest;
+};
+
 // The attention kernel settings shared by every variant (grid axes may override some of them).
 struct AttentionConfig {
   int block_q = 32;
   int block_kv = 32;
   LoopOrder loop_order = LoopOrder::q_outer;
-  std::string policy = "mixed";  // a preset (pure, mixed) or the name of a [attention.policies.NAME]
-  std::map<std::string, std::map<std::string, Format>> custom_policies;  // NAME -> {step -> format}
+  std::string policy = "mixed";  // a preset (pure, eager, mixed) or the name of a [attention.policies.NAME]
+  std::map<std::string, CustomPolicy> custom_policies;
 };
 
 // One sweep of the microbenchmark: the cross product of its lists.

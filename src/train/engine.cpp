@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "src/train/rng.hpp"
 
 namespace fastudy::train {
 namespace {
@@ -156,6 +157,10 @@ Engine::Step Engine::step() {
   auto& params = model_.params();
   for (auto& [name, p] : params) p.mutable_grad() = torch::Tensor();
   shadow_.clear();
+  // Stochastic rounding in the attention kernels: one stream per (step, layer, global sample, head),
+  // so the bits do not depend on how the batch is split over the variant's ranks.
+  attention_.params.rounding_seed = Rng(v_.seed ^ fnv1a64("attention.rounding"), static_cast<std::uint64_t>(next)).next();
+  attention_.params.head_offset = static_cast<std::int64_t>(hooks_.rank) * local * v_.model.heads;
   const torch::Tensor loss = model_.loss(tokens, emu_, attention_);
   const double scale = loss_scale_;
   (scale == 1.0 ? loss : loss * scale).backward();

@@ -111,6 +111,14 @@ void attention_backward_typed(const AttentionShape& shape, const AttentionParams
                         dq + n, dq + 2 * n);
 }
 
+// The step's params for one layer: its own stochastic-rounding streams (the step's seed mixed with
+// the layer index; forward and backward of a layer share it, the kernels split them).
+AttentionParams layer_params(const AttentionParams& step_params, std::int64_t layer) {
+  AttentionParams p = step_params;
+  p.rounding_seed ^= 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(layer + 1);
+  return p;
+}
+
 struct AttentionFn : public torch::autograd::Function<AttentionFn> {
   // qkv [B, N, 3D] -> [B, N, D]. `setup` is an AttentionSetup* carried as an integer (it outlives the
   // step, see kernel_attention).
@@ -123,9 +131,10 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
     const torch::Tensor packed = qkv.view({B, N, 3, heads, d}).permute({2, 0, 3, 1, 4}).contiguous();
     torch::Tensor o = torch::empty({B, heads, N, d}, qkv.options());
     torch::Tensor lse = torch::empty({B, heads, N}, qkv.options());
-    run_attention_forward(shape, setup->params, packed, o, lse);
+    const AttentionParams params = layer_params(setup->params, layer);
+    run_attention_forward(shape, params, packed, o, lse);
     if (setup->shadow && setup->shadow_sink != nullptr) {
-      AttentionParams other = setup->params;
+      AttentionParams other = params;
       other.attention = other.attention == AttentionKind::flash ? AttentionKind::baseline : AttentionKind::flash;
       torch::Tensor o_other = torch::empty_like(o);
       torch::Tensor no_lse;
@@ -137,6 +146,7 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
     ctx->save_for_backward({packed, o, lse});
     ctx->saved_data["heads"] = heads;
     ctx->saved_data["setup"] = setup_bits;
+    ctx->saved_data["layer"] = layer;
     return o.permute({0, 2, 1, 3}).reshape({B, N, D});
   }
 
@@ -152,10 +162,11 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
     const AttentionShape shape{B, heads, N, d, /*causal=*/true, /*scale=*/0.0};
     const torch::Tensor dout = grads[0].view({B, N, heads, d}).permute({0, 2, 1, 3}).contiguous();
     torch::Tensor dpacked = torch::empty_like(packed);
+    const AttentionParams params = layer_params(setup->params, ctx->saved_data["layer"].toInt());
     if (packed.scalar_type() == torch::kDouble) {
-      attention_backward_typed<double>(shape, setup->params, packed, o, lse, dout, dpacked);
+      attention_backward_typed<double>(shape, params, packed, o, lse, dout, dpacked);
     } else {
-      attention_backward_typed<float>(shape, setup->params, packed, o, lse, dout, dpacked);
+      attention_backward_typed<float>(shape, params, packed, o, lse, dout, dpacked);
     }
     // [3, B, H, N, d] -> [B, N, 3, H, d] -> [B, N, 3D]
     return {dpacked.permute({1, 3, 0, 2, 4}).reshape({B, N, 3 * D}), torch::Tensor(), torch::Tensor(),

@@ -126,6 +126,33 @@ o_running = "fp32"
   EXPECT_EQ(p.p, Format::bf16);
 }
 
+// A custom policy may start from another reading and set a rounding mode; both survive the resolved
+// study.toml (its hash changes with them).
+TEST(Config, CustomPolicyPresetAndRounding) {
+  const std::string text = R"(
+[attention]
+policy = "sr"
+[attention.policies.sr]
+preset = "eager"
+rounding = "stochastic"
+o = "fp32"
+)";
+  Study st = parse_study(text, "a.toml");
+  PrecisionPolicy p = resolve_policy(st.attention, "sr", Format::bf16);
+  PrecisionPolicy eager = make_policy("eager", Format::bf16);
+  eager.name = "sr";
+  eager.o = Format::fp32;
+  eager.rounding = Rounding::stochastic;
+  for (const auto& step : kPolicySteps) EXPECT_EQ(p.*(step.member), eager.*(step.member)) << step.name;
+  EXPECT_EQ(p.rounding, Rounding::stochastic);
+  Study again = parse_study(st.resolved_toml, "study.toml");
+  EXPECT_EQ(again.hash, st.hash);
+  EXPECT_EQ(resolve_policy(again.attention, "sr", Format::bf16).rounding, Rounding::stochastic);
+  Study nearest = parse_study(text.substr(0, text.find("rounding")) + "o = \"fp32\"\n", "a.toml");
+  EXPECT_NE(nearest.hash, st.hash);
+  EXPECT_EQ(resolve_policy(nearest.attention, "sr", Format::bf16).rounding, Rounding::nearest);
+}
+
 TEST(Config, ShippedConfigsLoad) {
   for (const char* name : {"quick.toml", "ci.toml", "microbench.toml", "paper.toml"}) {
     SCOPED_TRACE(name);

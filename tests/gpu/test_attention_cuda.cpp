@@ -203,7 +203,7 @@ TEST_F(CudaAttention, EveryVariantFormatAndPolicyMatchesHostTwin) {
     shape.causal = causal;
     for (const Variant& var : kVariants)
       for (Format f : kCudaFormats)
-        for (const char* preset : {"pure", "mixed"}) {
+        for (const char* preset : {"pure", "eager", "mixed"}) {
           const PrecisionPolicy policy = make_policy(preset, f);
           check_case(shape, var, f, policy, 16, 20);
           if (f != Format::fp32) check_case(shape, var, Format::fp32, policy, 16, 20);  // fp32 tensors, rounded on load

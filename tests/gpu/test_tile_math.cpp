@@ -67,12 +67,20 @@ TEST(TileMath, ExpMatchesStdExpWithinTwoUlpAndSpecialValues) {
 }
 
 TEST(TileMath, RoundingObjectsRoundAsThePolicySays) {
-  using Mixed16 = cuda_tile::TileRounding<Format::fp16, Format::fp32>;
-  using Pure16 = cuda_tile::TileRounding<Format::bf16, Format::bf16>;
+  using Mixed16 = cuda_tile::TileRounding<Format::fp16, Format::fp32, Format::fp32>;
+  using Eager16 = cuda_tile::TileRounding<Format::fp16, Format::fp32, Format::fp16>;
+  using Pure16 = cuda_tile::TileRounding<Format::bf16, Format::bf16, Format::bf16>;
   const float x = 1.0f + std::ldexp(1.0f, -12);  // below half an fp16 ulp above 1: rounds to 1 in fp16
   EXPECT_EQ(Mixed16::p(x), 1.0f);
   EXPECT_EQ(Mixed16::accum(x), x);  // fp32 accumulator: unchanged
   EXPECT_EQ(Pure16::stats(1.0f + std::ldexp(1.0f, -9)), 1.0f);  // bf16 ulp at 1 is 2^-7
+  // eager: in-op values in fp32, the running state stored in the format.
+  EXPECT_EQ(Eager16::stats(x), x);
+  EXPECT_EQ(Eager16::softmax(x), x);
+  EXPECT_EQ(Eager16::stats_running(x), 1.0f);
+  EXPECT_EQ(Eager16::o_running(x), 1.0f);
+  EXPECT_EQ(Eager16::exp_arg(x), 1.0f);
+  EXPECT_EQ(Mixed16::o_running(x), x);
 }
 
 void check_twin_forward(std::int64_t n, std::int64_t d) {
@@ -80,7 +88,7 @@ void check_twin_forward(std::int64_t n, std::int64_t d) {
     const AttentionShape shape = make_shape(n, d, causal);
     const std::size_t size = static_cast<std::size_t>(shape.batch * shape.heads * n * d);
     const std::vector<float> q0 = random_normal(size, 11), k0 = random_normal(size, 12), v0 = random_normal(size, 13);
-    for (const char* preset : {"pure", "mixed"}) {
+    for (const char* preset : {"pure", "eager", "mixed"}) {
       for (Format f : kCudaFormats) {
         const PrecisionPolicy policy = make_policy(preset, f);
         // The reference on Q, K, V rounded to f, as the kernels store them.
@@ -121,7 +129,7 @@ TEST(TileMath, BackwardWithinUnitRoundoffBoundOfReference) {
     const std::size_t size = static_cast<std::size_t>(shape.batch * shape.heads * 21 * 8);
     const std::vector<float> q0 = random_normal(size, 21), k0 = random_normal(size, 22), v0 = random_normal(size, 23);
     const std::vector<float> g0 = random_normal(size, 24);
-    for (const char* preset : {"pure", "mixed"}) {
+    for (const char* preset : {"pure", "eager", "mixed"}) {
       for (Format f : kCudaFormats) {
         const PrecisionPolicy policy = make_policy(preset, f);
         // Q, K, V and dO rounded to f (the policy's storage and grad formats).

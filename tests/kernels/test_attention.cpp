@@ -1,5 +1,5 @@
 // Tests of the attention kernels (kernels/attention.hpp) against the fp64 reference: every kernel
-// (baseline, flash kv_outer = FA-1, flash q_outer = FA-2) x format x policy (pure, mixed) x causal,
+// (baseline, flash kv_outer = FA-1, flash q_outer = FA-2) x format x policy (pure, eager, mixed) x causal,
 // on float and double buffers; exact results where the exact answer is representable; the backward
 // against finite differences; FlashAttention's own acceptance rule (flash error <= 2x baseline error
 // in the mixed policy); odd sizes and clipped blocks; rescale counts; the portable build.
@@ -77,7 +77,7 @@ template <class T>
 void check_forward_against_reference(int block_q, int block_kv, std::int64_t n, std::int64_t d) {
   for (bool causal : {false, true}) {
     const Inputs in = make_inputs(1, 2, n, d, causal, 100 + n);
-    for (const char* preset : {"pure", "mixed"}) {
+    for (const char* preset : {"pure", "eager", "mixed"}) {
       for (Format f : kAllFormats) {
         const PrecisionPolicy policy = make_policy(preset, f);
         // The reference sees the inputs as the kernels store them (rounded to the policy's q, k, v).
@@ -137,7 +137,7 @@ TEST(Attention, OneHotAttentionIsExact) {
       for (std::int64_t t = 0; t < d; ++t) q[i * d + t] = t == target[i] ? 0.0 : -256.0;
       for (std::int64_t t = 0; t < d; ++t) v[i * d + t] = vals[(i + 3 * t) % 8];
     }
-    for (const char* preset : {"pure", "mixed"}) {
+    for (const char* preset : {"pure", "eager", "mixed"}) {
       for (Format f : kAllFormats) {
         for (const Variant& var : kVariants) {
           for (int block : {1, 5, 24}) {
@@ -225,7 +225,7 @@ void check_backward_against_reference() {
   for (bool causal : {false, true}) {
     const Inputs in = make_inputs(1, 2, 21, 8, causal, 300);
     const std::vector<double> dout_raw = random_normal(in.q.size(), 301);
-    for (const char* preset : {"pure", "mixed"}) {
+    for (const char* preset : {"pure", "eager", "mixed"}) {
       for (Format f : {Format::fp64, Format::fp32, Format::tf32, Format::fp16, Format::bf16}) {
         const PrecisionPolicy policy = make_policy(preset, f);
         // Q, K, V, dO rounded to f (the policy's storage and grad formats).
@@ -322,7 +322,7 @@ TEST(Attention, RescaleCounts) {
 // never uses, moves the policy from the first path to the second.
 TEST(Attention, StaticAndRuntimeRoundingAgreeBitForBit) {
   const Inputs in = make_inputs(1, 2, 40, 12, true, 55);
-  for (const char* preset : {"pure", "mixed"}) {
+  for (const char* preset : {"pure", "eager", "mixed"}) {
     for (Format f : kAllFormats) {
       for (const Variant& var : kVariants) {
         AttentionParams params = var.params(make_policy(preset, f), 9, 16);
@@ -336,6 +336,81 @@ TEST(Attention, StaticAndRuntimeRoundingAgreeBitForBit) {
         }
       }
     }
+  }
+}
+
+// Rounding toward zero and stochastic rounding through the kernels: every reading and both loop
+// orders stay within the forward bound (which doubles for these modes: one ulp = 2u per rounding);
+// stochastic results are reproducible, independent of the thread count and of how the heads are split
+// over calls (a rank passes head_offset), and change with the seed.
+TEST(Attention, RoundingModesWithinBoundAndReproducible) {
+  const Inputs in = make_inputs(2, 2, 45, 16, true, 71);
+  for (Rounding mode : {Rounding::zero, Rounding::stochastic}) {
+    for (const char* preset : {"pure", "eager", "mixed"}) {
+      for (Format f : {Format::fp16, Format::bf16, Format::fp8_e4m3}) {
+        PrecisionPolicy policy = make_policy(preset, f);
+        policy.rounding = mode;
+        const AttentionReference ref = make_reference(in.shape, policy, in.q, in.k, in.v);
+        for (const Variant& var : kVariants) {
+          AttentionParams params = var.params(policy, 8, 12);
+          params.rounding_seed = 99;
+          const ForwardCheck<float> c = check_forward<float>(ref, params);
+          const std::string what = std::string(var.name) + " " + preset + " " + std::string(to_string(f)) + " " +
+                                   std::string(to_string(mode));
+          EXPECT_LE(c.error.max_abs, c.bound) << what;
+          if (mode != Rounding::stochastic) continue;
+          params.threads = 1;
+          const std::vector<double> one = forward_as<float>(in.shape, params, ref.q, ref.k, ref.v);
+          params.threads = 2;
+          EXPECT_EQ(forward_as<float>(in.shape, params, ref.q, ref.k, ref.v), one) << what << " threads";
+          // The batch in two calls of one sample each, the second with head_offset = its first head.
+          AttentionShape half = in.shape;
+          half.batch = 1;
+          const std::size_t n = ref.q.size() / 2;
+          auto part = [&](const std::vector<double>& x, int i) {
+            return std::vector<double>(x.begin() + i * n, x.begin() + (i + 1) * n);
+          };
+          std::vector<double> split;
+          for (int i = 0; i < 2; ++i) {
+            params.head_offset = i * in.shape.heads;
+            const std::vector<double> o = forward_as<float>(half, params, part(ref.q, i), part(ref.k, i), part(ref.v, i));
+            split.insert(split.end(), o.begin(), o.end());
+          }
+          EXPECT_EQ(split, one) << what << " split over two calls";
+          params.head_offset = 0;
+          params.rounding_seed = 100;
+          EXPECT_NE(forward_as<float>(in.shape, params, ref.q, ref.k, ref.v), one) << what << " another seed";
+        }
+      }
+    }
+  }
+}
+
+// The bias each mode leaves in the output, on inputs where it shows: V > 0 everywhere, so O > 0 and
+// every rounding toward zero shrinks it. Eager bf16 flash (the running O and sum stored in bf16):
+// truncation gives a mean signed error below -u/4 relative to O (each of the per-tile roundings
+// of O, l and P is biased by -u on average: the ratio O/l cancels part of it, not all), while
+// nearest and stochastic stay within u/4 of zero on this many outputs (3 * 128 * 32 values; their
+// errors are unbiased, the standard error of the mean is below u / sqrt(12288) ~ u/110).
+TEST(Attention, TruncationBiasesOutputsStochasticDoesNot) {
+  Inputs in = make_inputs(3, 1, 128, 32, false, 81);
+  for (double& x : in.v) x = 1.0 + std::fabs(x);
+  const double u = unit_roundoff(Format::bf16);
+  for (Rounding mode : kAllRoundings) {
+    PrecisionPolicy policy = make_policy("eager", Format::bf16);
+    policy.rounding = mode;
+    const AttentionReference ref = make_reference(in.shape, policy, in.q, in.k, in.v);
+    AttentionParams params;
+    params.policy = policy;
+    params.block_q = 16;
+    params.block_kv = 8;  // 16 KV tiles
+    params.rounding_seed = 5;
+    const std::vector<double> o = forward_as<float>(in.shape, params, ref.q, ref.k, ref.v);
+    double bias = 0;
+    for (std::size_t i = 0; i < o.size(); ++i) bias += (o[i] - ref.o[i]) / ref.o[i];
+    bias /= static_cast<double>(o.size());
+    if (mode == Rounding::zero) EXPECT_LT(bias, -u / 4) << "zero";
+    else EXPECT_LT(std::fabs(bias), u / 4) << to_string(mode);
   }
 }
 
@@ -426,7 +501,21 @@ TEST(Attention, NamesAndPolicies) {
   EXPECT_EQ(pure.accum, Format::fp16);
   EXPECT_EQ(pure.division, Format::fp16);
   EXPECT_THROW(make_policy("fancy", Format::fp16), std::exception);
-  EXPECT_EQ(policy_preset_names(), "pure, mixed");
+  EXPECT_EQ(policy_preset_names(), "pure, eager, mixed");
+  // eager: op outputs and flash's running state in the format, values inside an op in fp32.
+  const PrecisionPolicy eager = make_policy("eager", Format::bf16);
+  for (PolicyMember m : {&PrecisionPolicy::s, &PrecisionPolicy::p, &PrecisionPolicy::o, &PrecisionPolicy::o_running,
+                         &PrecisionPolicy::stats_running, &PrecisionPolicy::rescale, &PrecisionPolicy::exp_arg})
+    EXPECT_EQ(eager.*m, Format::bf16);
+  for (PolicyMember m : {&PrecisionPolicy::accum, &PrecisionPolicy::stats, &PrecisionPolicy::softmax,
+                         &PrecisionPolicy::division})
+    EXPECT_EQ(eager.*m, Format::fp32);
+  EXPECT_EQ(make_policy("eager", Format::fp64).accum, Format::fp64);
+  for (const auto& preset : kPolicyPresets) {
+    EXPECT_TRUE(is_policy_preset(preset.name));
+    EXPECT_EQ(make_policy(preset.name, Format::fp16).rounding, Rounding::nearest);
+  }
+  EXPECT_FALSE(is_policy_preset("fancy"));
 }
 
 TEST(Attention, RejectsBadArguments) {

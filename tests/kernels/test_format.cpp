@@ -356,5 +356,110 @@ TEST(Format, RoundInplaceMatchesScalar) {
   EXPECT_EQ(round_to(Format::fp32, 0.1), static_cast<double>(0.1f));
 }
 
+// ---- rounding toward zero and stochastic rounding ------------------------------------------------
+
+TEST(Rounding, NamesRoundTrip) {
+  for (Rounding r : kAllRoundings) EXPECT_EQ(parse_rounding(to_string(r)), r);
+  EXPECT_FALSE(parse_rounding("up").has_value());
+  EXPECT_EQ(rounding_names(), "nearest, zero, stochastic");
+}
+
+// Truncation: the neighbour nearer zero, for normal, subnormal and overflowing values of every format;
+// every result is representable (rounding it to nearest changes nothing); finite values never become inf.
+TEST(Rounding, ZeroTruncatesTowardZero) {
+  std::mt19937_64 rng(5);
+  for (Format f : {Format::tf32, Format::fp16, Format::bf16, Format::fp8_e4m3, Format::fp8_e5m2}) {
+    for (int i = 0; i < 200000; ++i) {
+      // Magnitudes from far below the smallest subnormal of fp16 to above fp8's range.
+      const float x = std::ldexp(static_cast<float>(rng() % 1000000) / 1e6f + 1.0f, static_cast<int>(rng() % 60) - 30) *
+                      ((rng() & 1) ? 1.0f : -1.0f);
+      const float r = round_to(f, x, Rounding::zero, 0);
+      ASSERT_EQ(round_to(f, r), r) << to_string(f) << " " << x;
+      ASSERT_LE(std::fabs(r), std::fabs(x)) << to_string(f) << " " << x;
+      ASSERT_TRUE(std::isfinite(r)) << to_string(f) << " " << x;
+      const float nearest = round_to(f, x);
+      if (std::fabs(nearest) <= std::fabs(x)) {
+        ASSERT_EQ(r, nearest) << to_string(f) << " " << x;  // nearest is the lower neighbour
+      } else if (std::isfinite(nearest)) {
+        ASSERT_LT(std::fabs(r), std::fabs(nearest)) << to_string(f) << " " << x;
+      }
+    }
+  }
+  EXPECT_EQ(round_to(Format::fp16, 1e6f, Rounding::zero, 0), 65504.0f);    // overflow: the largest finite
+  EXPECT_EQ(round_to(Format::fp8_e4m3, 1e4f, Rounding::zero, 0), 448.0f);
+  EXPECT_TRUE(std::isinf(round_to(Format::bf16, std::numeric_limits<float>::infinity(), Rounding::zero, 0)));
+  EXPECT_TRUE(std::isnan(round_to(Format::bf16, std::numeric_limits<float>::quiet_NaN(), Rounding::zero, 0)));
+  EXPECT_TRUE(std::signbit(round_to(Format::fp16, -1e-30f, Rounding::zero, 0)));  // -0 stays negative
+}
+
+// Truncation is biased: on x uniform in [1, 2) the error x - trunc(x) is uniform on [0, ulp) (ulp = 2u
+// at 1), so the mean signed error is -u, for nearest 0. With n = 2^20 draws the standard error of
+// the mean is ulp / sqrt(12 n) < 2.9e-4 ulp: the bounds below are 5 standard errors wide.
+TEST(Rounding, ZeroIsBiasedTowardZeroNearestIsNot) {
+  std::mt19937_64 rng(6);
+  for (Format f : {Format::fp16, Format::bf16}) {
+    const double u = unit_roundoff(f), ulp = 2 * u;
+    const int n = 1 << 20;
+    double sum_zero = 0, sum_nearest = 0;
+    for (int i = 0; i < n; ++i) {
+      const double x = 1.0 + static_cast<double>(rng() >> 11) * 0x1p-53;
+      sum_zero += round_to(f, x, Rounding::zero, 0) - x;
+      sum_nearest += round_to(f, x) - x;
+    }
+    const double se = ulp / std::sqrt(12.0 * n);
+    EXPECT_NEAR(sum_zero / n, -u, 5 * se) << to_string(f);
+    EXPECT_NEAR(sum_nearest / n, 0.0, 5 * se) << to_string(f);
+  }
+}
+
+// Stochastic rounding: always one of the two neighbours; up with probability equal to the dropped
+// fraction, so E[round(x)] = x. For x at fraction t of the way from lo to hi, n draws give a mean
+// with standard error ulp sqrt(t (1 - t) / n); the random bits resolve the fraction to 2^-32 of an
+// ulp for double sources and to 2^-(dropped bits) for float sources (bf16 from float: 2^-16 ulp),
+// a bias below 2^-16 ulp. Bound: 5 standard errors + that resolution.
+TEST(Rounding, StochasticIsUnbiasedAndOnlyPicksNeighbours) {
+  for (Format f : {Format::fp16, Format::bf16, Format::fp8_e4m3}) {
+    for (double t : {0.1, 0.3, 0.5, 0.77}) {
+      // Normal values of both signs and a subnormal of the format.
+      const double subnormal = f == Format::fp16 ? 0x1p-20 : f == Format::bf16 ? 0x1p-130 : 0x1p-8;
+      for (double scale : {1.0, -1.0, subnormal}) {
+        const double base = 1.5 * scale;
+        ASSERT_EQ(static_cast<double>(round_to(f, static_cast<float>(base))), base);
+        // The grid step at base: 2^(e - p), with e at least the smallest normal exponent (subnormals).
+        const int emin = f == Format::fp16 ? -14 : f == Format::bf16 ? -126 : -6;
+        const double ulp = std::ldexp(1.0, std::max(std::ilogb(base), emin) - mantissa_bits(f));
+        const float x = static_cast<float>(base + std::copysign(t * ulp, base));
+        const float lo = static_cast<float>(base), hi = static_cast<float>(base + std::copysign(ulp, base));
+        const int n = 1 << 18;
+        double sum = 0;
+        for (int i = 0; i < n; ++i) {
+          const float r = round_to(f, x, Rounding::stochastic, random_bits32(0xC0FFEEu, static_cast<std::uint32_t>(i)));
+          ASSERT_TRUE(r == lo || r == hi) << to_string(f) << " x " << x << " gave " << r;
+          sum += r;
+        }
+        const double se = ulp * std::sqrt(t * (1 - t) / n);
+        EXPECT_NEAR(sum / n, static_cast<double>(x), 5 * se + ulp * 0x1p-16) << to_string(f) << " x " << x;
+      }
+    }
+  }
+}
+
+TEST(Rounding, StochasticIsReproducibleAndKeyed) {
+  const float x = 1.0f + 0x1p-9f;  // a quarter of the way between two bf16 values
+  std::vector<float> a, b, c;
+  for (std::uint32_t i = 0; i < 4096; ++i) {
+    a.push_back(round_to(Format::bf16, x, Rounding::stochastic, random_bits32(random_stream_key(7, 3), i)));
+    b.push_back(round_to(Format::bf16, x, Rounding::stochastic, random_bits32(random_stream_key(7, 3), i)));
+    c.push_back(round_to(Format::bf16, x, Rounding::stochastic, random_bits32(random_stream_key(7, 4), i)));
+  }
+  EXPECT_EQ(a, b);  // the same stream gives the same roundings
+  EXPECT_NE(a, c);  // another head's stream gives others
+  // Exactly representable values never move, whatever the bits.
+  for (std::uint32_t bits : {0u, 1u, 0x7fffffffu, 0xffffffffu}) {
+    EXPECT_EQ(round_to(Format::bf16, 1.5f, Rounding::stochastic, bits), 1.5f);
+    EXPECT_EQ(round_to(Format::fp16, -0.25, Rounding::stochastic, bits), -0.25);
+  }
+}
+
 }  // namespace
 }  // namespace fastudy

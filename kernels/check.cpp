@@ -208,6 +208,7 @@ std::string describe_kernel(const AttentionParams& params) {
   std::string s(to_string(params.attention));
   if (params.attention == AttentionKind::flash) s += " " + std::string(to_string(params.order));
   s += " " + params.policy.name + " " + std::string(to_string(params.policy.q));
+  if (params.policy.rounding != Rounding::nearest) s += " " + std::string(to_string(params.policy.rounding));
   s += " (blocks " + std::to_string(params.block_q) + "x" + std::to_string(params.block_kv) + ")";
   return s;
 }

@@ -2,7 +2,9 @@
 //   flash forward, B=8 H=8 N=1024 d=64, fp32 (mixed policy = every step fp32: no rounding work),
 //   the same attention through LibTorch (at::matmul, at::softmax, at::matmul; at::set_num_threads(1)),
 //   a measured single-core fp32 FMA peak (independent vector FMAs of the width the kernels use),
-//   flash forward with the mixed fp16 and bf16 policies (emulated storage rounding), and baseline.
+//   flash forward with the mixed fp16 and bf16 policies (emulated storage rounding), the eager
+//   reading (running state stored in the format between tiles), stochastic rounding and truncation,
+//   and baseline.
 // Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), and the counters use the
 // fastest iteration of each benchmark: on a shared machine both keep other load out of the figures.
 // Every kernel (LibTorch's included) is checked against the fp64 reference with the check harness's
@@ -71,11 +73,13 @@ const Problem& problem() {
   return p;
 }
 
-AttentionParams flash_params(Format f) {
+AttentionParams flash_params(Format f, const char* preset = "mixed", Rounding rounding = Rounding::nearest) {
   AttentionParams params;
   params.attention = AttentionKind::flash;
   params.order = LoopOrder::q_outer;
-  params.policy = make_policy("mixed", f);
+  params.policy = make_policy(preset, f);
+  params.policy.rounding = rounding;
+  params.rounding_seed = 1;
   params.block_q = 64;
   params.block_kv = 64;
   params.threads = 1;
@@ -207,8 +211,9 @@ AttentionParams torch_params() {
   return params;
 }
 const Checked& torch_checked() { return check("torch", torch_params(), torch_forward); }
-const Checked& flash_checked(Format f) {
-  return check(describe_kernel(flash_params(f)), flash_params(f), attention_forward<float>);
+const Checked& flash_checked(Format f, const char* preset = "mixed", Rounding rounding = Rounding::nearest) {
+  const AttentionParams params = flash_params(f, preset, rounding);
+  return check(describe_kernel(params), params, attention_forward<float>);
 }
 
 // False, with the benchmark skipped and the check's numbers as the reason, when the check failed.
@@ -255,14 +260,15 @@ void report(benchmark::State& state, double seconds_per_iter, double extra_bytes
 // baseline, for all B H heads at once for LibTorch).
 double flash_extra_bytes() { return 4.0 * (3 * kN * kD + 64 * 64 + 64 * kD); }
 
-void BM_flash_forward(benchmark::State& state, Format f) {
-  const AttentionParams params = flash_params(f);
-  const Checked& checked = flash_checked(f);
+void BM_flash_forward(benchmark::State& state, Format f, const char* preset, Rounding rounding) {
+  const AttentionParams params = flash_params(f, preset, rounding);
+  const Checked& checked = flash_checked(f, preset, rounding);
   if (!passed(state, describe_kernel(params), checked)) return;
   double best = 1e30;
   for (auto _ : state) best = std::min(best, run_flash(params));
   report(state, best, flash_extra_bytes());
-  state.SetLabel(std::string(attention_isa_name()) + " mixed " + std::string(to_string(f)) + "; " + checked.summary);
+  state.SetLabel(std::string(attention_isa_name()) + " " + preset + " " + std::string(to_string(f)) + " " +
+                 std::string(to_string(rounding)) + "; " + checked.summary);
 }
 
 void BM_baseline_forward(benchmark::State& state) {
@@ -295,9 +301,25 @@ void BM_fma_peak(benchmark::State& state) {
 
 BENCHMARK(BM_fma_peak)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_torch_forward)->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK_CAPTURE(BM_flash_forward, fp32, Format::fp32)->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK_CAPTURE(BM_flash_forward, fp16, Format::fp16)->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK_CAPTURE(BM_flash_forward, bf16, Format::bf16)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_forward, fp32, Format::fp32, "mixed", Rounding::nearest)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_forward, fp16, Format::fp16, "mixed", Rounding::nearest)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_forward, bf16, Format::bf16, "mixed", Rounding::nearest)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+// The readings and rounding modes of issue 12 (aim: eager and stochastic bf16 within 1.5x of fp32).
+BENCHMARK_CAPTURE(BM_flash_forward, eager_bf16, Format::bf16, "eager", Rounding::nearest)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_forward, eager_fp16, Format::fp16, "eager", Rounding::nearest)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_forward, mixed_bf16_stochastic, Format::bf16, "mixed", Rounding::stochastic)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_forward, eager_bf16_stochastic, Format::bf16, "eager", Rounding::stochastic)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_forward, eager_bf16_zero, Format::bf16, "eager", Rounding::zero)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_forward, pure_bf16, Format::bf16, "pure", Rounding::nearest)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_baseline_forward)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 }  // namespace

@@ -237,6 +237,15 @@ FASTUDY_INLINE vec_t<T> round_vec_mode(vec_t<T> x, Rounding mode, uvec_t<T> rand
   constexpr U kMinNormalBits = U(Tr::emin + S::bias) << S::p;
   const bool stochastic = mode == Rounding::stochastic;
   const UV u = (UV)x;
+  if constexpr (Tr::emin == 1 - S::bias && Tr::emax == S::bias && !Tr::nan_on_overflow) {
+    // Same exponent range as the source (bf16, tf32 from float): on the bits alone, as round_vec
+    // does. A carry out of the largest binade gives exactly inf (stochastic's overflow); truncation
+    // never carries. Only NaN needs a select (truncating its payload could leave inf).
+    UV r = u;
+    if (stochastic) r += random >> (32 - kShift);
+    r &= ~((kOne << kShift) - 1);
+    return (V)(x != x ? ((u & kSignMask) | kQuietNan) : r);
+  }
   const UV sign = u & kSignMask;
   const UV a = u ^ sign;
   UV r = a;
@@ -266,24 +275,46 @@ FASTUDY_INLINE vec_t<T> round_vec_mode(vec_t<T> x, Rounding mode, uvec_t<T> rand
 // The random bits of stochastic rounding: one stream per head (random_stream_key of the seed and the
 // head's global index), one draw per lane per rounding call, in the order the kernel makes the calls.
 // The bits therefore depend on the vector width of the instruction-set build, not on threads or ranks.
+// Vector draws: the counter-based hash random_bits32 (kernels/round.hpp) of (key, counter), one
+// counter value per lane, each hash split into two draws (its high half, then its low half moved up):
+// roundings use the top bits, so a draw carries 16 random bits, a fraction resolved to 2^-16 of an ulp
+// (all of bf16's 16 dropped bits; fp16 and tf32 drop 13). Draws do not depend on each other, so
+// consecutive roundings pipeline. Scalar draws: one whole hash each.
 struct RandomStream {
   std::uint32_t key = 0;
   std::uint32_t counter = 0;
+  bool have_spare = false;
+  alignas(64) unsigned char spare[64] = {};
+  void seed(std::uint32_t k) {
+    key = k;
+    counter = 0;
+    have_spare = false;
+  }
   template <class T>
   FASTUDY_INLINE uvec_t<T> next_vec() {
     using UV = uvec_t<T>;
     constexpr int L = kLanes<T>;
+    static_assert(sizeof(UV) <= sizeof(spare), "vector wider than the spare draw");
+    UV h;
+    if (have_spare) {
+      have_spare = false;
+      __builtin_memcpy(&h, spare, sizeof h);
+      return h;
+    }
     UV idx;
-    for (int i = 0; i < L; ++i) idx[i] = counter + static_cast<std::uint32_t>(i);
+    for (int i = 0; i < L; ++i) idx[i] = static_cast<std::uint32_t>(i);
+    idx += counter;
     counter += L;
-    UV h = (idx * 0x9E3779B9u) & 0xFFFFFFFFu;
-    h ^= key;
+    h = ((idx * 0x9E3779B9u) & 0xFFFFFFFFu) ^ key;
     h ^= h >> 16;
     h = (h * 0x85EBCA6Bu) & 0xFFFFFFFFu;
     h ^= h >> 13;
     h = (h * 0xC2B2AE35u) & 0xFFFFFFFFu;
     h ^= h >> 16;
-    return h;
+    const UV low = (h << 16) & 0xFFFFFFFFu;
+    __builtin_memcpy(spare, &low, sizeof low);
+    have_spare = true;
+    return h & 0xFFFF0000u;
   }
   FASTUDY_INLINE std::uint32_t next() { return random_bits32(key, counter++); }
 };
@@ -316,8 +347,7 @@ struct RoundingState {
   mutable RandomStream rng;
   // The stream of one head: call before the head's first rounding.
   void start_head(std::uint64_t seed, std::uint64_t global_head) const {
-    rng.key = random_stream_key(seed, global_head);
-    rng.counter = 0;
+    if (mode == Rounding::stochastic) rng.seed(random_stream_key(seed, global_head));
   }
 };
 

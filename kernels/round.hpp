@@ -91,6 +91,30 @@ struct SourceBits<double> {
   static constexpr int p = 52, bias = 1023;
 };
 
+// The bit patterns of format F inside the source type T (float or double), shared by every rounding
+// (scalar here, lane-wise in the CPU kernels): the dropped bits, sign, inf/NaN, the largest finite
+// value of F (exponent emax, fraction all ones; e4m3: all ones but the last bit), the smallest normal,
+// and for F's subnormal range the magic constant 2^(emin - p + source mantissa bits) and the quantum
+// 2^(emin - p).
+template <Format F, class T>
+struct RoundBits {
+  using Tr = FormatTraits<F>;
+  using S = SourceBits<T>;
+  using U = typename S::U;
+  static constexpr int kShift = S::p - Tr::p;
+  static constexpr U kOne = 1;
+  static constexpr U kSignMask = kOne << (8 * sizeof(U) - 1);
+  static constexpr U kExpMask = ~kSignMask & ~((kOne << S::p) - 1);  // also the bits of +inf
+  static constexpr U kQuietNan = kExpMask | (kOne << (S::p - 1));
+  static constexpr U kMaxFraction = ((kOne << Tr::p) - 1) - (Tr::nan_on_overflow ? 1 : 0);
+  static constexpr U kMaxBits = (U(Tr::emax + S::bias) << S::p) | (kMaxFraction << kShift);
+  static constexpr U kMinNormalBits = U(Tr::emin + S::bias) << S::p;
+  static constexpr U kMagicBits = U(Tr::emin - Tr::p + S::p + S::bias) << S::p;
+  static constexpr U quantum_bits() { return U(Tr::emin - Tr::p + S::bias) << S::p; }
+  // F has T's exponent range (bf16, tf32 from float): rounding works on the bits alone.
+  static constexpr bool kSameRange = Tr::emin == 1 - S::bias && Tr::emax == S::bias && !Tr::nan_on_overflow;
+};
+
 }  // namespace detail
 
 // True when rounding a T into F can change nothing (F at least as wide as T in every respect).
@@ -108,36 +132,27 @@ FASTUDY_HD inline T round_to_format(T x) {
   } else {
     using Tr = FormatTraits<F>;
     using S = detail::SourceBits<T>;
-    using U = typename S::U;
-    constexpr int kShift = S::p - Tr::p;
-    constexpr U kOne = 1;
-    constexpr U kSignMask = kOne << (8 * sizeof(U) - 1);
-    constexpr U kExpMask = ~kSignMask & ~((kOne << S::p) - 1);  // also the bits of +inf
-    constexpr U kQuietNan = kExpMask | (kOne << (S::p - 1));
-    // Largest finite value of F: exponent emax, fraction all ones (e4m3: all ones but the last bit).
-    constexpr U kMaxFraction = ((kOne << Tr::p) - 1) - (Tr::nan_on_overflow ? 1 : 0);
-    constexpr U kMaxBits = (U(Tr::emax + S::bias) << S::p) | (kMaxFraction << kShift);
-    constexpr U kMinNormalBits = U(Tr::emin + S::bias) << S::p;
+    using B = detail::RoundBits<F, T>;
+    using U = typename B::U;
 
     const U u = detail::bits_as<U>(x);
-    const U sign = u & kSignMask;
+    const U sign = u & B::kSignMask;
     U a = u ^ sign;
-    if (a >= kExpMask) {  // inf or NaN
-      if (a > kExpMask || Tr::nan_on_overflow) return detail::bits_as<T>(sign | kQuietNan);
+    if (a >= B::kExpMask) {  // inf or NaN
+      if (a > B::kExpMask || Tr::nan_on_overflow) return detail::bits_as<T>(sign | B::kQuietNan);
       return x;
     }
-    if (Tr::emin > 1 - S::bias && a < kMinNormalBits) {
+    if (Tr::emin > 1 - S::bias && a < B::kMinNormalBits) {
       // Subnormal in F: round to multiples of 2^(emin - p) with the hardware's ties-to-even.
-      constexpr U kMagicBits = U(Tr::emin - Tr::p + S::p + S::bias) << S::p;
-      const T magic = detail::bits_as<T>(kMagicBits);
+      const T magic = detail::bits_as<T>(B::kMagicBits);
       const T r = (detail::bits_as<T>(a) + magic) - magic;
       return detail::bits_as<T>(detail::bits_as<U>(r) | sign);
     }
-    if constexpr (kShift > 0) {
-      a += ((kOne << (kShift - 1)) - 1) + ((a >> kShift) & 1);
-      a &= ~((kOne << kShift) - 1);
+    if constexpr (B::kShift > 0) {
+      a += ((B::kOne << (B::kShift - 1)) - 1) + ((a >> B::kShift) & 1);
+      a &= ~((B::kOne << B::kShift) - 1);
     }
-    if (a > kMaxBits) a = Tr::nan_on_overflow ? kQuietNan : kExpMask;
+    if (a > B::kMaxBits) a = Tr::nan_on_overflow ? B::kQuietNan : B::kExpMask;
     return detail::bits_as<T>(a | sign);
   }
 }
@@ -157,41 +172,32 @@ FASTUDY_HD inline T round_to_format_mode(T x, std::uint32_t random) {
   } else {
     using Tr = FormatTraits<F>;
     using S = detail::SourceBits<T>;
-    using U = typename S::U;
-    constexpr int kShift = S::p - Tr::p;
-    constexpr U kOne = 1;
-    constexpr U kSignMask = kOne << (8 * sizeof(U) - 1);
-    constexpr U kExpMask = ~kSignMask & ~((kOne << S::p) - 1);
-    constexpr U kQuietNan = kExpMask | (kOne << (S::p - 1));
-    constexpr U kMaxFraction = ((kOne << Tr::p) - 1) - (Tr::nan_on_overflow ? 1 : 0);
-    constexpr U kMaxBits = (U(Tr::emax + S::bias) << S::p) | (kMaxFraction << kShift);
-    constexpr U kMinNormalBits = U(Tr::emin + S::bias) << S::p;
+    using B = detail::RoundBits<F, T>;
+    using U = typename B::U;
 
     const U u = detail::bits_as<U>(x);
-    const U sign = u & kSignMask;
+    const U sign = u & B::kSignMask;
     U a = u ^ sign;
-    if (a >= kExpMask) {  // inf or NaN
-      if (a > kExpMask || Tr::nan_on_overflow) return detail::bits_as<T>(sign | kQuietNan);
+    if (a >= B::kExpMask) {  // inf or NaN
+      if (a > B::kExpMask || Tr::nan_on_overflow) return detail::bits_as<T>(sign | B::kQuietNan);
       return x;
     }
-    if (Tr::emin > 1 - S::bias && a < kMinNormalBits) {
-      constexpr U kMagicBits = U(Tr::emin - Tr::p + S::p + S::bias) << S::p;
-      constexpr U kQuantumBits = U(Tr::emin - Tr::p + S::bias) << S::p;
-      const T magic = detail::bits_as<T>(kMagicBits), quantum = detail::bits_as<T>(kQuantumBits);
+    if (Tr::emin > 1 - S::bias && a < B::kMinNormalBits) {
+      const T magic = detail::bits_as<T>(B::kMagicBits), quantum = detail::bits_as<T>(B::quantum_bits());
       T v = detail::bits_as<T>(a);
       if constexpr (M == Rounding::stochastic) v += quantum * (static_cast<T>(random) * static_cast<T>(0x1p-32));
       T r = (v + magic) - magic;  // nearest multiple of q
       if (r > v) r -= quantum;    // floor
       return detail::bits_as<T>(detail::bits_as<U>(r) | sign);
     }
-    if constexpr (M == Rounding::stochastic && kShift > 0) {
-      if constexpr (kShift <= 32) a += U(random >> (32 - kShift));
-      else a += U(random) << (kShift - 32);
+    if constexpr (M == Rounding::stochastic && B::kShift > 0) {
+      if constexpr (B::kShift <= 32) a += U(random >> (32 - B::kShift));
+      else a += U(random) << (B::kShift - 32);
     }
-    a &= ~((kOne << kShift) - 1);
-    if (a > kMaxBits) {
-      if constexpr (M == Rounding::zero) a = kMaxBits;
-      else a = Tr::nan_on_overflow ? kQuietNan : kExpMask;
+    a &= ~((B::kOne << B::kShift) - 1);
+    if (a > B::kMaxBits) {
+      if constexpr (M == Rounding::zero) a = B::kMaxBits;
+      else a = Tr::nan_on_overflow ? B::kQuietNan : B::kExpMask;
     }
     return detail::bits_as<T>(a | sign);
   }

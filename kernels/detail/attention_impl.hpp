@@ -170,50 +170,39 @@ FASTUDY_INLINE vec_t<T> round_vec(vec_t<T> x) {
 #endif
     using Tr = FormatTraits<F>;
     using S = detail::SourceBits<T>;
-    using U = typename S::U;
+    using B = detail::RoundBits<F, T>;
+    using U = typename B::U;
     using UV = uvec_t<T>;
     using V = vec_t<T>;
-    constexpr int kShift = S::p - Tr::p;
-    if constexpr (Tr::emin == 1 - S::bias && Tr::emax == S::bias && !Tr::nan_on_overflow) {
+    if constexpr (B::kSameRange) {
       // Same exponent range as the source (bf16, tf32 from float): RNE on the bits alone, as
       // c10::BFloat16 does. A carry out of the largest binade gives exactly the inf pattern; only
       // NaN needs a select (its payload could carry into the sign).
-      constexpr U kOne = 1;
       const UV u = (UV)x;
-      UV r = u + (((kOne << (kShift - 1)) - 1) + ((u >> kShift) & 1));
-      r &= ~((kOne << kShift) - 1);
-      constexpr U kSignMask = kOne << (8 * sizeof(U) - 1);
-      constexpr U kQuietNan = (~kSignMask & ~((kOne << S::p) - 1)) | (kOne << (S::p - 1));
-      r = x != x ? ((u & kSignMask) | kQuietNan) : r;
+      UV r = u + (((B::kOne << (B::kShift - 1)) - 1) + ((u >> B::kShift) & 1));
+      r &= ~((B::kOne << B::kShift) - 1);
+      r = x != x ? ((u & B::kSignMask) | B::kQuietNan) : r;
       return (V)r;
     }
-    constexpr U kOne = 1;
-    constexpr U kSignMask = kOne << (8 * sizeof(U) - 1);
-    constexpr U kExpMask = ~kSignMask & ~((kOne << S::p) - 1);
-    constexpr U kQuietNan = kExpMask | (kOne << (S::p - 1));
-    constexpr U kMaxFraction = ((kOne << Tr::p) - 1) - (Tr::nan_on_overflow ? 1 : 0);
-    constexpr U kMaxBits = (U(Tr::emax + S::bias) << S::p) | (kMaxFraction << kShift);
-    constexpr U kMinNormalBits = U(Tr::emin + S::bias) << S::p;
-    constexpr U kOverflowBits = Tr::nan_on_overflow ? kQuietNan : kExpMask;
+    constexpr U kOverflowBits = Tr::nan_on_overflow ? B::kQuietNan : B::kExpMask;
 
     const UV u = (UV)x;
-    const UV sign = u & kSignMask;
+    const UV sign = u & B::kSignMask;
     const UV a = u ^ sign;
     UV r = a;
-    if constexpr (kShift > 0) {
-      r = a + (((kOne << (kShift - 1)) - 1) + ((a >> kShift) & 1));
-      r &= ~((kOne << kShift) - 1);
+    if constexpr (B::kShift > 0) {
+      r = a + (((B::kOne << (B::kShift - 1)) - 1) + ((a >> B::kShift) & 1));
+      r &= ~((B::kOne << B::kShift) - 1);
     }
-    r = r > kMaxBits ? (UV{} + kOverflowBits) : r;
+    r = r > B::kMaxBits ? (UV{} + kOverflowBits) : r;
     if constexpr (Tr::emin > 1 - S::bias) {
-      constexpr U kMagicBits = U(Tr::emin - Tr::p + S::p + S::bias) << S::p;
-      const V magic = (V)(UV{} + kMagicBits);
+      const V magic = (V)(UV{} + B::kMagicBits);
       const UV sub = (UV)(((V)a + magic) - magic);
-      r = a < kMinNormalBits ? sub : r;
+      r = a < B::kMinNormalBits ? sub : r;
     }
-    UV special = UV{} + kQuietNan;  // NaN stays NaN; e4m3 has no inf, so inf becomes NaN too
-    if constexpr (!Tr::nan_on_overflow) special = a > kExpMask ? special : a;
-    r = a >= kExpMask ? special : r;
+    UV special = UV{} + B::kQuietNan;  // NaN stays NaN; e4m3 has no inf, so inf becomes NaN too
+    if constexpr (!Tr::nan_on_overflow) special = a > B::kExpMask ? special : a;
+    r = a >= B::kExpMask ? special : r;
     return (V)(r | sign);
   }
 }
@@ -224,51 +213,42 @@ template <Format F, class T>
 FASTUDY_INLINE vec_t<T> round_vec_mode(vec_t<T> x, Rounding mode, uvec_t<T> random) {
   using Tr = FormatTraits<F>;
   using S = detail::SourceBits<T>;
-  using U = typename S::U;
+  using B = detail::RoundBits<F, T>;
+  using U = typename B::U;
   using UV = uvec_t<T>;
   using V = vec_t<T>;
-  constexpr int kShift = S::p - Tr::p;
-  constexpr U kOne = 1;
-  constexpr U kSignMask = kOne << (8 * sizeof(U) - 1);
-  constexpr U kExpMask = ~kSignMask & ~((kOne << S::p) - 1);
-  constexpr U kQuietNan = kExpMask | (kOne << (S::p - 1));
-  constexpr U kMaxFraction = ((kOne << Tr::p) - 1) - (Tr::nan_on_overflow ? 1 : 0);
-  constexpr U kMaxBits = (U(Tr::emax + S::bias) << S::p) | (kMaxFraction << kShift);
-  constexpr U kMinNormalBits = U(Tr::emin + S::bias) << S::p;
   const bool stochastic = mode == Rounding::stochastic;
   const UV u = (UV)x;
-  if constexpr (Tr::emin == 1 - S::bias && Tr::emax == S::bias && !Tr::nan_on_overflow) {
+  if constexpr (B::kSameRange) {
     // Same exponent range as the source (bf16, tf32 from float): on the bits alone, as round_vec
     // does. A carry out of the largest binade gives exactly inf (stochastic's overflow); truncation
     // never carries. Only NaN needs a select (truncating its payload could leave inf).
     UV r = u;
-    if (stochastic) r += random >> (32 - kShift);
-    r &= ~((kOne << kShift) - 1);
-    return (V)(x != x ? ((u & kSignMask) | kQuietNan) : r);
+    if (stochastic) r += random >> (32 - B::kShift);
+    r &= ~((B::kOne << B::kShift) - 1);
+    return (V)(x != x ? ((u & B::kSignMask) | B::kQuietNan) : r);
   }
-  const UV sign = u & kSignMask;
+  const UV sign = u & B::kSignMask;
   const UV a = u ^ sign;
   UV r = a;
   if (stochastic) {
-    if constexpr (kShift > 32) r += random << (kShift - 32);
-    else if constexpr (kShift > 0) r += random >> (32 - kShift);
+    if constexpr (B::kShift > 32) r += random << (B::kShift - 32);
+    else if constexpr (B::kShift > 0) r += random >> (32 - B::kShift);
   }
-  r &= ~((kOne << kShift) - 1);
-  const U overflow = mode == Rounding::zero ? kMaxBits : (Tr::nan_on_overflow ? kQuietNan : kExpMask);
-  r = r > kMaxBits ? (UV{} + overflow) : r;
+  r &= ~((B::kOne << B::kShift) - 1);
+  const U overflow = mode == Rounding::zero ? B::kMaxBits : (Tr::nan_on_overflow ? B::kQuietNan : B::kExpMask);
+  r = r > B::kMaxBits ? (UV{} + overflow) : r;
   if constexpr (Tr::emin > 1 - S::bias) {
-    constexpr U kMagicBits = U(Tr::emin - Tr::p + S::p + S::bias) << S::p;
-    constexpr U kQuantumBits = U(Tr::emin - Tr::p + S::bias) << S::p;
-    const V magic = (V)(UV{} + kMagicBits), quantum = (V)(UV{} + kQuantumBits);
+    const V magic = (V)(UV{} + B::kMagicBits), quantum = (V)(UV{} + B::quantum_bits());
     V v = (V)a;
     if (stochastic) v += quantum * (__builtin_convertvector(random, V) * T(0x1p-32));
     V t = (v + magic) - magic;
     t = t > v ? t - quantum : t;
-    r = a < kMinNormalBits ? (UV)t : r;
+    r = a < B::kMinNormalBits ? (UV)t : r;
   }
-  UV special = UV{} + kQuietNan;
-  if constexpr (!Tr::nan_on_overflow) special = a > kExpMask ? special : a;
-  r = a >= kExpMask ? special : r;
+  UV special = UV{} + B::kQuietNan;
+  if constexpr (!Tr::nan_on_overflow) special = a > B::kExpMask ? special : a;
+  r = a >= B::kExpMask ? special : r;
   return (V)(r | sign);
 }
 

@@ -271,6 +271,78 @@ void BM_flash_forward(benchmark::State& state, Format f, const char* preset, Rou
                  std::string(to_string(rounding)) + "; " + checked.summary);
 }
 
+// The backward pass: dQ, dK, dV from the forward's O and lse and a fixed dO, checked against the fp64
+// reference backward (its rel_l2 bound) first. Counters: GFLOP/s at 10 B H N^2 d flops (2.5x the
+// forward's, FlashAttention-2's count: five N x N x d products), x_forward = this time / the same
+// policy's forward time, x_fp32 = this time / the fp32 backward time.
+struct BackwardProblem {
+  std::vector<float> dout, dq, dk, dv;
+  BackwardProblem() {
+    const std::size_t n = kB * kH * kN * kD;
+    std::mt19937 rng(2);
+    std::normal_distribution<float> dist;
+    dout.resize(n);
+    for (float& e : dout) e = dist(rng);
+    dq.resize(n);
+    dk.resize(n);
+    dv.resize(n);
+  }
+};
+
+double run_backward(const AttentionParams& params, BackwardProblem& b) {
+  Problem& p = const_cast<Problem&>(problem());
+  attention_forward<float>(p.shape, params, p.q.data(), p.k.data(), p.v.data(), p.o.data(), p.lse.data());
+  const double t0 = thread_seconds();
+  attention_backward<float>(p.shape, params, p.q.data(), p.k.data(), p.v.data(), p.o.data(), p.lse.data(),
+                            b.dout.data(), b.dq.data(), b.dk.data(), b.dv.data());
+  return thread_seconds() - t0;
+}
+
+const Checked& backward_checked(const AttentionParams& params) {
+  static std::map<std::string, Checked> done;
+  const std::string name = describe_kernel(params);
+  auto it = done.find(name);
+  if (it == done.end()) {
+    const Problem& p = problem();
+    static const BackwardProblem grads;
+    AttentionShape shape = p.shape;
+    shape.batch = 1;
+    const std::size_t n = static_cast<std::size_t>(kH * kN * kD);
+    auto head = [n](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.begin() + n); };
+    const AttentionReference ref =
+        make_reference(shape, params.policy, head(p.q), head(p.k), head(p.v), head(grads.dout));
+    const BackwardCheck<float> c = check_backward<float>(ref, params);
+    it = done.emplace(name, Checked{c.ok(), "vs fp64: " + c.summary()}).first;
+  }
+  return it->second;
+}
+
+double backward_fp32_seconds() {
+  static const double t = [] {
+    BackwardProblem b;
+    double best = 1e30;
+    for (int r = 0; r < 3; ++r) best = std::min(best, run_backward(flash_params(Format::fp32), b));
+    return best;
+  }();
+  return t;
+}
+
+void BM_flash_backward(benchmark::State& state, Format f, const char* preset) {
+  const AttentionParams params = flash_params(f, preset);
+  const Checked& checked = backward_checked(params);
+  if (!passed(state, describe_kernel(params) + " backward", checked)) return;
+  BackwardProblem b;
+  double best = 1e30;
+  for (auto _ : state) best = std::min(best, run_backward(params, b));
+  double forward = 1e30;
+  for (int r = 0; r < 3; ++r) forward = std::min(forward, run_flash(params));
+  state.counters["GFLOP/s"] = 2.5 * kFlops / best * 1e-9;
+  state.counters["x_forward"] = best / forward;
+  if (backward_checked(flash_params(Format::fp32)).ok) state.counters["x_fp32"] = best / backward_fp32_seconds();
+  state.SetLabel(std::string(attention_isa_name()) + " " + preset + " " + std::string(to_string(f)) + "; " +
+                 checked.summary);
+}
+
 void BM_baseline_forward(benchmark::State& state) {
   AttentionParams params = flash_params(Format::fp32);
   params.attention = AttentionKind::baseline;
@@ -321,6 +393,10 @@ BENCHMARK_CAPTURE(BM_flash_forward, eager_bf16_zero, Format::bf16, "eager", Roun
 BENCHMARK_CAPTURE(BM_flash_forward, pure_bf16, Format::bf16, "pure", Rounding::nearest)
     ->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_baseline_forward)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_backward, fp32, Format::fp32, "mixed")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_backward, bf16, Format::bf16, "mixed")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_backward, fp16, Format::fp16, "mixed")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_backward, eager_bf16, Format::bf16, "eager")->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 }  // namespace
 }  // namespace fastudy

@@ -458,7 +458,7 @@ constexpr int kBlockVecs = kVecBytes == 64 ? 4 : 2;
 
 // A CB x RV block of the transposed score tile: out[cb * ldst + rv * L] for key rows cb < CB and
 // query vectors rv < RV, each lane the dot product over t = 0..d-1 in order.
-template <int CB, int RV, class T, class R>
+template <int CB, int RV, bool kAsScore, class T, class R>
 FASTUDY_INLINE void score_block(const R& rd, const T* k, std::int64_t d, const T* qt, std::int64_t ldq, T scale,
                                 T* out, std::int64_t ldst) {
   using V = vec_t<T>;
@@ -482,12 +482,16 @@ FASTUDY_INLINE void score_block(const R& rd, const T* k, std::int64_t d, const T
 #pragma GCC unroll 16
   for (int cb = 0; cb < CB; ++cb)
 #pragma GCC unroll 16
-    for (int rv = 0; rv < RV; ++rv) vstore(out + cb * ldst + rv * L, rd.s(acc[cb][rv] * scale));
+    for (int rv = 0; rv < RV; ++rv) {
+      if constexpr (kAsScore) vstore(out + cb * ldst + rv * L, rd.s(acc[cb][rv] * scale));
+      else vstore(out + cb * ldst + rv * L, acc[cb][rv]);
+    }
 }
 
 // St[c * ldst + r] = s(scale * (K_c . Q_r)) for c < bc and r < brp (a multiple of the lane count):
-// the transposed score tile. K is row-major [bc, d]; Qt is Q transposed, Qt[t * ldq + r].
-template <class T, class R>
+// the transposed score tile. K is row-major [bc, d]; Qt is Q transposed, Qt[t * ldq + r]. With
+// kAsScore false, the plain dot products K_c . Q_r (accum, no scale, no s), as the backward's dP.
+template <bool kAsScore = true, class T, class R>
 void score_tile(const R& rd, const T* k, std::int64_t d, const T* qt, std::int64_t ldq, std::int64_t bc,
                 std::int64_t brp, T scale, T* st, std::int64_t ldst) {
   constexpr int L = kLanes<T>;
@@ -496,14 +500,14 @@ void score_tile(const R& rd, const T* k, std::int64_t d, const T* qt, std::int64
   for (; c + CB <= bc; c += CB) {
     std::int64_t r = 0;
     for (; r + RV * L <= brp; r += RV * L)
-      score_block<CB, RV>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
-    for (; r < brp; r += L) score_block<CB, 1>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
+      score_block<CB, RV, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
+    for (; r < brp; r += L) score_block<CB, 1, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
   }
   for (; c < bc; ++c) {
     std::int64_t r = 0;
     for (; r + RV * L <= brp; r += RV * L)
-      score_block<1, RV>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
-    for (; r < brp; r += L) score_block<1, 1>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
+      score_block<1, RV, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
+    for (; r < brp; r += L) score_block<1, 1, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
   }
 }
 
@@ -802,13 +806,18 @@ void baseline_forward(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o, T* 
 }
 
 // ---- backward -------------------------------------------------------------------------------------
-// Both kinds work row by row over the queries i, vectorised over the keys j (with K and V transposed)
-// and over the head dim t. Flash: FA-2 order (outer KV blocks, inner Q blocks), P = p(exp(S - lse))
-// from the saved lse, D_i = dO_i . O_i. Baseline: P recomputed in full from q and k as in the
-// forward pass, materialised [N, N], D_i = sum_j P_ij dP_ij (the textbook softmax backward).
+// Flash: FA-2 order (outer KV tiles, inner Q blocks), on tiles with the forward's register-blocked
+// products: S^T and dP^T by score_tile, P = p(exp(S - lse)) from the saved lse, D_i = dO_i . O_i,
+// dS = grad(P (dP - D)), then dV_j += P^T dO_i, dK_j += dS^T Q_i, dQ_i += dS K_j by pv_tile. Every
+// gradient element accumulates the same products in the same order as a row-by-row loop over queries
+// i (dV, dK: i ascending; dQ: keys j ascending), masked entries adding P = 0 exactly.
+// Baseline: row by row over the queries i, vectorised over the keys j (with K and V transposed) and
+// over the head dim t; P recomputed in full from q and k as in the forward pass, materialised
+// [N, N], D_i = sum_j P_ij dP_ij (the textbook softmax backward).
 template <class T>
 struct BackwardWorkspace {
   std::vector<T> q, k, dout, kt, vt, dq, dk, dv, dd, lse, p, ds, row;
+  std::vector<T> qt, dot, kr, vr, pt, dst;  // flash: Q^T, dO^T [d, np]; K, V [N, d]; P, dS as [Br, Bc]
 };
 
 // Leading dimension of K^T and V^T in the backward pass: a KV tile starting anywhere reads whole
@@ -879,40 +888,61 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
   using V = vec_t<T>;
   constexpr int L = kLanes<T>;
   load_backward_inputs(rd, h, q, k, v, dout, ws);
-  const std::int64_t np = backward_ld(h);
-  ws.dd.resize(h.n);
+  const std::int64_t ld = backward_ld(h);
+  // The tiles' layouts of the rounded inputs: Q^T and dO^T [d, np] (zero padded), K and V [N, d].
+  ws.qt.assign(h.d * h.np, T(0));
+  ws.dot.assign(h.d * h.np, T(0));
+  ws.kr.resize(h.n * h.d);
+  ws.vr.resize(h.n * h.d);
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    for (std::int64_t t = 0; t < h.d; ++t) {
+      ws.qt[t * h.np + i] = ws.q[i * h.dp + t];
+      ws.dot[t * h.np + i] = ws.dout[i * h.dp + t];
+      ws.kr[i * h.d + t] = ws.k[i * h.dp + t];
+      ws.vr[i * h.d + t] = ws.vt[t * ld + i];
+    }
+  }
+  // lse and D per row, zero padded so a block's padding lanes read in bounds (their results are
+  // never summed).
+  ws.dd.assign(h.np, T(0));
+  ws.lse.assign(h.np, T(0));
   for (std::int64_t i = 0; i < h.n; ++i) {
     T acc = 0;
     for (std::int64_t t = 0; t < h.d; ++t) acc = rd.accum(madd(ws.dout[i * h.dp + t], rd.o(o[i * h.d + t]), acc));
     ws.dd[i] = rd.stats_running(acc);
+    ws.lse[i] = lse[i];
   }
-  const std::int64_t bcp_max = round_up(h.bc, L);
-  ws.p.resize(bcp_max);
-  ws.ds.resize(bcp_max);
+  const std::int64_t brp_max = round_up(h.br, L);
+  ws.p.resize(h.bc * brp_max);
+  ws.ds.resize(h.bc * brp_max);
+  ws.pt.resize(h.br * h.bc);
+  ws.dst.resize(h.br * h.bc);
   for (std::int64_t j0 = 0; j0 < h.n; j0 += h.bc) {
-    const std::int64_t bc = std::min(h.bc, h.n - j0), bcp = round_up(bc, L);
+    const std::int64_t bc = std::min(h.bc, h.n - j0);
     for (std::int64_t i0 = 0; i0 < h.n; i0 += h.br) {
-      const std::int64_t br = std::min(h.br, h.n - i0);
-      if (h.causal && i0 + br - 1 < j0) continue;
-      for (std::int64_t i = i0; i < i0 + br; ++i) {
-        const std::int64_t jn = h.causal ? std::min(bc, i - j0 + 1) : bc;  // keys this row sees
-        if (jn <= 0) continue;
-        T* p = ws.p.data();
-        T* ds = ws.ds.data();
-        row_dot(rd, ws.q.data() + i * h.dp, ws.kt.data(), np, h.d, j0, bcp, p);
-        row_dot(rd, ws.dout.data() + i * h.dp, ws.vt.data(), np, h.d, j0, bcp, ds);
-        const V li = splat(lse[i]), di = splat(ws.dd[i]);
-        for (std::int64_t j = 0; j < bcp; j += L) {
-          const V pv = rd.p(vexp(round_exp_arg(rd, rd.s(vload(p + j) * h.scale) - li)));
-          vstore(p + j, pv);
-          vstore(ds + j, rd.grad(pv * (vload(ds + j) - di)));
-        }
-        for (std::int64_t j = 0; j < jn; ++j) {
-          axpy(rd, p[j], ws.dout.data() + i * h.dp, ws.dv.data() + (j0 + j) * h.dp, h.dp);
-          axpy(rd, ds[j], ws.q.data() + i * h.dp, ws.dk.data() + (j0 + j) * h.dp, h.dp);
-          axpy(rd, ds[j], ws.k.data() + (j0 + j) * h.dp, ws.dq.data() + i * h.dp, h.dp);
+      const std::int64_t br = std::min(h.br, h.n - i0), brp = round_up(br, L);
+      if (h.causal && i0 + br - 1 < j0) continue;  // every row of the block precedes every key
+      T* p = ws.p.data();
+      T* ds = ws.ds.data();
+      score_tile(rd, ws.kr.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.np, bc, brp, h.scale, p, brp);
+      score_tile<false>(rd, ws.vr.data() + j0 * h.d, h.d, ws.dot.data() + i0, h.np, bc, brp, T(1), ds, brp);
+      if (h.causal && j0 + bc - 1 > i0) mask_tile(p, brp, bc, brp, j0, i0);
+      for (std::int64_t c = 0; c < bc; ++c) {
+        for (std::int64_t r = 0; r < brp; r += L) {
+          const V pv = rd.p(vexp(round_exp_arg(rd, vload(p + c * brp + r) - vload(ws.lse.data() + i0 + r))));
+          vstore(p + c * brp + r, pv);
+          vstore(ds + c * brp + r, rd.grad(pv * (vload(ds + c * brp + r) - vload(ws.dd.data() + i0 + r))));
         }
       }
+      for (std::int64_t r = 0; r < br; ++r) {
+        for (std::int64_t c = 0; c < bc; ++c) {
+          ws.pt[r * bc + c] = p[c * brp + r];
+          ws.dst[r * bc + c] = ds[c * brp + r];
+        }
+      }
+      pv_tile(rd, ws.pt.data(), bc, ws.dout.data() + i0 * h.dp, h.dp, br, bc, ws.dv.data() + j0 * h.dp, h.dp);
+      pv_tile(rd, ws.dst.data(), bc, ws.q.data() + i0 * h.dp, h.dp, br, bc, ws.dk.data() + j0 * h.dp, h.dp);
+      pv_tile(rd, ds, brp, ws.k.data() + j0 * h.dp, h.dp, bc, br, ws.dq.data() + i0 * h.dp, h.dp);
     }
   }
   store_gradients(rd, h, ws, dq, dk, dv);

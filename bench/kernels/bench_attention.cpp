@@ -390,6 +390,10 @@ BENCHMARK_CAPTURE(BM_flash_forward, eager_bf16_stochastic, Format::bf16, "eager"
     ->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_flash_forward, eager_bf16_zero, Format::bf16, "eager", Rounding::zero)
     ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_forward, fp8_e4m3, Format::fp8_e4m3, "mixed", Rounding::nearest)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_forward, fp8_e5m2, Format::fp8_e5m2, "mixed", Rounding::nearest)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_flash_forward, pure_bf16, Format::bf16, "pure", Rounding::nearest)
     ->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_baseline_forward)->Unit(benchmark::kMillisecond)->MinTime(2.0);

@@ -1052,9 +1052,8 @@ void dispatch_rounding(const PrecisionPolicy& p, F&& f) {
     case Format::tf32: return dispatch_classes<T, Format::tf32>(c, r, f, p);
     case Format::fp16: return dispatch_classes<T, Format::fp16>(c, r, f, p);
     case Format::bf16: return dispatch_classes<T, Format::bf16>(c, r, f, p);
-    case Format::fp8_e4m3:
-    case Format::fp8_e5m2:
-      break;  // fp8 takes the runtime path: fewer instantiations, the same results, slower
+    case Format::fp8_e4m3: return dispatch_classes<T, Format::fp8_e4m3>(c, r, f, p);
+    case Format::fp8_e5m2: return dispatch_classes<T, Format::fp8_e5m2>(c, r, f, p);
   }
   call_with<T>(RuntimeRounding<T>{p}, p, f);
 }

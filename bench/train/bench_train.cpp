@@ -1,8 +1,13 @@
-// Training throughput of the demo model (configs/quick.toml: d_model 64, 4 heads, 2 layers, seq_len 64,
-// batch 16, vocab 64, 16x16 tiles, mixed policy)
-// at fp32 and bf16 with baseline and flash attention, beside the same model in plain LibTorch modules
-// (no emulation, attention by matmul/softmax, torch::optim::AdamW), in one run on the same batches.
-// Targets (issue 4): flash >= 0.8x baseline; bf16 step time <= 1.5x fp32; fp32 baseline >= 70% of plain.
+// Training throughput of two models at fp32 and bf16 with baseline and flash attention, beside the
+// same model in plain LibTorch modules (no emulation, attention by matmul/softmax,
+// torch::optim::AdamW), in one run on the same batches:
+//   demo   configs/quick.toml's model: d_model 64, 4 heads, 2 layers, seq_len 64, batch 16, vocab 64,
+//          16x16 tiles, mixed policy.
+//   paper  configs/paper.toml's model and [attention] (d_model 256, 8 heads, 6 layers, seq_len 256,
+//          64x64 tiles, kv_outer, mixed), read from the file, at a batch of 4 sequences (one rank's
+//          share of a small step; the time per token hardly depends on the batch).
+// Aims (issue 16, paper model): fp32 baseline >= 1.0x plain LibTorch; flash >= 1.2x baseline; bf16
+// step time <= 1.3x fp32.
 //
 //   cmake --build build --target bench_train && build/bench/train/bench_train
 //
@@ -12,26 +17,36 @@
 
 #include <cmath>
 
+#include "src/core/config.hpp"
 #include "src/train/engine.hpp"
 
 namespace fastudy::train {
 namespace {
 
-Variant demo_variant(AttentionKind kind, Format precision) {
+enum class Model { demo, paper };
+
+Variant bench_variant(Model model, AttentionKind kind, Format precision) {
   Variant v;  // the defaults of ModelConfig and TrainConfig are the demo model
+  if (model == Model::paper) {
+    const Study paper = load_study(std::string(FASTUDY_CONFIGS) + "/paper.toml");
+    v.model = paper.model;
+    v.attention_cfg = paper.attention;
+    v.train.batch = 4;
+  } else {
+    v.attention_cfg.block_q = 16;  // configs/quick.toml's [attention]
+    v.attention_cfg.block_kv = 16;
+  }
   v.id = std::string(to_string(kind)) + "-" + std::string(to_string(precision));
   v.attention = kind;
   v.precision = precision;
   v.seed = 1;
   v.train.steps = 1'000'000'000;  // never reached: the schedule stays in its first part
   v.train.checkpoint_every = 0;
-  v.attention_cfg.block_q = 16;  // configs/quick.toml's [attention]
-  v.attention_cfg.block_kv = 16;
   return v;
 }
 
-void BM_train_step(benchmark::State& state, AttentionKind kind, Format precision) {
-  const Variant v = demo_variant(kind, precision);
+void BM_train_step(benchmark::State& state, Model model, AttentionKind kind, Format precision) {
+  const Variant v = bench_variant(model, kind, precision);
   const TrainHooks hooks;
   Engine engine(v, hooks, nullptr);
   engine.step();  // warm-up: allocations, first-touch
@@ -100,9 +115,9 @@ struct PlainGptImpl : torch::nn::Module {
 };
 TORCH_MODULE(PlainGpt);
 
-void BM_plain_libtorch_step(benchmark::State& state) {
+void BM_plain_libtorch_step(benchmark::State& state, Model which) {
   configure_torch_threads();
-  const Variant v = demo_variant(AttentionKind::baseline, Format::fp32);
+  const Variant v = bench_variant(which, AttentionKind::baseline, Format::fp32);
   const TrainConfig& t = v.train;
   const DataStream data(v.data, v.model);
   torch::manual_seed(1);  // the reference model's own init; only its speed matters here
@@ -128,14 +143,23 @@ void BM_plain_libtorch_step(benchmark::State& state) {
   state.counters["tokens_per_s"] = benchmark::Counter(tokens * state.iterations(), benchmark::Counter::kIsRate);
 }
 
-BENCHMARK(BM_plain_libtorch_step)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_train_step, fp32_baseline, AttentionKind::baseline, Format::fp32)
+BENCHMARK_CAPTURE(BM_plain_libtorch_step, demo, Model::demo)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_step, demo_fp32_baseline, Model::demo, AttentionKind::baseline, Format::fp32)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_train_step, fp32_flash, AttentionKind::flash, Format::fp32)
+BENCHMARK_CAPTURE(BM_train_step, demo_fp32_flash, Model::demo, AttentionKind::flash, Format::fp32)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_train_step, bf16_baseline, AttentionKind::baseline, Format::bf16)
+BENCHMARK_CAPTURE(BM_train_step, demo_bf16_baseline, Model::demo, AttentionKind::baseline, Format::bf16)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_train_step, bf16_flash, AttentionKind::flash, Format::bf16)
+BENCHMARK_CAPTURE(BM_train_step, demo_bf16_flash, Model::demo, AttentionKind::flash, Format::bf16)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_plain_libtorch_step, paper, Model::paper)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_step, paper_fp32_baseline, Model::paper, AttentionKind::baseline, Format::fp32)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_step, paper_fp32_flash, Model::paper, AttentionKind::flash, Format::fp32)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_step, paper_bf16_baseline, Model::paper, AttentionKind::baseline, Format::bf16)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_step, paper_bf16_flash, Model::paper, AttentionKind::flash, Format::bf16)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

@@ -145,6 +145,25 @@ Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resu
   loss_history_ = resume->loss_history;
 }
 
+namespace {
+
+// The L2 norm of a contiguous float or double tensor, summed in double in index order on the calling
+// thread: LibTorch's norm() splits the sum over its threads, so its last bits (and through gradient
+// clipping the weights) would depend on the thread count.
+double sequential_norm(const torch::Tensor& flat) {
+  double sum = 0.0;
+  if (flat.scalar_type() == torch::kDouble) {
+    const double* x = flat.data_ptr<double>();
+    for (std::int64_t i = 0; i < flat.numel(); ++i) sum += x[i] * x[i];
+  } else {
+    const float* x = flat.data_ptr<float>();
+    for (std::int64_t i = 0; i < flat.numel(); ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  }
+  return std::sqrt(sum);
+}
+
+}  // namespace
+
 Engine::Step Engine::step() {
   const auto start = std::chrono::steady_clock::now();
   const TrainConfig& t = v_.train;
@@ -182,7 +201,7 @@ Engine::Step Engine::step() {
     hooks_.allreduce_mean_f64(&loss_value, 1);
   }
   if (scale != 1.0) flat.div_(scale);
-  const double grad_norm = flat.to(torch::kDouble).norm().item<double>();
+  const double grad_norm = sequential_norm(flat);
 
   Step out;
   out.log = StepLog{next, loss_value, grad_norm, scale, 0.0, lr, false, false};

@@ -1,0 +1,131 @@
+"""Run fastudy's benchmarks and print one table of figures against their anchors (see bench/run.sh).
+
+Every figure is a ratio of two times measured side by side in the same process run (the machine is
+shared and noisy): the kernel benchmarks use each thread's CPU time, the trainer and checkpoint
+benchmarks wall time. Google Benchmark programs run with --benchmark_format=json; the checkpoint
+benchmark prints its own table, parsed here.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+problems = []
+
+
+def run(cmd, env=None):
+    """stdout of cmd, or None (with the reason kept for the end) when it fails."""
+    try:
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+        return out.stdout
+    except (subprocess.CalledProcessError, FileNotFoundError) as e:
+        err = getattr(e, "stderr", "") or str(e)
+        problems.append(f"{' '.join(cmd[:2])}: {err.strip().splitlines()[-1] if err.strip() else e}")
+        return None
+
+
+def gbench(binary, pattern, min_time):
+    """{name: benchmark dict} of a Google Benchmark program's JSON output."""
+    out = run([binary, f"--benchmark_filter={pattern}", f"--benchmark_min_time={min_time}",
+               "--benchmark_format=json"])
+    if out is None:
+        return {}
+    rows = {}
+    for b in json.loads(out)["benchmarks"]:
+        name = b["name"].split("/min_time")[0].split("/real_time")[0]
+        if b.get("error_occurred"):
+            problems.append(f"{name}: {b.get('error_message', 'skipped')}")
+            continue
+        rows[name] = b
+    return rows
+
+
+def fmt(x, unit=""):
+    return "n/a" if x is None else f"{x:.3g}{unit}"
+
+
+def main():
+    build = sys.argv[1] if len(sys.argv) > 1 else "build"
+    table = []  # (figure, ours, anchor, ratio, aim, met)
+
+    def add(figure, ours, anchor, ratio, aim, ok):
+        table.append((figure, ours, anchor, fmt(ratio, "x"), aim, "n/a" if ratio is None else ("yes" if ok(ratio) else "no")))
+
+    att = gbench(f"{build}/bench/kernels/bench_attention",
+                 "BM_fma|BM_torch_forward/steady|BM_flash_forward/(fp32|bf16|eager_bf16|mixed_bf16_stochastic|"
+                 "eager_bf16_stochastic|fp8_e4m3)/|BM_flash_backward/(fp32|bf16)/", 0.5)
+    ms = lambda name: att[name]["cpu_time"] if name in att else None  # noqa: E731
+    ratio = lambda a, b: None if a is None or b is None else a / b  # noqa: E731
+    f32 = ms("BM_flash_forward/fp32")
+    peak = att.get("BM_fma_peak/iterations:1", {}).get("GFLOP/s")
+    gflops = att.get("BM_flash_forward/fp32", {}).get("GFLOP/s")
+    add("flash forward fp32, share of the measured FMA peak", fmt(gflops, " GFLOP/s"), fmt(peak, " GFLOP/s"),
+        ratio(gflops, peak), ">= 0.6", lambda r: r >= 0.6)
+    torch = ms("BM_torch_forward/steady")
+    add("flash forward fp32 vs LibTorch matmul+softmax (steady state)", fmt(f32, " ms"), fmt(torch, " ms"),
+        ratio(torch, f32), ">= 1 (speed-up)", lambda r: r >= 1)
+    for name, label, aim in (("bf16", "mixed bf16", 1.5), ("eager_bf16", "eager bf16", 1.5),
+                             ("mixed_bf16_stochastic", "mixed bf16 stochastic", 1.5),
+                             ("eager_bf16_stochastic", "eager bf16 stochastic", 1.5),
+                             ("fp8_e4m3", "mixed fp8 e4m3", 1.5)):
+        t = ms(f"BM_flash_forward/{name}")
+        add(f"flash forward {label} time / fp32", fmt(t, " ms"), fmt(f32, " ms"), ratio(t, f32), f"<= {aim}",
+            lambda r, a=aim: r <= a)
+    b32 = ms("BM_flash_backward/fp32")
+    add("flash backward fp32 time / forward fp32", fmt(b32, " ms"), fmt(f32, " ms"), ratio(b32, f32), "<= 3",
+        lambda r: r <= 3)
+    b16 = ms("BM_flash_backward/bf16")
+    add("flash backward mixed bf16 time / fp32 backward", fmt(b16, " ms"), fmt(b32, " ms"), ratio(b16, b32), "<= 1.3",
+        lambda r: r <= 1.3)
+
+    env = dict(os.environ)
+    tr = gbench(f"{build}/bench/train/bench_train", "paper", 2)
+    tok = lambda name: tr[name]["tokens_per_s"] if name in tr else None  # noqa: E731
+    plain, base, flash = tok("BM_plain_libtorch_step/paper"), tok("BM_train_step/paper_fp32_baseline"), \
+        tok("BM_train_step/paper_fp32_flash")
+    add("paper model fp32 baseline vs plain LibTorch modules (tokens/s)", fmt(base), fmt(plain), ratio(base, plain),
+        ">= 1.0", lambda r: r >= 1.0)
+    add("paper model flash vs baseline (tokens/s)", fmt(flash), fmt(base), ratio(flash, base), ">= 1.2",
+        lambda r: r >= 1.2)
+    b16t = tok("BM_train_step/paper_bf16_baseline")
+    add("paper model bf16 step time / fp32 (baseline)", fmt(b16t), fmt(base), ratio(base, b16t), "<= 1.3",
+        lambda r: r <= 1.3)
+
+    with tempfile.TemporaryDirectory() as d:
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        out = run(["mpirun", "-n", "2", "--oversubscribe", f"{build}/bench/runner/checkpoint_write_bench", "--dir", d,
+                   "--reps", "5"], env=env)
+    if out is not None:
+        rows = {}
+        for line in out.splitlines():
+            m = re.match(r"(.+?)\s+(yes|no)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+([\d.]+)$", line)
+            if m:
+                rows[(m.group(1).strip(), m.group(2))] = (float(m.group(3)), float(m.group(5)))
+        posix = rows.get(("posix write() 1 rank", "no"))
+        best = max((v for k, v in rows.items() if k[1] == "no" and "collective" in k[0]), default=None,
+                   key=lambda v: v[1])
+        add("checkpoint write (collective parallel HDF5) vs plain write()", fmt(best and best[0], " s"),
+            fmt(posix and posix[0], " s"), best and best[1], ">= 0.7", lambda r: r >= 0.7)
+
+    w1 = run([os.path.join(os.path.dirname(os.path.abspath(__file__)), "analysis", "run_w1_vs_scipy.sh"), build])
+    if w1 is not None:
+        m = re.search(r"speed-up over scipy: (\d+)x wall clock, (\d+)x CPU", w1)
+        add("pairwise W1 vs scipy.stats.wasserstein_distance (CPU time)", "C++", "scipy",
+            float(m.group(2)) if m else None, "> 1 (speed-up)", lambda r: r > 1)
+
+    widths = [max(len(str(row[i])) for row in table + [("figure", "ours", "anchor", "ratio", "aim", "met")])
+              for i in range(6)]
+    head = ("figure", "ours", "anchor", "ratio", "aim", "met")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in table:
+        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
+    for p in problems:
+        print(f"n/a: {p}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -335,10 +335,11 @@ void print_summary(const std::vector<Record>& rows) {
       if (it->second.rel_l2 > 0) a->ratio_l2.push_back(real_at(r, "rel_l2") / it->second.rel_l2);
     }
   }
-  auto median = [](std::vector<double> v) {
+  auto median = [](std::vector<double> v) {  // the middle value, or the mean of the two middle ones
     if (v.empty()) return std::nan("");
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
+    std::sort(v.begin(), v.end());
+    const std::size_t h = v.size() / 2;
+    return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
   };
   std::ostringstream os;
   char line[240];

@@ -5,13 +5,16 @@
 //   OUT/microbench.h5    the same table as one dataset per column under /rows (string columns as
 //                        integer codes with a `labels` attribute, one label per line)
 // Both are written from one schema of columns (kColumns below). Rank 0 prints the flash/baseline
-// error ratio per format and policy.
+// error ratio per format, reading (policy) and rounding, and against the number of KV tiles.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <set>
+#include <tuple>
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
@@ -38,37 +41,65 @@ struct SweepPoint {
   MicrobenchPoint point;
 };
 
+// The tiles of a sweep at head dim d: its `blocks`, or (when it lists SRAM sizes) each SRAM size
+// under each tile rule, as {block_q, block_kv, sram, rule}.
+struct Tiles {
+  int block_q, block_kv, sram;
+  std::string rule;
+};
+std::vector<Tiles> sweep_tiles(const MicrobenchSweep& sw, int d) {
+  std::vector<Tiles> out;
+  if (sw.sram.empty()) {
+    for (const auto& [bq, bkv] : sw.blocks) out.push_back({bq, bkv, 0, ""});
+    return out;
+  }
+  for (int m : sw.sram)
+    for (const auto& rule : sw.tile_rules) {
+      const auto [bq, bkv] = paper_tiles(m, d, rule);
+      out.push_back({bq, bkv, m, rule});
+    }
+  return out;
+}
+
 std::vector<SweepPoint> expand_points(const Study& st) {
   std::vector<SweepPoint> pts;
-  for (const auto& sw : st.microbench.sweeps)
+  for (const auto& sw : st.microbench.sweeps) {
+    std::vector<std::optional<Rounding>> roundings(sw.roundings.begin(), sw.roundings.end());
+    if (roundings.empty()) roundings.push_back(std::nullopt);  // each policy's own
     for (const auto& pass : sw.passes)
       for (Format f : sw.formats)
         for (const auto& policy : sw.policies)
-          for (int n : sw.seq_lens)
-            for (int d : sw.head_dims)
-              for (const auto& [bq, bkv] : sw.blocks)
-                for (LoopOrder order : sw.loop_orders)
-                  for (bool causal : sw.causal)
-                    for (int trial = 0; trial < sw.trials; ++trial) {
-                      MicrobenchPoint p;
-                      p.pass = pass;
-                      p.format = f;
-                      p.policy = policy;
-                      p.seq_len = n;
-                      p.head_dim = d;
-                      p.block_q = std::min(bq, n);  // the kernels clip too; record what ran
-                      p.block_kv = std::min(bkv, n);
-                      p.loop_order = order;
-                      p.causal = causal;
-                      p.trial = trial;
-                      p.batch = sw.batch;
-                      p.heads = sw.heads;
-                      p.distribution = sw.distribution;
-                      p.outlier_fraction = sw.outlier_fraction;
-                      p.outlier_scale = sw.outlier_scale;
-                      p.seed = sw.seed;
-                      pts.push_back({sw.name, p});
-                    }
+          for (const auto& rounding : roundings)
+            for (int n : sw.seq_lens)
+              for (int d : sw.head_dims)
+                for (const Tiles& tiles : sweep_tiles(sw, d))
+                  for (LoopOrder order : sw.loop_orders)
+                    for (bool causal : sw.causal)
+                      for (int trial = 0; trial < sw.trials; ++trial) {
+                        MicrobenchPoint p;
+                        p.pass = pass;
+                        p.format = f;
+                        p.policy = policy;
+                        p.rounding = rounding;
+                        p.seq_len = n;
+                        p.head_dim = d;
+                        p.block_q = std::min(tiles.block_q, n);  // the kernels clip too; record what ran
+                        p.block_kv = std::min(tiles.block_kv, n);
+                        p.sram = tiles.sram;
+                        p.tile_rule = tiles.rule;
+                        p.loop_order = order;
+                        p.causal = causal;
+                        p.trial = trial;
+                        p.batch = sw.batch;
+                        p.heads = sw.heads;
+                        p.distribution = sw.distribution;
+                        p.outlier_fraction = sw.outlier_fraction;
+                        p.outlier_scale = sw.outlier_scale;
+                        p.sink_logit = sw.sink_logit;
+                        p.seed = sw.seed;
+                        pts.push_back({sw.name, p});
+                      }
+  }
   return pts;
 }
 
@@ -94,6 +125,8 @@ const Column kColumns[] = {
     {"format", ColumnType::text,
      [](const std::string&, const MicrobenchRow& r) -> Cell { return std::string(to_string(r.point.format)); }},
     {"policy", ColumnType::text, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.point.policy; }},
+    {"rounding", ColumnType::text,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::string(to_string(r.rounding)); }},
     {"seq_len", ColumnType::integer,
      [](const std::string&, const MicrobenchRow& r) -> Cell { return std::int64_t{r.point.seq_len}; }},
     {"head_dim", ColumnType::integer,
@@ -102,6 +135,12 @@ const Column kColumns[] = {
      [](const std::string&, const MicrobenchRow& r) -> Cell { return std::int64_t{r.point.block_q}; }},
     {"block_kv", ColumnType::integer,
      [](const std::string&, const MicrobenchRow& r) -> Cell { return std::int64_t{r.point.block_kv}; }},
+    {"sram", ColumnType::integer,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::int64_t{r.point.sram}; }},
+    {"tile_rule", ColumnType::text,
+     [](const std::string&, const MicrobenchRow& r) -> Cell {
+       return r.point.tile_rule.empty() ? std::string("blocks") : r.point.tile_rule;
+     }},
     {"loop_order", ColumnType::text,
      [](const std::string&, const MicrobenchRow& r) -> Cell { return std::string(to_string(r.point.loop_order)); }},
     {"causal", ColumnType::integer,
@@ -114,6 +153,11 @@ const Column kColumns[] = {
     {"mean_abs", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.mean_abs; }},
     {"std_abs", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.std_abs; }},
     {"rel_l2", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.rel_l2; }},
+    {"rmse", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.rmse; }},
+    {"mean_signed", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.mean_signed; }},
+    {"max_ulp", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.max_ulp; }},
+    {"repeated_max_rows", ColumnType::real,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return r.repeated_max_rows; }},
     {"rescales_per_row", ColumnType::real,
      [](const std::string&, const MicrobenchRow& r) -> Cell { return r.rescales_per_row; }},
     {"tiles_kv", ColumnType::integer, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.tiles_kv; }},
@@ -145,14 +189,6 @@ std::string csv_line(const Record& rec) {
   std::string line;
   for (std::size_t c = 0; c < rec.size(); ++c) line += (c ? "," : "") + csv_text(rec[c]);
   return line;
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(s);
-  while (std::getline(in, cur, sep)) out.push_back(cur);
-  return out;
 }
 
 double real_at(const Record& rec, std::string_view name) { return std::get<double>(rec[column(name)]); }
@@ -253,51 +289,86 @@ void write_h5(const std::string& path, const std::vector<Record>& rows, const Pr
   });
 }
 
-// Flash/baseline error ratio (vs fp64) per sweep, pass, format and policy: the median over points of the
-// per-point ratio of max |d|, with the medians of each error beside it.
+// The summary rank 0 prints: flash/baseline error ratios, both errors against the fp64 golden value,
+// each the median over points of the per-point ratio, of max |d| and of rel_l2.
+//   table 1: per sweep, pass, format, policy (reading) and rounding, with the median errors beside;
+//   table 2 (the readings question): per sweep, pass, policy, rounding, format and number of KV tiles,
+//            for every such group whose sweep covers two or more tile counts.
 void print_summary(const std::vector<Record>& rows) {
   struct Acc {
-    std::vector<double> flash, baseline, ratio;
+    std::vector<double> flash, baseline, ratio, ratio_l2;
+    std::size_t points = 0;
   };
-  std::map<std::string, Acc> acc;
-  std::map<std::string, double> baseline_of;  // point key -> baseline max_abs
+  struct Base {
+    double max_abs, rel_l2;
+  };
+  std::map<std::string, Base> baseline_of;  // point key -> baseline errors
   // A point: every column but the algorithm and the measurements.
   auto point_key = [](const Record& r) {
     std::string k;
-    for (const char* name : {"sweep", "pass", "format", "policy", "seq_len", "head_dim", "block_q", "block_kv",
-                             "loop_order", "causal", "trial", "distribution"})
+    for (const char* name : {"sweep", "pass", "format", "policy", "rounding", "seq_len", "head_dim", "block_q",
+                             "block_kv", "sram", "tile_rule", "loop_order", "causal", "trial", "distribution"})
       k += csv_text(r[column(name)]) + "|";
     return k;
   };
   for (const auto& r : rows)
-    if (text_at(r, "algorithm") == "baseline") baseline_of[point_key(r)] = real_at(r, "max_abs");
+    if (text_at(r, "algorithm") == "baseline")
+      baseline_of[point_key(r)] = {real_at(r, "max_abs"), real_at(r, "rel_l2")};
+  // Group keys: (sweep, pass, policy, rounding, format) and, for table 2, the tile count.
+  using Group = std::tuple<std::string, std::string, std::string, std::string, std::string>;
+  std::map<Group, Acc> by_group;
+  std::map<std::pair<Group, std::int64_t>, Acc> by_tiles;
+  std::map<std::string, std::set<std::int64_t>> tiles_of_sweep;
   for (const auto& r : rows) {
-    const std::string key =
-        text_at(r, "sweep") + "|" + text_at(r, "pass") + "|" + text_at(r, "format") + "|" + text_at(r, "policy");
-    const double e = real_at(r, "max_abs");
-    if (text_at(r, "algorithm") == "flash") {
-      acc[key].flash.push_back(e);
+    if (text_at(r, "algorithm") != "flash") continue;
+    const Group g{text_at(r, "sweep"), text_at(r, "pass"), text_at(r, "policy"), text_at(r, "rounding"),
+                  text_at(r, "format")};
+    const std::int64_t tiles = std::get<std::int64_t>(r[column("tiles_kv")]);
+    tiles_of_sweep[text_at(r, "sweep")].insert(tiles);
+    for (Acc* a : {&by_group[g], &by_tiles[{g, tiles}]}) {
+      ++a->points;
+      a->flash.push_back(real_at(r, "max_abs"));
       auto it = baseline_of.find(point_key(r));
-      if (it != baseline_of.end() && it->second > 0) acc[key].ratio.push_back(e / it->second);
-    } else if (text_at(r, "algorithm") == "baseline") {
-      acc[key].baseline.push_back(e);
+      if (it == baseline_of.end()) continue;
+      a->baseline.push_back(it->second.max_abs);
+      if (it->second.max_abs > 0) a->ratio.push_back(real_at(r, "max_abs") / it->second.max_abs);
+      if (it->second.rel_l2 > 0) a->ratio_l2.push_back(real_at(r, "rel_l2") / it->second.rel_l2);
     }
   }
-  auto median = [](std::vector<double> v) {
+  auto median = [](std::vector<double> v) {  // the middle value, or the mean of the two middle ones
     if (v.empty()) return std::nan("");
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
+    std::sort(v.begin(), v.end());
+    const std::size_t h = v.size() / 2;
+    return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
   };
   std::ostringstream os;
-  char line[200];
-  std::snprintf(line, sizeof line, "%-12s %-9s %-9s %-7s %14s %14s %12s %7s\n", "sweep", "pass", "format", "policy",
-                "flash max|d|", "base max|d|", "flash/base", "points");
-  os << "microbench: error against the fp64 golden value (medians over points)\n" << line;
-  for (const auto& [key, a] : acc) {
-    auto parts = split(key, '|');
-    std::snprintf(line, sizeof line, "%-12s %-9s %-9s %-7s %14.3e %14.3e %12.2f %7zu\n", parts[0].c_str(),
-                  parts[1].c_str(), parts[2].c_str(), parts[3].c_str(), median(a.flash), median(a.baseline),
-                  median(a.ratio), a.flash.size());
+  char line[240];
+  std::snprintf(line, sizeof line, "%-12s %-9s %-9s %-11s %-6s %12s %12s %9s %9s %6s\n", "sweep", "pass", "policy",
+                "rounding", "format", "flash max|d|", "base max|d|", "ratio max", "ratio l2", "points");
+  os << "microbench: flash/baseline error ratio, both against the fp64 golden value (ratio max: of max|d|, "
+        "ratio l2: of rel_l2; medians over points)\n"
+     << line;
+  for (const auto& [g, a] : by_group) {
+    const auto& [sweep, pass, policy, rounding, format] = g;
+    std::snprintf(line, sizeof line, "%-12s %-9s %-9s %-11s %-6s %12.3e %12.3e %9.2f %9.2f %6zu\n", sweep.c_str(),
+                  pass.c_str(), policy.c_str(), rounding.c_str(), format.c_str(), median(a.flash), median(a.baseline),
+                  median(a.ratio), median(a.ratio_l2), a.points);
+    os << line;
+  }
+  bool header = false;
+  for (const auto& [key, a] : by_tiles) {
+    const auto& [g, tiles] = key;
+    const auto& [sweep, pass, policy, rounding, format] = g;
+    if (tiles_of_sweep[sweep].size() < 2) continue;
+    if (!header) {
+      std::snprintf(line, sizeof line, "%-12s %-9s %-9s %-11s %-6s %8s %9s %9s %6s\n", "sweep", "pass", "policy",
+                    "rounding", "format", "tiles_kv", "ratio max", "ratio l2", "points");
+      os << "microbench: flash/baseline error ratio against the number of KV tiles (medians over points)\n" << line;
+      header = true;
+    }
+    std::snprintf(line, sizeof line, "%-12s %-9s %-9s %-11s %-6s %8lld %9.2f %9.2f %6zu\n", sweep.c_str(),
+                  pass.c_str(), policy.c_str(), rounding.c_str(), format.c_str(), static_cast<long long>(tiles),
+                  median(a.ratio), median(a.ratio_l2), a.points);
     os << line;
   }
   log::info(os.str());

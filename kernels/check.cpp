@@ -16,11 +16,13 @@ namespace fastudy {
 template <class T>
 ErrorMetrics error_metrics(const T* a, const double* ref, std::size_t n) {
   ErrorMetrics m;
-  double sum = 0, sum_sq = 0, ref_sq = 0;
+  double sum = 0, sum_sq = 0, ref_sq = 0, signed_sum = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const double e = std::fabs(static_cast<double>(a[i]) - ref[i]);
+    const double signed_e = static_cast<double>(a[i]) - ref[i];
+    const double e = std::fabs(signed_e);
     m.max_abs = std::max(m.max_abs, e);
     sum += e;
+    signed_sum += signed_e;
     sum_sq += e * e;
     ref_sq += ref[i] * ref[i];
   }
@@ -28,6 +30,8 @@ ErrorMetrics error_metrics(const T* a, const double* ref, std::size_t n) {
   m.mean_abs = sum / count;
   m.std_abs = std::sqrt(std::max(0.0, sum_sq / count - m.mean_abs * m.mean_abs));
   m.rel_l2 = ref_sq > 0 ? std::sqrt(sum_sq / ref_sq) : std::sqrt(sum_sq);
+  m.rmse = n > 0 ? std::sqrt(sum_sq / count) : 0.0;
+  m.mean_signed = n > 0 ? signed_sum / count : 0.0;
   return m;
 }
 

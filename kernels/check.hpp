@@ -41,10 +41,13 @@ inline constexpr KernelVariant kKernelVariants[] = {{"baseline", AttentionKind::
 // ---------------------------------------------------------------------------------------------------
 // Error metrics of a result a against a reference, over every element (the microbenchmark's columns):
 //   max_abs = max |a - ref|, mean_abs = mean |a - ref|, std_abs = population standard deviation of
-//   |a - ref|, rel_l2 = ||a - ref||_2 / ||ref||_2 (||a - ref||_2 when ref is all zeros).
+//   |a - ref|, rel_l2 = ||a - ref||_2 / ||ref||_2 (||a - ref||_2 when ref is all zeros),
+//   rmse = sqrt(mean (a - ref)^2), mean_signed = mean (a - ref) (the bias: a rounding mode or a
+//   kernel that errs in one direction shows here while max_abs cannot tell it from noise).
 // One pass in element order, so the numbers are reproducible bit for bit. a is widened to double.
 struct ErrorMetrics {
   double max_abs = 0, mean_abs = 0, std_abs = 0, rel_l2 = 0;
+  double rmse = 0, mean_signed = 0;
 };
 template <class T>
 ErrorMetrics error_metrics(const T* a, const double* ref, std::size_t n);

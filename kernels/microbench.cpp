@@ -72,7 +72,53 @@ KernelResult run_kernel(const MicrobenchPoint& pt, const AttentionShape& shape, 
 
 }  // namespace
 
-std::string distribution_names() { return "normal, uniform, outliers"; }
+std::string distribution_names() { return "normal, uniform, outliers, sink"; }
+
+std::string tile_rule_names() { return "paper, swapped, square"; }
+
+std::pair<int, int> paper_tiles(int sram, int head_dim, const std::string& rule) {
+  if (sram < 1 || head_dim < 1) throw Error("paper_tiles: the SRAM size and head_dim must be at least 1");
+  const std::int64_t wide = (static_cast<std::int64_t>(sram) + 4ll * head_dim - 1) / (4ll * head_dim);  // ceil(M/4d)
+  const std::int64_t narrow = std::min<std::int64_t>(wide, head_dim);
+  if (rule == "paper") return {static_cast<int>(narrow), static_cast<int>(wide)};
+  if (rule == "swapped") return {static_cast<int>(wide), static_cast<int>(narrow)};
+  if (rule == "square") return {static_cast<int>(wide), static_cast<int>(wide)};
+  throw Error("unknown tile rule '" + rule + "'", "use one of: " + tile_rule_names());
+}
+
+std::uint64_t microbench_rounding_seed(const MicrobenchPoint& point) {
+  return splitmix64(microbench_seed(point) ^ 0x5EEDF00D5EEDF00Dull);
+}
+
+double repeated_max_fraction(const AttentionShape& shape, const PrecisionPolicy& policy, std::uint64_t rounding_seed,
+                             const double* q, const double* k) {
+  const std::int64_t n = shape.seq_len, d = shape.head_dim, heads = shape.batch * shape.heads;
+  const double scale = shape.scale != 0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(d));
+  std::int64_t repeated = 0;
+  for (std::int64_t h = 0; h < heads; ++h)
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double* qi = q + (h * n + i) * d;
+      double best = -INFINITY;
+      int count = 0;
+      const std::int64_t keys = shape.causal ? i + 1 : n;
+      for (std::int64_t j = 0; j < keys; ++j) {
+        const double* kj = k + (h * n + j) * d;
+        double s = 0;
+        for (std::int64_t t = 0; t < d; ++t) s += qi[t] * kj[t];
+        const std::uint64_t index = static_cast<std::uint64_t>((h * n + i) * n + j);
+        s = round_to(policy.s, s * scale, policy.rounding,
+                     static_cast<std::uint32_t>(splitmix64(rounding_seed ^ index)));
+        if (s > best) {
+          best = s;
+          count = 1;
+        } else if (s == best) {
+          ++count;
+        }
+      }
+      repeated += count >= 2;
+    }
+  return heads * n > 0 ? static_cast<double>(repeated) / static_cast<double>(heads * n) : 0.0;
+}
 
 std::uint64_t microbench_seed(const MicrobenchPoint& point) {
   std::uint64_t h = splitmix64(point.seed);
@@ -98,8 +144,11 @@ void generate_values(std::mt19937_64& rng, const std::string& distribution, doub
   } else if (distribution == "outliers") {
     for (std::size_t i = 0; i < n; ++i) {
       const double x = normal();
-      out[i] = uniform01(rng) < outlier_fraction ? x * outlier_scale : x;
+      const double z = normal();  // drawn for every value, so the stream does not depend on the mask
+      out[i] = uniform01(rng) < outlier_fraction ? x + outlier_scale * z : x;
     }
+  } else if (distribution == "sink") {
+    for (std::size_t i = 0; i < n; ++i) out[i] = normal();
   } else {
     throw Error("unknown input distribution '" + distribution + "'", "use one of: " + distribution_names());
   }
@@ -116,6 +165,22 @@ MicrobenchInputs microbench_inputs(const MicrobenchPoint& point) {
     x->resize(size);
     generate_values(rng, point.distribution, point.outlier_fraction, point.outlier_scale, x->data(), size);
   }
+  if (point.distribution == "sink") {
+    const std::int64_t n = point.seq_len, d = point.head_dim;
+    const double key0 = point.sink_logit * std::sqrt(static_cast<double>(d));
+    for (std::int64_t h = 0; h < static_cast<std::int64_t>(point.batch) * point.heads; ++h)
+      for (std::int64_t j = 0; j < n; ++j) {
+        double* qj = in.q.data() + (h * n + j) * d;
+        double* kj = in.k.data() + (h * n + j) * d;
+        qj[0] = 1.0;
+        if (j == 0) {
+          for (std::int64_t t = 0; t < d; ++t) kj[t] = 0.0;
+          kj[0] = key0;
+        } else {
+          kj[0] = 0.0;
+        }
+      }
+  }
   return in;
 }
 
@@ -128,7 +193,9 @@ std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
   if (point.pass != "forward" && point.pass != "backward") {
     throw Error("unknown microbench pass '" + point.pass + "'", "use forward or backward");
   }
-  const PrecisionPolicy pol = policy ? *policy : make_policy(point.policy, point.format);
+  PrecisionPolicy pol = policy ? *policy : make_policy(point.policy, point.format);
+  if (point.rounding) pol.rounding = *point.rounding;
+  const std::uint64_t rounding_seed = microbench_rounding_seed(point);
   const MicrobenchInputs raw = microbench_inputs(point);
   const std::vector<double> q = rounded(raw.q, pol.q), k = rounded(raw.k, pol.k), v = rounded(raw.v, pol.v);
   const std::vector<double> dout = rounded(raw.dout, pol.grad);
@@ -152,6 +219,8 @@ std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
   params.block_kv = point.block_kv;
   params.order = point.loop_order;
   params.threads = threads;
+  params.rounding_seed = rounding_seed;
+  params.head_offset = 0;  // the point runs whole on one rank
   auto run = [&](AttentionKind kind) {
     params.attention = kind;
     return needs_double(pol) ? run_kernel<double>(point, shape, params, q, k, v, dout)
@@ -160,21 +229,30 @@ std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
   const KernelResult flash = run(AttentionKind::flash);
   const KernelResult baseline = run(AttentionKind::baseline);
 
-  auto row = [&](const char* algorithm, const ErrorMetrics& d, const AttentionStats& st) {
+  const double repeated = repeated_max_fraction(shape, pol, rounding_seed, q.data(), k.data());
+  const double u = unit_roundoff(point.format);
+  auto row = [&](const char* algorithm, const ErrorMetrics& d, const AttentionStats& st,
+                 const std::vector<double>& reference) {
     MicrobenchRow r;
     r.algorithm = algorithm;
     r.point = point;
+    r.rounding = pol.rounding;
     r.max_abs = d.max_abs;
     r.mean_abs = d.mean_abs;
     r.std_abs = d.std_abs;
     r.rel_l2 = d.rel_l2;
+    r.rmse = d.rmse;
+    r.mean_signed = d.mean_signed;
+    const double magnitude = max_abs(reference);
+    r.max_ulp = magnitude > 0 ? d.max_abs / (u * magnitude) : 0.0;
+    r.repeated_max_rows = repeated;
     r.rescales_per_row = st.rescales_per_row;
     r.tiles_kv = st.tiles_kv;
     return r;
   };
-  return {row("flash", error_metrics(flash.values, golden), flash.stats),
-          row("baseline", error_metrics(baseline.values, golden), baseline.stats),
-          row("flash_vs_baseline", error_metrics(flash.values, baseline.values), flash.stats)};
+  return {row("flash", error_metrics(flash.values, golden), flash.stats, golden),
+          row("baseline", error_metrics(baseline.values, golden), baseline.stats, golden),
+          row("flash_vs_baseline", error_metrics(flash.values, baseline.values), flash.stats, baseline.values)};
 }
 
 }  // namespace fastudy

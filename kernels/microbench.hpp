@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention.hpp"
@@ -20,34 +21,75 @@ namespace fastudy {
 struct MicrobenchPoint {
   std::string pass = "forward";  // forward | backward
   Format format = Format::fp32;
-  std::string policy = "mixed";  // a preset name (pure, mixed) or a custom policy's name
+  std::string policy = "mixed";  // a reading (pure, eager, mixed) or a custom policy's name
+  // The rounding mode every step of the policy uses; unset: the policy's own (nearest for a reading).
+  std::optional<Rounding> rounding;
   int seq_len = 256, head_dim = 64, block_q = 32, block_kv = 32;
+  // Where block_q/block_kv came from: 0 and "" when given directly, else the SRAM size M (elements)
+  // and the rule of paper_tiles() they were derived with (recorded in the CSV only).
+  int sram = 0;
+  std::string tile_rule;
   LoopOrder loop_order = LoopOrder::q_outer;
   bool causal = false;
   int trial = 0;
   int batch = 1, heads = 2;
-  std::string distribution = "normal";  // normal | uniform | outliers
-  double outlier_fraction = 0.01, outlier_scale = 20.0;
+  std::string distribution = "normal";  // normal | uniform | outliers | sink (see generate_values)
+  double outlier_fraction = 0.001, outlier_scale = 10.0;  // FA3's recipe (see generate_values)
+  double sink_logit = 10.0;  // sink: the scaled logit of key 0 for every query (see microbench_inputs)
   std::uint64_t seed = 7;
 };
 
+// The paper's tile rules (Fig. 6; FlashAttention-1, Algorithm 1) for an SRAM of M elements and head
+// dim d, before clipping to seq_len:
+//   paper    B_c = ceil(M / 4d) (block_kv), B_r = min(ceil(M / 4d), d) (block_q)
+//   swapped  the two rules exchanged: B_r = ceil(M / 4d), B_c = min(ceil(M / 4d), d) (Fig. 6a,
+//            "swapping the order of the block dimensions": more KV tiles when ceil(M / 4d) > d)
+//   square   B_r = B_c = ceil(M / 4d) (Fig. 6b: the paper's B_c for both, so the number of KV tiles
+//            and of rescales is the paper rule's)
+// Returns {block_q, block_kv}; throws Error for an unknown rule or M, d < 1.
+std::pair<int, int> paper_tiles(int sram, int head_dim, const std::string& rule);
+// "paper, swapped, square"
+std::string tile_rule_names();
+
 // One result row. algorithm: "flash" (flash vs the fp64 golden), "baseline" (baseline vs golden) or
-// "flash_vs_baseline" (flash vs baseline, same format). The differences d are taken over every
-// element of O (forward) or of dQ, dK, dV concatenated (backward):
+// "flash_vs_baseline" (flash vs baseline, same format). The differences d = result - reference are
+// taken over every element of O (forward) or of dQ, dK, dV concatenated (backward):
 //   max_abs = max |d|, mean_abs = mean |d|, std_abs = standard deviation of |d| (population),
-//   rel_l2 = ||d||_2 / ||reference||_2 (the reference: golden, or baseline for flash_vs_baseline).
+//   rel_l2 = ||d||_2 / ||reference||_2 (the reference: golden, or baseline for flash_vs_baseline),
+//   rmse = sqrt(mean d^2) (FA3's measure), mean_signed = mean d (the bias; 0 for unbiased errors),
+//   max_ulp = max |d| / (u_format * max |reference|): the largest error in units of the point's
+//            format's unit roundoff (format.hpp) times the output's magnitude; about 1 means one
+//            rounding of the largest output value (0 when the reference is all zeros).
+// repeated_max_rows is the point's, the same on its three rows: the fraction of query rows (over
+// B*H*N, causal keys only) whose maximum score is attained by two or more keys, the scores taken as
+// the format stores them: S = (q . k) * scale in fp64 on the rounded inputs, then rounded to the
+// policy's s format once in its rounding mode (stochastic: random bits from a hash of the point's
+// rounding seed and the score's index; an ideal accumulator, so the kernels' own S may differ by
+// their accumulation error).
 // rescales_per_row and tiles_kv are the flash kernel's (AttentionStats) on flash rows, 0 and 1 on
 // baseline rows.
 struct MicrobenchRow {
   std::string algorithm;
   MicrobenchPoint point;
+  Rounding rounding = Rounding::nearest;  // the mode the policy ran with
   double max_abs = 0, mean_abs = 0, std_abs = 0, rel_l2 = 0;
+  double rmse = 0, mean_signed = 0, max_ulp = 0;
+  double repeated_max_rows = 0;
   double rescales_per_row = 0;
   std::int64_t tiles_kv = 0;
 };
 
-// "normal, uniform, outliers"
+// "normal, uniform, outliers, sink"
 std::string distribution_names();
+
+// The stochastic-rounding seed of a point: a hash of microbench_seed(point), so it depends on the
+// point alone (never on the MPI rank that computes it; a point runs whole on one rank, head_offset 0).
+std::uint64_t microbench_rounding_seed(const MicrobenchPoint& point);
+
+// The fraction of query rows whose maximum score is attained by >= 2 keys (see MicrobenchRow), on
+// inputs as the kernels hold them.
+double repeated_max_fraction(const AttentionShape& shape, const PrecisionPolicy& policy, std::uint64_t rounding_seed,
+                             const double* q, const double* k);
 
 // The seed of a point's inputs: a hash of (seed, trial, seq_len, head_dim, distribution) only, so
 // every format, policy, block size, loop order and MPI rank sees the same inputs.
@@ -55,13 +97,19 @@ std::uint64_t microbench_seed(const MicrobenchPoint& point);
 
 // n values from rng, with transforms of our own (not std::*_distribution, whose output differs
 // between standard libraries): normal N(0, 1) by Box-Muller on 53-bit uniforms; uniform on
-// [-sqrt 3, sqrt 3) (unit variance, like normal); outliers: normal, with each value multiplied by
-// outlier_scale with probability outlier_fraction.
+// [-sqrt 3, sqrt 3) (unit variance, like normal); outliers: FA3's recipe N(0, 1) + N(0, s^2) *
+// Bernoulli(p), s = outlier_scale, p = outlier_fraction (FA3's defaults p = 0.001, s = 10, i.e.
+// N(0, 100)): mean 0, variance 1 + p s^2. sink generates normal values (the sink is made by
+// microbench_inputs).
 void generate_values(std::mt19937_64& rng, const std::string& distribution, double outlier_fraction,
                      double outlier_scale, double* out, std::size_t n);
 
 // The point's unrounded fp64 inputs, in generation order Q, K, V, dO (dO is what the backward pass
-// propagates), each [B, H, N, d].
+// propagates), each [B, H, N, d]. distribution "sink" (attention sinks: one key that every query
+// attends to strongly) generates normal values, then in every head sets component 0 of every query
+// to 1, component 0 of every key but key 0 to 0, and key 0 to sink_logit * sqrt(d) * e_0: with the
+// default scale 1/sqrt(d) key 0's logit is exactly sink_logit for every query, while the others keep
+// the normal logits of d - 1 components (mean 0, variance (d - 1) / d).
 struct MicrobenchInputs {
   std::vector<double> q, k, v, dout;
 };

@@ -1,14 +1,18 @@
 """Section 2, the microbenchmark (the paper's Section IV): flash and baseline attention in each number
-format and precision policy against the fp64 golden value.
+format and precision policy (reading) against the fp64 golden value.
 
 Figures (each only when the data has what it needs; otherwise a line says what is missing):
   Fig. 3/4  max |d| against fp64 per format for flash, baseline and flash vs baseline, per policy
             and pass (median over the points of the format sweep, whiskers min..max), log scale
+  Readings  flash/baseline error ratio (both against fp64) against the number of KV tiles, one line
+            per reading (policy) and format (and rounding, pass where they vary), with a paragraph
+            computed from the same numbers: under which reading and from how many tiles the paper's
+            ~10x appears (or the largest ratio reached), and what the GPU-kernel reading (mixed) gives
   Fig. 5    flash vs baseline deviation against sequence length at fixed tiles
   Fig. 6    flash deviation against block area (block_q x block_kv) per loop order, square tiles
             as lines, non-square tiles as separate markers
-Table: flash/baseline ratio of max |d| (both against fp64) per pass, format and policy: the median
-over points of the per-point ratio, like the summary `fastudy microbench` prints.
+Table: flash/baseline ratio of max |d| (both against fp64) per pass, format, policy and rounding: the
+median over points of the per-point ratio, like the summary `fastudy microbench` prints.
 """
 
 from collections import defaultdict
@@ -17,11 +21,16 @@ import numpy as np
 
 from .doc import Section, Table, num, text
 from .figures import COLOURS, KIND_COLOURS, format_key
-from .readers import MICROBENCH_FLOATS, MICROBENCH_INTS
+from .readers import MICROBENCH_FLOATS, MICROBENCH_INTS, MICROBENCH_OPTIONAL
 
 # The columns that identify one measured point (everything but the algorithm and the errors).
-POINT_KEYS = ("sweep", "pass", "format", "policy", "seq_len", "head_dim", "block_q", "block_kv", "loop_order",
-              "causal", "trial", "distribution")
+POINT_KEYS = ("sweep", "pass", "format", "policy", "rounding", "seq_len", "head_dim", "block_q", "block_kv", "sram",
+              "tile_rule", "loop_order", "causal", "trial", "distribution")
+# The paper's headline: flash about 10x (an order of magnitude) the baseline's deviation at bf16 (Fig. 4).
+PAPER_RATIO = 10.0
+GPU_READING = "mixed"
+READING_WORDS = {"pure": "every step in the format", "eager": "framework ops: fp32 inside each op, state between "
+                 "tiles in the format", "mixed": "GPU kernels: fp32 accumulators and statistics"}
 ALGORITHMS = (("flash", "flash vs fp64"), ("baseline", "baseline vs fp64"), ("flash_vs_baseline", "flash vs baseline"))
 PASS_WORDS = {"forward": "forward (O)", "backward": "backward (dQ, dK, dV)"}
 
@@ -34,6 +43,9 @@ def typed_rows(table):
             row[c] = float(r[c])
         for c in MICROBENCH_INTS:
             row[c] = int(r[c])
+        for c, default in MICROBENCH_OPTIONAL.items():
+            raw = r.get(c)
+            row[c] = default if raw is None or raw == "" else type(default)(raw)
         rows.append(row)
     return rows
 
@@ -58,10 +70,12 @@ def build(data, figs):
     sec.blocks.append(text(
         f"{len(rows)} rows from microbench.csv: errors are max |d| over every element of the output O (forward) or "
         "of dQ, dK, dV (backward), against the fp64 baseline computed on the same rounded inputs (the golden "
-        "value). Policies: `pure` runs every step in the format; `mixed` keeps fp32 accumulators and softmax "
-        "statistics like real GPU kernels."))
+        "value). Policies (readings, README \"Readings\"): `pure` runs every step in the format; `eager` models a "
+        "framework-level re-implementation (each op in fp32, its output and the state flash keeps between key/value "
+        "tiles in the format); `mixed` keeps fp32 accumulators and softmax statistics like real GPU kernels."))
     sec.blocks += formats_figure(rows, figs)
     sec.blocks.append(ratio_table(rows))
+    sec.blocks += readings_figure(rows, figs)
     sec.blocks += seq_len_figure(rows, figs)
     sec.blocks += block_area_figure(rows, figs)
     return sec
@@ -122,7 +136,7 @@ def ratio_table(rows):
     base = {point_key(r): r["max_abs"] for r in rows if r["algorithm"] == "baseline"}
     acc = defaultdict(lambda: {"flash": [], "baseline": [], "ratio": []})
     for r in rows:
-        k = (r["pass"], r["format"], r["policy"])
+        k = (r["pass"], r["format"], r["policy"], r["rounding"])
         if r["algorithm"] == "flash":
             acc[k]["flash"].append(r["max_abs"])
             b = base.get(point_key(r))
@@ -131,13 +145,15 @@ def ratio_table(rows):
         elif r["algorithm"] == "baseline":
             acc[k]["baseline"].append(r["max_abs"])
     out = []
-    for (ps, f, policy), a in acc.items():
+    for (ps, f, policy, rounding), a in acc.items():
         ratio = float(np.median(a["ratio"])) if a["ratio"] else float("nan")
         flash = float(np.median(a["flash"])) if a["flash"] else float("nan")
         baseline = float(np.median(a["baseline"])) if a["baseline"] else float("nan")
-        out.append((ratio, [ps, f, policy, num(flash), num(baseline), num(ratio, suffix="x"), str(len(a["flash"]))]))
+        out.append((ratio, [ps, f, policy, rounding, num(flash), num(baseline), num(ratio, suffix="x"),
+                            str(len(a["flash"]))]))
     out.sort(key=lambda t: (-(t[0]) if t[0] == t[0] else float("inf")))
-    return Table(["pass", "format", "policy", "flash max |d|", "baseline max |d|", "flash / baseline", "points"],
+    return Table(["pass", "format", "policy", "rounding", "flash max |d|", "baseline max |d|", "flash / baseline",
+                  "points"],
                  [r for _, r in out],
                  caption="Flash/baseline error ratio (both against fp64; median over points of the per-point ratio), "
                          "largest first. The paper reports about 10x at bf16 for its pure re-implementation.")
@@ -240,3 +256,125 @@ def block_area_figure(rows, figs):
                "blocks, q_outer = FA-2's). Circles joined by lines: square tiles; open triangles: non-square tiles "
                "of the same area. Median over trials; log scales.")
     return [figs.save(fig, "microbench_block_area", caption)]
+
+
+def tile_ratios(rows):
+    """The flash/baseline ratios (flash vs fp64 over baseline vs fp64, per point) against the number of KV
+    tiles: {(sweep, pass, policy, rounding, format, distribution): {tiles: (median ratio of max |d|, median
+    ratio of rel_l2, points)}}, for the groups that cover two or more tile counts."""
+    base = {point_key(r): r for r in rows if r["algorithm"] == "baseline"}
+    acc = defaultdict(lambda: defaultdict(lambda: ([], [])))
+    for r in rows:
+        b = base.get(point_key(r)) if r["algorithm"] == "flash" else None
+        if b is None:
+            continue
+        k = (r["sweep"], r["pass"], r["policy"], r["rounding"], r["format"], r["distribution"])
+        cell = acc[k][r["tiles_kv"]]
+        if b["max_abs"] > 0:
+            cell[0].append(r["max_abs"] / b["max_abs"])
+        if b["rel_l2"] > 0:
+            cell[1].append(r["rel_l2"] / b["rel_l2"])
+    out = {}
+    for k, by_tiles in acc.items():
+        if len(by_tiles) < 2:
+            continue
+        out[k] = {t: (float(np.median(m)) if m else float("nan"), float(np.median(l)) if l else float("nan"), len(m))
+                  for t, (m, l) in sorted(by_tiles.items())}
+    return out
+
+
+def readings_sweep(groups):
+    """The sweep that best answers the readings question: the most readings (policies), then the most tile
+    counts, then the largest tile count; None when no sweep varies the tile count."""
+    score = defaultdict(lambda: [set(), set()])
+    for (sweep, _, policy, _, _, _), by_tiles in groups.items():
+        score[sweep][0].add(policy)
+        score[sweep][1].update(by_tiles)
+    if not score:
+        return None
+    return max(score, key=lambda s: (len(score[s][0]), len(score[s][1]), max(score[s][1]), s))
+
+
+def readings_figure(rows, figs):
+    groups = tile_ratios(rows)
+    sweep = readings_sweep(groups)
+    if sweep is None:
+        return [text("The readings figure (flash/baseline error ratio against the number of KV tiles) needs a sweep "
+                     "over several tile counts; configs/microbench.toml has one (`readings`).", kind="missing")]
+    lines = {k: v for k, v in groups.items() if k[0] == sweep}
+    varying = [i for i in (1, 3, 5) if len({k[i] for k in lines}) > 1]  # pass, rounding, distribution
+
+    def label(k):
+        return ", ".join([k[2], k[4]] + [k[i] for i in varying])
+    fig, axes = figs.new(ncols=2, width=12.5, height=4.6, sharey="row")
+    policies = sorted({k[2] for k in lines})
+    formats = sorted({k[4] for k in lines}, key=format_key)
+    markers = "os^vDP*X"
+    styles = ("-", "--", ":", "-.")
+    for k, by_tiles in sorted(lines.items(), key=lambda kv: (policies.index(kv[0][2]), format_key(kv[0][4]), kv[0])):
+        colour = COLOURS[policies.index(k[2]) % len(COLOURS)]
+        style = styles[formats.index(k[4]) % len(styles)] + markers[formats.index(k[4]) % len(markers)]
+        tiles = list(by_tiles)
+        for ax, m in ((axes[0][0], 0), (axes[0][1], 1)):
+            ax.plot(tiles, [by_tiles[t][m] for t in tiles], style, color=colour, label=label(k))
+    for ax, what in ((axes[0][0], "max |d|"), (axes[0][1], "rel_l2")):
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.axhline(PAPER_RATIO, color="grey", linewidth=0.8, linestyle="--", label="paper: ~10x at bf16")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("key/value tiles per row (ceil(N / block_kv))")
+        ax.set_title(f"ratio of {what}")
+    axes[0][0].set_ylabel("flash / baseline error (both vs fp64)")
+    axes[0][0].legend(fontsize=8)
+    caption = (f"Flash/baseline error ratio against the number of key/value tiles (sweep `{sweep}`), one line per "
+               "reading (colour) and format (line style); left the ratio of max |d|, right of rel_l2, both errors "
+               "against the fp64 golden value; median over trials and sequence lengths with the same tile count. "
+               "Grey dashed: the paper's ~10x at bf16 (Fig. 4); black: equal error.")
+    return [figs.save(fig, "microbench_readings", caption), readings_text(sweep, lines)]
+
+
+def readings_text(sweep, lines):
+    """The paragraph under the readings figure, from the same numbers: where the ratio reaches the paper's
+    ~10x (ratio >= PAPER_RATIO in max |d| or rel_l2), else the largest ratio; and the GPU-kernel reading."""
+    parts = []
+    reached = []  # (first tiles, policy, format, metric, ratio)
+    best = None   # (ratio, policy, format, tiles, metric)
+    for k, by_tiles in sorted(lines.items()):
+        policy, fmt = k[2], k[4]
+        for t, (rmax, rl2, _) in by_tiles.items():
+            for metric, r in (("max |d|", rmax), ("rel_l2", rl2)):
+                if r == r and (best is None or r > best[0]):
+                    best = (r, policy, fmt, t, metric)
+        for metric, m in (("max |d|", 0), ("rel_l2", 1)):
+            first = next((t for t, v in by_tiles.items() if v[m] >= PAPER_RATIO), None)
+            if first is not None:
+                reached.append((first, policy, fmt, metric, by_tiles[first][m]))
+    keys = {"max |d|": "max_abs", "rel_l2": "rel_l2"}
+    if reached:
+        parts.append("The paper's ~10x appears under ")
+        for i, (first, policy, fmt, metric, r) in enumerate(sorted(reached, key=lambda x: (x[1], x[2], x[3]))):
+            parts += ["; " if i else "", f"`{policy}` at {fmt} from {first} KV tiles ({metric}: ",
+                      num(r, f"microbench.readings.{policy}.{fmt}.{keys[metric]}.first10x", suffix="x"),
+                      ")"]
+        parts.append(". ")
+    elif best is not None:
+        parts += ["No reading reaches the paper's ~10x in this study: the largest flash/baseline ratio is ",
+                  num(best[0], "microbench.readings.largest", suffix="x"),
+                  f" (`{best[1]}`, {best[2]}, {best[3]} KV tiles, {best[4]}). "]
+    gpu = [(k, v) for k, v in lines.items() if k[2] == GPU_READING]
+    if gpu:
+        values = [v[m] for _, by_tiles in gpu for v in by_tiles.values() for m in (0, 1) if v[m] == v[m]]
+        parts += [f"Under `{GPU_READING}` (the GPU-kernel reading: fp32 accumulators and statistics) the ratio stays "
+                  "between ", num(min(values), "microbench.readings.mixed.min", suffix="x"), " and ",
+                  num(max(values), "microbench.readings.mixed.max", suffix="x"),
+                  f" over {min(min(b) for _, b in gpu)}–{max(max(b) for _, b in gpu)} KV tiles. "]
+    else:
+        parts.append(f"The sweep has no `{GPU_READING}` (GPU-kernel) reading to compare with. ")
+    parts.append("Per reading and format, the ratio of max |d| from the fewest to the most tiles: ")
+    for i, (k, by_tiles) in enumerate(sorted(lines.items())):
+        ts = list(by_tiles)
+        parts += ["; " if i else "", f"`{k[2]}` {k[4]}" + ("" if k[1] == "forward" else f" ({k[1]})") + ": ",
+                  num(by_tiles[ts[0]][0], suffix="x"), f" at {ts[0]} → ", num(by_tiles[ts[-1]][0], suffix="x"),
+                  f" at {ts[-1]} tiles"]
+    parts.append(".")
+    return text(*parts)

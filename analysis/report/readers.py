@@ -28,6 +28,9 @@ import numpy as np
 
 MICROBENCH_FLOATS = ("max_abs", "mean_abs", "std_abs", "rel_l2", "rescales_per_row")
 MICROBENCH_INTS = ("seq_len", "head_dim", "block_q", "block_kv", "causal", "trial", "tiles_kv")
+# Columns added later (issue 12), with the value an older microbench.csv without them stands for.
+MICROBENCH_OPTIONAL = {"rounding": "nearest", "sram": 0, "tile_rule": "blocks", "rmse": float("nan"),
+                       "mean_signed": float("nan"), "max_ulp": float("nan"), "repeated_max_rows": float("nan")}
 RANKING_FLOATS = ("w1_mean", "w1_min", "w1_max", "max_abs_mean", "slope", "ratio_to_attention",
                   "ratio_lo", "ratio_hi")
 REPORTED_METRICS = ("w1", "max_abs")  # the metrics the report shows (read only these from deviation.h5)

@@ -6,6 +6,10 @@ whole-model W1 at the final checkpoint is no larger than the mean W1 of every ac
 source the grid contains. Accepted references are the factors the paper treats as harmless: a
 change of init seed (axis `seed`) and a change of training precision (axis `precision`). The numbers
 are ranking.csv's whole-axis rows ("*"), as computed by `fastudy reduce` (analysis/ranking.hpp).
+
+The verdict also names the reading (attention precision policy, README "Readings") the study trained
+with, from study.toml: [attention] policy, or the values of a `policy` grid axis; a custom policy is
+named with the reading it starts from and its rounding mode.
 """
 
 import math
@@ -27,6 +31,41 @@ AXIS_WORDS = {
     "loop_order": "attention loop order",
     "lr": "learning rate",
 }
+
+
+READINGS = {"pure": "every step in the format", "eager": "a framework-level re-implementation: each op in fp32, "
+            "its output and flash's state between key/value tiles in the format",
+            "mixed": "GPU kernels: fp32 accumulators, statistics and running O"}
+
+
+def training_readings(data):
+    """The reading(s) the study trained with, in words: ["`mixed` (GPU kernels: ...)"], or [] when
+    study.toml is unknown."""
+    if not data.config:
+        return []
+    att = data.config.get("attention", {})
+    names = [v for axis, values in data.grid() if axis == "policy" for v in values] or [att.get("policy", "mixed")]
+    custom = att.get("policies", {})
+    out = []
+    for name in names:
+        if name in custom:
+            c = custom[name]
+            preset = c.get("preset", "pure")
+            out.append(f"custom policy `{name}` (from `{preset}`, {READINGS.get(preset, preset)}; rounding "
+                       f"{c.get('rounding', 'nearest')})")
+        else:
+            out.append(f"`{name}` ({READINGS.get(name, 'unknown reading')})")
+    return out
+
+
+def reading_text(data):
+    readings = training_readings(data)
+    if not readings:
+        return None
+    return text(("Training ran attention under the reading " if len(readings) == 1 else
+                 "Training ran attention under the readings ") + "; ".join(readings) +
+                " (README \"Readings\"). The microbenchmark in section 2 shows how flash's error relative to "
+                "baseline depends on the reading.", kind="note")
 
 
 def ranking_rows(table):
@@ -179,6 +218,9 @@ def build(data, status_summary):
             "; ".join(f"{w} (axis `{a}`)" for a, w in REFERENCES) + ". Present in this grid: " +
             (", ".join(f"`{r['axis']}`" for r, _ in refs) if refs else "none") +
             ". W1 is measured between the weights of two variants that differ in that axis only.", kind="note"))
+    reading = reading_text(data)
+    if reading is not None:
+        sec.blocks.append(reading)
 
     sec.blocks.append(ranking_table(rows, step, whole))
     notes = list(data.ranking.notes)

@@ -72,7 +72,13 @@ const std::vector<std::string> kTrainFormats{"fp64", "fp32", "tf32", "bf16", "fp
 const std::vector<std::string> kLoopOrders{"kv_outer", "q_outer"};
 const std::vector<std::string> kDataKinds{"synthetic", "text", "tokens"};
 const std::vector<std::string> kSchedules{"cosine", "constant"};
-const std::vector<std::string> kDistributions{"normal", "uniform", "outliers"};
+const std::vector<std::string> kDistributions{"normal", "uniform", "outliers", "sink"};
+const std::vector<std::string> kTileRules{"paper", "swapped", "square"};
+std::vector<std::string> rounding_words() {
+  std::vector<std::string> out;
+  for (Rounding r : kAllRoundings) out.emplace_back(to_string(r));
+  return out;
+}
 const std::vector<std::string> kPasses{"forward", "backward"};
 const std::vector<std::string> kMetrics{"w1", "w2", "max_abs", "mean_abs", "rel_l2"};
 std::vector<std::string> policy_step_names() {
@@ -382,6 +388,12 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
     for (const auto& f : formats) mc.formats.push_back(*parse_format(f));
   }
   mb.get_words("policies", mc.policies, policy_names);
+  std::vector<std::string> roundings;
+  mb.get_words("roundings", roundings, rounding_words());
+  if (!roundings.empty()) {
+    mc.roundings.clear();
+    for (const auto& r : roundings) mc.roundings.push_back(*parse_rounding(r));
+  }
   mb.get_ints("seq_lens", mc.seq_lens, 1);
   mb.get_ints("head_dims", mc.head_dims, 1);
   if (const toml::array* blocks = mb.array("blocks")) {
@@ -399,7 +411,17 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
                    "remove the duplicate");
       mc.blocks.emplace_back(bq, bkv);
     }
+    if (mb.has("sram"))
+      mb.fail("sram", sec + "sets both blocks and sram",
+              "give the tiles directly (blocks) or derive them from an SRAM size (sram, tile_rules), not both");
+    mc.sram.clear();  // tiles given here override SRAM sizes inherited from [microbench]
+    mc.tile_rules = {"paper"};
   }
+  mb.get_ints("sram", mc.sram, 4);
+  mb.get_words("tile_rules", mc.tile_rules, kTileRules);
+  if (mb.has("tile_rules") && mc.sram.empty())
+    mb.fail("tile_rules", sec + "tile_rules derive tiles from an SRAM size, and this sweep has no sram",
+            "add sram = [M, ...] (elements), e.g. sram = [16384], or drop tile_rules and give blocks");
   std::vector<std::string> orders;
   mb.get_words("loop_orders", orders, kLoopOrders);
   if (!orders.empty()) {
@@ -423,6 +445,7 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   mb.get("distribution", mc.distribution);
   mb.get("outlier_fraction", mc.outlier_fraction);
   mb.get("outlier_scale", mc.outlier_scale);
+  mb.get("sink_logit", mc.sink_logit);
   mb.get("seed", mc.seed);
   require(mc.trials >= 1, mb, "trials", sec + "trials must be >= 1");
   require(mc.batch >= 1, mb, "batch", sec + "batch must be >= 1");
@@ -433,6 +456,8 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   require(mc.outlier_fraction >= 0 && mc.outlier_fraction <= 1, mb, "outlier_fraction",
           sec + "outlier_fraction must be in [0, 1]");
   require(mc.outlier_scale > 0, mb, "outlier_scale", sec + "outlier_scale must be > 0");
+  require(mc.sink_logit > 0, mb, "sink_logit", sec + "sink_logit must be > 0",
+          "the logit of the sink key for every query, e.g. sink_logit = 10");
 }
 
 toml::table sweep_table(const MicrobenchSweep& mc) {
@@ -443,22 +468,33 @@ toml::table sweep_table(const MicrobenchSweep& mc) {
   toml::array blocks, causal;
   for (const auto& [bq, bkv] : mc.blocks) blocks.push_back(toml::array{bq, bkv});
   for (bool c : mc.causal) causal.push_back(c);
-  return toml::table{{"name", mc.name},
-                     {"formats", to_array(fnames)},
-                     {"policies", to_array(mc.policies)},
-                     {"seq_lens", to_array(mc.seq_lens)},
-                     {"head_dims", to_array(mc.head_dims)},
-                     {"blocks", blocks},
-                     {"loop_orders", to_array(onames)},
-                     {"causal", causal},
-                     {"passes", to_array(mc.passes)},
-                     {"trials", mc.trials},
-                     {"batch", mc.batch},
-                     {"heads", mc.heads},
-                     {"distribution", mc.distribution},
-                     {"outlier_fraction", mc.outlier_fraction},
-                     {"outlier_scale", mc.outlier_scale},
-                     {"seed", static_cast<std::int64_t>(mc.seed)}};
+  std::vector<std::string> rnames;  // empty: each policy's own rounding
+  for (Rounding r : mc.roundings) rnames.emplace_back(to_string(r));
+  toml::table t{{"name", mc.name},
+                {"formats", to_array(fnames)},
+                {"policies", to_array(mc.policies)},
+                {"seq_lens", to_array(mc.seq_lens)},
+                {"head_dims", to_array(mc.head_dims)}};
+  t.insert("loop_orders", to_array(onames));
+  t.insert("causal", causal);
+  t.insert("passes", to_array(mc.passes));
+  t.insert("trials", mc.trials);
+  t.insert("batch", mc.batch);
+  t.insert("heads", mc.heads);
+  t.insert("distribution", mc.distribution);
+  t.insert("outlier_fraction", mc.outlier_fraction);
+  t.insert("outlier_scale", mc.outlier_scale);
+  t.insert("sink_logit", mc.sink_logit);
+  t.insert("seed", static_cast<std::int64_t>(mc.seed));
+  // Keys whose default is "none" appear only when set (an empty array does not parse back).
+  if (!rnames.empty()) t.insert("roundings", to_array(rnames));
+  if (mc.sram.empty()) {
+    t.insert("blocks", blocks);
+  } else {
+    t.insert("sram", to_array(mc.sram));
+    t.insert("tile_rules", to_array(mc.tile_rules));
+  }
+  return t;
 }
 
 std::string to_toml_text(const toml::table& t) {

@@ -95,18 +95,26 @@ struct MicrobenchSweep {
   std::string name = "main";
   std::vector<Format> formats{Format::fp64, Format::fp32, Format::fp16, Format::bf16};
   std::vector<std::string> policies{"pure", "mixed"};
+  // Rounding modes (nearest, zero, stochastic) every step of the policy uses; empty: each policy's
+  // own (nearest for the readings, a custom policy's `rounding`).
+  std::vector<Rounding> roundings;
   std::vector<int> seq_lens{256};
   std::vector<int> head_dims{64};
   std::vector<std::pair<int, int>> blocks{{32, 32}};  // (block_q, block_kv) pairs
+  // SRAM sizes M (elements): when not empty, the tiles are derived from each M and head dim by each
+  // of tile_rules (paper, swapped, square; kernels/microbench.hpp paper_tiles) instead of `blocks`.
+  std::vector<int> sram;
+  std::vector<std::string> tile_rules{"paper"};
   std::vector<LoopOrder> loop_orders{LoopOrder::kv_outer, LoopOrder::q_outer};
   std::vector<bool> causal{false};
   std::vector<std::string> passes{"forward"};  // forward, backward
   int trials = 2;
   int batch = 1;
   int heads = 2;
-  std::string distribution = "normal";  // normal | uniform | outliers
-  double outlier_fraction = 0.01;       // outliers: fraction of entries scaled by outlier_scale
-  double outlier_scale = 20.0;
+  std::string distribution = "normal";  // normal | uniform | outliers | sink
+  double outlier_fraction = 0.001;      // outliers: N(0,1) + N(0, outlier_scale^2) * Bernoulli(outlier_fraction)
+  double outlier_scale = 10.0;          //   (FA3's recipe: N(0, 100) on 0.1% of entries)
+  double sink_logit = 10.0;             // sink: the logit of key 0 for every query
   std::uint64_t seed = 7;
 };
 

@@ -126,6 +126,51 @@ o_running = "fp32"
   EXPECT_EQ(p.p, Format::bf16);
 }
 
+// The microbenchmark's rounding, tile-rule and input keys reach the sweeps, survive the resolved
+// study.toml, and each changes the study hash.
+TEST(Config, MicrobenchRoundingsTileRulesAndSink) {
+  const std::string base = std::string(kMinimal) + R"(
+[microbench]
+roundings = ["nearest", "stochastic"]
+sram = [4096, 16384]
+tile_rules = ["paper", "swapped"]
+distribution = "sink"
+sink_logit = 12.0
+[[microbench.sweeps]]
+name = "derived"
+[[microbench.sweeps]]
+name = "direct"
+blocks = [[8, 16]]
+)";
+  Study st = parse_study(base, "a.toml");
+  ASSERT_EQ(st.microbench.sweeps.size(), 2u);
+  const MicrobenchSweep& derived = st.microbench.sweeps[0];
+  EXPECT_EQ(derived.roundings, (std::vector<Rounding>{Rounding::nearest, Rounding::stochastic}));
+  EXPECT_EQ(derived.sram, (std::vector<int>{4096, 16384}));
+  EXPECT_EQ(derived.tile_rules, (std::vector<std::string>{"paper", "swapped"}));
+  EXPECT_EQ(derived.distribution, "sink");
+  EXPECT_EQ(derived.sink_logit, 12.0);
+  const MicrobenchSweep& direct = st.microbench.sweeps[1];  // blocks here replace the inherited SRAM sizes
+  EXPECT_TRUE(direct.sram.empty());
+  EXPECT_EQ(direct.blocks, (std::vector<std::pair<int, int>>{{8, 16}}));
+  Study again = parse_study(st.resolved_toml, "study.toml");
+  EXPECT_EQ(again.hash, st.hash);
+  EXPECT_EQ(again.microbench.sweeps[0].sram, derived.sram);
+  EXPECT_EQ(again.microbench.sweeps[0].roundings, derived.roundings);
+  EXPECT_TRUE(again.microbench.sweeps[1].sram.empty());
+  // Defaults: each policy's own rounding, FA3's outlier recipe.
+  const MicrobenchSweep def = parse_study(kMinimal, "a.toml").microbench.sweeps[0];
+  EXPECT_TRUE(def.roundings.empty());
+  EXPECT_EQ(def.outlier_fraction, 0.001);
+  EXPECT_EQ(def.outlier_scale, 10.0);
+  for (auto [from, to] : {std::pair<std::string, std::string>{"\"stochastic\"]", "\"zero\"]"},
+                          {"16384]", "32768]"}, {"\"swapped\"]", "\"square\"]"}, {"12.0", "11.0"}}) {
+    std::string changed = base;
+    changed.replace(changed.find(from), from.size(), to);
+    EXPECT_NE(parse_study(changed, "a.toml").hash, st.hash) << from << " -> " << to;
+  }
+}
+
 // A custom policy may start from another reading and set a rounding mode; both survive the resolved
 // study.toml (its hash changes with them).
 TEST(Config, CustomPolicyPresetAndRounding) {
@@ -162,7 +207,21 @@ TEST(Config, ShippedConfigsLoad) {
   Study quick = load_study(std::string(FASTUDY_CONFIGS) + "/quick.toml");
   EXPECT_EQ(quick.variants.size(), 12u);
   Study mb = load_study(std::string(FASTUDY_CONFIGS) + "/microbench.toml");
-  EXPECT_EQ(mb.microbench.sweeps.size(), 4u);
+  EXPECT_EQ(mb.microbench.sweeps.size(), 9u);
+  // The readings sweep answers issue 12's question: three readings, bf16 and fp16, 4 to 256 KV tiles.
+  const MicrobenchSweep* readings = nullptr;
+  for (const auto& sw : mb.microbench.sweeps)
+    if (sw.name == "readings") readings = &sw;
+  ASSERT_NE(readings, nullptr);
+  EXPECT_EQ(readings->policies, (std::vector<std::string>{"pure", "eager", "mixed"}));
+  int fewest = INT32_MAX, most = 0;
+  for (int n : readings->seq_lens)
+    for (const auto& [bq, bkv] : readings->blocks) {
+      fewest = std::min(fewest, (n + bkv - 1) / bkv);
+      most = std::max(most, (n + bkv - 1) / bkv);
+    }
+  EXPECT_LE(fewest, 4);
+  EXPECT_GE(most, 256);
 }
 
 TEST(Config, ContentHashIsFnv1a) {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -142,6 +144,8 @@ TEST(Microbench, RowsAreTheHarnessMetricsWithinItsBounds) {
     EXPECT_EQ(row.mean_abs, m.mean_abs) << what;
     EXPECT_EQ(row.std_abs, m.std_abs) << what;
     EXPECT_EQ(row.rel_l2, m.rel_l2) << what;
+    EXPECT_EQ(row.rmse, m.rmse) << what;
+    EXPECT_EQ(row.mean_signed, m.mean_signed) << what;
   };
   for (const char* pass : {"forward", "backward"}) {
     for (Format f : {Format::fp32, Format::bf16}) {
@@ -171,6 +175,9 @@ TEST(Microbench, RowsAreTheHarnessMetricsWithinItsBounds) {
                     what + " flash_vs_baseline");
         EXPECT_LE(rows[0].max_abs, flash.bound) << what;
         EXPECT_LE(rows[1].max_abs, baseline.bound) << what;
+        // max_ulp = max|d| / (u_format * max|golden|), exactly as documented.
+        EXPECT_EQ(rows[0].max_ulp, rows[0].max_abs / (unit_roundoff(f) * max_abs(ref.o))) << what;
+        EXPECT_EQ(rows[1].max_ulp, rows[1].max_abs / (unit_roundoff(f) * max_abs(ref.o))) << what;
       } else {
         params.attention = AttentionKind::flash;
         const BackwardCheck<float> flash = check_backward<float>(ref, params);
@@ -183,6 +190,7 @@ TEST(Microbench, RowsAreTheHarnessMetricsWithinItsBounds) {
                     what + " flash_vs_baseline");
         EXPECT_LE(rows[0].rel_l2, flash.bound) << what;
         EXPECT_LE(rows[1].rel_l2, baseline.bound) << what;
+        EXPECT_EQ(rows[1].max_ulp, rows[1].max_abs / (unit_roundoff(f) * max_abs(ref.grad))) << what;
       }
     }
   }
@@ -199,6 +207,141 @@ TEST(Microbench, CustomPolicyOverride) {
   EXPECT_THROW(run_microbench_point(p), std::exception);  // not a preset, and no override given
   p.pass = "sideways";
   EXPECT_THROW(run_microbench_point(p, custom), std::exception);
+}
+
+TEST(Microbench, ErrorMetricsRmseAndSignedMean) {
+  // d = a - ref = {+1, -3, +2}: rmse = sqrt(14/3), mean_signed = 0, mean_abs = 2 (exact in double).
+  const std::vector<double> a{1, -3, 2}, ref{0, 0, 0};
+  const ErrorMetrics m = error_metrics(a, ref);
+  EXPECT_DOUBLE_EQ(m.rmse, std::sqrt(14.0 / 3.0));
+  EXPECT_EQ(m.mean_signed, 0.0);
+  EXPECT_EQ(m.mean_abs, 2.0);
+  const ErrorMetrics shifted = error_metrics(std::vector<double>{1.5, -2.5, 2.5}, ref);
+  EXPECT_DOUBLE_EQ(shifted.mean_signed, 0.5);  // a bias of +0.5 shows in the signed mean only
+}
+
+TEST(Microbench, PaperTilesFollowTheRules) {
+  // d = 32, M = 16384: ceil(M / 4d) = 128 > d, so the rules differ.
+  EXPECT_EQ(paper_tiles(16384, 32, "paper"), std::make_pair(32, 128));    // B_r = min(128, 32), B_c = 128
+  EXPECT_EQ(paper_tiles(16384, 32, "swapped"), std::make_pair(128, 32));  // exchanged: 4x the KV tiles
+  EXPECT_EQ(paper_tiles(16384, 32, "square"), std::make_pair(128, 128));
+  // d = 64, M = 16384: ceil = 64 = d: all three agree. M = 100: ceil(100 / 256) = 1.
+  for (const char* rule : {"paper", "swapped", "square"}) {
+    EXPECT_EQ(paper_tiles(16384, 64, rule), std::make_pair(64, 64)) << rule;
+    EXPECT_EQ(paper_tiles(100, 64, rule), std::make_pair(1, 1)) << rule;
+  }
+  EXPECT_EQ(paper_tiles(16385, 64, "paper"), std::make_pair(64, 65));  // the ceiling
+  EXPECT_THROW(paper_tiles(16384, 64, "diagonal"), std::exception);
+  EXPECT_THROW(paper_tiles(0, 64, "paper"), std::exception);
+}
+
+TEST(Microbench, OutliersFollowFa3Recipe) {
+  // N(0,1) + N(0, s^2) Bernoulli(p), p = 0.001, s = 10: mean 0, variance 1 + p s^2 = 1.1.
+  // n = 2^20 samples: sd of the mean sqrt(1.1 / n) ~ 1.0e-3 (4 sd: 0.0041); the sample variance has
+  // sd sqrt((E x^4 - 1.1^2) / n) with E x^4 = 3 (1 - p) + 3 p (1 + s^2)^2 = 33.6: 5.6e-3 (4 sd: 0.022).
+  const MicrobenchPoint defaults;
+  EXPECT_EQ(defaults.outlier_fraction, 0.001);
+  EXPECT_EQ(defaults.outlier_scale, 10.0);
+  std::mt19937_64 rng(3);
+  std::vector<double> x(1 << 20);
+  generate_values(rng, "outliers", defaults.outlier_fraction, defaults.outlier_scale, x.data(), x.size());
+  double mean = 0, var = 0;
+  for (double v : x) mean += v;
+  mean /= x.size();
+  for (double v : x) var += (v - mean) * (v - mean);
+  var /= x.size();
+  EXPECT_NEAR(mean, 0.0, 0.0041);
+  EXPECT_NEAR(var, 1.1, 0.022);
+}
+
+TEST(Microbench, SinkKeyHasItsLogit) {
+  // Key 0's scaled logit is sink_logit for every query (exact up to fp64 roundoff: d products of
+  // which one is nonzero); the other keys' logits are the normal ones of d - 1 components: mean 0,
+  // variance (d - 1)/d. They are correlated through the shared queries and keys, so the sampling
+  // bounds use the number of independent query vectors n = B H N = 256: 4 sd of the mean
+  // 4 sqrt(1/n) = 0.25 and of the variance 4 sqrt(2/n) = 0.35.
+  MicrobenchPoint p = small_point();
+  p.distribution = "sink";
+  p.seq_len = 128;
+  p.sink_logit = 12.0;
+  const MicrobenchInputs in = microbench_inputs(p);
+  const int n = p.seq_len, d = p.head_dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  double sum = 0, sum_sq = 0, worst_other = -INFINITY;
+  std::size_t count = 0;
+  for (int h = 0; h < p.batch * p.heads; ++h)
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) {
+        double s = 0;
+        for (int t = 0; t < d; ++t) s += in.q[(h * n + i) * d + t] * in.k[(h * n + j) * d + t];
+        s *= scale;
+        if (j == 0) {
+          EXPECT_NEAR(s, p.sink_logit, 1e-12) << "head " << h << " row " << i;
+        } else {
+          sum += s;
+          sum_sq += s * s;
+          ++count;
+          worst_other = std::max(worst_other, s);
+        }
+      }
+  const double mean = sum / count, var = sum_sq / count - mean * mean;
+  EXPECT_NEAR(mean, 0.0, 0.25);
+  EXPECT_NEAR(var, (d - 1.0) / d, 0.35);
+  // The margin: the largest of ~3e4 roughly unit-variance logits stays below 7, so the sink leads by
+  // more than sink_logit - 7 in every row.
+  EXPECT_LT(worst_other, p.sink_logit - 5.0);
+  EXPECT_THROW(microbench_inputs([] {
+                 MicrobenchPoint bad = small_point();
+                 bad.distribution = "sinks";
+                 return bad;
+               }()),
+               std::exception);
+}
+
+TEST(Microbench, RepeatedMaxRowsCountsTies) {
+  // d = 1, N = 4, scale 1: scores of every row are q_i * k_j with k = {2, 2, 1, 0}: each row's max
+  // is attained by keys 0 and 1 (all rows repeated); causal, row 0 sees key 0 alone (3 of 4).
+  AttentionShape shape{1, 1, 4, 1, false, 1.0};
+  const std::vector<double> q{1, 1, 1, 1}, k{2, 2, 1, 0};
+  PrecisionPolicy fp32 = make_policy("pure", Format::fp32);
+  EXPECT_EQ(repeated_max_fraction(shape, fp32, 0, q.data(), k.data()), 1.0);
+  shape.causal = true;
+  EXPECT_EQ(repeated_max_fraction(shape, fp32, 0, q.data(), k.data()), 0.75);
+  // Keys 1 and 1 + 2^-10 differ in fp32 but are one value in bf16 (spacing 2^-7 at 1): a tie made
+  // by the format the scores are stored in.
+  shape.causal = false;
+  const std::vector<double> k2{1.0, 1.0 + 0x1p-10, 0, 0};
+  EXPECT_EQ(repeated_max_fraction(shape, fp32, 0, q.data(), k2.data()), 0.0);
+  EXPECT_EQ(repeated_max_fraction(shape, make_policy("pure", Format::bf16), 0, q.data(), k2.data()), 1.0);
+}
+
+TEST(Microbench, RoundingModeAndSeed) {
+  // The point's rounding mode reaches the policy; stochastic rounding is reproducible (its seed comes
+  // from the point alone, so any rank computes the same rows) and differs from nearest.
+  MicrobenchPoint p = small_point();
+  p.format = Format::bf16;
+  p.policy = "eager";
+  const auto nearest = run_microbench_point(p);
+  EXPECT_EQ(nearest[0].rounding, Rounding::nearest);
+  p.rounding = Rounding::stochastic;
+  const auto a = run_microbench_point(p), b = run_microbench_point(p, std::nullopt, 2);
+  EXPECT_EQ(a[0].rounding, Rounding::stochastic);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].max_abs, b[i].max_abs);
+    EXPECT_EQ(a[i].mean_signed, b[i].mean_signed);
+  }
+  EXPECT_NE(a[0].mean_abs, nearest[0].mean_abs);
+  MicrobenchPoint other = p;
+  other.block_kv = 16;  // same inputs, same seed: the seed does not depend on the tiles
+  EXPECT_EQ(microbench_rounding_seed(other), microbench_rounding_seed(p));
+  other.trial = 1;
+  EXPECT_NE(microbench_rounding_seed(other), microbench_rounding_seed(p));
+  // A custom policy's own rounding is kept when the point sets none.
+  PrecisionPolicy zero = make_policy("eager", Format::bf16);
+  zero.rounding = Rounding::zero;
+  MicrobenchPoint own = small_point();
+  own.format = Format::bf16;
+  EXPECT_EQ(run_microbench_point(own, zero)[0].rounding, Rounding::zero);
 }
 
 }  // namespace

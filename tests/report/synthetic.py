@@ -39,20 +39,36 @@ def write_study_toml(out, phases=("microbench", "train", "reduce", "report")):
     out.joinpath("provenance.txt").write_text(PROVENANCE.format(phase="train"))
 
 
-def write_microbench(out, sweeps=("formats", "seq_len", "block_area")):
+# Readings sweep: flash/baseline ratio (of max |d| and rel_l2) per reading at `tiles` KV tiles.
+READING_RATIO = {"pure": lambda tiles: 0.2, "eager": lambda tiles: 1 + 0.04 * tiles, "mixed": lambda tiles: 0.95}
+
+
+def write_microbench(out, sweeps=("formats", "seq_len", "block_area", "readings"), legacy=False,
+                     reading_ratio=READING_RATIO):
+    """microbench.csv; legacy: the columns before issue 12 (no rounding, sram, tile_rule, rmse, mean_signed,
+    max_ulp, repeated_max_rows)."""
     cols = ("sweep,algorithm,pass,format,policy,seq_len,head_dim,block_q,block_kv,loop_order,causal,trial,"
             "distribution,max_abs,mean_abs,std_abs,rel_l2,rescales_per_row,tiles_kv")
+    if not legacy:
+        cols = ("sweep,algorithm,pass,format,policy,rounding,seq_len,head_dim,block_q,block_kv,sram,tile_rule,"
+                "loop_order,causal,trial,distribution,max_abs,mean_abs,std_abs,rel_l2,rmse,mean_signed,max_ulp,"
+                "repeated_max_rows,rescales_per_row,tiles_kv")
     unit = {"fp64": 2.0 ** -53, "fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
     lines = [PROVENANCE.format(phase="microbench") + cols]
 
-    def add(sweep, ps, fmt, policy, n, bq, bkv, order, trial):
+    def add(sweep, ps, fmt, policy, n, bq, bkv, order, trial, ratio=None):
         tiles = math.ceil(n / bkv)
         base = unit[fmt] * math.sqrt(n) * (1 + 0.1 * trial)
-        flash = base * (1 + 0.5 * tiles) * (1.5 if order == "kv_outer" else 1.0)
+        flash = base * (ratio if ratio is not None else (1 + 0.5 * tiles) * (1.5 if order == "kv_outer" else 1.0))
         for alg, err, resc, tk in (("flash", flash, tiles - 1, tiles), ("baseline", base, 0, 1),
                                    ("flash_vs_baseline", flash * 0.9, tiles - 1, tiles)):
-            lines.append(f"{sweep},{alg},{ps},{fmt},{policy},{n},16,{bq},{bkv},{order},0,{trial},normal,"
-                         f"{err!r},{err / 5!r},{err / 7!r},{err / 3!r},{resc},{tk}")
+            if legacy:
+                lines.append(f"{sweep},{alg},{ps},{fmt},{policy},{n},16,{bq},{bkv},{order},0,{trial},normal,"
+                             f"{err!r},{err / 5!r},{err / 7!r},{err / 3!r},{resc},{tk}")
+            else:
+                lines.append(f"{sweep},{alg},{ps},{fmt},{policy},nearest,{n},16,{bq},{bkv},0,blocks,{order},0,"
+                             f"{trial},normal,{err!r},{err / 5!r},{err / 7!r},{err / 3!r},{err / 4!r},"
+                             f"{-err / 50!r},{err / unit[fmt]!r},0.01,{resc},{tk}")
 
     if "formats" in sweeps:
         for ps, fmt, policy, order, trial in itertools.product(("forward", "backward"), unit, ("pure", "mixed"),
@@ -66,6 +82,10 @@ def write_microbench(out, sweeps=("formats", "seq_len", "block_area")):
                                                        ((8, 8), (16, 16), (32, 32), (8, 32), (32, 8)),
                                                        ("kv_outer", "q_outer")):
             add("block_area", "forward", fmt, "pure", 128, bq, bkv, order, 0)
+    if "readings" in sweeps:
+        for fmt, policy, bkv in itertools.product(("fp16", "bf16"), ("pure", "eager", "mixed"), (256, 64, 16, 4)):
+            add("readings", "forward", fmt, policy, 1024, 64, bkv, "kv_outer", 0,
+                ratio=reading_ratio[policy](math.ceil(1024 / bkv)))
     out.joinpath("microbench.csv").write_text("\n".join(lines) + "\n")
 
 

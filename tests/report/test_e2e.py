@@ -110,6 +110,52 @@ class EndToEndTest(unittest.TestCase):
         self.assertIn("training_loss.png", md)
         checks.md_files(self, out / "report.md")
 
+    def test_microbench_readings_rank_independent(self):
+        # Readings x rounding modes x SRAM tile rules on sink inputs: the CSV rows are the same on 1 and 2 ranks
+        # (stochastic rounding included: its seed comes from the point), the tiles are the rule's, and the
+        # summary prints the ratio against the number of KV tiles.
+        mpirun = shutil.which("mpirun")
+        if not mpirun:
+            self.skipTest("no mpirun")
+        grid = self.dir / "readings.toml"
+        grid.write_text(TINY.split("[microbench]")[0] + """
+[microbench]
+formats = ["bf16"]
+policies = ["eager", "mixed"]
+roundings = ["nearest", "stochastic"]
+seq_lens = [32, 64]
+head_dims = [8]
+sram = [512]
+tile_rules = ["paper", "swapped"]
+loop_orders = ["kv_outer"]
+distribution = "sink"
+trials = 1
+heads = 1
+""")
+        rows = {}
+        for ranks in (1, 2):
+            out = self.dir / f"mb{ranks}"
+            r = subprocess.run([mpirun, "-n", str(ranks), "--oversubscribe", os.environ["FASTUDY_BIN"], "microbench",
+                                str(grid), "--out", str(out)], capture_output=True, text=True, env=self.env, timeout=240)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("against the number of KV tiles", r.stdout + r.stderr)
+            lines = [l for l in (out / "microbench.csv").read_text().splitlines() if not l.startswith("#")]
+            rows[ranks] = lines
+        self.assertEqual(rows[1], rows[2])
+        header = rows[1][0].split(",")
+        table = [dict(zip(header, l.split(","))) for l in rows[1][1:]]
+        self.assertEqual(len(table), 2 * 2 * 2 * 2 * 3)  # policies x roundings x seq_lens x rules x algorithms
+        for c in ("rounding", "sram", "tile_rule", "rmse", "mean_signed", "max_ulp", "repeated_max_rows"):
+            self.assertIn(c, header)
+        # d = 8, M = 512: ceil(M / 4d) = 16 > d, so paper gives 8 x 16 and swapped 16 x 8 (block_q x block_kv).
+        for row in table:
+            self.assertEqual(row["sram"], "512")
+            expected = ("8", "16") if row["tile_rule"] == "paper" else ("16", "8")
+            self.assertEqual((row["block_q"], row["block_kv"]), expected, row)
+            if row["algorithm"] == "flash":
+                self.assertEqual(int(row["tiles_kv"]), int(row["seq_len"]) // int(row["block_kv"]))
+        self.assertEqual({r["rounding"] for r in table}, {"nearest", "stochastic"})
+
     def test_missing_modules_give_a_hint(self):
         out = self.dir / "mb"
         self.fastudy("microbench", self.grid, "--out", out)

@@ -37,13 +37,30 @@ class FullStudyTest(unittest.TestCase):
     def test_images_embedded_and_files_written(self):
         n_images = checks.html_images(self, self.out / "report.html")
         links = checks.md_files(self, self.out / "report.md")
-        expected = {"microbench_formats", "microbench_seq_len", "microbench_block_area", "training_loss",
+        expected = {"microbench_formats", "microbench_readings", "microbench_seq_len", "microbench_block_area",
+                    "training_loss",
                     "training_shadow", "deviation_heatmap", "deviation_over_steps"}
         self.assertEqual({Path(l).stem for l in links}, expected)
         self.assertEqual(n_images, len(expected))
         for name in expected:
             self.assertIn(f'id="fig-{name}"', self.html)
             self.assertTrue((self.out / "report_files" / f"{name}.svg").is_file())
+
+    def test_readings_paragraph(self):
+        # Synthetic readings: eager's ratio is 1 + 0.04 tiles (11.24x at 256 tiles, 3.56x at 64), mixed's 0.95.
+        nums = {k: (float(v), t) for k, v, t in checks.NUM_SPAN.findall(self.html) if k.startswith("microbench.")}
+        self.assertIn("The paper's ~10x appears under `eager` at bf16 from 256 KV tiles", self.md)
+        self.assertIn("`eager` at fp16 from 256 KV tiles", self.md)
+        self.assertAlmostEqual(nums["microbench.readings.eager.bf16.max_abs.first10x"][0], 1 + 0.04 * 256)
+        self.assertAlmostEqual(nums["microbench.readings.mixed.min"][0], 0.95)
+        self.assertAlmostEqual(nums["microbench.readings.mixed.max"][0], 0.95)
+        self.assertNotIn("microbench.readings.pure.bf16.max_abs.first10x", nums)
+        self.assertIn("Under `mixed` (the GPU-kernel reading", self.md)
+
+    def test_verdict_names_the_training_reading(self):
+        # study.toml has no [attention] policy: the default reading, mixed.
+        verdict = self.md.split("## 2.")[0]
+        self.assertIn("Training ran attention under the reading `mixed` (GPU kernels", verdict)
 
     def test_sections_in_order(self):
         # The sections in the order of issue 7, the verdict first.
@@ -144,6 +161,40 @@ class PartialStudyTest(unittest.TestCase):
         self.assertIn("Training has not run", md)
         self.assertIn("train: not run (no status.csv)", md)
         self.assertIn("No weight deviation yet", md)
+
+    def test_readings_without_10x(self):
+        # No reading reaches 10x: the paragraph names the largest ratio instead (eager at 256 tiles: 1 + 0.01 * 256).
+        out = self.dir / "readings"
+        out.mkdir()
+        synthetic.write_study_toml(out, phases=("microbench", "report"))
+        ratio = dict(synthetic.READING_RATIO, eager=lambda tiles: 1 + 0.01 * tiles)
+        synthetic.write_microbench(out, sweeps=("readings",), reading_ratio=ratio)
+        html, md = self.render(out)
+        self.assertIn("No reading reaches the paper's ~10x in this study: the largest flash/baseline ratio is 3.56x "
+                      "(`eager`, bf16, 256 KV tiles", md)
+        nums = {k: float(v) for k, v, _ in checks.NUM_SPAN.findall(html) if k}
+        self.assertAlmostEqual(nums["microbench.readings.largest"], 1 + 0.01 * 256)
+
+    def test_legacy_microbench_csv(self):
+        # A microbench.csv written before the rounding/tile-rule/bias columns still renders.
+        out = self.dir / "legacy"
+        out.mkdir()
+        synthetic.write_study_toml(out, phases=("microbench", "report"))
+        synthetic.write_microbench(out, sweeps=("formats", "seq_len"), legacy=True)
+        _, md = self.render(out)
+        self.assertIn("Fig. 3/4", md)
+        self.assertIn("nearest", md)  # the rounding an old file stands for
+
+    def test_custom_training_reading(self):
+        from report.readers import StudyData
+        from report.verdict import training_readings
+        data = StudyData(out_dir=self.dir, config={
+            "attention": {"policy": "sr", "policies": {"sr": {"preset": "eager", "rounding": "stochastic"}}}})
+        self.assertEqual(len(training_readings(data)), 1)
+        self.assertIn("custom policy `sr` (from `eager`", training_readings(data)[0])
+        self.assertIn("rounding stochastic", training_readings(data)[0])
+        data.config["grid"] = {"policy": ["eager", "mixed"]}
+        self.assertEqual([w.split(" ")[0] for w in training_readings(data)], ["`eager`", "`mixed`"])
 
     def test_microbench_study(self):
         # A grid whose phases are microbench and report only: no verdict is expected, and none is asked for.

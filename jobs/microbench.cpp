@@ -7,6 +7,7 @@
 // Both are written from one schema of columns (kColumns below). Rank 0 prints the flash/baseline
 // error ratio per format, reading (policy) and rounding, and against the number of KV tiles.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -59,6 +60,24 @@ std::vector<Tiles> sweep_tiles(const MicrobenchSweep& sw, int d) {
       out.push_back({bq, bkv, m, rule});
     }
   return out;
+}
+
+// The rank of each point: largest microbench_cost first (ties: point order), each to the rank with
+// the least cost so far (ties: the lower rank) — the longest-processing-time rule, deterministic.
+std::vector<int> deal_points(const std::vector<SweepPoint>& points, int ranks) {
+  std::vector<std::size_t> order(points.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::vector<double> cost(points.size());
+  for (std::size_t i = 0; i < points.size(); ++i) cost[i] = microbench_cost(points[i].point);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
+  std::vector<double> load(static_cast<std::size_t>(ranks), 0.0);
+  std::vector<int> owner(points.size(), 0);
+  for (std::size_t i : order) {
+    const auto r = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[i] = static_cast<int>(r);
+    load[r] += cost[i];
+  }
+  return owner;
 }
 
 std::vector<SweepPoint> expand_points(const Study& st) {
@@ -400,10 +419,18 @@ int job_microbench(JobContext& ctx) {
   log::info("microbench: " + std::to_string(points.size()) + " points over " + std::to_string(world.size()) +
             " rank(s)");
 
-  // Round-robin: point i runs on rank i % size. Each rank sends its records (encode) to rank 0.
+  // Points are dealt by cost (microbench_cost), largest first, each to the rank with the least work so
+  // far (ties: the lower rank): every rank computes the same deal. Each point is computed whole by
+  // one rank and rank 0 writes the rows in point order, so the output does not depend on the number
+  // of ranks. Each rank sends its records (encode) to rank 0.
+  const std::vector<int> owner = deal_points(points, world.size());
+  std::size_t mine_total = 0;
+  for (int o : owner) mine_total += o == world.rank();
   std::string mine;
-  std::size_t done = 0, next_report = points.size() / 10 + 1;
-  for (std::size_t i = static_cast<std::size_t>(world.rank()); i < points.size(); i += static_cast<std::size_t>(world.size())) {
+  std::size_t done = 0, next_report = mine_total / 10 + 1;
+  const auto busy_start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    if (owner[i] != world.rank()) continue;
     if (stop_signal_received()) break;  // checked again collectively below
     const SweepPoint& sp = points[i];
     std::optional<PrecisionPolicy> policy;
@@ -411,12 +438,17 @@ int job_microbench(JobContext& ctx) {
       policy = resolve_policy(st.attention, sp.point.policy, sp.point.format);
     for (const auto& row : run_microbench_point(sp.point, policy, threads)) encode(mine, i, record_of(sp.sweep, row));
     ++done;
-    if (world.rank() == 0 && done * static_cast<std::size_t>(world.size()) >= next_report) {
-      log::info("  microbench " + std::to_string(std::min(points.size(), done * static_cast<std::size_t>(world.size()))) +
-                "/" + std::to_string(points.size()));
-      next_report += points.size() / 10 + 1;
+    if (world.rank() == 0 && done >= next_report) {
+      log::info("  microbench: rank 0 " + std::to_string(done) + "/" + std::to_string(mine_total));
+      next_report += mine_total / 10 + 1;
     }
   }
+  const double busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - busy_start).count();
+  double busy_range[2] = {busy, -busy};
+  world.allreduce_max(busy_range, 2);
+  const double busy_max = busy_range[0], busy_min = -busy_range[1];
+  if (world.size() > 1)
+    log::info("microbench: ranks busy " + number_text(busy_min, 3) + " s to " + number_text(busy_max, 3) + " s");
   if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {
     log::warn("microbench: stopped by a signal; nothing written (it reruns with --resume)");
     return kExitFailure;

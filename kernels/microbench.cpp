@@ -188,6 +188,12 @@ AttentionShape microbench_shape(const MicrobenchPoint& point) {
   return AttentionShape{point.batch, point.heads, point.seq_len, point.head_dim, point.causal};
 }
 
+double microbench_cost(const MicrobenchPoint& point) {
+  const double n = static_cast<double>(point.seq_len);
+  const double work = static_cast<double>(point.batch) * point.heads * n * n * point.head_dim;
+  return point.pass == "backward" ? 4.0 * work : work;
+}
+
 std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
                                                 const std::optional<PrecisionPolicy>& policy, int threads) {
   if (point.pass != "forward" && point.pass != "backward") {

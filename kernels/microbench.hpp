@@ -117,6 +117,11 @@ MicrobenchInputs microbench_inputs(const MicrobenchPoint& point);
 // The attention shape of a point (B, H, N, d, causal).
 AttentionShape microbench_shape(const MicrobenchPoint& point);
 
+// The relative cost of run_microbench_point(point), for balancing points over ranks: every part
+// (the fp64 golden value, baseline, flash) is O(B H N^2 d); the backward pass adds the reference
+// backward and both kinds' backward to the forward runs (about 4x the forward's work on this CPU).
+double microbench_cost(const MicrobenchPoint& point);
+
 // Runs one point: the three rows above. The policy is make_policy(point.policy, point.format) unless
 // `policy` gives a resolved custom one. Inputs are rounded to the policy's q, k, v (and grad for dO)
 // formats first, and the golden fp64 reference runs on those rounded values. Kernels run on float

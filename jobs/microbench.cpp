@@ -28,8 +28,10 @@
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 #include "kernels/microbench.hpp"
+#include "src/io/checkpoint.hpp"
 #include "src/io/h5.hpp"
 #include "src/runtime/mpi.hpp"
+#include "src/train/trainer.hpp"
 
 namespace fs = std::filesystem;
 
@@ -40,6 +42,7 @@ namespace {
 struct SweepPoint {
   std::string sweep;
   MicrobenchPoint point;
+  const MicrobenchSweep* source = nullptr;  // the sweep it came from (captured inputs: where they are)
 };
 
 // The tiles of a sweep at head dim d: its `blocks`, or (when it lists SRAM sizes) each SRAM size
@@ -80,9 +83,64 @@ std::vector<int> deal_points(const std::vector<SweepPoint>& points, int ranks) {
   return owner;
 }
 
+// The variant a captured sweep reads its checkpoint from; UsageError when the grid has no such variant.
+const Variant& captured_variant(const Study& st, const MicrobenchSweep& sw) {
+  const Variant* v = st.find_variant(sw.captured_variant);
+  if (v == nullptr) {
+    std::string ids;
+    for (const auto& x : st.variants) ids += (ids.empty() ? "" : ", ") + x.id;
+    throw UsageError("[microbench] sweep '" + sw.name + "': captured_variant = \"" + sw.captured_variant +
+                         "\" is not a variant of this study",
+                     "use one of: " + ids);
+  }
+  if (sw.captured_layer >= st.model.layers) {
+    throw UsageError("[microbench] sweep '" + sw.name + "': captured_layer = " + std::to_string(sw.captured_layer) +
+                         " is not a layer of the model ([model] layers = " + std::to_string(st.model.layers) + ")",
+                     "use a block index from 0 to " + std::to_string(st.model.layers - 1));
+  }
+  return *v;
+}
+
+// The checkpoint a captured sweep reads: the study's checkpoint of the variant at captured_step (or
+// the variant's last step).
+std::string captured_checkpoint(const Study& st, const std::string& out_dir, const MicrobenchSweep& sw) {
+  const Variant& v = captured_variant(st, sw);
+  return checkpoint_path(out_dir, v.id, sw.captured_step > 0 ? sw.captured_step : v.train.steps);
+}
+
+// Q, K, V of a captured sweep, read once per rank (cache keyed by checkpoint, layer and batch).
+const MicrobenchInputs& captured_inputs(const Study& st, const std::string& out_dir, const MicrobenchSweep& sw,
+                                        std::map<std::string, MicrobenchInputs>& cache) {
+  const std::string path = captured_checkpoint(st, out_dir, sw);
+  const std::string key = path + "|" + std::to_string(sw.captured_layer) + "|" + std::to_string(sw.captured_batch);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    const CapturedAttention cap = capture_attention_inputs(
+        captured_variant(st, sw), read_checkpoint(path), sw.captured_layer, sw.captured_batch);
+    log::info("microbench: captured Q, K, V of layer " + std::to_string(sw.captured_layer) + " on batch " +
+              std::to_string(sw.captured_batch) + " from " + path);
+    MicrobenchInputs in;
+    in.q = cap.q;
+    in.k = cap.k;
+    in.v = cap.v;
+    it = cache.emplace(key, std::move(in)).first;
+  }
+  return it->second;
+}
+
 std::vector<SweepPoint> expand_points(const Study& st) {
   std::vector<SweepPoint> pts;
-  for (const auto& sw : st.microbench.sweeps) {
+  for (const auto& sw0 : st.microbench.sweeps) {
+    // A captured sweep has the shape of the model's attention on one batch of the variant.
+    MicrobenchSweep captured_shape;
+    if (sw0.distribution == "captured") {
+      captured_shape = sw0;
+      captured_shape.seq_lens = {st.model.seq_len};
+      captured_shape.head_dims = {st.model.d_model / st.model.heads};
+      captured_shape.batch = captured_variant(st, sw0).train.batch;
+      captured_shape.heads = st.model.heads;
+    }
+    const MicrobenchSweep& sw = sw0.distribution == "captured" ? captured_shape : sw0;
     std::vector<std::optional<Rounding>> roundings(sw.roundings.begin(), sw.roundings.end());
     if (roundings.empty()) roundings.push_back(std::nullopt);  // each policy's own
     for (const auto& pass : sw.passes)
@@ -116,7 +174,7 @@ std::vector<SweepPoint> expand_points(const Study& st) {
                         p.outlier_scale = sw.outlier_scale;
                         p.sink_logit = sw.sink_logit;
                         p.seed = sw.seed;
-                        pts.push_back({sw.name, p});
+                        pts.push_back({sw.name, p, &sw0});
                       }
   }
   return pts;
@@ -401,6 +459,19 @@ int job_microbench(JobContext& ctx) {
   const std::string csv_path = (fs::path(ctx.out_dir) / "microbench.csv").string();
   const std::string h5_path = (fs::path(ctx.out_dir) / "microbench.h5").string();
 
+  // Checked before anything is written: a captured sweep's variant, layer and checkpoint.
+  const std::vector<SweepPoint> points = expand_points(st);
+  for (const auto& sw : st.microbench.sweeps) {
+    if (sw.distribution != "captured") continue;
+    const std::string path = captured_checkpoint(st, ctx.out_dir, sw);
+    if (!file_exists(path)) {
+      throw UsageError("[microbench] sweep '" + sw.name + "': the checkpoint to capture Q, K, V from, " + path +
+                           ", does not exist",
+                       "train the variant first (fastudy train GRID), then run fastudy microbench GRID --resume; "
+                       "or set captured_step to a step with a checkpoint");
+    }
+  }
+
   bool skip = false;
   on_root(world, [&] {
     prepare_output(ctx);
@@ -414,7 +485,6 @@ int job_microbench(JobContext& ctx) {
     return kExitOk;
   }
 
-  const std::vector<SweepPoint> points = expand_points(st);
   const int threads = world.size() == 1 ? std::max(1u, std::thread::hardware_concurrency()) : 1;
   log::info("microbench: " + std::to_string(points.size()) + " points over " + std::to_string(world.size()) +
             " rank(s)");
@@ -426,6 +496,7 @@ int job_microbench(JobContext& ctx) {
   const std::vector<int> owner = deal_points(points, world.size());
   std::size_t mine_total = 0;
   for (int o : owner) mine_total += o == world.rank();
+  std::map<std::string, MicrobenchInputs> capture_cache;
   std::string mine;
   std::size_t done = 0, next_report = mine_total / 10 + 1;
   const auto busy_start = std::chrono::steady_clock::now();
@@ -436,7 +507,10 @@ int job_microbench(JobContext& ctx) {
     std::optional<PrecisionPolicy> policy;
     if (st.attention.custom_policies.count(sp.point.policy))
       policy = resolve_policy(st.attention, sp.point.policy, sp.point.format);
-    for (const auto& row : run_microbench_point(sp.point, policy, threads)) encode(mine, i, record_of(sp.sweep, row));
+    const MicrobenchInputs* captured = nullptr;
+    if (sp.point.distribution == "captured") captured = &captured_inputs(st, ctx.out_dir, *sp.source, capture_cache);
+    for (const auto& row : run_microbench_point(sp.point, policy, threads, captured))
+      encode(mine, i, record_of(sp.sweep, row));
     ++done;
     if (world.rank() == 0 && done >= next_report) {
       log::info("  microbench: rank 0 " + std::to_string(done) + "/" + std::to_string(mine_total));

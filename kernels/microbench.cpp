@@ -163,7 +163,9 @@ MicrobenchInputs microbench_inputs(const MicrobenchPoint& point) {
   MicrobenchInputs in;
   for (std::vector<double>* x : {&in.q, &in.k, &in.v, &in.dout}) {
     x->resize(size);
-    generate_values(rng, point.distribution, point.outlier_fraction, point.outlier_scale, x->data(), size);
+    // captured: Q, K, V come from the caller (run_microbench_point); dO is normal.
+    const std::string& dist = point.distribution == "captured" ? std::string("normal") : point.distribution;
+    generate_values(rng, dist, point.outlier_fraction, point.outlier_scale, x->data(), size);
   }
   if (point.distribution == "sink") {
     const std::int64_t n = point.seq_len, d = point.head_dim;
@@ -195,14 +197,25 @@ double microbench_cost(const MicrobenchPoint& point) {
 }
 
 std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
-                                                const std::optional<PrecisionPolicy>& policy, int threads) {
+                                                const std::optional<PrecisionPolicy>& policy, int threads,
+                                                const MicrobenchInputs* captured) {
   if (point.pass != "forward" && point.pass != "backward") {
     throw Error("unknown microbench pass '" + point.pass + "'", "use forward or backward");
   }
   PrecisionPolicy pol = policy ? *policy : make_policy(point.policy, point.format);
   if (point.rounding) pol.rounding = *point.rounding;
   const std::uint64_t rounding_seed = microbench_rounding_seed(point);
-  const MicrobenchInputs raw = microbench_inputs(point);
+  MicrobenchInputs raw = microbench_inputs(point);
+  if (point.distribution == "captured") {
+    if (captured == nullptr || captured->q.size() != raw.q.size() || captured->k.size() != raw.q.size() ||
+        captured->v.size() != raw.q.size()) {
+      throw Error("microbench point: distribution \"captured\" needs the captured Q, K, V of the point's shape "
+                  "(B*H*N*d = " + std::to_string(raw.q.size()) + " values each)");
+    }
+    raw.q = captured->q;
+    raw.k = captured->k;
+    raw.v = captured->v;
+  }
   const std::vector<double> q = rounded(raw.q, pol.q), k = rounded(raw.k, pol.k), v = rounded(raw.v, pol.v);
   const std::vector<double> dout = rounded(raw.dout, pol.grad);
 

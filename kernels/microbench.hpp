@@ -126,9 +126,11 @@ double microbench_cost(const MicrobenchPoint& point);
 // `policy` gives a resolved custom one. Inputs are rounded to the policy's q, k, v (and grad for dO)
 // formats first, and the golden fp64 reference runs on those rounded values. Kernels run on float
 // buffers when every step of the policy is fp32 or narrower, on double buffers otherwise.
-// `threads` is passed to the kernels (AttentionParams::threads).
+// `threads` is passed to the kernels (AttentionParams::threads). A point of distribution "captured"
+// takes its Q, K, V from `captured` (each B*H*N*d values: see capture_attention_inputs in src/train)
+// and a normal dO from its seed.
 std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
                                                 const std::optional<PrecisionPolicy>& policy = std::nullopt,
-                                                int threads = 1);
+                                                int threads = 1, const MicrobenchInputs* captured = nullptr);
 
 }  // namespace fastudy

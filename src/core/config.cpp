@@ -72,7 +72,7 @@ const std::vector<std::string> kTrainFormats{"fp64", "fp32", "tf32", "bf16", "fp
 const std::vector<std::string> kLoopOrders{"kv_outer", "q_outer"};
 const std::vector<std::string> kDataKinds{"synthetic", "text", "tokens"};
 const std::vector<std::string> kSchedules{"cosine", "constant"};
-const std::vector<std::string> kDistributions{"normal", "uniform", "outliers", "sink"};
+const std::vector<std::string> kDistributions{"normal", "uniform", "outliers", "sink", "captured"};
 const std::vector<std::string> kTileRules{"paper", "swapped", "square"};
 std::vector<std::string> rounding_words() {
   std::vector<std::string> out;
@@ -446,6 +446,10 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   mb.get("outlier_fraction", mc.outlier_fraction);
   mb.get("outlier_scale", mc.outlier_scale);
   mb.get("sink_logit", mc.sink_logit);
+  mb.get("captured_variant", mc.captured_variant);
+  mb.get("captured_step", mc.captured_step);
+  mb.get("captured_layer", mc.captured_layer);
+  mb.get("captured_batch", mc.captured_batch);
   mb.get("seed", mc.seed);
   require(mc.trials >= 1, mb, "trials", sec + "trials must be >= 1");
   require(mc.batch >= 1, mb, "batch", sec + "batch must be >= 1");
@@ -458,6 +462,12 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   require(mc.outlier_scale > 0, mb, "outlier_scale", sec + "outlier_scale must be > 0");
   require(mc.sink_logit > 0, mb, "sink_logit", sec + "sink_logit must be > 0",
           "the logit of the sink key for every query, e.g. sink_logit = 10");
+  require(mc.distribution != "captured" || !mc.captured_variant.empty(), mb, "distribution",
+          sec + "distribution = \"captured\" needs captured_variant (the variant whose checkpoint to read)",
+          "add captured_variant = \"ID\" (and captured_step, captured_layer, captured_batch)");
+  require(mc.captured_step >= 0, mb, "captured_step", sec + "captured_step must be >= 0 (0: the last step)");
+  require(mc.captured_layer >= 0, mb, "captured_layer", sec + "captured_layer must be >= 0");
+  require(mc.captured_batch >= 0, mb, "captured_batch", sec + "captured_batch must be >= 0");
 }
 
 toml::table sweep_table(const MicrobenchSweep& mc) {
@@ -485,6 +495,12 @@ toml::table sweep_table(const MicrobenchSweep& mc) {
   t.insert("outlier_fraction", mc.outlier_fraction);
   t.insert("outlier_scale", mc.outlier_scale);
   t.insert("sink_logit", mc.sink_logit);
+  if (!mc.captured_variant.empty()) {
+    t.insert("captured_variant", mc.captured_variant);
+    t.insert("captured_step", mc.captured_step);
+    t.insert("captured_layer", mc.captured_layer);
+    t.insert("captured_batch", mc.captured_batch);
+  }
   t.insert("seed", static_cast<std::int64_t>(mc.seed));
   // Keys whose default is "none" appear only when set (an empty array does not parse back).
   if (!rnames.empty()) t.insert("roundings", to_array(rnames));

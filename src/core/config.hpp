@@ -115,6 +115,13 @@ struct MicrobenchSweep {
   double outlier_fraction = 0.001;      // outliers: N(0,1) + N(0, outlier_scale^2) * Bernoulli(outlier_fraction)
   double outlier_scale = 10.0;          //   (FA3's recipe: N(0, 100) on 0.1% of entries)
   double sink_logit = 10.0;             // sink: the logit of key 0 for every query
+  // captured: Q, K, V of one attention layer of this study's own model, from a checkpoint of one of its
+  // variants (in the output directory), on one global batch of the variant's data. The points take
+  // the model's seq_len, head dim and heads and the variant's [train] batch.
+  std::string captured_variant;         // a variant id of the study's grid
+  std::int64_t captured_step = 0;       // the checkpoint's step; 0: the variant's last ([train] steps)
+  int captured_layer = 0;               // 0-based block index
+  std::int64_t captured_batch = 0;      // which global batch of the data stream (its data cursor)
   std::uint64_t seed = 7;
 };
 

@@ -164,6 +164,26 @@ double sequential_norm(const torch::Tensor& flat) {
 
 }  // namespace
 
+CapturedAttention Engine::capture(int layer, std::int64_t cursor) {
+  if (layer < 0 || layer >= v_.model.layers) {
+    throw Error("captured_layer = " + std::to_string(layer) + " is not a layer of the model ([model] layers = " +
+                    std::to_string(v_.model.layers) + ")",
+                "use a block index from 0 to " + std::to_string(v_.model.layers - 1));
+  }
+  const TrainConfig& t = v_.train;
+  std::vector<std::int64_t> batch = data_.batch(cursor, t.batch, 0, 1);
+  const torch::Tensor tokens = torch::from_blob(batch.data(), {t.batch, v_.model.seq_len + 1}, torch::kLong);
+  CapturedAttention cap;
+  AttentionSetup setup = attention_;
+  setup.shadow = false;
+  setup.capture = &cap;
+  setup.capture_layer = layer;
+  torch::NoGradGuard no_grad;
+  model_.loss(tokens, emu_, setup);
+  if (cap.q.empty()) throw Error("attention layer " + std::to_string(layer) + " was not reached by the forward pass");
+  return cap;
+}
+
 Engine::Step Engine::step() {
   const auto start = std::chrono::steady_clock::now();
   const TrainConfig& t = v_.train;

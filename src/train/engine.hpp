@@ -40,6 +40,8 @@ class Engine {
   Step step();
 
   TrainState state() const;
+  // Q, K, V of attention layer `layer` on global batch `cursor` (see capture_attention_inputs).
+  CapturedAttention capture(int layer, std::int64_t cursor);
   std::int64_t steps_done() const { return step_; }
   const std::vector<ShadowRecord>& shadow() const { return shadow_; }  // records of the last step
   const DataStream& data() const { return data_; }

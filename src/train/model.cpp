@@ -132,6 +132,19 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
     torch::Tensor o = torch::empty({B, heads, N, d}, qkv.options());
     torch::Tensor lse = torch::empty({B, heads, N}, qkv.options());
     const AttentionParams params = layer_params(setup->params, layer);
+    if (setup->capture != nullptr && setup->capture_layer == layer) {
+      CapturedAttention& cap = *setup->capture;
+      cap.batch = B;
+      cap.heads = heads;
+      cap.seq_len = N;
+      cap.head_dim = d;
+      const torch::Tensor wide = packed.to(torch::kDouble).contiguous();
+      const double* x = wide.data_ptr<double>();
+      const std::int64_t n = wide.numel() / 3;
+      cap.q.assign(x, x + n);
+      cap.k.assign(x + n, x + 2 * n);
+      cap.v.assign(x + 2 * n, x + 3 * n);
+    }
     run_attention_forward(shape, params, packed, o, lse);
     if (setup->shadow && setup->shadow_sink != nullptr) {
       AttentionParams other = params;

@@ -26,6 +26,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/format.hpp"
 #include "src/core/config.hpp"
+#include "src/train/trainer.hpp"
 
 namespace fastudy::train {
 
@@ -61,6 +62,9 @@ struct AttentionSetup {
   AttentionParams params;         // the variant's kind, policy, blocks and loop order
   bool shadow = false;            // also run the other kind on every call and record the difference
   std::vector<ShadowRecord>* shadow_sink = nullptr;
+  // When set, the forward of layer capture_layer copies its Q, K, V here (see capture_attention_inputs).
+  CapturedAttention* capture = nullptr;
+  int capture_layer = -1;
 };
 
 // Causal multi-head attention of a fused projection: qkv [B, N, 3D] (q | k | v, heads contiguous

@@ -120,4 +120,9 @@ TrainResult train_variant(const Variant& v, const std::string& variant_dir, cons
   return result;
 }
 
+CapturedAttention capture_attention_inputs(const Variant& v, const TrainState& state, int layer, std::int64_t batch) {
+  train::Engine engine(v, TrainHooks{}, &state);
+  return engine.capture(layer, batch);
+}
+
 }  // namespace fastudy

@@ -75,4 +75,15 @@ TrainResult train_variant(const Variant& v, const std::string& variant_dir, cons
 
 std::string_view to_string(TrainOutcome o);
 
+// What attention layer `layer` (0-based block index) of variant v's model sees on global batch
+// `batch` of the variant's data (data cursor `batch`) with the weights of `state` (read from one of
+// its checkpoints): Q, K, V as the attention kernels receive them (in the variant's precision), each
+// [B, H, N, d] with B = [train] batch, widened to double. The forward pass runs as in training.
+// Throws fastudy::Error for a layer out of range.
+struct CapturedAttention {
+  std::int64_t batch = 0, heads = 0, seq_len = 0, head_dim = 0;
+  std::vector<double> q, k, v;
+};
+CapturedAttention capture_attention_inputs(const Variant& v, const TrainState& state, int layer, std::int64_t batch);
+
 }  // namespace fastudy

@@ -156,6 +156,41 @@ heads = 1
                 self.assertEqual(int(row["tiles_kv"]), int(row["seq_len"]) // int(row["block_kv"]))
         self.assertEqual({r["rounding"] for r in table}, {"nearest", "stochastic"})
 
+    def test_microbench_captured_inputs(self):
+        # Q, K, V of the study's own trained model: refused (exit 2, nothing written) before the checkpoint
+        # exists, then read from it after training; the rows have the model's shape and the variant's batch.
+        grid = self.dir / "captured.toml"
+        grid.write_text(TINY.split("[microbench]")[0] + """
+[microbench]
+formats = ["bf16"]
+policies = ["eager", "mixed"]
+blocks = [[8, 4]]
+loop_orders = ["kv_outer"]
+distribution = "captured"
+captured_variant = "flash-s1"
+captured_layer = 0
+captured_batch = 2
+trials = 1
+""")
+        out = self.dir / "captured"
+        r = self.fastudy("microbench", grid, "--out", out, expect=2)
+        self.assertIn("does not exist", r.stderr)
+        self.assertFalse((out / "microbench.csv").exists())
+        self.fastudy("train", grid, "--out", out)
+        r = self.fastudy("microbench", grid, "--out", out, "--resume")
+        self.assertIn("captured Q, K, V of layer 0 on batch 2", r.stdout + r.stderr)
+        lines = [l for l in (out / "microbench.csv").read_text().splitlines() if not l.startswith("#")]
+        header = lines[0].split(",")
+        table = [dict(zip(header, l.split(","))) for l in lines[1:]]
+        self.assertEqual(len(table), 2 * 3)  # policies x algorithms
+        for row in table:
+            self.assertEqual((row["distribution"], row["seq_len"], row["head_dim"]), ("captured", "16", "8"), row)
+            self.assertGreater(float(row["max_abs"]), 0.0)
+        bad = self.dir / "bad_layer.toml"
+        bad.write_text(grid.read_text().replace("captured_layer = 0", "captured_layer = 3"))
+        r = self.fastudy("microbench", bad, "--out", out, "--resume", expect=2)
+        self.assertIn("captured_layer = 3 is not a layer of the model", r.stderr)
+
     def test_missing_modules_give_a_hint(self):
         out = self.dir / "mb"
         self.fastudy("microbench", self.grid, "--out", out)

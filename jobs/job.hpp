@@ -68,6 +68,7 @@ struct JobInfo {
   bool target_is_out = false;  // the positional argument is an output directory (or a grid)
   JobFn run = nullptr;
   JobOptionsFn options = nullptr;  // null: the job has only the common options
+  bool writes_study = false;  // holds the study lock (OUT/fastudy.lock, study_lock.hpp) while it runs
 };
 
 const std::vector<JobInfo>& job_registry();
@@ -96,6 +97,8 @@ void slurm_options(boost::program_options::options_description& d, CliOptions& o
 // A non-empty directory that is not a fastudy study is always refused.
 void prepare_output(JobContext& ctx);
 std::string read_text_file(const std::string& path);
+// The hint of a study.toml that does not match its checksum (OUT/study.toml.crc).
+extern const char* const kStudyTomlHint;
 bool file_exists(const std::string& path);
 
 }  // namespace fastudy

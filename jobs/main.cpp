@@ -15,11 +15,13 @@
 
 #include <boost/program_options.hpp>
 
+#include "base/checksum.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "fastudy/version.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
+#include "jobs/study_lock.hpp"
 #include "kernels/attention.hpp"
 #include "src/runtime/mpi.hpp"
 
@@ -128,7 +130,7 @@ JobContext make_context(const Parsed& p) {
     const std::string marker = (fs::path(p.opts.target) / "study.toml").string();
     if (!fs::exists(marker, ec))
       throw UsageError(p.opts.target + " holds no fastudy study (no study.toml)", "pass the study's output directory");
-    ctx.study = load_study(marker);
+    ctx.study = parse_study(read_sealed(marker, kStudyTomlHint), marker);
     ctx.out_dir = p.opts.target;
   } else {
     ctx.study = load_study(p.opts.target);
@@ -166,8 +168,11 @@ int main(int argc, char** argv) {
   log::set_level(parsed.quiet ? log::Level::quiet : parsed.verbose ? log::Level::debug : log::Level::info);
 
   if (!parsed.job->uses_mpi) {
+    install_stop_signals();
     try {
       JobContext ctx = make_context(parsed);
+      StudyLock lock;
+      if (parsed.job->writes_study) lock = StudyLock::acquire(ctx.out_dir, ctx.opts.command_line);
       return parsed.job->run(ctx);
     } catch (const std::exception& e) {
       return print_error(e);
@@ -215,6 +220,14 @@ int main(int argc, char** argv) {
   for (const auto& h : hosts)
     if (std::find(ctx->prov.hosts.begin(), ctx->prov.hosts.end(), h) == ctx->prov.hosts.end()) ctx->prov.hosts.push_back(h);
 
+  // One writer per study: rank 0 takes the lock (or every rank leaves with its exit code, rank 0
+  // printing why), before anything is written.
+  StudyLock lock;
+  try {
+    if (parsed.job->writes_study) on_root(world, [&] { lock = StudyLock::acquire(ctx->out_dir, ctx->opts.command_line); });
+  } catch (const SilentExit& e) {
+    return e.code();
+  }
   log::info(ctx->prov.header());
   try {
     return parsed.job->run(*ctx);
@@ -225,6 +238,7 @@ int main(int argc, char** argv) {
     if (world.size() == 1) return print_error(e);
     const auto* fe = dynamic_cast<const Error*>(&e);
     std::string msg = std::string(e.what()) + (fe && !fe->hint().empty() ? "\nhint: " + fe->hint() : std::string());
+    lock.release();
     mpi::abort(code, msg);
   }
 }

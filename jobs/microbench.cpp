@@ -19,6 +19,7 @@
 #include <variant>
 
 #include "base/atomic_file.hpp"
+#include "base/checksum.hpp"
 #include "base/log.hpp"
 #include "base/number.hpp"
 #include "jobs/collective.hpp"
@@ -367,7 +368,8 @@ int job_microbench(JobContext& ctx) {
       rows.push_back(std::move(rec));
     }
     write_h5(h5_path, rows, ctx.prov);
-    atomic_write(csv_path, csv.str());
+    write_checksum(h5_path);
+    atomic_write_sealed(csv_path, csv.str());
     print_summary(rows);
     log::info("microbench: wrote " + csv_path + " and " + h5_path + " (" + std::to_string(rows.size()) + " rows)");
   });

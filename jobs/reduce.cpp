@@ -24,6 +24,7 @@
 #include "analysis/distance.hpp"
 #include "analysis/ranking.hpp"
 #include "base/atomic_file.hpp"
+#include "base/checksum.hpp"
 #include "base/log.hpp"
 #include "base/number.hpp"
 #include "jobs/collective.hpp"
@@ -280,7 +281,8 @@ int job_reduce(JobContext& ctx) {
           }
       }
     write_deviation_h5((fs::path(out) / "deviation.h5").string(), plan, results, ctx.prov);
-    atomic_write((fs::path(out) / "deviation.csv").string(), csv.str());
+    write_checksum((fs::path(out) / "deviation.h5").string());
+    atomic_write_sealed((fs::path(out) / "deviation.csv").string(), csv.str());
 
     // The ranking, on the whole-model matrices.
     std::vector<RankingVariant> rv;
@@ -304,12 +306,12 @@ int job_reduce(JobContext& ctx) {
          << number_text(r.w1_min) << ',' << number_text(r.w1_max) << ',' << number_text(r.max_abs_mean) << ',' << number_text(r.slope) << ','
          << number_text(r.ratio_to_attention) << ',' << number_text(r.ratio_lo) << ',' << number_text(r.ratio_hi) << '\n';
     for (const auto& n : ranking.notes) rc << "# note: " << n << '\n';
-    atomic_write((fs::path(out) / "ranking.csv").string(), rc.str());
+    atomic_write_sealed((fs::path(out) / "ranking.csv").string(), rc.str());
     std::ostringstream tw;
     tw << ctx.prov.header() << "variant,twin,precision,step,w1,max_abs\n";
     for (const auto& t : ranking.twins)
       tw << t.variant << ',' << t.twin << ',' << t.precision << ',' << t.step << ',' << number_text(t.w1) << ',' << number_text(t.max_abs) << '\n';
-    atomic_write((fs::path(out) / "twins.csv").string(), tw.str());
+    atomic_write_sealed((fs::path(out) / "twins.csv").string(), tw.str());
     log::info(format_ranking_table(ranking));
     log::info("reduce: wrote deviation.h5, deviation.csv, ranking.csv and twins.csv in " + out);
   });

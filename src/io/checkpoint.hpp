@@ -11,7 +11,8 @@
 //   /extra/<name>           anything else needed to resume exactly (RNG states, ...)
 //   /loss_history           float64 [steps]
 // Each dataset carries a "crc32" attribute (zlib CRC-32 of its raw little-endian bytes), checked on
-// every read. Dots in names are kept, not turned into nested groups: the dataset names are exactly the
+// every read; the whole file (root attributes and HDF5 metadata included) is covered by the sidecar
+// "<path>.crc" (base/checksum.hpp), checked with plain reads before HDF5 opens the file. Dots in names are kept, not turned into nested groups: the dataset names are exactly the
 // trainer's state-dict keys, one flat listing per section (f["params"]["blocks.0.attn.qkv.weight"] in
 // h5py). Children keep their creation order, so a round trip preserves the order of each vector.
 //

@@ -34,8 +34,8 @@ FileSum sum_of_bytes(std::string_view bytes) {
   return FileSum{bytes.size(), crc_update(0, bytes.data(), bytes.size())};
 }
 
-// Parses a sidecar's text strictly: the format word, a decimal size, 8 hex digits, a newline.
-std::optional<FileSum> parse_checksum(const std::string& text) {
+// Parses one line of a sidecar strictly: the format word, a decimal size, 8 hex digits, a newline.
+std::optional<FileSum> parse_line(const std::string& text) {
   const std::string head = std::string(kChecksumFormat) + " ";
   if (text.size() > 64 || text.rfind(head, 0) != 0 || text.back() != '\n') return std::nullopt;
   std::size_t at = head.size();
@@ -54,6 +54,22 @@ std::optional<FileSum> parse_checksum(const std::string& text) {
     s.crc = (s.crc << 4) | static_cast<std::uint32_t>(v);
   }
   return s;
+}
+
+// The sidecar: one line (the file's sum) or two (the file's, then the previous version's).
+std::vector<FileSum> parse_checksum(const std::string& text) {
+  std::vector<FileSum> sums;
+  std::size_t at = 0;
+  while (at < text.size() && sums.size() < 3) {
+    const std::size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) return {};
+    const auto s = parse_line(text.substr(at, nl + 1 - at));
+    if (!s) return {};
+    sums.push_back(*s);
+    at = nl + 1;
+  }
+  if (sums.size() > 2) return {};
+  return sums;
 }
 
 std::string hex8(std::uint32_t v) {
@@ -77,17 +93,18 @@ std::optional<std::string> compare(const std::string& path, const FileSum& actua
   std::error_code ec;
   if (!fs::exists(side, ec))
     return "no checksum file " + side + " (the write did not complete, or the file was not written by fastudy)";
-  const auto text = read_small(side, 64);
+  const auto text = read_small(side, 128);
   if (!text) return "cannot read the checksum file " + side;
-  const auto want = parse_checksum(*text);
-  if (!want) return "the checksum file " + side + " is damaged";
-  if (want->size != actual.size)
-    return "size " + std::to_string(actual.size) + " bytes differs from the " + std::to_string(want->size) +
+  const std::vector<FileSum> sums = parse_checksum(*text);
+  if (sums.empty()) return "the checksum file " + side + " is damaged";
+  for (const auto& s : sums)
+    if (s.size == actual.size && s.crc == actual.crc) return std::nullopt;
+  const FileSum& want = sums.front();
+  if (want.size != actual.size)
+    return "size " + std::to_string(actual.size) + " bytes differs from the " + std::to_string(want.size) +
            " recorded in " + side + " (truncated or extended)";
-  if (want->crc != actual.crc)
-    return "checksum mismatch (crc32 " + hex8(actual.crc) + ", " + side + " records " + hex8(want->crc) +
-           "): the file was changed or damaged after it was written";
-  return std::nullopt;
+  return "checksum mismatch (crc32 " + hex8(actual.crc) + ", " + side + " records " + hex8(want.crc) +
+         "): the file was changed or damaged after it was written";
 }
 
 }  // namespace
@@ -127,14 +144,49 @@ void remove_checksum(const std::string& path) {
   fs::remove(checksum_path(path), ec);
 }
 
+namespace {
+// The sidecar of a new version `sum` of `path`, written before the new version is renamed into place:
+// it also keeps the current version's line, so that every moment (old file, new sidecar; new file,
+// new sidecar) reads as whole.
+void write_sidecar_before(const std::string& path, const FileSum& sum, bool durable) {
+  std::string text = format_checksum(sum);
+  if (const auto old = read_small(checksum_path(path), 128)) {
+    const std::vector<FileSum> sums = parse_checksum(*old);
+    if (!sums.empty()) text += format_checksum(sums.front());
+  }
+  atomic_write(checksum_path(path), text, durable);
+}
+}  // namespace
+
 void commit_sealed(const std::string& tmp, const std::string& path, bool durable) {
+  FileSum sum;
+  try {
+    sum = file_sum(tmp);
+    write_sidecar_before(path, sum, durable);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
   commit_file(tmp, path, durable);
-  write_checksum(path, durable);
 }
 
 void atomic_write_sealed(const std::string& path, std::string_view bytes, bool durable) {
+  write_sidecar_before(path, sum_of_bytes(bytes), durable);
   atomic_write(path, bytes, durable);
-  atomic_write(checksum_path(path), format_checksum(sum_of_bytes(bytes)), durable);
+}
+
+void atomic_write_sealed_with(const std::string& path, const std::function<void(const std::string& tmp)>& write,
+                              bool durable) {
+  const std::string tmp = temporary_path(path);
+  try {
+    write(tmp);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  commit_sealed(tmp, path, durable);
 }
 
 std::optional<std::string> checksum_problem(const std::string& path) {

@@ -4,10 +4,12 @@
 // flipped byte anywhere in the file (data, attributes, HDF5 metadata) or in the sidecar is then a
 // named error, never a crash or hang inside a library, nor a silently different result.
 //
-// Sidecar (one line, ASCII):  fastudy-crc32/1 <size in bytes> <crc32, 8 lowercase hex digits>
-// (zlib CRC-32 of the whole file). The sidecar is written (atomically) right after the file is renamed
-// into place: a crash between the two leaves a file whose sidecar is missing or stale, which reads as
-// damaged — the caller falls back (an older checkpoint, a rerun), it never trusts the file.
+// Sidecar (ASCII):  fastudy-crc32/1 <size in bytes> <crc32, 8 lowercase hex digits>
+// (zlib CRC-32 of the whole file), and a second such line for the version the file replaced. The
+// sidecar is written (atomically) before the new version is renamed into place, so a crash at any
+// moment leaves a file that matches one of its lines; a file without a sidecar (written by something
+// else, or its sidecar lost) reads as damaged — the caller falls back (an older checkpoint, a rerun),
+// it never trusts the file.
 //
 //   commit_sealed(tmp, "out/checkpoints/v/step_0000010.h5", true);   // rename + sidecar
 //   atomic_write_sealed("out/status.csv", text);                      // whole text file + sidecar
@@ -15,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,14 +52,18 @@ struct FileSum {
 FileSum file_sum(const std::string& path);
 std::string format_checksum(const FileSum& sum);  // the sidecar's line, newline included
 
-// Writes the sidecar of `path` (which must be in its final place) atomically.
+// Writes the sidecar of `path` (already in its final place) atomically: for a file sealed after the
+// fact (tests, tools); writers use commit_sealed / atomic_write_sealed.
 void write_checksum(const std::string& path, bool durable = false);
 // Removes the sidecar of `path` (no error when there is none).
 void remove_checksum(const std::string& path);
 
-// commit_file(tmp, path, durable) followed by write_checksum(path, durable).
+// The sidecar of the finished `tmp`, then commit_file(tmp, path, durable).
 void commit_sealed(const std::string& tmp, const std::string& path, bool durable = false);
+// atomic_write / atomic_write_with (base/atomic_file.hpp) with the sidecar.
 void atomic_write_sealed(const std::string& path, std::string_view bytes, bool durable = false);
+void atomic_write_sealed_with(const std::string& path, const std::function<void(const std::string& tmp)>& write,
+                              bool durable = false);
 
 // nullopt when `path` exists and matches its sidecar; otherwise the problem ("no such file",
 // "no checksum file ...", "size ... differs", "checksum mismatch ...", "the checksum file is damaged").

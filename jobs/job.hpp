@@ -100,5 +100,7 @@ std::string read_text_file(const std::string& path);
 // The hint of a study.toml that does not match its checksum (OUT/study.toml.crc).
 extern const char* const kStudyTomlHint;
 bool file_exists(const std::string& path);
+// A word a POSIX shell reads back as `s` ('...' with ' written as '\''), for commands printed to paste.
+std::string shell_quote(const std::string& s);
 
 }  // namespace fastudy

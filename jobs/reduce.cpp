@@ -82,7 +82,8 @@ Plan make_plan(const Study& st, const std::string& out, bool allow_missing) {
     }
     if (!allow_missing)
       throw Error("cannot reduce variant " + v.id + ": " + problem,
-                  "train it first (fastudy train ... --resume), or pass --allow-missing to leave it out");
+                  "train or repair it first: fastudy train " + shell_quote(st.file) + " --out " + shell_quote(out) +
+                      " --resume (it retrains from the last good checkpoint), or pass --allow-missing to leave it out");
     log::warn("leaving out " + v.id + ": " + problem);
     plan.left_out.push_back(v.id + ": " + problem);
   }
@@ -170,7 +171,7 @@ void write_deviation_h5(const std::string& path, const Plan& plan, const std::ve
                         const Provenance& prov) {
   const std::size_t V = plan.variants.size();
   const std::int64_t v64 = static_cast<std::int64_t>(V);
-  atomic_write_with(path, [&](const std::string& tmp) {
+  atomic_write_sealed_with(path, [&](const std::string& tmp) {
     h5::File f = h5::File::create(tmp, nullptr);
     h5::Group root = f.root();
     root.set_attr("format", std::string("fastudy-deviation/1"));
@@ -281,7 +282,6 @@ int job_reduce(JobContext& ctx) {
           }
       }
     write_deviation_h5((fs::path(out) / "deviation.h5").string(), plan, results, ctx.prov);
-    write_checksum((fs::path(out) / "deviation.h5").string());
     atomic_write_sealed((fs::path(out) / "deviation.csv").string(), csv.str());
 
     // The ranking, on the whole-model matrices.

@@ -19,7 +19,7 @@ const std::vector<JobInfo>& job_registry() {
        job_report, nullptr, true},
       {"status", "the state of every variant of a study", "fastudy status OUT|GRID.toml", false, true, job_status},
       {"slurm", "write (and submit) an sbatch script for the study",
-       "fastudy slurm GRID.toml --nodes N --ntasks-per-node T --time HH:MM:SS [--submit]", false, false, job_slurm, slurm_options},
+       "fastudy slurm GRID.toml --nodes N --ntasks-per-node T --time HH:MM:SS [--submit]", false, false, job_slurm, slurm_options, true},
   };
   return jobs;
 }

@@ -13,6 +13,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "base/checksum.hpp"
 #include "base/log.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
@@ -49,13 +50,48 @@ std::vector<const Variant*> select_variants(const Study& st, const std::vector<s
   return out;
 }
 
-// Before a resumed schedule: a variant recorded as done whose final checkpoint is missing, invalid or
-// was trained with another configuration goes back to the queue (rank 0 only).
-void requeue_stale_done(const std::string& out, const std::vector<const Variant*>& variants,
-                        const std::string& status_path) {
-  if (!file_exists(status_path)) return;
-  std::vector<StatusRow> rows = read_status_csv(status_path);
+// Before a resumed schedule (rank 0 only), resume repairs:
+//  - a status.csv that does not match its checksum is set aside (the state of every variant is then
+//    rebuilt from its checkpoints by the schedule);
+//  - every checkpoint of every variant is checked against its checksum (no HDF5); a variant with a
+//    missing or damaged one loses it and every later one, and trains again from the last good
+//    checkpoint before it (training resumes bit for bit, so the files come back the same);
+//  - a variant recorded as done whose final checkpoint is missing, invalid or was trained with
+//    another configuration goes back to the queue.
+void repair_for_resume(const std::string& out, const std::vector<const Variant*>& variants,
+                       const std::string& status_path) {
+  std::vector<StatusRow> rows;
+  if (file_exists(status_path)) {
+    if (auto problem = checksum_problem(status_path)) {
+      log::warn(status_path + ": " + *problem + "; setting it aside, the state of every variant is rebuilt from its checkpoints");
+      std::error_code ec;
+      fs::remove(status_path, ec);
+      remove_checksum(status_path);
+    } else {
+      rows = read_status_csv(status_path);
+    }
+  }
   bool changed = false;
+  auto requeue = [&](const std::string& id, const std::string& why) {
+    log::info("requeue " + id + ": " + why);
+    for (auto& row : rows) {
+      if (row.variant != id || row.state == TaskState::queued) continue;
+      row.state = TaskState::queued;
+      row.reason = why;
+      changed = true;
+    }
+  };
+  for (const auto* v : variants) {
+    const std::vector<std::int64_t> have = list_checkpoint_steps(checkpoint_dir(out, v->id));
+    if (have.empty()) continue;
+    const auto damage =
+        first_damaged_checkpoint(out, v->id, checkpoint_schedule(v->train.checkpoint_every, v->train.steps), have.back());
+    if (!damage) continue;
+    for (const auto& p : remove_checkpoints_from(out, v->id, damage->step)) log::warn(v->id + ": removed " + p);
+    requeue(v->id, "checkpoint of step " + std::to_string(damage->step) + " " +
+                       (damage->problem == "no such file" ? std::string("was missing") : "was damaged (" + damage->problem + ")") +
+                       "; training again from the last good checkpoint before it");
+  }
   for (auto& row : rows) {
     if (row.state != TaskState::done) continue;
     const Variant* v = nullptr;
@@ -66,11 +102,7 @@ void requeue_stale_done(const std::string& out, const std::vector<const Variant*
     std::string why;
     if (!ref || ref->step < v->train.steps) why = "its final checkpoint is missing";
     else if (read_checkpoint_info(ref->path).attrs["config_hash"] != v->hash) why = "its configuration changed";
-    if (why.empty()) continue;
-    log::info("requeue " + v->id + ": " + why);
-    row.state = TaskState::queued;
-    row.reason = why;
-    changed = true;
+    if (!why.empty()) requeue(v->id, why);
   }
   if (changed) write_status_csv(status_path, rows);
 }
@@ -101,7 +133,7 @@ int job_train(JobContext& ctx) {
     check_layout(world.size(), st.train.ranks_per_variant);
     variants = select_variants(st, ctx.opts.variants);
     prepare_output(ctx);
-    if (ctx.opts.resume) requeue_stale_done(out, variants, status_path);
+    if (ctx.opts.resume) repair_for_resume(out, variants, status_path);
   });
   if (world.rank() != 0) variants = select_variants(st, ctx.opts.variants);
 

@@ -697,6 +697,38 @@ std::vector<std::int64_t> list_checkpoint_steps(const std::string& dir) {
   return steps;
 }
 
+std::vector<std::int64_t> checkpoint_schedule(std::int64_t every, std::int64_t steps) {
+  std::vector<std::int64_t> out;
+  if (every > 0)
+    for (std::int64_t s = every; s < steps; s += every) out.push_back(s);
+  if (steps > 0) out.push_back(steps);
+  return out;
+}
+
+std::optional<CheckpointDamage> first_damaged_checkpoint(const std::string& out, const std::string& variant_id,
+                                                         const std::vector<std::int64_t>& schedule, std::int64_t upto) {
+  for (std::int64_t s : schedule) {
+    if (s > upto) break;
+    const std::string path = checkpoint_path(out, variant_id, s);
+    if (auto problem = checksum_problem(path)) return CheckpointDamage{s, path, *problem};
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> remove_checkpoints_from(const std::string& out, const std::string& variant_id,
+                                                 std::int64_t from) {
+  std::vector<std::string> removed;
+  for (std::int64_t s : list_checkpoint_steps(checkpoint_dir(out, variant_id))) {
+    if (s < from) continue;
+    const std::string path = checkpoint_path(out, variant_id, s);
+    std::error_code ec;
+    fs::remove(path, ec);
+    remove_checksum(path);
+    removed.push_back(path);
+  }
+  return removed;
+}
+
 std::optional<CheckpointRef> latest_valid_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
   auto report = [&](const std::string& line) {
     if (skipped) {

@@ -114,6 +114,25 @@ std::string checkpoint_path(const std::string& out, const std::string& variant_i
 // dir gives an empty list). Names only: the files are not opened.
 std::vector<std::int64_t> list_checkpoint_steps(const std::string& dir);
 
+// The steps at which the trainer writes a checkpoint: every `every` steps (when every > 0) and the
+// last step, ascending.
+std::vector<std::int64_t> checkpoint_schedule(std::int64_t every, std::int64_t steps);
+
+// The first checkpoint of a variant, among the `schedule` steps up to `upto` (inclusive), that is
+// missing or does not match its checksum sidecar; nullopt when all are whole. Checksums only (plain
+// reads, no HDF5): cheap enough to run over every checkpoint of every variant on each resume.
+struct CheckpointDamage {
+  std::int64_t step = 0;
+  std::string path;
+  std::string problem;
+};
+std::optional<CheckpointDamage> first_damaged_checkpoint(const std::string& out, const std::string& variant_id,
+                                                         const std::vector<std::int64_t>& schedule, std::int64_t upto);
+
+// Removes the checkpoints of a variant at steps >= `from` and their sidecars; returns the paths removed.
+std::vector<std::string> remove_checkpoints_from(const std::string& out, const std::string& variant_id,
+                                                 std::int64_t from);
+
 struct CheckpointRef {
   std::int64_t step = 0;
   std::string path;

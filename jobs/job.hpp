@@ -90,6 +90,10 @@ void train_options(boost::program_options::options_description& d, CliOptions& o
 void reduce_options(boost::program_options::options_description& d, CliOptions& o);
 void slurm_options(boost::program_options::options_description& d, CliOptions& o);
 
+// Whether the report renderer's interpreter imports the modules it needs: nullopt, or the problem
+// with an install hint (report.cpp; the preflight of a grid with the report phase).
+std::optional<std::string> report_modules_problem();
+
 // Output directory policy shared by the phases that create results (output.cpp).
 // A new or empty directory is created and receives study.toml (the resolved config) and
 // provenance.txt. An existing study directory is refused unless --resume (continue; the grid's hash

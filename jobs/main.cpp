@@ -21,6 +21,7 @@
 #include "fastudy/version.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
+#include "jobs/preflight.hpp"
 #include "jobs/study_lock.hpp"
 #include "kernels/attention.hpp"
 #include "src/runtime/mpi.hpp"
@@ -140,6 +141,20 @@ JobContext make_context(const Parsed& p) {
   return ctx;
 }
 
+// What the preflight checks for a job: the train phase (run with it, train) and the report phase
+// (run with it); nullopt for jobs it has nothing to check for.
+std::optional<PreflightScope> preflight_scope(const JobContext& ctx, int ranks, int ranks_on_host) {
+  PreflightScope s;
+  const Study& st = *ctx.study;
+  s.train = ctx.opts.command == "train" || (ctx.opts.command == "run" && st.has_phase("train"));
+  s.report = ctx.opts.command == "run" && st.has_phase("report");
+  if (!s.train && !s.report) return std::nullopt;
+  s.ranks = ranks;
+  s.ranks_on_host = ranks_on_host;
+  s.out = ctx.out_dir;
+  return s;
+}
+
 int exit_code_of(const std::exception& e) {
   if (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const UsageError*>(&e)) return kExitUsage;
   return kExitFailure;
@@ -171,6 +186,7 @@ int main(int argc, char** argv) {
     install_stop_signals();
     try {
       JobContext ctx = make_context(parsed);
+      if (auto scope = preflight_scope(ctx, 1, 1)) preflight(*ctx.study, *scope);
       StudyLock lock;
       if (parsed.job->writes_study) lock = StudyLock::acquire(ctx.out_dir, ctx.opts.command_line);
       return parsed.job->run(ctx);
@@ -220,10 +236,13 @@ int main(int argc, char** argv) {
   for (const auto& h : hosts)
     if (std::find(ctx->prov.hosts.begin(), ctx->prov.hosts.end(), h) == ctx->prov.hosts.end()) ctx->prov.hosts.push_back(h);
 
-  // One writer per study: rank 0 takes the lock (or every rank leaves with its exit code, rank 0
-  // printing why), before anything is written.
+  // Before anything is written: the preflight (every problem at once), then one writer per study:
+  // rank 0 checks and takes the lock, or every rank leaves with its exit code, rank 0 printing why.
+  const int on_host = static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts[0]));
   StudyLock lock;
   try {
+    if (auto scope = preflight_scope(*ctx, world.size(), on_host))
+      on_root(world, [&] { preflight(*ctx->study, *scope); });
     if (parsed.job->writes_study) on_root(world, [&] { lock = StudyLock::acquire(ctx->out_dir, ctx->opts.command_line); });
   } catch (const SilentExit& e) {
     return e.code();

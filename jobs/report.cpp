@@ -153,6 +153,20 @@ void check_modules(const std::string& python) {
               kInstallHint);
 }
 
+}  // namespace
+
+std::optional<std::string> report_modules_problem() {
+  try {
+    check_modules(find_python());
+    find_script();
+  } catch (const Error& e) {
+    return std::string(e.what()) + "; hint: " + e.hint();
+  }
+  return std::nullopt;
+}
+
+namespace {
+
 void render(const std::string& out_dir) {
   std::error_code ec;
   if (!fs::is_directory(out_dir, ec))

@@ -187,7 +187,8 @@ TEST(Integrity, ByteFlipsAndTamperingAreNamedAndResumeRepairs) {
   for (const char* id : kIds) clean[id] = final_state(a, id, 4);
   const std::string clean_deviation = slurp(a + "/deviation.csv");
 
-  // status.csv, deviation.h5 and study.toml: 16 bytes flipped at four offsets spread over each file,
+  // status.csv, deviation.h5 and study.toml: 16 bytes flipped at two offsets of each file (the
+  // script bench/reliability/byte_flips.py flips at 40+ offsets per file),
   // and a damaged sidecar, are named errors of the jobs that read them.
   struct Case {
     std::string file, command;
@@ -197,7 +198,7 @@ TEST(Integrity, ByteFlipsAndTamperingAreNamedAndResumeRepairs) {
                         Case{"study.toml", "status " + a, 1}}) {
     const std::string path = a + "/" + c.file;
     const std::string bytes = slurp(path), side = slurp(checksum_path(path));
-    for (std::size_t at : {std::size_t{0}, bytes.size() / 3, 2 * bytes.size() / 3, bytes.size()}) {
+    for (std::size_t at : {bytes.size() / 3, bytes.size()}) {
       SCOPED_TRACE(c.file + " at " + std::to_string(at));
       spit(path, flip16(bytes, at));
       ASSERT_NE(slurp(path), bytes);
@@ -338,4 +339,112 @@ TEST(Signals, GracePeriodAfterTheFirstSigtermEndsAHungJob) {
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
   EXPECT_EQ(exit_code_of(pid), 143);
   EXPECT_TRUE(wait_until([&] { return process_ended(child); }, -1));
+}
+
+namespace {
+
+// A grid of ci.toml's shape with `data` as its [data] section and `extra` appended.
+std::string grid_with(const std::string& out, const std::string& data, const std::string& extra = "") {
+  return "[study]\nname = \"pre\"\nout = \"" + out + "\"\nphases = [\"microbench\", \"train\", \"reduce\"]\n" +
+         "[grid]\nseed = [1, 2]\n[model]\nvocab = 32\nd_model = 16\nheads = 2\nlayers = 1\nseq_len = 16\nmlp_ratio = 2\n" +
+         "[data]\n" + data + "[train]\nsteps = 2\nbatch = 4\nwarmup = 1\ncheckpoint_every = 2\n" +
+         "[attention]\nblock_q = 8\nblock_kv = 8\n" +
+         "[microbench]\nformats = [\"fp32\"]\npolicies = [\"mixed\"]\nseq_lens = [16]\nhead_dims = [8]\nblocks = [[8, 8]]\n" +
+         "loop_orders = [\"q_outer\"]\ntrials = 1\nheads = 1\n" + extra;
+}
+
+std::string little_endian(const std::vector<std::uint32_t>& ids, int width) {
+  std::string bytes;
+  for (auto id : ids)
+    for (int b = 0; b < width; ++b) bytes += static_cast<char>((id >> (8 * b)) & 0xff);
+  return bytes;
+}
+
+}  // namespace
+
+TEST(Preflight, EveryDataProblemExitsTwoNamesItAndWritesNothing) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  std::vector<std::uint32_t> ids(200), big(200);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::uint32_t>(i % 30), big[i] = static_cast<std::uint32_t>(i % 40);
+  dir.file("u16.bin", little_endian(ids, 2));
+  dir.file("u32.bin", little_endian(ids, 4));
+  dir.file("big.bin", little_endian(big, 2));
+  dir.file("short.bin", little_endian(std::vector<std::uint32_t>(10, 1), 2));
+  dir.file("odd.bin", little_endian(ids, 2) + "x");
+  fs::create_directories(dir / "folder");
+  struct Case {
+    std::string data, message;
+  };
+  const std::string d = dir.str() + "/";
+  int n = 0;
+  for (const Case& c : {
+           Case{"kind = \"tokens\"\npath = \"" + d + "missing.bin\"\n", "cannot open data file '" + d + "missing.bin': No such file"},
+           Case{"kind = \"tokens\"\npath = \"" + d + "folder\"\n", "data file '" + d + "folder' is not a regular file (a directory)"},
+           Case{"kind = \"tokens\"\npath = \"" + d + "short.bin\"\n", "holds 10 tokens, fewer than one sequence (seq_len + 1 = 17)"},
+           Case{"kind = \"tokens\"\npath = \"" + d + "big.bin\"\n", "token id 32 at position 32 is >= [model] vocab = 32"},
+           Case{"kind = \"tokens\"\npath = \"" + d + "u32.bin\"\n", "it looks like a file of uint32 ids; hint: set [data] token_bytes = 4"},
+           Case{"kind = \"tokens\"\npath = \"" + d + "odd.bin\"\n", "401 bytes, not a whole number of uint16 token ids"},
+           Case{"kind = \"tokens\"\ntoken_bytes = 4\npath = \"" + d + "u16.bin\"\n", "token id 65536 at position 0 is >= [model] vocab = 32"},
+       }) {
+    SCOPED_TRACE(c.data);
+    const std::string grid = dir.file("g.toml", grid_with(out, c.data));
+    // `run` (the microbench phase comes first in the grid) for even cases, `train` for odd ones, and
+    // `plan` for two: every job that trains runs the same preflight (one process each keeps it quick).
+    const std::string job = ++n % 2 == 0 ? "run" : "train";
+    const RunResult r = run_fastudy(job + " " + grid);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find("found 1 problem (nothing was run or written)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out)) << job << " wrote " << out;
+    if (n > 2) continue;
+    const RunResult plan = run_fastudy("plan " + grid);
+    EXPECT_EQ(plan.code, 2) << plan.output;
+    EXPECT_NE(plan.output.find("would stop before it starts"), std::string::npos) << plan.output;
+    EXPECT_NE(plan.output.find(c.message), std::string::npos) << plan.output;
+  }
+  // The uint32 file with its width declared trains.
+  const std::string grid = dir.file("g.toml", grid_with(out, "kind = \"tokens\"\ntoken_bytes = 4\npath = \"" + d + "u32.bin\"\n"));
+  const RunResult r = run_fastudy("train " + grid + " -q");
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
+TEST(Preflight, LayoutMemoryDiskAndReportAllAtOnceBeforeAnythingIsWritten) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  // Tiny weights (checkpoints fit any disk) but activations of about 13 TB per rank.
+  std::string text = grid_with(out, "kind = \"synthetic\"\n", "");
+  text.replace(text.find("vocab = 32"), 10, "vocab = 65536");
+  text.replace(text.find("seq_len = 16"), 12, "seq_len = 4096");
+  text.replace(text.find("batch = 4\n"), 10, "batch = 4096\n");
+  text.replace(text.find("seq_lens = [16]"), 15, "seq_lens = [32]");
+  const std::string grid = dir.file("g.toml", text);
+  std::string overridden = text;
+  overridden.replace(overridden.find("[study]\n"), 8, "[study]\nmemory_check = false\n");
+  const std::string grid_override = dir.file("o.toml", overridden);
+  text.replace(text.find("steps = 2\n"), 10, "steps = 2\nranks_per_variant = 2\n");
+  const std::string grid2 = dir.file("g2.toml", text);
+  RunResult r = run_fastudy("train " + grid);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("of memory per rank while training (estimate), more than the"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[study] memory_check = false"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
+  // The override: plan then finds nothing in the way.
+  r = run_fastudy("plan " + grid_override);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("preflight: every check passed"), std::string::npos) << r.output;
+  // Under MPI with a layout that does not divide: both problems at once, exit 2 on every rank.
+  r = run_fastudy_mpi(3, grid2 + " --out " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("found 2 problems"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the job has 3 ranks, not a multiple of ranks_per_variant = 2"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out)) << "the microbench phase ran or study.toml was written";
+  // The report phase's modules, checked up front too.
+  std::string rtext = grid_with(out, "kind = \"synthetic\"\n");
+  rtext.replace(rtext.find("\"reduce\"]"), 9, "\"reduce\", \"report\"]");
+  const std::string rgrid = dir.file("r.toml", rtext);
+  r = run_command("FASTUDY_PYTHON=/bin/false " + std::string(FASTUDY_EXE) + " " + rgrid);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("/bin/false failed to start"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <mutex>
+#include <new>
 #include <sstream>
 
 #include <boost/program_options.hpp>
@@ -105,6 +106,19 @@ void repair_for_resume(const std::string& out, const std::vector<const Variant*>
     if (!why.empty()) requeue(v->id, why);
   }
   if (changed) write_status_csv(status_path, rows);
+}
+
+// One line for a failure inside a variant's training: the first line of the message (LibTorch's
+// errors carry a C++ backtrace of hundreds of lines after it, kept for -v), or "out of memory".
+std::string one_line_reason(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e)) return "out of memory (an allocation failed)";
+  std::string what = e.what();
+  log::debug("full error: " + what);
+  const std::size_t nl = what.find('\n');
+  if (nl != std::string::npos) what.resize(nl);
+  const std::size_t hint = what.find(" (most recent call first)");  // c10::Error's backtrace marker
+  if (hint != std::string::npos) what.resize(hint);
+  return what;
 }
 
 std::string format_seconds(double s) {
@@ -216,7 +230,9 @@ int job_train(JobContext& ctx) {
       return (group.size() > 1 ? group.allreduce_max(flag) : flag) != 0;
     };
     const std::int64_t log_every = v.train.log_every;
+    std::int64_t last_step = resume ? resume->step : 0;
     hooks.on_step = [&](const StepLog& l) {
+      last_step = l.step;
       progress.report(l.step, l.loss);
       if (world.rank() == 0 && (l.step % log_every == 0 || l.skipped || l.spike)) {
         std::ostringstream os;
@@ -227,7 +243,16 @@ int job_train(JobContext& ctx) {
         log::info(os.str());
       }
     };
-    TrainResult r = train_variant(v, vdir, hooks, resume ? &*resume : nullptr);
+    TrainResult r;
+    try {
+      r = train_variant(v, vdir, hooks, resume ? &*resume : nullptr);
+    } catch (const std::exception& e) {
+      // Allocation failures, disk full, I/O errors: one line naming the variant and the step (the
+      // message names the file and the errno text where there is one); the whole error with -v.
+      const std::string reason = v.id + " failed after step " + std::to_string(last_step) + ": " + one_line_reason(e);
+      if (group.rank() == 0) log::error(reason);
+      return {TaskState::failed, last_step, NAN, reason};
+    }
     switch (r.outcome) {
       case TrainOutcome::done: return {TaskState::done, r.step, r.final_loss, ""};
       case TrainOutcome::diverged: return {TaskState::diverged, r.step, r.final_loss, r.reason};

@@ -88,14 +88,16 @@ DataStream::DataStream(const DataConfig& data, const ModelConfig& model)
                       " ids ([data] token_bytes = " + std::to_string(w) + "); for raw text use kind = \"text\"");
     }
     tokens_.resize(bytes.size() / w);
-    bool odd_all_zero = tokens_.size() >= 2;  // uint16 view of a uint32 file of ids < 65536
+    // The uint16 view of a uint32 file of ids < 65536: ids at even positions, 0 at every odd one.
+    bool odd_all_zero = tokens_.size() >= 2, even_nonzero = false;
     for (std::size_t i = 0; i < tokens_.size(); ++i) {
       std::uint32_t id = 0;
       for (std::size_t b = 0; b < w; ++b) id |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[w * i + b])) << (8 * b);
       tokens_[i] = id;
       if (i % 2 == 1 && id != 0) odd_all_zero = false;
+      if (i % 2 == 0 && id != 0) even_nonzero = true;
     }
-    if (w == 2 && odd_all_zero) {
+    if (w == 2 && odd_all_zero && even_nonzero) {
       throw Error("data file '" + data.path + "' read as uint16 ids has 0 at every odd position: it looks like a "
                       "file of uint32 ids",
                   "set [data] token_bytes = 4 (or write the ids as uint16)");

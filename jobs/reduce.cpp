@@ -233,7 +233,8 @@ int job_reduce(JobContext& ctx) {
   // Task k = (step k / T, tensor k % T) runs on rank k % size.
   std::string mine;
   std::vector<std::string> names(plan.tensors.begin(), plan.tensors.end() - 1);
-  for (std::size_t si = 0; si < plan.steps.size(); ++si) {
+  // A stop signal (SIGTERM, SIGUSR1) ends the work at the next step or tensor; nothing is written.
+  for (std::size_t si = 0; si < plan.steps.size() && !stop_signal_received(); ++si) {
     bool any = false;
     for (std::size_t t = 0; t < T; ++t) any |= (si * T + t) % static_cast<std::size_t>(world.size()) == static_cast<std::size_t>(world.rank());
     if (!any) continue;
@@ -242,7 +243,7 @@ int job_reduce(JobContext& ctx) {
       sp.per_variant.push_back(read_params(checkpoint_path(out, v->id, plan.steps[si])));
       for (const auto& a : sp.per_variant.back()) sp.f64 |= a.dtype == DType::f64;
     }
-    for (std::size_t t = 0; t < T; ++t) {
+    for (std::size_t t = 0; t < T && !stop_signal_received(); ++t) {
       const std::size_t k = si * T + t;
       if (k % static_cast<std::size_t>(world.size()) != static_cast<std::size_t>(world.rank())) continue;
       std::vector<double> m = sp.f64 ? task_matrices(gather_tensor<double>(sp, plan.tensors[t], names))
@@ -253,6 +254,10 @@ int job_reduce(JobContext& ctx) {
     }
   }
   std::vector<std::string> parts = world.gather(mine);
+  if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {
+    log::warn("reduce: stopped by a signal; nothing was written, run it again to redo it");
+    return kExitFailure;
+  }
 
   on_root(world, [&] {
     const std::size_t task_bytes = sizeof(std::uint64_t) + kMetrics * V * V * sizeof(double);

@@ -448,3 +448,21 @@ TEST(Preflight, LayoutMemoryDiskAndReportAllAtOnceBeforeAnythingIsWritten) {
   EXPECT_NE(r.output.find("/bin/false failed to start"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(out));
 }
+
+TEST(Slurm, PrintedCommandsAreShellQuotedAndQuotesRefusedInOutput) {
+  TempDir dir;
+  const std::string out = (dir / "o$(id)").string();  // a path a shell would expand if pasted unquoted
+  const std::string grid = dir.file("g.toml", tiny_grid(out, 2, 2));
+  RunResult r = run_fastudy("slurm " + grid + " --nodes 1 --ntasks-per-node 1 --time 00:10:00");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("submit it with: sbatch '" + out + "/fastudy.sbatch'"), std::string::npos) << r.output;
+  const std::string script = slurp(out + "/fastudy.sbatch");
+  EXPECT_NE(script.find("# Submit: sbatch '" + out + "/fastudy.sbatch'   Progress: fastudy status '" + out + "'"),
+            std::string::npos) << script;
+  // An #SBATCH line takes no quoting: an output directory with a quote is refused, nothing written.
+  const std::string quoted = (dir / "it's").string();
+  r = run_fastudy("slurm " + grid + " --out \"" + quoted + "\" --nodes 1 --ntasks-per-node 1 --time 00:10:00");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("a quote"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(quoted));
+}

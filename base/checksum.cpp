@@ -88,14 +88,13 @@ std::optional<std::string> read_small(const std::string& path, std::size_t limit
   return s;
 }
 
-std::optional<std::string> compare(const std::string& path, const FileSum& actual) {
+// `sidecar` is the sidecar's text as read before the file (nullopt: there is none).
+std::optional<std::string> compare(const std::string& path, const std::optional<std::string>& sidecar,
+                                   const FileSum& actual) {
   const std::string side = checksum_path(path);
-  std::error_code ec;
-  if (!fs::exists(side, ec))
+  if (!sidecar)
     return "no checksum file " + side + " (the write did not complete, or the file was not written by fastudy)";
-  const auto text = read_small(side, 128);
-  if (!text) return "cannot read the checksum file " + side;
-  const std::vector<FileSum> sums = parse_checksum(*text);
+  const std::vector<FileSum> sums = parse_checksum(*sidecar);
   if (sums.empty()) return "the checksum file " + side + " is damaged";
   for (const auto& s : sums)
     if (s.size == actual.size && s.crc == actual.crc) return std::nullopt;
@@ -189,12 +188,30 @@ void atomic_write_sealed_with(const std::string& path, const std::function<void(
   commit_sealed(tmp, path, durable);
 }
 
+namespace {
+// Reads the sidecar, then the file (through `sum`), then the sidecar again: a writer that replaced
+// the file twice meanwhile (status.csv while training) changes the sidecar, and the check is made
+// again; a damaged file gives the same answer every time.
+template <class Sum>
+std::optional<std::string> check(const std::string& path, Sum sum) {
+  std::optional<std::string> problem;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const auto before = read_small(checksum_path(path), 128);
+    const FileSum actual = sum();
+    const auto after = read_small(checksum_path(path), 128);
+    problem = compare(path, before, actual);
+    if (!problem || before == after) return problem;
+  }
+  return problem;
+}
+}  // namespace
+
 std::optional<std::string> checksum_problem(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::string("no such file");
   if (!fs::is_regular_file(path, ec)) return std::string("not a regular file");
   try {
-    return compare(path, file_sum(path));
+    return check(path, [&] { return file_sum(path); });
   } catch (const Error& e) {
     return std::string(e.what());
   }
@@ -207,12 +224,16 @@ void verify_sealed(const std::string& path, const std::string& hint) {
 std::string read_sealed(const std::string& path, const std::string& hint) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw IntegrityError(path, fs::exists(path, ec) ? "not a regular file" : "no such file", hint);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IntegrityError(path, std::string("cannot be read: ") + std::strerror(errno), hint);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string bytes = ss.str();
-  if (auto problem = compare(path, sum_of_bytes(bytes))) throw IntegrityError(path, *problem, hint);
+  std::string bytes;
+  const auto problem = check(path, [&] {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw IntegrityError(path, std::string("cannot be read: ") + std::strerror(errno), hint);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    bytes = ss.str();
+    return sum_of_bytes(bytes);
+  });
+  if (problem) throw IntegrityError(path, *problem, hint);
   return bytes;
 }
 

@@ -24,6 +24,7 @@
 #include "jobs/preflight.hpp"
 #include "jobs/study_lock.hpp"
 #include "kernels/attention.hpp"
+#include "src/io/h5.hpp"
 #include "src/runtime/mpi.hpp"
 
 namespace po = boost::program_options;
@@ -155,6 +156,19 @@ std::optional<PreflightScope> preflight_scope(const JobContext& ctx, int ranks, 
   return s;
 }
 
+// The end of an MPI job: after a failed HDF5 file close (a full disk), MPI_Finalize would crash inside
+// HDF5 (it closes the broken file again), so the process ends here, with its exit code, instead.
+int finish_mpi(int code, StudyLock& lock) {
+  lock.release();
+  if (h5::failed_file_closes() > 0) {
+    log::warn("an HDF5 file could not be closed after an I/O error; ending without MPI_Finalize");
+    std::cout.flush();
+    std::cerr.flush();
+    std::_Exit(code == kExitOk ? kExitFailure : code);
+  }
+  return code;
+}
+
 int exit_code_of(const std::exception& e) {
   if (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const UsageError*>(&e)) return kExitUsage;
   return kExitFailure;
@@ -249,12 +263,12 @@ int main(int argc, char** argv) {
   }
   log::info(ctx->prov.header());
   try {
-    return parsed.job->run(*ctx);
+    return finish_mpi(parsed.job->run(*ctx), lock);
   } catch (const SilentExit& e) {
-    return e.code();
+    return finish_mpi(e.code(), lock);
   } catch (const std::exception& e) {
     const int code = exit_code_of(e);
-    if (world.size() == 1) return print_error(e);
+    if (world.size() == 1) return finish_mpi(print_error(e), lock);
     const auto* fe = dynamic_cast<const Error*>(&e);
     std::string msg = std::string(e.what()) + (fe && !fe->hint().empty() ? "\nhint: " + fe->hint() : std::string());
     lock.release();

@@ -5,6 +5,8 @@
 //   OUT/status.csv                               state of every variant (kept current by rank 0)
 //   OUT/variants/<id>/train_log.csv              per-step log (and shadow.csv when recorded)
 //   OUT/checkpoints/<id>/step_<NNNNNNN>.h5       checkpoints (whole or absent)
+#include <sys/statvfs.h>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include "base/checksum.hpp"
 #include "base/log.hpp"
 #include "jobs/collective.hpp"
+#include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
 #include "src/io/checkpoint.hpp"
 #include "src/runtime/mpi.hpp"
@@ -119,6 +122,15 @@ std::string one_line_reason(const std::exception& e) {
   const std::size_t hint = what.find(" (most recent call first)");  // c10::Error's backtrace marker
   if (hint != std::string::npos) what.resize(hint);
   return what;
+}
+
+// HDF5 reports a failed write without the errno text; when the output's file system is full, say so.
+std::string disk_full_note(const std::string& out) {
+  struct statvfs sv {};
+  if (::statvfs(out.c_str(), &sv) != 0) return "";
+  const double free = static_cast<double>(sv.f_bavail) * static_cast<double>(sv.f_frsize);
+  if (free >= 1024.0 * 1024.0) return "";
+  return " [No space left on device: " + human_bytes(free) + " free on the file system of " + out + "]";
 }
 
 std::string format_seconds(double s) {
@@ -249,7 +261,8 @@ int job_train(JobContext& ctx) {
     } catch (const std::exception& e) {
       // Allocation failures, disk full, I/O errors: one line naming the variant and the step (the
       // message names the file and the errno text where there is one); the whole error with -v.
-      const std::string reason = v.id + " failed after step " + std::to_string(last_step) + ": " + one_line_reason(e);
+      const std::string reason =
+          v.id + " failed after step " + std::to_string(last_step) + ": " + one_line_reason(e) + disk_full_note(out);
       if (group.rank() == 0) log::error(reason);
       return {TaskState::failed, last_step, NAN, reason};
     }

@@ -113,6 +113,13 @@ def random_value(rng, depth=0):
     return 1
 
 
+def table(doc, name):
+    """doc[name] as a table (a section a previous mutation made a scalar becomes a table again)."""
+    if not isinstance(doc.get(name), dict):
+        doc[name] = {}
+    return doc[name]
+
+
 def mutate_doc(doc, rng):
     for _ in range(rng.choice([1, 1, 2, 3])):
         sections = [k for k, v in doc.items() if isinstance(v, dict)]
@@ -122,7 +129,7 @@ def mutate_doc(doc, rng):
             if s:
                 del s[rng.choice(list(s))]
         elif op == 1:  # add or overwrite a key with a random value
-            doc.setdefault(rng.choice(SECTIONS), {})[rng.choice(KEYS)] = random_value(rng)
+            table(doc, rng.choice(SECTIONS))[rng.choice(KEYS)] = random_value(rng)
         elif op == 2 and sections:  # change the type or value of an existing key
             s = doc[rng.choice(sections)]
             if s:
@@ -130,18 +137,18 @@ def mutate_doc(doc, rng):
         elif op == 3 and sections:  # delete a section
             del doc[rng.choice(sections)]
         elif op == 4:  # a grid axis with odd values
-            doc.setdefault("grid", {})[rng.choice(KEYS)] = [random_value(rng) for _ in range(rng.choice([0, 1, 2, 4]))]
+            table(doc, "grid")[rng.choice(KEYS)] = [random_value(rng) for _ in range(rng.choice([0, 1, 2, 4]))]
         elif op == 5 and sections:  # a section replaced by a scalar
             doc[rng.choice(sections)] = random_value(rng)
         elif op == 6:  # a number key at an extreme
-            doc.setdefault(rng.choice(["model", "train", "attention", "microbench"]), {})[rng.choice(KEYS)] = rng.choice(NUMBERS)
+            table(doc, rng.choice(["model", "train", "attention", "microbench"]))[rng.choice(KEYS)] = rng.choice(NUMBERS)
         elif op == 7 and sections:  # rename a key (a typo)
             s = doc[rng.choice(sections)]
             if s:
                 k = rng.choice(list(s))
                 s[k[:-1] + "x" if k else "x"] = s.pop(k)
         else:  # a custom policy or sweep table
-            doc.setdefault("attention", {}).setdefault("policies", {})["p" + str(rng.randrange(3))] = {
+            table(table(doc, "attention"), "policies")["p" + str(rng.randrange(3))] = {
                 rng.choice(["q", "k", "v", "s", "p", "accum", "stats", "bogus"]): random_value(rng)}
     return doc
 
@@ -225,6 +232,9 @@ def main():
                 failures += 1
                 shutil.copy(path, keep / path.name)
                 print(f"FAIL case {i} (from {name}): exit {code}\n{err}", file=sys.stderr)
+            done = sum(outcomes.values())
+            if done % 250 == 0:
+                print(f"  {done}/{args.count}: " + ", ".join(f"exit {k}: {v}" for k, v in sorted(outcomes.items(), key=lambda kv: str(kv[0]))), flush=True)
     print(f"grid fuzz: {args.count} mutations (seed {args.seed}), outcomes: " +
           ", ".join(f"exit {k}: {v}" for k, v in sorted(outcomes.items(), key=lambda kv: str(kv[0]))))
     print(f"failing grids kept in {keep}" if failures else "no crash, hang or unexpected exit code")

@@ -72,7 +72,7 @@ void atomic_write(const std::string& path, std::string_view bytes, bool durable)
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) throw Error("cannot create " + tmp, "check that the directory exists and is writable");
         out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        out.flush();
+        out.close();  // a full disk can fail only at the last write, on close: never rename a short file
         if (!out) throw Error("writing " + path + " failed (disk full?)", "free space on the file system and run again");
       },
       durable);

@@ -1,6 +1,10 @@
 #include "jobs/collective.hpp"
 
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "base/error.hpp"
@@ -11,21 +15,62 @@
 namespace fastudy {
 
 namespace {
-// The only process-wide flag: written by the signal handler, read by the training loop.
+// The process-wide state of the stop signals: written by the handlers (and set_* below), read by the
+// training loop. Only async-signal-safe calls in the handlers: kill, unlink, write, alarm, _exit.
 volatile std::sig_atomic_t g_stop = 0;
-extern "C" void on_stop_signal(int) { g_stop = 1; }
+volatile std::sig_atomic_t g_terms = 0;          // SIGTERM/SIGINT received
+volatile std::sig_atomic_t g_child = 0;          // pid of the child to stop, 0 for none
+unsigned g_grace_s = 60;                          // set before the handlers are installed
+char g_lock_path[4096] = {};                      // the lock to remove on a hard stop
+
+extern "C" void hard_stop(int) {
+  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), SIGKILL);
+  if (g_lock_path[0] != '\0') ::unlink(g_lock_path);
+  static const char msg[] = "error: stopped by a signal (second signal or grace period over); run again with --resume\n";
+  const ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)ignored;
+  ::_exit(128 + SIGTERM);
+}
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop = 1;
+  if (sig == SIGUSR1) return;
+  if (g_terms > 0) hard_stop(sig);
+  g_terms = 1;
+  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), SIGTERM);
+  if (g_grace_s > 0) ::alarm(g_grace_s);
+}
 }  // namespace
 
 void install_stop_signals() {
+  if (const char* g = std::getenv("FASTUDY_STOP_GRACE_S")) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(g, &end, 10);
+    if (end != g && *end == '\0' && v < 86400) g_grace_s = static_cast<unsigned>(v);
+  }
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
+  struct sigaction alarm_sa {};
+  alarm_sa.sa_handler = hard_stop;
+  sigemptyset(&alarm_sa.sa_mask);
+  sigaction(SIGALRM, &alarm_sa, nullptr);
 }
 
 bool stop_signal_received() { return g_stop != 0; }
+
+void set_child_to_stop(long pid) { g_child = static_cast<std::sig_atomic_t>(pid); }
+
+void set_lock_to_release(const std::string& path) {
+  g_lock_path[0] = '\0';
+  if (path.size() < sizeof g_lock_path) {
+    std::memcpy(g_lock_path, path.c_str(), path.size() + 1);
+  }
+}
 
 int print_error(const std::exception& e) {
   log::error(e.what());

@@ -3,6 +3,7 @@
 
 #include <exception>
 #include <functional>
+#include <string>
 
 namespace fastudy {
 
@@ -29,9 +30,16 @@ int print_error(const std::exception& e);
 // its exit code, so all ranks leave together and the message is printed once.
 void on_root(const mpi::Comm& world, const std::function<void()>& fn);
 
-// Sets a flag on SIGTERM and SIGUSR1 (what Slurm sends before a time limit); the trainer polls it and
-// checkpoints at the next step.
+// Sets a flag on SIGTERM, SIGINT and SIGUSR1 (what Slurm sends before a time limit); the trainer polls
+// it and checkpoints at the next step. Signals always stop the tool: a second SIGTERM/SIGINT, or the
+// end of a grace period after the first (FASTUDY_STOP_GRACE_S, default 60 s; not after SIGUSR1), ends
+// the process at once even inside a library call, with exit code 143 (128 + SIGTERM): the child
+// process (set_child_to_stop) is killed and the study lock (set_lock_to_release) removed first.
 void install_stop_signals();
 bool stop_signal_received();
+// The process the first stop signal is forwarded to (SIGTERM) and the hard stop kills; 0: none.
+void set_child_to_stop(long pid);
+// The lock file the hard stop removes; "" for none. (StudyLock sets it.)
+void set_lock_to_release(const std::string& path);
 
 }  // namespace fastudy

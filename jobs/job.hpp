@@ -68,6 +68,7 @@ struct JobInfo {
   bool target_is_out = false;  // the positional argument is an output directory (or a grid)
   JobFn run = nullptr;
   JobOptionsFn options = nullptr;  // null: the job has only the common options
+  bool writes_study = false;  // holds the study lock (OUT/fastudy.lock, study_lock.hpp) while it runs
 };
 
 const std::vector<JobInfo>& job_registry();
@@ -89,6 +90,10 @@ void train_options(boost::program_options::options_description& d, CliOptions& o
 void reduce_options(boost::program_options::options_description& d, CliOptions& o);
 void slurm_options(boost::program_options::options_description& d, CliOptions& o);
 
+// Whether the report renderer's interpreter imports the modules it needs: nullopt, or the problem
+// with an install hint (report.cpp; the preflight of a grid with the report phase).
+std::optional<std::string> report_modules_problem();
+
 // Output directory policy shared by the phases that create results (output.cpp).
 // A new or empty directory is created and receives study.toml (the resolved config) and
 // provenance.txt. An existing study directory is refused unless --resume (continue; the grid's hash
@@ -96,6 +101,10 @@ void slurm_options(boost::program_options::options_description& d, CliOptions& o
 // A non-empty directory that is not a fastudy study is always refused.
 void prepare_output(JobContext& ctx);
 std::string read_text_file(const std::string& path);
+// The hint of a study.toml that does not match its checksum (OUT/study.toml.crc).
+extern const char* const kStudyTomlHint;
 bool file_exists(const std::string& path);
+// A word a POSIX shell reads back as `s` ('...' with ' written as '\''), for commands printed to paste.
+std::string shell_quote(const std::string& s);
 
 }  // namespace fastudy

@@ -15,12 +15,16 @@
 
 #include <boost/program_options.hpp>
 
+#include "base/checksum.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "fastudy/version.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
+#include "jobs/preflight.hpp"
+#include "jobs/study_lock.hpp"
 #include "kernels/attention.hpp"
+#include "src/io/h5.hpp"
 #include "src/runtime/mpi.hpp"
 
 namespace po = boost::program_options;
@@ -132,7 +136,7 @@ JobContext make_context(const Parsed& p) {
     const std::string marker = (fs::path(p.opts.target) / "study.toml").string();
     if (!fs::exists(marker, ec))
       throw UsageError(p.opts.target + " holds no fastudy study (no study.toml)", "pass the study's output directory");
-    ctx.study = load_study(marker);
+    ctx.study = parse_study(read_sealed(marker, kStudyTomlHint), marker);
     ctx.out_dir = p.opts.target;
   } else {
     ctx.study = load_study(p.opts.target);
@@ -140,6 +144,33 @@ JobContext make_context(const Parsed& p) {
   }
   ctx.prov = make_provenance(p.opts.command_line, ctx.study->file, ctx.study->hash);
   return ctx;
+}
+
+// What the preflight checks for a job: the train phase (run with it, train) and the report phase
+// (run with it); nullopt for jobs it has nothing to check for.
+std::optional<PreflightScope> preflight_scope(const JobContext& ctx, int ranks, int ranks_on_host) {
+  PreflightScope s;
+  const Study& st = *ctx.study;
+  s.train = ctx.opts.command == "train" || (ctx.opts.command == "run" && st.has_phase("train"));
+  s.report = ctx.opts.command == "run" && st.has_phase("report");
+  if (!s.train && !s.report) return std::nullopt;
+  s.ranks = ranks;
+  s.ranks_on_host = ranks_on_host;
+  s.out = ctx.out_dir;
+  return s;
+}
+
+// The end of an MPI job: after a failed HDF5 file close (a full disk), MPI_Finalize would crash inside
+// HDF5 (it closes the broken file again), so the process ends here, with its exit code, instead.
+int finish_mpi(int code, StudyLock& lock) {
+  lock.release();
+  if (h5::failed_file_closes() > 0) {
+    log::warn("an HDF5 file could not be closed after an I/O error; ending without MPI_Finalize");
+    std::cout.flush();
+    std::cerr.flush();
+    std::_Exit(code == kExitOk ? kExitFailure : code);
+  }
+  return code;
 }
 
 int exit_code_of(const std::exception& e) {
@@ -170,8 +201,12 @@ int main(int argc, char** argv) {
   log::set_level(parsed.quiet ? log::Level::quiet : parsed.verbose ? log::Level::debug : log::Level::info);
 
   if (!parsed.job->uses_mpi) {
+    install_stop_signals();
     try {
       JobContext ctx = make_context(parsed);
+      if (auto scope = preflight_scope(ctx, 1, 1)) preflight(*ctx.study, *scope);
+      StudyLock lock;
+      if (parsed.job->writes_study) lock = StudyLock::acquire(ctx.out_dir, ctx.opts.command_line);
       return parsed.job->run(ctx);
     } catch (const std::exception& e) {
       return print_error(e);
@@ -219,16 +254,28 @@ int main(int argc, char** argv) {
   for (const auto& h : hosts)
     if (std::find(ctx->prov.hosts.begin(), ctx->prov.hosts.end(), h) == ctx->prov.hosts.end()) ctx->prov.hosts.push_back(h);
 
-  log::info(ctx->prov.header());
+  // Before anything is written: the preflight (every problem at once), then one writer per study:
+  // rank 0 checks and takes the lock, or every rank leaves with its exit code, rank 0 printing why.
+  const int on_host = static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts[0]));
+  StudyLock lock;
   try {
-    return parsed.job->run(*ctx);
+    if (auto scope = preflight_scope(*ctx, world.size(), on_host))
+      on_root(world, [&] { preflight(*ctx->study, *scope); });
+    if (parsed.job->writes_study) on_root(world, [&] { lock = StudyLock::acquire(ctx->out_dir, ctx->opts.command_line); });
   } catch (const SilentExit& e) {
     return e.code();
+  }
+  log::info(ctx->prov.header());
+  try {
+    return finish_mpi(parsed.job->run(*ctx), lock);
+  } catch (const SilentExit& e) {
+    return finish_mpi(e.code(), lock);
   } catch (const std::exception& e) {
     const int code = exit_code_of(e);
-    if (world.size() == 1) return print_error(e);
+    if (world.size() == 1) return finish_mpi(print_error(e), lock);
     const auto* fe = dynamic_cast<const Error*>(&e);
     std::string msg = std::string(e.what()) + (fe && !fe->hint().empty() ? "\nhint: " + fe->hint() : std::string());
+    lock.release();
     mpi::abort(code, msg);
   }
 }

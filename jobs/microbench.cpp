@@ -23,6 +23,7 @@
 #include <variant>
 
 #include "base/atomic_file.hpp"
+#include "base/checksum.hpp"
 #include "base/log.hpp"
 #include "base/number.hpp"
 #include "jobs/collective.hpp"
@@ -325,7 +326,7 @@ std::vector<std::pair<std::uint64_t, Record>> decode(const std::string& in) {
 }
 
 void write_h5(const std::string& path, const std::vector<Record>& rows, const Provenance& prov) {
-  atomic_write_with(path, [&](const std::string& tmp) {
+  atomic_write_sealed_with(path, [&](const std::string& tmp) {
     h5::File f = h5::File::create(tmp, nullptr);
     h5::Group root = f.root();
     root.set_attr("provenance", prov.header());
@@ -544,7 +545,7 @@ int job_microbench(JobContext& ctx) {
       rows.push_back(std::move(rec));
     }
     write_h5(h5_path, rows, ctx.prov);
-    atomic_write(csv_path, csv.str());
+    atomic_write_sealed(csv_path, csv.str());
     print_summary(rows);
     log::info("microbench: wrote " + csv_path + " and " + h5_path + " (" + std::to_string(rows.size()) + " rows)");
   });

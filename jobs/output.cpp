@@ -4,16 +4,28 @@
 #include <sstream>
 
 #include "base/atomic_file.hpp"
+#include "base/checksum.hpp"
 #include "base/error.hpp"
 #include "jobs/job.hpp"
+#include "jobs/study_lock.hpp"
 
 namespace fs = std::filesystem;
 
 namespace fastudy {
 
+const char* const kStudyTomlHint =
+    "study.toml was changed or damaged after fastudy wrote it; restore it, or start the study again in "
+    "another --out (or with --force)";
+
 bool file_exists(const std::string& path) {
   std::error_code ec;
   return fs::exists(path, ec);
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
 }
 
 std::string read_text_file(const std::string& path) {
@@ -24,13 +36,26 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+// The study lock (and the temporary names of its creation) is not an output: it does not make a
+// directory non-empty and --force keeps it.
+bool is_lock_file(const fs::path& p) { return p.filename().string().rfind(kLockName, 0) == 0; }
+
+bool empty_but_lock(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (!is_lock_file(e.path())) return false;
+  return true;
+}
+}  // namespace
+
 void prepare_output(JobContext& ctx) {
   const Study& st = *ctx.study;
   const fs::path out(ctx.out_dir);
   const fs::path marker = out / "study.toml";
   std::error_code ec;
   bool exists = fs::exists(out, ec);
-  bool empty = exists && fs::is_directory(out, ec) && fs::is_empty(out, ec);
+  bool empty = exists && fs::is_directory(out, ec) && empty_but_lock(out);
   if (exists && !fs::is_directory(out, ec))
     throw UsageError("output path " + out.string() + " exists and is not a directory", "choose another --out");
 
@@ -41,10 +66,11 @@ void prepare_output(JobContext& ctx) {
     }
     if (ctx.opts.force && !ctx.opts.resume) {
       // Start over: remove what fastudy writes, then recreate.
-      for (const auto& entry : fs::directory_iterator(out)) fs::remove_all(entry.path(), ec);
+      for (const auto& entry : fs::directory_iterator(out))
+        if (!is_lock_file(entry.path())) fs::remove_all(entry.path(), ec);
       if (ec) throw Error("cannot clear " + out.string() + ": " + ec.message());
     } else if (ctx.opts.resume) {
-      Study previous = parse_study(read_text_file(marker.string()), marker.string());
+      Study previous = parse_study(read_sealed(marker.string(), kStudyTomlHint), marker.string());
       std::string changed;
       for (const auto& v : st.variants) {
         const Variant* before = previous.find_variant(v.id);
@@ -55,7 +81,7 @@ void prepare_output(JobContext& ctx) {
                              " differs from the one in " + marker.string(),
                          "restore the grid, pass --force with --resume to retrain the changed variants from scratch, or "
                          "use another --out");
-      atomic_write(marker.string(), st.resolved_toml);
+      atomic_write_sealed(marker.string(), st.resolved_toml);
       atomic_write((out / "provenance.txt").string(), ctx.prov.header());
       return;
     } else {
@@ -66,7 +92,7 @@ void prepare_output(JobContext& ctx) {
   fs::create_directories(out, ec);
   if (ec) throw Error("cannot create output directory " + out.string() + ": " + ec.message(),
                       "check the path and permissions, or pass --out DIR");
-  atomic_write(marker.string(), st.resolved_toml);
+  atomic_write_sealed(marker.string(), st.resolved_toml);
   atomic_write((out / "provenance.txt").string(), ctx.prov.header());
 }
 

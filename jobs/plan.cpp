@@ -10,6 +10,7 @@
 #include "base/error.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
+#include "jobs/preflight.hpp"
 
 namespace po = boost::program_options;
 
@@ -113,7 +114,22 @@ int job_plan(JobContext& ctx) {
   os << "memory per rank (estimate, training): " << human_bytes(first.memory_per_rank) << "\n";
   os << "batch per rank: " << st.train.batch / rpv << " sequences of " << st.model.seq_len << " tokens\n";
   std::cout << os.str();
-  return kExitOk;
+  // The checks `fastudy run` makes before it starts (on this machine, all ranks on this host).
+  PreflightScope scope;
+  scope.train = st.has_phase("train");
+  scope.report = st.has_phase("report");
+  scope.ranks = ranks;
+  scope.ranks_on_host = ranks;
+  scope.out = ctx.opts.out.empty() ? st.out : ctx.opts.out;
+  const std::vector<std::string> problems = preflight_problems(st, scope);
+  if (problems.empty()) {
+    std::cout << "preflight: every check passed (layout, data, memory, disk" << (scope.report ? ", report modules" : "")
+              << ")\n";
+    return kExitOk;
+  }
+  std::cerr << "preflight: `fastudy run` with " << ranks << " rank(s) on this machine would stop before it starts:\n";
+  for (const auto& p : problems) std::cerr << "  - " << p << "\n";
+  return kExitUsage;
 }
 
 }  // namespace fastudy

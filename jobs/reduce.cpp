@@ -24,6 +24,7 @@
 #include "analysis/distance.hpp"
 #include "analysis/ranking.hpp"
 #include "base/atomic_file.hpp"
+#include "base/checksum.hpp"
 #include "base/log.hpp"
 #include "base/number.hpp"
 #include "jobs/collective.hpp"
@@ -81,7 +82,8 @@ Plan make_plan(const Study& st, const std::string& out, bool allow_missing) {
     }
     if (!allow_missing)
       throw Error("cannot reduce variant " + v.id + ": " + problem,
-                  "train it first (fastudy train ... --resume), or pass --allow-missing to leave it out");
+                  "train or repair it first: fastudy train " + shell_quote(st.file) + " --out " + shell_quote(out) +
+                      " --resume (it retrains from the last good checkpoint), or pass --allow-missing to leave it out");
     log::warn("leaving out " + v.id + ": " + problem);
     plan.left_out.push_back(v.id + ": " + problem);
   }
@@ -169,7 +171,7 @@ void write_deviation_h5(const std::string& path, const Plan& plan, const std::ve
                         const Provenance& prov) {
   const std::size_t V = plan.variants.size();
   const std::int64_t v64 = static_cast<std::int64_t>(V);
-  atomic_write_with(path, [&](const std::string& tmp) {
+  atomic_write_sealed_with(path, [&](const std::string& tmp) {
     h5::File f = h5::File::create(tmp, nullptr);
     h5::Group root = f.root();
     root.set_attr("format", std::string("fastudy-deviation/1"));
@@ -231,7 +233,8 @@ int job_reduce(JobContext& ctx) {
   // Task k = (step k / T, tensor k % T) runs on rank k % size.
   std::string mine;
   std::vector<std::string> names(plan.tensors.begin(), plan.tensors.end() - 1);
-  for (std::size_t si = 0; si < plan.steps.size(); ++si) {
+  // A stop signal (SIGTERM, SIGUSR1) ends the work at the next step or tensor; nothing is written.
+  for (std::size_t si = 0; si < plan.steps.size() && !stop_signal_received(); ++si) {
     bool any = false;
     for (std::size_t t = 0; t < T; ++t) any |= (si * T + t) % static_cast<std::size_t>(world.size()) == static_cast<std::size_t>(world.rank());
     if (!any) continue;
@@ -240,7 +243,7 @@ int job_reduce(JobContext& ctx) {
       sp.per_variant.push_back(read_params(checkpoint_path(out, v->id, plan.steps[si])));
       for (const auto& a : sp.per_variant.back()) sp.f64 |= a.dtype == DType::f64;
     }
-    for (std::size_t t = 0; t < T; ++t) {
+    for (std::size_t t = 0; t < T && !stop_signal_received(); ++t) {
       const std::size_t k = si * T + t;
       if (k % static_cast<std::size_t>(world.size()) != static_cast<std::size_t>(world.rank())) continue;
       std::vector<double> m = sp.f64 ? task_matrices(gather_tensor<double>(sp, plan.tensors[t], names))
@@ -251,6 +254,10 @@ int job_reduce(JobContext& ctx) {
     }
   }
   std::vector<std::string> parts = world.gather(mine);
+  if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {
+    log::warn("reduce: stopped by a signal; nothing was written, run it again to redo it");
+    return kExitFailure;
+  }
 
   on_root(world, [&] {
     const std::size_t task_bytes = sizeof(std::uint64_t) + kMetrics * V * V * sizeof(double);
@@ -280,7 +287,7 @@ int job_reduce(JobContext& ctx) {
           }
       }
     write_deviation_h5((fs::path(out) / "deviation.h5").string(), plan, results, ctx.prov);
-    atomic_write((fs::path(out) / "deviation.csv").string(), csv.str());
+    atomic_write_sealed((fs::path(out) / "deviation.csv").string(), csv.str());
 
     // The ranking, on the whole-model matrices.
     std::vector<RankingVariant> rv;
@@ -304,12 +311,12 @@ int job_reduce(JobContext& ctx) {
          << number_text(r.w1_min) << ',' << number_text(r.w1_max) << ',' << number_text(r.max_abs_mean) << ',' << number_text(r.slope) << ','
          << number_text(r.ratio_to_attention) << ',' << number_text(r.ratio_lo) << ',' << number_text(r.ratio_hi) << '\n';
     for (const auto& n : ranking.notes) rc << "# note: " << n << '\n';
-    atomic_write((fs::path(out) / "ranking.csv").string(), rc.str());
+    atomic_write_sealed((fs::path(out) / "ranking.csv").string(), rc.str());
     std::ostringstream tw;
     tw << ctx.prov.header() << "variant,twin,precision,step,w1,max_abs\n";
     for (const auto& t : ranking.twins)
       tw << t.variant << ',' << t.twin << ',' << t.precision << ',' << t.step << ',' << number_text(t.w1) << ',' << number_text(t.max_abs) << '\n';
-    atomic_write((fs::path(out) / "twins.csv").string(), tw.str());
+    atomic_write_sealed((fs::path(out) / "twins.csv").string(), tw.str());
     log::info(format_ranking_table(ranking));
     log::info("reduce: wrote deviation.h5, deviation.csv, ranking.csv and twins.csv in " + out);
   });

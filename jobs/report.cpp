@@ -15,12 +15,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "base/checksum.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "fastudy/version.hpp"
@@ -39,6 +41,11 @@ constexpr const char* kModules = "matplotlib numpy h5py";
 constexpr const char* kInstallHint =
     "apt-get install python3-matplotlib python3-h5py (Debian's modules are seen by /usr/bin/python3; "
     "set FASTUDY_PYTHON to another interpreter that has them)";
+
+// The outputs with a checksum sidecar that the renderer reads (train_log.csv, appended while training,
+// has none).
+constexpr const char* kSealedOutputs[] = {"study.toml",  "status.csv",    "microbench.h5", "microbench.csv",
+                                          "deviation.h5", "deviation.csv", "ranking.csv",   "twins.csv"};
 
 std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);
@@ -92,10 +99,14 @@ int run_process(const std::vector<std::string>& args, std::string* output) {
     posix_spawn_file_actions_addclose(&actions, pipe_fd[1]);
   }
   pid_t pid = 0;
+  if (stop_signal_received()) throw Error("stopped by a signal before " + args[0] + " started", "run it again");
   const int rc = args[0].find('/') == std::string::npos
                      ? posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ)
                      : posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  // A stop signal is forwarded to the child (collective.cpp), so the renderer never outlives fastudy.
+  if (rc == 0) set_child_to_stop(pid);
+  if (rc == 0 && stop_signal_received()) ::kill(pid, SIGTERM);
   if (output) ::close(pipe_fd[1]);
   if (rc != 0) {
     if (output) ::close(pipe_fd[0]);
@@ -111,7 +122,14 @@ int run_process(const std::vector<std::string>& args, std::string* output) {
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) throw Error(std::string("waitpid() failed: ") + std::strerror(errno));
+    if (errno != EINTR) {
+      set_child_to_stop(0);
+      throw Error(std::string("waitpid() failed: ") + std::strerror(errno));
+    }
+  set_child_to_stop(0);
+  if (stop_signal_received())
+    throw Error("stopped by a signal: " + args[0] + " was stopped with it and nothing was written",
+                "run `fastudy report OUT` again");
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
@@ -135,10 +153,31 @@ void check_modules(const std::string& python) {
               kInstallHint);
 }
 
+}  // namespace
+
+std::optional<std::string> report_modules_problem() {
+  try {
+    check_modules(find_python());
+    find_script();
+  } catch (const Error& e) {
+    return std::string(e.what()) + "; hint: " + e.hint();
+  }
+  return std::nullopt;
+}
+
+namespace {
+
 void render(const std::string& out_dir) {
   std::error_code ec;
   if (!fs::is_directory(out_dir, ec))
     throw Error("no study output directory at " + out_dir, "run a phase first, e.g. fastudy microbench GRID.toml --out " + out_dir);
+  // Verify before you parse: every output fastudy sealed is checked against its checksum before the
+  // renderer (h5py, csv, tomllib) reads it.
+  for (const char* name : kSealedOutputs) {
+    const fs::path p = fs::path(out_dir) / name;
+    if (fs::exists(p, ec))
+      verify_sealed(p.string(), std::string("rerun the phase that writes ") + name + " (with --resume or --force), then the report");
+  }
   const std::string python = find_python();
   const fs::path script = find_script();
   check_modules(python);

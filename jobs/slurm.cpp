@@ -92,12 +92,6 @@ void check_slurm_name(const std::string& what, const std::string& value) {
   if (!ok) throw UsageError("--" + what + " '" + value + "' is not a Slurm name", "use letters, digits, _ . - and , only");
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // The study's name as the job name's part after "fastudy-": other characters than letters, digits and
 // - _ . become _.
 std::string job_name_part(const std::string& study) {
@@ -204,7 +198,8 @@ std::string sbatch_script(const JobContext& ctx, const std::string& grid, const 
   os << "#   memory:      about " << human_bytes(first.memory_per_rank) << " per rank while training\n";
   os << "#   time limit:  " << s.time << "; SIGUSR1 " << lead << " s before it: fastudy checkpoints, the job\n"
      << "#                requeues itself and the next run resumes (--resume)\n";
-  os << "# Submit: sbatch " << out << "/fastudy.sbatch   Progress: fastudy status " << out << "\n";
+  os << "# Submit: sbatch " << shell_quote(out + "/fastudy.sbatch") << "   Progress: fastudy status " << shell_quote(out)
+     << "\n";
   os << "# Regenerate: " << ctx.opts.command_line << "\n";
   return fill_sbatch_template(embedded::kSbatchTemplate, os.str(),
                               {{"STUDY", job_name_part(st.name)},
@@ -324,10 +319,11 @@ int job_slurm(JobContext& ctx) {
   ctx.out_dir = fs::absolute(ctx.out_dir, ec).lexically_normal().string();
   if (!ctx.out_dir.empty() && ctx.out_dir.back() == '/') ctx.out_dir.pop_back();
   const std::string& out = ctx.out_dir;
-  // #SBATCH lines take no quoting, and sbatch expands % in --output.
-  if (out.find_first_of(" \t\n%") != std::string::npos)
-    throw UsageError("the output directory '" + out + "' contains a blank or '%', which an #SBATCH --output line cannot hold",
-                     "choose an output directory without blanks or '%' (--out DIR)");
+  // #SBATCH lines take no quoting (sbatch strips quotes and backslashes), and sbatch expands % in --output.
+  if (out.find_first_of(" \t\n%'\"\\") != std::string::npos)
+    throw UsageError("the output directory '" + out + "' contains a blank, a quote, a backslash or '%', which an #SBATCH "
+                     "--output line cannot hold",
+                     "choose an output directory without blanks, quotes, backslashes or '%' (--out DIR)");
   const std::string text = sbatch_script(ctx, grid, out, limit);
 
   // The output directory gets study.toml like any phase's: the job's `--resume` and a later
@@ -341,13 +337,13 @@ int job_slurm(JobContext& ctx) {
             " ranks, time limit " + s.time + ", warning " + std::to_string(warning_lead_seconds(limit)) + " s before)");
 
   if (!s.submit) {
-    log::info("submit it with: sbatch " + script);
+    log::info("submit it with: sbatch " + shell_quote(script));
     return kExitOk;
   }
   const std::string id = submit_script(script);
   // With -q only the job id is printed, for scripts: `id=$(fastudy slurm ... --submit -q)`.
   if (log::level() == log::Level::quiet) std::cout << id << "\n";
-  log::info("submitted job " + id + "; log: " + out + "/slurm-" + id + ".out; progress: fastudy status " + out);
+  log::info("submitted job " + id + "; log: " + out + "/slurm-" + id + ".out; progress: fastudy status " + shell_quote(out));
   return kExitOk;
 }
 

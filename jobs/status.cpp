@@ -1,19 +1,41 @@
 // `fastudy status OUT`: the state of every variant (OUT/status.csv) as a table, with counts per state
-// and per grid axis value.
+// and per grid axis value. A variant recorded as done is shown as failed when any of its checkpoints
+// is missing or does not match its checksum (checked with plain reads), with the command that repairs
+// it. Exit code: 0 when no variant failed or diverged, 1 otherwise (as the train phase's).
 #include <filesystem>
 #include <iostream>
 
 #include "base/error.hpp"
 #include "jobs/job.hpp"
+#include "src/io/checkpoint.hpp"
 #include "src/runtime/status.hpp"
 
 namespace fastudy {
 
 int job_status(JobContext& ctx) {
+  const Study& st = *ctx.study;
   VariantAxes axes;
-  for (const auto& v : ctx.study->variants) axes[v.id] = v.axes;
+  for (const auto& v : st.variants) axes[v.id] = v.axes;
   const std::string path = (std::filesystem::path(ctx.out_dir) / "status.csv").string();
-  print_status(std::cout, path, axes);
+  if (!file_exists(path)) {
+    throw Error("no status file at '" + path + "'",
+                "run the train phase first (fastudy train GRID.toml), or pass the study's output directory");
+  }
+  std::vector<StatusRow> rows = read_status_csv(path);
+  const std::string repair = "fastudy train " + shell_quote(st.file) + " --out " + shell_quote(ctx.out_dir) + " --resume";
+  for (auto& row : rows) {
+    if (row.state != TaskState::done) continue;
+    const Variant* v = st.find_variant(row.variant);
+    if (!v) continue;
+    const auto damage = first_damaged_checkpoint(ctx.out_dir, v->id, checkpoint_schedule(v->train.checkpoint_every, v->train.steps),
+                                                 v->train.steps);
+    if (!damage) continue;
+    row.state = TaskState::failed;
+    row.reason = "recorded as done, but " + damage->path + ": " + damage->problem + "; repair: " + repair;
+  }
+  print_status(std::cout, rows, axes);
+  for (const auto& row : rows)
+    if (row.state == TaskState::failed || row.state == TaskState::diverged) return kExitFailure;
   return kExitOk;
 }
 

@@ -5,16 +5,21 @@
 //   OUT/status.csv                               state of every variant (kept current by rank 0)
 //   OUT/variants/<id>/train_log.csv              per-step log (and shadow.csv when recorded)
 //   OUT/checkpoints/<id>/step_<NNNNNNN>.h5       checkpoints (whole or absent)
+#include <sys/statvfs.h>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <mutex>
+#include <new>
 #include <sstream>
 
 #include <boost/program_options.hpp>
 
+#include "base/checksum.hpp"
 #include "base/log.hpp"
 #include "jobs/collective.hpp"
+#include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
 #include "src/io/checkpoint.hpp"
 #include "src/runtime/mpi.hpp"
@@ -49,13 +54,48 @@ std::vector<const Variant*> select_variants(const Study& st, const std::vector<s
   return out;
 }
 
-// Before a resumed schedule: a variant recorded as done whose final checkpoint is missing, invalid or
-// was trained with another configuration goes back to the queue (rank 0 only).
-void requeue_stale_done(const std::string& out, const std::vector<const Variant*>& variants,
-                        const std::string& status_path) {
-  if (!file_exists(status_path)) return;
-  std::vector<StatusRow> rows = read_status_csv(status_path);
+// Before a resumed schedule (rank 0 only), resume repairs:
+//  - a status.csv that does not match its checksum is set aside (the state of every variant is then
+//    rebuilt from its checkpoints by the schedule);
+//  - every checkpoint of every variant is checked against its checksum (no HDF5); a variant with a
+//    missing or damaged one loses it and every later one, and trains again from the last good
+//    checkpoint before it (training resumes bit for bit, so the files come back the same);
+//  - a variant recorded as done whose final checkpoint is missing, invalid or was trained with
+//    another configuration goes back to the queue.
+void repair_for_resume(const std::string& out, const std::vector<const Variant*>& variants,
+                       const std::string& status_path) {
+  std::vector<StatusRow> rows;
+  if (file_exists(status_path)) {
+    if (auto problem = checksum_problem(status_path)) {
+      log::warn(status_path + ": " + *problem + "; setting it aside, the state of every variant is rebuilt from its checkpoints");
+      std::error_code ec;
+      fs::remove(status_path, ec);
+      remove_checksum(status_path);
+    } else {
+      rows = read_status_csv(status_path);
+    }
+  }
   bool changed = false;
+  auto requeue = [&](const std::string& id, const std::string& why) {
+    log::info("requeue " + id + ": " + why);
+    for (auto& row : rows) {
+      if (row.variant != id || row.state == TaskState::queued) continue;
+      row.state = TaskState::queued;
+      row.reason = why;
+      changed = true;
+    }
+  };
+  for (const auto* v : variants) {
+    const std::vector<std::int64_t> have = list_checkpoint_steps(checkpoint_dir(out, v->id));
+    if (have.empty()) continue;
+    const auto damage =
+        first_damaged_checkpoint(out, v->id, checkpoint_schedule(v->train.checkpoint_every, v->train.steps), have.back());
+    if (!damage) continue;
+    for (const auto& p : remove_checkpoints_from(out, v->id, damage->step)) log::warn(v->id + ": removed " + p);
+    requeue(v->id, "checkpoint of step " + std::to_string(damage->step) + " " +
+                       (damage->problem == "no such file" ? std::string("was missing") : "was damaged (" + damage->problem + ")") +
+                       "; training again from the last good checkpoint before it");
+  }
   for (auto& row : rows) {
     if (row.state != TaskState::done) continue;
     const Variant* v = nullptr;
@@ -66,13 +106,31 @@ void requeue_stale_done(const std::string& out, const std::vector<const Variant*
     std::string why;
     if (!ref || ref->step < v->train.steps) why = "its final checkpoint is missing";
     else if (read_checkpoint_info(ref->path).attrs["config_hash"] != v->hash) why = "its configuration changed";
-    if (why.empty()) continue;
-    log::info("requeue " + v->id + ": " + why);
-    row.state = TaskState::queued;
-    row.reason = why;
-    changed = true;
+    if (!why.empty()) requeue(v->id, why);
   }
   if (changed) write_status_csv(status_path, rows);
+}
+
+// One line for a failure inside a variant's training: the first line of the message (LibTorch's
+// errors carry a C++ backtrace of hundreds of lines after it, kept for -v), or "out of memory".
+std::string one_line_reason(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e)) return "out of memory (an allocation failed)";
+  std::string what = e.what();
+  log::debug("full error: " + what);
+  const std::size_t nl = what.find('\n');
+  if (nl != std::string::npos) what.resize(nl);
+  const std::size_t hint = what.find(" (most recent call first)");  // c10::Error's backtrace marker
+  if (hint != std::string::npos) what.resize(hint);
+  return what;
+}
+
+// HDF5 reports a failed write without the errno text; when the output's file system is full, say so.
+std::string disk_full_note(const std::string& out) {
+  struct statvfs sv {};
+  if (::statvfs(out.c_str(), &sv) != 0) return "";
+  const double free = static_cast<double>(sv.f_bavail) * static_cast<double>(sv.f_frsize);
+  if (free >= 1024.0 * 1024.0) return "";
+  return " [No space left on device: " + human_bytes(free) + " free on the file system of " + out + "]";
 }
 
 std::string format_seconds(double s) {
@@ -101,7 +159,7 @@ int job_train(JobContext& ctx) {
     check_layout(world.size(), st.train.ranks_per_variant);
     variants = select_variants(st, ctx.opts.variants);
     prepare_output(ctx);
-    if (ctx.opts.resume) requeue_stale_done(out, variants, status_path);
+    if (ctx.opts.resume) repair_for_resume(out, variants, status_path);
   });
   if (world.rank() != 0) variants = select_variants(st, ctx.opts.variants);
 
@@ -184,7 +242,9 @@ int job_train(JobContext& ctx) {
       return (group.size() > 1 ? group.allreduce_max(flag) : flag) != 0;
     };
     const std::int64_t log_every = v.train.log_every;
+    std::int64_t last_step = resume ? resume->step : 0;
     hooks.on_step = [&](const StepLog& l) {
+      last_step = l.step;
       progress.report(l.step, l.loss);
       if (world.rank() == 0 && (l.step % log_every == 0 || l.skipped || l.spike)) {
         std::ostringstream os;
@@ -195,7 +255,17 @@ int job_train(JobContext& ctx) {
         log::info(os.str());
       }
     };
-    TrainResult r = train_variant(v, vdir, hooks, resume ? &*resume : nullptr);
+    TrainResult r;
+    try {
+      r = train_variant(v, vdir, hooks, resume ? &*resume : nullptr);
+    } catch (const std::exception& e) {
+      // Allocation failures, disk full, I/O errors: one line naming the variant and the step (the
+      // message names the file and the errno text where there is one); the whole error with -v.
+      const std::string reason =
+          v.id + " failed after step " + std::to_string(last_step) + ": " + one_line_reason(e) + disk_full_note(out);
+      if (group.rank() == 0) log::error(reason);
+      return {TaskState::failed, last_step, NAN, reason};
+    }
     switch (r.outcome) {
       case TrainOutcome::done: return {TaskState::done, r.step, r.final_loss, ""};
       case TrainOutcome::diverged: return {TaskState::diverged, r.step, r.final_loss, r.reason};

@@ -334,11 +334,15 @@ toml::table model_table(const ModelConfig& m) {
   return toml::table{{"vocab", m.vocab},   {"d_model", m.d_model}, {"heads", m.heads},
                      {"layers", m.layers}, {"seq_len", m.seq_len}, {"mlp_ratio", m.mlp_ratio}};
 }
+toml::table study_table(const Study& st) {
+  toml::table t{{"name", st.name}, {"out", st.out}, {"phases", to_array(st.phases)}};
+  if (!st.memory_check) t.insert("memory_check", false);  // the override only: other studies' text unchanged
+  return t;
+}
 toml::table data_table(const DataConfig& d) {
-  return toml::table{{"kind", d.kind},
-                     {"path", d.path},
-                     {"seed", static_cast<std::int64_t>(d.seed)},
-                     {"span_len", d.span_len}};
+  toml::table t{{"kind", d.kind}, {"path", d.path}, {"seed", static_cast<std::int64_t>(d.seed)}, {"span_len", d.span_len}};
+  if (d.kind == "tokens") t.insert("token_bytes", d.token_bytes);  // only where it applies: other hashes unchanged
+  return t;
 }
 toml::table train_table(const TrainConfig& t) {
   return toml::table{{"steps", t.steps},
@@ -620,6 +624,7 @@ void read_study(Section study, Study& st) {
   study.get("name", st.name);
   study.get("out", st.out);
   study.get_words("phases", st.phases, known_phases());
+  study.get("memory_check", st.memory_check);
   require(!st.name.empty() && st.name.find_first_of("/\\ \t") == std::string::npos, study, "name",
           "[study] name \"" + st.name + "\" must be non-empty, without spaces or slashes", "use e.g. name = \"quick\"");
   require(!st.out.empty(), study, "out", "[study] out must not be empty", "name the output directory, e.g. out = \"out/quick\"");
@@ -650,6 +655,12 @@ void read_data(Section data, DataConfig& d, const ModelConfig& m) {
   data.get("path", d.path);
   data.get("seed", d.seed);
   data.get("span_len", d.span_len);
+  data.get("token_bytes", d.token_bytes);
+  require(d.token_bytes == 2 || d.token_bytes == 4, data, "token_bytes",
+          "[data] token_bytes = " + std::to_string(d.token_bytes) + " is not a token width",
+          "use 2 for uint16 ids (nanoGPT's train.bin) or 4 for uint32 ids");
+  require(d.kind == "tokens" || d.token_bytes == 2, data, "token_bytes",
+          "[data] token_bytes applies to kind = \"tokens\" only", "remove token_bytes, or set kind = \"tokens\"");
   require(std::find(kDataKinds.begin(), kDataKinds.end(), d.kind) != kDataKinds.end(), data, "kind",
           "[data] kind = \"" + d.kind + "\" is unknown; allowed: " + join(kDataKinds), suggestion(d.kind, kDataKinds));
   require(d.kind == "synthetic" || !d.path.empty(), data, "kind",
@@ -958,7 +969,7 @@ std::string resolved_study_toml(const Study& st) {
   toml::array sweeps;
   for (const auto& sw : st.microbench.sweeps) sweeps.push_back(sweep_table(sw));
   toml::table resolved{
-      {"study", toml::table{{"name", st.name}, {"out", st.out}, {"phases", to_array(st.phases)}}},
+      {"study", study_table(st)},
       {"model", model_table(st.model)},
       {"data", data_table(st.data)},
       {"train", train_table(st.train)},

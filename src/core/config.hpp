@@ -46,7 +46,8 @@ struct ModelConfig {
 
 struct DataConfig {
   std::string kind = "synthetic";  // synthetic | text | tokens
-  std::string path;                // text: any file (byte tokens); tokens: flat uint16 ids (nanoGPT layout)
+  std::string path;                // text: any file (byte tokens); tokens: flat little-endian ids (nanoGPT layout)
+  int token_bytes = 2;             // tokens: bytes per id, 2 (uint16, nanoGPT) or 4 (uint32)
   std::uint64_t seed = 1234;       // the data seed: fixed across variants unless it is a grid axis
   int span_len = 8;                // synthetic: length of the spans that repeat inside a sequence
 };
@@ -160,6 +161,9 @@ struct Study {
   std::string name = "study";
   std::string out = "fastudy-out";     // output directory (relative to the working directory)
   std::vector<std::string> phases{"microbench", "train", "reduce", "report"};
+  // The preflight refuses a grid whose estimated training memory per rank exceeds what a rank can have;
+  // `[study] memory_check = false` overrides it (the estimate can be pessimistic).
+  bool memory_check = true;
   std::vector<std::pair<std::string, std::vector<std::string>>> axes;  // [grid], in file order
   ModelConfig model;
   DataConfig data;

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "base/atomic_file.hpp"
+#include "base/checksum.hpp"
 #include "base/log.hpp"
 #include "src/io/h5.hpp"
 
@@ -361,8 +362,9 @@ void verify_temporary(const mpi::Comm& group, const std::string& tmp, const std:
   }
 }
 
-// Phase 5. Rank 0 renames `tmp` over `path` (commit_file: with `durable`, the file is fsync'ed before
-// and its directory after the rename; on failure `tmp` is removed); one bcast. Returns with the
+// Phase 5. Rank 0 renames `tmp` over `path` and writes its checksum sidecar "<path>.crc"
+// (commit_sealed: with `durable`, the file is fsync'ed before and its directory after the rename; on
+// failure `tmp` is removed); one bcast. Returns with the
 // checkpoint in place on every rank, or every rank throws a CheckpointError.
 void commit_temporary(const mpi::Comm& group, const std::string& tmp, const std::string& path, bool durable) {
   // No barrier needed: closing (MPI_File_close) is collective and completes every rank's writes, and
@@ -370,7 +372,7 @@ void commit_temporary(const mpi::Comm& group, const std::string& tmp, const std:
   std::string failure;
   if (group.is_root()) {
     try {
-      commit_file(tmp, path, durable);
+      commit_sealed(tmp, path, durable);
     } catch (const std::exception& e) {
       failure = e.what();
     }
@@ -420,6 +422,13 @@ h5::File open_checked(const std::string& path) {
   if (!fs::exists(path)) {
     throw CheckpointError(path, "", "no such file",
                           "check the path; checkpoints live in OUT/checkpoints/<variant>/step_NNNNNNN.h5");
+  }
+  // Verify before you parse: HDF5 never sees a byte that differs from what fastudy wrote (a damaged
+  // file can crash or hang libhdf5, and root attributes such as data_cursor carry no crc32 of their own).
+  try {
+    verify_sealed(path, kHintCorrupt);
+  } catch (const IntegrityError& e) {
+    throw CheckpointError(path, "", e.problem(), kHintCorrupt);
   }
   if (!h5::File::is_hdf5(path)) {
     throw CheckpointError(path, "", "not an HDF5 file (empty, truncated at the start or overwritten)",
@@ -686,6 +695,38 @@ std::vector<std::int64_t> list_checkpoint_steps(const std::string& dir) {
   }
   std::sort(steps.begin(), steps.end());
   return steps;
+}
+
+std::vector<std::int64_t> checkpoint_schedule(std::int64_t every, std::int64_t steps) {
+  std::vector<std::int64_t> out;
+  if (every > 0)
+    for (std::int64_t s = every; s < steps; s += every) out.push_back(s);
+  if (steps > 0) out.push_back(steps);
+  return out;
+}
+
+std::optional<CheckpointDamage> first_damaged_checkpoint(const std::string& out, const std::string& variant_id,
+                                                         const std::vector<std::int64_t>& schedule, std::int64_t upto) {
+  for (std::int64_t s : schedule) {
+    if (s > upto) break;
+    const std::string path = checkpoint_path(out, variant_id, s);
+    if (auto problem = checksum_problem(path)) return CheckpointDamage{s, path, *problem};
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> remove_checkpoints_from(const std::string& out, const std::string& variant_id,
+                                                 std::int64_t from) {
+  std::vector<std::string> removed;
+  for (std::int64_t s : list_checkpoint_steps(checkpoint_dir(out, variant_id))) {
+    if (s < from) continue;
+    const std::string path = checkpoint_path(out, variant_id, s);
+    std::error_code ec;
+    fs::remove(path, ec);
+    remove_checksum(path);
+    removed.push_back(path);
+  }
+  return removed;
 }
 
 std::optional<CheckpointRef> latest_valid_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {

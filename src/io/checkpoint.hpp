@@ -11,7 +11,8 @@
 //   /extra/<name>           anything else needed to resume exactly (RNG states, ...)
 //   /loss_history           float64 [steps]
 // Each dataset carries a "crc32" attribute (zlib CRC-32 of its raw little-endian bytes), checked on
-// every read. Dots in names are kept, not turned into nested groups: the dataset names are exactly the
+// every read; the whole file (root attributes and HDF5 metadata included) is covered by the sidecar
+// "<path>.crc" (base/checksum.hpp), checked with plain reads before HDF5 opens the file. Dots in names are kept, not turned into nested groups: the dataset names are exactly the
 // trainer's state-dict keys, one flat listing per section (f["params"]["blocks.0.attn.qkv.weight"] in
 // h5py). Children keep their creation order, so a round trip preserves the order of each vector.
 //
@@ -112,6 +113,25 @@ std::string checkpoint_path(const std::string& out, const std::string& variant_i
 // Steps of the files named step_<NNNNNNN>.h5 in dir, ascending (temporary files excluded; a missing
 // dir gives an empty list). Names only: the files are not opened.
 std::vector<std::int64_t> list_checkpoint_steps(const std::string& dir);
+
+// The steps at which the trainer writes a checkpoint: every `every` steps (when every > 0) and the
+// last step, ascending.
+std::vector<std::int64_t> checkpoint_schedule(std::int64_t every, std::int64_t steps);
+
+// The first checkpoint of a variant, among the `schedule` steps up to `upto` (inclusive), that is
+// missing or does not match its checksum sidecar; nullopt when all are whole. Checksums only (plain
+// reads, no HDF5): cheap enough to run over every checkpoint of every variant on each resume.
+struct CheckpointDamage {
+  std::int64_t step = 0;
+  std::string path;
+  std::string problem;
+};
+std::optional<CheckpointDamage> first_damaged_checkpoint(const std::string& out, const std::string& variant_id,
+                                                         const std::vector<std::int64_t>& schedule, std::int64_t upto);
+
+// Removes the checkpoints of a variant at steps >= `from` and their sidecars; returns the paths removed.
+std::vector<std::string> remove_checkpoints_from(const std::string& out, const std::string& variant_id,
+                                                 std::int64_t from);
 
 struct CheckpointRef {
   std::int64_t step = 0;

@@ -2,6 +2,7 @@
 // into an H5Error carrying the call, file, object, rank, file:line and the innermost HDF5 messages.
 #include "src/io/h5.hpp"
 
+#include <atomic>
 #include <utility>
 
 namespace fastudy::h5 {
@@ -46,7 +47,12 @@ herr_t close_type(hid_t id) { return H5Tclose(id); }
 herr_t close_attr(hid_t id) { return H5Aclose(id); }
 herr_t close_group(hid_t id) { return H5Gclose(id); }
 herr_t close_dataset(hid_t id) { return H5Dclose(id); }
-herr_t close_file(hid_t id) { return H5Fclose(id); }
+std::atomic<int> g_failed_file_closes{0};
+herr_t close_file(hid_t id) {
+  const herr_t rc = H5Fclose(id);
+  if (rc < 0) ++g_failed_file_closes;
+  return rc;
+}
 
 Handle open_group_handle(hid_t loc, const std::string& name, const Where& w) {
   return Handle(FASTUDY_H5(w, H5Gopen2, loc, name.c_str(), H5P_DEFAULT), close_group);
@@ -458,5 +464,7 @@ void File::close() {
   const hid_t id = handle_.release();  // the checked close below takes it
   FASTUDY_H5((Where{path_, ""}), close_file, id);
 }
+
+int failed_file_closes() { return g_failed_file_closes.load(); }
 
 }  // namespace fastudy::h5

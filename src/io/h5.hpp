@@ -29,6 +29,11 @@
 
 namespace fastudy::h5 {
 
+// How many H5Fclose calls failed in this process (an I/O error, e.g. a full disk, while flushing).
+// HDF5 keeps such a file in a broken state and crashes when it closes it again during MPI_Finalize;
+// main() then ends the process without finalizing (jobs/main.cpp).
+int failed_file_closes();
+
 // "H5Dwrite failed on rank 1 (src/io/h5.cpp:210) for 'params/w' in 'out/x.h5': <HDF5 messages>".
 class H5Error : public Error {
  public:

@@ -10,11 +10,16 @@
 #include <sstream>
 
 #include "base/atomic_file.hpp"
+#include "base/checksum.hpp"
 #include "base/error.hpp"
 
 namespace fastudy {
 namespace fs = std::filesystem;
 namespace {
+
+const char* kStatusHint =
+    "status.csv was changed or damaged after fastudy wrote it; delete it (and status.csv.crc) and run the train "
+    "phase with --resume: the state of every variant is rebuilt from its checkpoints";
 
 constexpr const char* kHeader = "variant,state,step,loss,wall_time_s,reason";
 constexpr TaskState kStates[] = {TaskState::queued, TaskState::running, TaskState::done, TaskState::diverged,
@@ -96,11 +101,9 @@ TaskState parse_task_state(const std::string& s) {
 }
 
 std::vector<StatusRow> read_status_csv(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return parse_status_csv(buf.str(), path);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return {};
+  return parse_status_csv(read_sealed(path, kStatusHint), path);
 }
 
 std::vector<StatusRow> parse_status_csv(const std::string& text, const std::string& path) {
@@ -155,7 +158,7 @@ std::string format_status_csv(const std::vector<StatusRow>& rows) {
 void write_status_csv(const std::string& path, const std::vector<StatusRow>& rows) {
   const fs::path target(path);
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
-  atomic_write(path, format_status_csv(rows));
+  atomic_write_sealed(path, format_status_csv(rows));
 }
 
 void print_status(std::ostream& os, const std::vector<StatusRow>& rows, const VariantAxes& axes) {

@@ -35,7 +35,9 @@ struct StatusRow {
 std::string format_status_csv(const std::vector<StatusRow>& rows);
 std::vector<StatusRow> parse_status_csv(const std::string& text, const std::string& source);
 
-// A missing file gives an empty list; a malformed one throws Error naming the file and line.
+// A missing file gives an empty list; one that does not match its checksum sidecar throws
+// IntegrityError (base/checksum.hpp) before it is parsed; a malformed one throws Error naming the file
+// and line.
 std::vector<StatusRow> read_status_csv(const std::string& path);
 // Atomic rewrite (temporary file + rename); creates the parent directory.
 void write_status_csv(const std::string& path, const std::vector<StatusRow>& rows);

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -18,6 +19,12 @@ std::vector<char> read_file(const std::string& path, const std::string& kind) {
   if (path.empty()) {
     throw Error("[data] kind = \"" + kind + "\" needs a file, but [data] path is empty",
                 "set [data] path = \"/path/to/file\", or use kind = \"synthetic\"");
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    throw Error("data file '" + path + "' is not a regular file (" +
+                    (std::filesystem::is_directory(path, ec) ? "a directory" : "a device, socket or pipe") + ")",
+                "set [data] path to a file");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -72,18 +79,31 @@ DataStream::DataStream(const DataConfig& data, const ModelConfig& model)
     for (std::size_t i = 0; i < bytes.size(); ++i) tokens_[i] = static_cast<unsigned char>(bytes[i]);
   } else if (kind_ == "tokens") {
     const std::vector<char> bytes = read_file(data.path, kind_);
-    if (bytes.size() % 2 != 0) {
+    const std::size_t w = data.token_bytes == 4 ? 4 : 2;
+    const std::string type = w == 4 ? "uint32" : "uint16";
+    if (bytes.size() % w != 0) {
       throw Error("data file '" + data.path + "' has " + std::to_string(bytes.size()) +
-                      " bytes, not a whole number of uint16 token ids",
-                  "kind = \"tokens\" expects a flat little-endian uint16 file (nanoGPT's train.bin); "
-                  "for raw text use kind = \"text\"");
+                      " bytes, not a whole number of " + type + " token ids",
+                  "kind = \"tokens\" expects a flat little-endian file of " + type +
+                      " ids ([data] token_bytes = " + std::to_string(w) + "); for raw text use kind = \"text\"");
     }
-    tokens_.resize(bytes.size() / 2);
+    tokens_.resize(bytes.size() / w);
+    // The uint16 view of a uint32 file of ids < 65536: ids at even positions, 0 at every odd one.
+    bool odd_all_zero = tokens_.size() >= 2, even_nonzero = false;
     for (std::size_t i = 0; i < tokens_.size(); ++i) {
-      const auto lo = static_cast<unsigned char>(bytes[2 * i]);
-      const auto hi = static_cast<unsigned char>(bytes[2 * i + 1]);
-      tokens_[i] = static_cast<std::uint16_t>(lo | (hi << 8));
-      if (tokens_[i] >= vocab_) {
+      std::uint32_t id = 0;
+      for (std::size_t b = 0; b < w; ++b) id |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[w * i + b])) << (8 * b);
+      tokens_[i] = id;
+      if (i % 2 == 1 && id != 0) odd_all_zero = false;
+      if (i % 2 == 0 && id != 0) even_nonzero = true;
+    }
+    if (w == 2 && odd_all_zero && even_nonzero) {
+      throw Error("data file '" + data.path + "' read as uint16 ids has 0 at every odd position: it looks like a "
+                      "file of uint32 ids",
+                  "set [data] token_bytes = 4 (or write the ids as uint16)");
+    }
+    for (std::size_t i = 0; i < tokens_.size(); ++i) {
+      if (tokens_[i] >= static_cast<std::uint32_t>(vocab_)) {
         throw Error("data file '" + data.path + "': token id " + std::to_string(tokens_[i]) + " at position " +
                         std::to_string(i) + " is >= [model] vocab = " + std::to_string(vocab_),
                     "set [model] vocab to at least the tokenizer's vocabulary size (" +
@@ -99,7 +119,7 @@ DataStream::DataStream(const DataConfig& data, const ModelConfig& model)
                 "use a longer file or a smaller [model] seq_len");
   }
   std::vector<std::int64_t> counts(vocab_, 0);
-  for (std::uint16_t t : tokens_) ++counts[t];
+  for (std::uint32_t t : tokens_) ++counts[t];
   unigram_entropy_ = entropy_of_counts(counts, static_cast<std::int64_t>(tokens_.size()));
 }
 

@@ -1,4 +1,4 @@
-// The training data stream of a variant: synthetic (embedded), text (byte tokens) or tokens (uint16).
+// The training data stream of a variant: synthetic (embedded), text (byte tokens) or tokens (uint16/32).
 //
 // A batch is a pure function of (data seed, cursor): global sequence i of the stream (i = cursor *
 // batch + row) is drawn from its own random stream keyed by (data seed, i). So the stream resumes from
@@ -14,7 +14,9 @@
 //   quickly: loss -> about log(topic size)) and the copies (induction: a previous-token head plus a
 //   match, learnt later). So the loss falls well below the unigram entropy only through attention.
 // text: every byte of a file is a token (vocab must be >= 256); a sequence starts at a random offset.
-// tokens: a flat file of little-endian uint16 token ids (nanoGPT's train.bin), random offsets.
+// tokens: a flat file of little-endian token ids, [data] token_bytes = 2 (uint16, nanoGPT's train.bin,
+//   the default) or 4 (uint32), random offsets. A uint32 file read as uint16 (every second id 0) is
+//   refused with a hint rather than trained on.
 // No LibTorch here.
 #pragma once
 
@@ -44,6 +46,8 @@ class DataStream {
   double unigram_entropy() const { return unigram_entropy_; }
 
   std::int64_t seq_len() const { return seq_len_; }
+  // Tokens in the file (text, tokens); 0 for synthetic.
+  std::int64_t file_tokens() const { return static_cast<std::int64_t>(tokens_.size()); }
 
  private:
   void synthetic_sequence(std::int64_t index, std::int64_t* out) const;
@@ -54,7 +58,7 @@ class DataStream {
   int vocab_;
   int span_len_;
   int topic_size_ = 0;                 // synthetic
-  std::vector<std::uint16_t> tokens_;  // text and tokens
+  std::vector<std::uint32_t> tokens_;  // text and tokens
   double unigram_entropy_ = 0.0;
 };
 

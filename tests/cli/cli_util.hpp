@@ -1,6 +1,8 @@
-// Running the fastudy binary from a test: exit code and combined output.
+// Running the fastudy binary from a test: exit code and combined output; a tiny grid; a spawned run.
 #pragma once
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -8,9 +10,43 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
+#include <vector>
+
+extern char** environ;
 
 namespace fastudy::test {
+
+// 4 variants, tiny model: a few seconds per run.
+inline std::string tiny_grid(const std::string& out, int steps, int checkpoint_every) {
+  std::ostringstream os;
+  os << "[study]\nname = \"e2e\"\nout = \"" << out << "\"\nphases = [\"train\", \"reduce\"]\n"
+     << "[grid]\nattention = [\"baseline\", \"flash\"]\nprecision = [\"fp32\", \"bf16\"]\n"
+     << "[model]\nvocab = 32\nd_model = 16\nheads = 2\nlayers = 1\nseq_len = 16\nmlp_ratio = 2\n"
+     << "[data]\nspan_len = 4\n"
+     << "[train]\nsteps = " << steps << "\nbatch = 4\nwarmup = 2\ncheckpoint_every = " << checkpoint_every << "\n"
+     << "[attention]\nblock_q = 8\nblock_kv = 8\n";
+  return os.str();
+}
+
+// Starts fastudy with `args` and -q, its output to /dev/null; returns its pid (waitpid it).
+inline pid_t spawn_fastudy(const std::vector<std::string>& args) {
+  std::vector<std::string> all{FASTUDY_EXE};
+  all.insert(all.end(), args.begin(), args.end());
+  all.push_back("-q");
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn(&pid, FASTUDY_EXE, &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
 
 struct RunResult {
   int code = -1;

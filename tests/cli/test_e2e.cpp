@@ -2,9 +2,7 @@
 // 1, 2 and 4 ranks, W1 against scipy on real checkpoint tensors, corrupt checkpoints, changed grids.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,25 +16,11 @@
 #include "src/io/checkpoint.hpp"
 #include "tests/cli/cli_util.hpp"
 
-extern char** environ;
-
 using namespace fastudy;
 using namespace fastudy::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-// 4 variants, tiny model: a few seconds per run.
-std::string tiny_grid(const std::string& out, int steps, int checkpoint_every) {
-  std::ostringstream os;
-  os << "[study]\nname = \"e2e\"\nout = \"" << out << "\"\nphases = [\"train\", \"reduce\"]\n"
-     << "[grid]\nattention = [\"baseline\", \"flash\"]\nprecision = [\"fp32\", \"bf16\"]\n"
-     << "[model]\nvocab = 32\nd_model = 16\nheads = 2\nlayers = 1\nseq_len = 16\nmlp_ratio = 2\n"
-     << "[data]\nspan_len = 4\n"
-     << "[train]\nsteps = " << steps << "\nbatch = 4\nwarmup = 2\ncheckpoint_every = " << checkpoint_every << "\n"
-     << "[attention]\nblock_q = 8\nblock_kv = 8\n";
-  return os.str();
-}
 
 std::vector<std::string> data_lines(const std::string& path) {
   std::ifstream in(path);
@@ -57,23 +41,6 @@ std::map<std::string, std::string> final_state(const std::string& out, const std
 }
 
 const char* kIds[] = {"baseline-fp32", "baseline-bf16", "flash-fp32", "flash-bf16"};
-
-pid_t spawn_fastudy(const std::vector<std::string>& args) {
-  std::vector<std::string> all{FASTUDY_EXE};
-  all.insert(all.end(), args.begin(), args.end());
-  all.push_back("-q");
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  posix_spawn(&pid, FASTUDY_EXE, &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
 
 }  // namespace
 

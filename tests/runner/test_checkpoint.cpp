@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "base/checksum.hpp"
 #include "src/io/checkpoint.hpp"
 #include "src/io/h5.hpp"
 #include "tests/runner/common.hpp"
@@ -79,10 +80,11 @@ TEST(Checkpoint, RoundTripIsBitExactAndCollective) {
   EXPECT_EQ(info.step, 40);
   EXPECT_EQ(info.data_cursor, s.data_cursor);
   EXPECT_EQ(info.attrs, s.attrs);
-  // No temporary file is left behind.
+  // No temporary file is left behind: the checkpoint and its checksum sidecar only.
   for (const auto& e : fs::directory_iterator(fs::path(path).parent_path())) {
-    EXPECT_EQ(e.path().string(), path);
+    EXPECT_TRUE(e.path().string() == path || e.path().string() == checksum_path(path)) << e.path();
   }
+  EXPECT_FALSE(checksum_problem(path).has_value());
   // Independent transfers (CheckpointOptions::collective = false) write the same bytes.
   CheckpointOptions independent = split_all;
   independent.collective = false;
@@ -176,28 +178,43 @@ TEST(Checkpoint, MissingTruncatedCorruptAndForeignFilesAreClearErrors) {
     };
     expect_error(dir + "/missing.h5", "no such file", "");
 
+    // Damage after the write is caught by the whole-file checksum before HDF5 opens the file.
     const std::string bytes = slurp(good);
+    fs::copy_file(checksum_path(good), checksum_path(dir + "/truncated.h5"));
     spit(dir + "/truncated.h5", bytes.substr(0, bytes.size() / 2));
-    expect_error(dir + "/truncated.h5", "truncated", "");
-    spit(dir + "/empty.h5", "");
-    expect_error(dir + "/empty.h5", "not an HDF5 file", "");
+    expect_error(dir + "/truncated.h5", "truncated or extended", "");
+    spit(dir + "/unsealed.h5", bytes);
+    expect_error(dir + "/unsealed.h5", "no checksum file", "");
+    std::string flipped = bytes;
+    flipped[flipped.size() / 3] ^= 0x10;
+    fs::copy_file(checksum_path(good), checksum_path(dir + "/flipped.h5"));
+    spit(dir + "/flipped.h5", flipped);
+    expect_error(dir + "/flipped.h5", "checksum mismatch", "");
 
+    // Damage sealed with a fresh checksum (as if it happened before the seal) is still caught by
+    // HDF5's checks and the per-dataset crc32.
+    spit(dir + "/empty.h5", "");
+    write_checksum(dir + "/empty.h5");
+    expect_error(dir + "/empty.h5", "not an HDF5 file", "");
     std::string corrupt = bytes;
     const std::size_t at = corrupt.find(std::string(64, static_cast<char>(0xA5)));
     ASSERT_NE(at, std::string::npos);
     corrupt[at + 100] ^= 0x01;  // one bit of one weight
     spit(dir + "/corrupt.h5", corrupt);
+    write_checksum(dir + "/corrupt.h5");
     expect_error(dir + "/corrupt.h5", "checksum mismatch", "/params/blocks.0.attn.qkv.weight");
 
     {
       h5::File f = h5::File::create(dir + "/future.h5", nullptr);
       f.root().set_attr("fastudy_format", std::string("fastudy-checkpoint/9"));
     }
+    write_checksum(dir + "/future.h5");
     expect_error(dir + "/future.h5", "fastudy-checkpoint/9", "");
     {
       h5::File f = h5::File::create(dir + "/foreign.h5", nullptr);
       f.root().create_group("weights");
     }
+    write_checksum(dir + "/foreign.h5");
     expect_error(dir + "/foreign.h5", "not a fastudy checkpoint", "");
   });
   // The collective read throws the same error on every rank.
@@ -223,6 +240,7 @@ TEST(Checkpoint, TemporaryAndInvalidFilesAreNeverTakenAsValid) {
     fs::copy_file(checkpoint_path(out, "v", 40), checkpoint_path(out, "v", 60) + ".tmp.123-456");
     const std::string bytes = slurp(checkpoint_path(out, "v", 40));
     spit(checkpoint_path(out, "v", 50), bytes.substr(0, bytes.size() - 10));
+    fs::copy_file(checksum_path(checkpoint_path(out, "v", 40)), checksum_path(checkpoint_path(out, "v", 50)));
     spit(dir + "/notes.txt", "not a checkpoint");
     EXPECT_EQ(list_checkpoint_steps(dir), (std::vector<std::int64_t>{20, 40, 50}));
     std::vector<std::string> skipped;
@@ -234,7 +252,7 @@ TEST(Checkpoint, TemporaryAndInvalidFilesAreNeverTakenAsValid) {
     std::string all = skipped[0] + "\n" + skipped[1];
     EXPECT_NE(all.find("step_0000060.h5.tmp.123-456: temporary file"), std::string::npos) << all;
     EXPECT_NE(all.find("step_0000050.h5: checkpoint"), std::string::npos) << all;
-    EXPECT_NE(all.find("truncated"), std::string::npos) << all;
+    EXPECT_NE(all.find("truncated or extended"), std::string::npos) << all;
   });
   // A new write of step 60 removes the leftover temporary file of the interrupted one.
   write_checkpoint(world, checkpoint_path(out, "v", 60), make_state(60));

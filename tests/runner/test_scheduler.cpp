@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/checksum.hpp"
 #include "src/runtime/scheduler.hpp"
 #include "tests/runner/common.hpp"
 
@@ -219,7 +220,16 @@ TEST(Status, CsvRoundTripWithQuotingAndATable) {
     EXPECT_NE(t.find(want), std::string::npos) << "missing '" << want << "' in\n" << t;
   }
   EXPECT_THROW(print_status(os, dir + "/none.csv", axes), Error);
-  std::ofstream(dir + "/bad.csv") << "variant,state,step,loss,wall_time_s,reason\nx,sleeping,1,2,3,\n";
+  { std::ofstream(dir + "/bad.csv") << "variant,state,step,loss,wall_time_s,reason\nx,sleeping,1,2,3,\n"; }
+  // Not written by fastudy: refused before it is parsed.
+  try {
+    read_status_csv(dir + "/bad.csv");
+    FAIL() << "no exception";
+  } catch (const IntegrityError& e) {
+    EXPECT_NE(std::string(e.what()).find("no checksum file"), std::string::npos) << e.what();
+  }
+  // Sealed but malformed: the parser names the line.
+  write_checksum(dir + "/bad.csv");
   try {
     read_status_csv(dir + "/bad.csv");
     FAIL() << "no exception";

@@ -15,8 +15,7 @@ namespace fastudy::train {
 namespace {
 
 std::string temp_file(const std::string& name, const std::string& bytes) {
-  const auto path = std::filesystem::path(::testing::TempDir()) /
-                    ("fastudy_train_" + std::to_string(::getpid()) + "_" + name);
+  const auto path = train_test::scratch_root() / name;
   std::ofstream(path, std::ios::binary) << bytes;
   return path.string();
 }

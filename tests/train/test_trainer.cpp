@@ -23,8 +23,7 @@ using train_test::same_bytes;
 using train_test::tiny_variant;
 
 std::string temp_dir(const std::string& name) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) /
-                   ("fastudy_train_" + std::to_string(::getpid()) + "_" + name);
+  const auto dir = train_test::scratch_root() / name;
   std::filesystem::remove_all(dir);
   return dir.string();
 }

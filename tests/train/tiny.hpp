@@ -2,13 +2,30 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 #include "src/core/config.hpp"
 #include "src/core/train_state.hpp"
 
 namespace fastudy::train_test {
+
+// This test process's scratch folder, TempDir()/fastudy_train_<pid>, removed when the process ends.
+inline std::filesystem::path scratch_root() {
+  struct Root {
+    std::filesystem::path path =
+        std::filesystem::path(::testing::TempDir()) / ("fastudy_train_" + std::to_string(::getpid()));
+    Root() { std::filesystem::create_directories(path); }
+    ~Root() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Root root;
+  return root.path;
+}
 
 // A 2-layer, d_model 16 model on 16-token synthetic sequences: every test trains in well under a second.
 inline Variant tiny_variant(AttentionKind kind = AttentionKind::flash, Format precision = Format::fp32) {

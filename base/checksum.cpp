@@ -1,0 +1,240 @@
+#include "base/checksum.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "base/atomic_file.hpp"
+
+namespace fs = std::filesystem;
+
+namespace fastudy {
+
+namespace {
+
+std::uint32_t crc_update(std::uint32_t crc, const char* p, std::size_t n) {
+  constexpr std::size_t kPiece = std::size_t{1} << 30;  // zlib takes uInt lengths
+  while (n > 0) {
+    const std::size_t k = std::min(n, kPiece);
+    crc = static_cast<std::uint32_t>(::crc32(crc, reinterpret_cast<const Bytef*>(p), static_cast<uInt>(k)));
+    p += k;
+    n -= k;
+  }
+  return crc;
+}
+
+FileSum sum_of_bytes(std::string_view bytes) {
+  return FileSum{bytes.size(), crc_update(0, bytes.data(), bytes.size())};
+}
+
+// Parses one line of a sidecar strictly: the format word, a decimal size, 8 hex digits, a newline.
+std::optional<FileSum> parse_line(const std::string& text) {
+  const std::string head = std::string(kChecksumFormat) + " ";
+  if (text.size() > 64 || text.rfind(head, 0) != 0 || text.back() != '\n') return std::nullopt;
+  std::size_t at = head.size();
+  FileSum s;
+  std::size_t digits = 0;
+  while (at < text.size() && text[at] >= '0' && text[at] <= '9' && digits < 19) {
+    s.size = s.size * 10 + static_cast<std::uint64_t>(text[at++] - '0');
+    ++digits;
+  }
+  if (digits == 0 || at >= text.size() || text[at++] != ' ') return std::nullopt;
+  if (text.size() != at + 9) return std::nullopt;
+  for (int i = 0; i < 8; ++i) {
+    const char c = text[at++];
+    const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (v < 0) return std::nullopt;
+    s.crc = (s.crc << 4) | static_cast<std::uint32_t>(v);
+  }
+  return s;
+}
+
+// The sidecar: one line (the file's sum) or two (the file's, then the previous version's).
+std::vector<FileSum> parse_checksum(const std::string& text) {
+  std::vector<FileSum> sums;
+  std::size_t at = 0;
+  while (at < text.size() && sums.size() < 3) {
+    const std::size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) return {};
+    const auto s = parse_line(text.substr(at, nl + 1 - at));
+    if (!s) return {};
+    sums.push_back(*s);
+    at = nl + 1;
+  }
+  if (sums.size() > 2) return {};
+  return sums;
+}
+
+std::string hex8(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+// Reads a small file whole; nullopt when it cannot be opened.
+std::optional<std::string> read_small(const std::string& path, std::size_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string s(limit + 1, '\0');
+  in.read(s.data(), static_cast<std::streamsize>(s.size()));
+  s.resize(static_cast<std::size_t>(in.gcount()));
+  return s;
+}
+
+// `sidecar` is the sidecar's text as read before the file (nullopt: there is none).
+std::optional<std::string> compare(const std::string& path, const std::optional<std::string>& sidecar,
+                                   const FileSum& actual) {
+  const std::string side = checksum_path(path);
+  if (!sidecar)
+    return "no checksum file " + side + " (the write did not complete, or the file was not written by fastudy)";
+  const std::vector<FileSum> sums = parse_checksum(*sidecar);
+  if (sums.empty()) return "the checksum file " + side + " is damaged";
+  for (const auto& s : sums)
+    if (s.size == actual.size && s.crc == actual.crc) return std::nullopt;
+  const FileSum& want = sums.front();
+  if (want.size != actual.size)
+    return "size " + std::to_string(actual.size) + " bytes differs from the " + std::to_string(want.size) +
+           " recorded in " + side + " (truncated or extended)";
+  return "checksum mismatch (crc32 " + hex8(actual.crc) + ", " + side + " records " + hex8(want.crc) +
+         "): the file was changed or damaged after it was written";
+}
+
+}  // namespace
+
+IntegrityError::IntegrityError(std::string file, const std::string& problem, std::string hint)
+    : Error("'" + file + "': " + problem, std::move(hint)), file_(std::move(file)), problem_(problem) {}
+
+std::string checksum_path(const std::string& path) { return path + kChecksumSuffix; }
+
+FileSum file_sum(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw Error("cannot open '" + path + "': " + std::strerror(errno));
+  std::vector<char> buf(std::size_t{1} << 20);
+  FileSum s;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
+    s.crc = crc_update(s.crc, buf.data(), n);
+    s.size += n;
+  }
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  std::fclose(f);
+  if (failed) throw Error("cannot read '" + path + "': " + std::strerror(err));
+  return s;
+}
+
+std::string format_checksum(const FileSum& sum) {
+  return std::string(kChecksumFormat) + " " + std::to_string(sum.size) + " " + hex8(sum.crc) + "\n";
+}
+
+void write_checksum(const std::string& path, bool durable) {
+  atomic_write(checksum_path(path), format_checksum(file_sum(path)), durable);
+}
+
+void remove_checksum(const std::string& path) {
+  std::error_code ec;
+  fs::remove(checksum_path(path), ec);
+}
+
+namespace {
+// The sidecar of a new version `sum` of `path`, written before the new version is renamed into place:
+// it also keeps the current version's line, so that every moment (old file, new sidecar; new file,
+// new sidecar) reads as whole.
+void write_sidecar_before(const std::string& path, const FileSum& sum, bool durable) {
+  std::string text = format_checksum(sum);
+  if (const auto old = read_small(checksum_path(path), 128)) {
+    const std::vector<FileSum> sums = parse_checksum(*old);
+    if (!sums.empty()) text += format_checksum(sums.front());
+  }
+  atomic_write(checksum_path(path), text, durable);
+}
+}  // namespace
+
+void commit_sealed(const std::string& tmp, const std::string& path, bool durable) {
+  FileSum sum;
+  try {
+    sum = file_sum(tmp);
+    write_sidecar_before(path, sum, durable);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  commit_file(tmp, path, durable);
+}
+
+void atomic_write_sealed(const std::string& path, std::string_view bytes, bool durable) {
+  write_sidecar_before(path, sum_of_bytes(bytes), durable);
+  atomic_write(path, bytes, durable);
+}
+
+void atomic_write_sealed_with(const std::string& path, const std::function<void(const std::string& tmp)>& write,
+                              bool durable) {
+  const std::string tmp = temporary_path(path);
+  try {
+    write(tmp);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  commit_sealed(tmp, path, durable);
+}
+
+namespace {
+// Reads the sidecar, then the file (through `sum`), then the sidecar again: a writer that replaced
+// the file twice meanwhile (status.csv while training) changes the sidecar, and the check is made
+// again; a damaged file gives the same answer every time.
+template <class Sum>
+std::optional<std::string> check(const std::string& path, Sum sum) {
+  std::optional<std::string> problem;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const auto before = read_small(checksum_path(path), 128);
+    const FileSum actual = sum();
+    const auto after = read_small(checksum_path(path), 128);
+    problem = compare(path, before, actual);
+    if (!problem || before == after) return problem;
+  }
+  return problem;
+}
+}  // namespace
+
+std::optional<std::string> checksum_problem(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::string("no such file");
+  if (!fs::is_regular_file(path, ec)) return std::string("not a regular file");
+  try {
+    return check(path, [&] { return file_sum(path); });
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+}
+
+void verify_sealed(const std::string& path, const std::string& hint) {
+  if (auto problem = checksum_problem(path)) throw IntegrityError(path, *problem, hint);
+}
+
+std::string read_sealed(const std::string& path, const std::string& hint) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw IntegrityError(path, fs::exists(path, ec) ? "not a regular file" : "no such file", hint);
+  std::string bytes;
+  const auto problem = check(path, [&] {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw IntegrityError(path, std::string("cannot be read: ") + std::strerror(errno), hint);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    bytes = ss.str();
+    return sum_of_bytes(bytes);
+  });
+  if (problem) throw IntegrityError(path, *problem, hint);
+  return bytes;
+}
+
+}  // namespace fastudy

@@ -1,0 +1,470 @@
+// Reliability of the command line (issue 15): one writer per study (the lock), verify before parse
+// (byte flips and attribute tampering in checkpoints, deviation.h5, status.csv and study.toml are
+// named errors, and --resume repairs damaged checkpoints to the clean result), and signals always
+// stop the tool and its child process. Readiness is always an explicit event (a file appears); the
+// tests assert that each fault really landed (the process was stopped, the file differs).
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "base/checksum.hpp"
+#include "src/io/checkpoint.hpp"
+#include "tests/cli/cli_util.hpp"
+
+using namespace fastudy;
+using namespace fastudy::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kIds[] = {"baseline-fp32", "baseline-bf16", "flash-fp32", "flash-bf16"};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// 16 bytes from `at` (clamped to the file) inverted: never equal to the original.
+std::string flip16(std::string bytes, std::size_t at) {
+  at = std::min(at, bytes.size() - std::min<std::size_t>(16, bytes.size()));
+  for (std::size_t i = at; i < std::min(bytes.size(), at + 16); ++i) bytes[i] = static_cast<char>(~bytes[i]);
+  return bytes;
+}
+
+std::map<std::string, std::string> final_state(const std::string& out, const std::string& id, std::int64_t step) {
+  TrainState s = read_checkpoint(checkpoint_path(out, id, step));
+  std::map<std::string, std::string> m;
+  for (const auto* group : {&s.params, &s.optimizer})
+    for (const auto& a : *group) m[a.name] = std::string(reinterpret_cast<const char*>(a.data.data()), a.data.size());
+  m["#data_cursor"] = std::to_string(s.data_cursor);
+  return m;
+}
+
+// Every path under dir, relative, sorted.
+std::set<std::string> listing(const std::string& dir) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) out.insert(fs::relative(e.path(), dir).string());
+  return out;
+}
+
+// Polls `ready` until it holds (the readiness event) or the process `pid` ends or 120 s pass; true
+// when ready. The sleep is the polling interval, not a synchronisation.
+bool wait_until(const std::function<bool()>& ready, pid_t pid) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ready()) return true;
+    int status = 0;
+    if (pid > 0 && ::waitpid(pid, &status, WNOHANG) == pid) return ready();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return false;
+}
+
+int exit_code_of(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+std::string lock_record(const std::string& host, long pid) {
+  return "host=" + host + "\npid=" + std::to_string(pid) + "\nstart=\nsince=2026-01-01T00:00:00Z\ncommand=fastudy train held.toml\n";
+}
+
+}  // namespace
+
+TEST(Lock, SecondWriterIsRefusedWhileTheFirstRunsAndTheFirstEqualsALoneRun) {
+  TempDir dir;
+  const std::string a = (dir / "a").string(), b = (dir / "b").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 4, 2));
+  const pid_t first = spawn_fastudy({"train", grid, "--out", a});
+  ASSERT_GT(first, 0);
+  // Ready: the first run holds the lock and has written a checkpoint. Then it is frozen (SIGSTOP), so
+  // the second writers meet it mid-run whatever the machine's load.
+  ASSERT_TRUE(wait_until([&] { return fs::exists(a + "/fastudy.lock") && !list_checkpoint_steps(checkpoint_dir(a, kIds[0])).empty(); }, first))
+      << "the first run never reached its first checkpoint";
+  ASSERT_EQ(::kill(first, SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(first, &status, WUNTRACED), first);
+  ASSERT_TRUE(WIFSTOPPED(status)) << "the first run ended before the second writers came (status " << status << ")";
+
+  for (const std::string& args : {"train " + grid + " --out " + a, "train " + grid + " --out " + a + " --resume",
+                                 "train " + grid + " --out " + a + " --force", grid + " --out " + a + " --resume --force",
+                                 "reduce " + a}) {
+    SCOPED_TRACE(args);
+    const RunResult r = run_fastudy(args);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find("is being written by another fastudy job: pid " + std::to_string(first)), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("fastudy train"), std::string::npos) << r.output;  // the holder's command
+  }
+  const RunResult mpi = run_fastudy_mpi(2, "train " + grid + " --out " + a + " --resume");
+  EXPECT_EQ(mpi.code, 2) << mpi.output;
+  EXPECT_NE(mpi.output.find("pid " + std::to_string(first)), std::string::npos) << mpi.output;
+
+  ASSERT_EQ(::kill(first, SIGCONT), 0);
+  EXPECT_EQ(exit_code_of(first), 0);
+  EXPECT_FALSE(fs::exists(a + "/fastudy.lock"));
+
+  const RunResult lone = run_fastudy("train " + grid + " --out " + b + " -q");
+  ASSERT_EQ(lone.code, 0) << lone.output;
+  for (const char* id : kIds) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(final_state(a, id, 4), final_state(b, id, 4));
+    EXPECT_EQ(list_checkpoint_steps(checkpoint_dir(a, id)), list_checkpoint_steps(checkpoint_dir(b, id)));
+  }
+  EXPECT_EQ(run_fastudy("status " + a).code, 0);
+}
+
+TEST(Lock, LiveHolderRefusedStaleTakenOverOtherHostNamed) {
+  TempDir dir;
+  const std::string a = (dir / "a").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 2, 2));
+  const std::string lock = a + "/fastudy.lock";
+  fs::create_directories(a);
+
+  // A live holder on this host (this test process): refused, nothing written.
+  spit(lock, lock_record(host_name(), static_cast<long>(::getpid())));
+  const auto before = listing(a);
+  RunResult r = run_fastudy("train " + grid + " --out " + a + " --force");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("pid " + std::to_string(::getpid()) + " on host " + host_name() + " (fastudy train held.toml), since 2026-01-01T00:00:00Z"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("kill " + std::to_string(::getpid())), std::string::npos) << r.output;
+  EXPECT_EQ(listing(a), before);
+
+  // A holder on another host: fastudy cannot tell whether it lives; refused with how to clear it.
+  spit(lock, lock_record("elsewhere-node-7", 12));
+  r = run_fastudy("train " + grid + " --out " + a + " --resume");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("host elsewhere-node-7"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("remove " + lock), std::string::npos) << r.output;
+  EXPECT_EQ(listing(a), before);
+
+  // A holder on this host that is gone (a process that has exited): taken over with a warning.
+  const pid_t gone = spawn_fastudy({"--version"});
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(exit_code_of(gone), 0);
+  spit(lock, lock_record(host_name(), static_cast<long>(gone)));
+  r = run_fastudy("train " + grid + " --out " + a);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("taking over the lock of " + a + " left by a job that is gone: pid " + std::to_string(gone)),
+            std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(lock));
+  EXPECT_TRUE(fs::exists(checkpoint_path(a, kIds[0], 2)));
+}
+
+TEST(Integrity, ByteFlipsAndTamperingAreNamedAndResumeRepairs) {
+  TempDir dir;
+  const std::string a = (dir / "a").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 4, 2));
+  ASSERT_EQ(run_fastudy(grid + " --out " + a + " -q").code, 0);  // train and reduce
+  std::map<std::string, std::map<std::string, std::string>> clean;
+  for (const char* id : kIds) clean[id] = final_state(a, id, 4);
+  const std::string clean_deviation = slurp(a + "/deviation.csv");
+
+  // status.csv, deviation.h5 and study.toml with 16 bytes flipped (at two offsets, one for
+  // study.toml; bench/reliability/byte_flips.py flips at 40+ offsets per file), and a damaged
+  // sidecar, are named errors of the jobs that read them.
+  struct Case {
+    std::string file, command;
+    int code;
+  };
+  for (const Case& c : {Case{"status.csv", "status " + a, 1}, Case{"deviation.h5", "report " + a, 1},
+                        Case{"study.toml", "status " + a, 1}}) {
+    const std::string path = a + "/" + c.file;
+    const std::string bytes = slurp(path), side = slurp(checksum_path(path));
+    for (std::size_t at : {bytes.size() / 3, bytes.size()}) {
+      if (c.file == "study.toml" && at != bytes.size()) continue;  // one case: the suite stays quick
+      SCOPED_TRACE(c.file + " at " + std::to_string(at));
+      spit(path, flip16(bytes, at));
+      ASSERT_NE(slurp(path), bytes);
+      const RunResult r = run_fastudy(c.command);
+      EXPECT_EQ(r.code, c.code) << r.output;
+      EXPECT_NE(r.output.find(path + "': checksum mismatch"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("hint: "), std::string::npos) << r.output;
+    }
+    spit(path, bytes);
+    if (c.file != "status.csv") continue;
+    spit(checksum_path(path), flip16(side, 4));
+    const RunResult r = run_fastudy(c.command);
+    EXPECT_EQ(r.code, c.code) << r.output;
+    EXPECT_NE(r.output.find("is damaged"), std::string::npos) << r.output;
+    spit(checksum_path(path), side);
+  }
+
+  // A damaged status.csv on --resume is set aside and rebuilt from the checkpoints.
+  const std::string status = slurp(a + "/status.csv");
+  spit(a + "/status.csv", flip16(status, status.size() / 2));
+  RunResult r = run_fastudy("train " + grid + " --out " + a + " --resume");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("setting it aside"), std::string::npos) << r.output;
+  r = run_fastudy("status " + a);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("4 variants: 4 done"), std::string::npos) << r.output;
+
+  // An intermediate checkpoint with flipped bytes: reduce names it and a command that repairs it,
+  // status no longer says done, --resume retrains from the last good checkpoint before it.
+  const std::string mid = checkpoint_path(a, "flash-bf16", 2);
+  const std::string mid_bytes = slurp(mid);
+  spit(mid, flip16(mid_bytes, mid_bytes.size() / 2));
+  r = run_fastudy("reduce " + a);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find(mid), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fastudy train '"), std::string::npos) << r.output;
+  r = run_fastudy("status " + a);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("3 done, 1 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("repair: fastudy train '"), std::string::npos) << r.output;
+  // Root attribute tampering (data_cursor, not covered by any dataset's crc32) in a final checkpoint.
+  const std::string last = checkpoint_path(a, "baseline-fp32", 4);
+  {
+    const hid_t f = H5Fopen(last.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hid_t attr = H5Aopen(f, "data_cursor", H5P_DEFAULT);
+    ASSERT_GE(attr, 0);
+    const std::int64_t cursor = 3;
+    EXPECT_GE(H5Awrite(attr, H5T_NATIVE_INT64, &cursor), 0);
+    H5Aclose(attr);
+    H5Fclose(f);
+  }
+  EXPECT_TRUE(checkpoint_problem(last).has_value());
+  r = run_fastudy("train " + grid + " --out " + a + " --resume");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("requeue flash-bf16: checkpoint of step 2 was damaged"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("requeue baseline-fp32: checkpoint of step 4 was damaged"), std::string::npos) << r.output;
+  for (const char* id : kIds) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(final_state(a, id, 4), clean[id]);
+    for (auto s : list_checkpoint_steps(checkpoint_dir(a, id)))
+      EXPECT_FALSE(checkpoint_problem(checkpoint_path(a, id, s)).has_value()) << s;
+  }
+  EXPECT_EQ(run_fastudy("status " + a).code, 0);
+  ASSERT_EQ(run_fastudy("reduce " + a + " -q").code, 0);
+  // The same distances as before the damage (the provenance header names another command).
+  const std::string repaired = slurp(a + "/deviation.csv");
+  EXPECT_TRUE(repaired.substr(repaired.find("\nstep")) == clean_deviation.substr(clean_deviation.find("\nstep")));
+}
+
+namespace {
+
+// A study directory (study.toml only, from `fastudy slurm`) and a stand-in for the report's Python:
+// it passes the module check, writes its pid to DIR/ready when it starts rendering, then runs `body`.
+struct FakeRenderer {
+  TempDir dir;
+  std::string out, ready;
+  explicit FakeRenderer(const std::string& body) {
+    out = (dir / "o").string();
+    ready = (dir / "ready").string();
+    const std::string grid = dir.file("g.toml", tiny_grid(out, 2, 2));
+    const RunResult r = run_fastudy("slurm " + grid + " --nodes 1 --ntasks-per-node 1 --time 00:10:00 -q");
+    EXPECT_EQ(r.code, 0) << r.output;
+    const std::string script = dir.file("python", "#!/bin/sh\n[ \"$1\" = \"-c\" ] && exit 0\n" + body +
+                                                      "\necho $$ > " + ready + ".tmp && mv " + ready + ".tmp " + ready +
+                                                      "\nwhile :; do sleep 0.05; done\n");
+    fs::permissions(script, fs::perms::owner_all);
+    ::setenv("FASTUDY_PYTHON", script.c_str(), 1);
+  }
+  ~FakeRenderer() { ::unsetenv("FASTUDY_PYTHON"); ::unsetenv("FASTUDY_STOP_GRACE_S"); }
+  long child() const { return std::stol(slurp(ready)); }
+};
+
+// True once `pid` is gone or a zombie (the orphaned renderer waits for init to reap it).
+bool process_ended(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!in || !std::getline(in, text)) return true;
+  const auto close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
+}
+
+}  // namespace
+
+TEST(Signals, SigtermStopsTheReportAndItsRenderer) {
+  FakeRenderer fake("");
+  const pid_t pid = spawn_fastudy({"report", fake.out});
+  ASSERT_TRUE(wait_until([&] { return fs::exists(fake.ready); }, pid)) << "the renderer never started";
+  const long child = fake.child();
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  EXPECT_EQ(exit_code_of(pid), 1);
+  EXPECT_TRUE(process_ended(child));
+  EXPECT_FALSE(fs::exists(fake.out + "/report.html"));
+  EXPECT_FALSE(fs::exists(fake.out + "/fastudy.lock"));
+}
+
+TEST(Signals, SecondSigtermEndsAJobWhoseChildIgnoresTheFirst) {
+  FakeRenderer fake("trap 'echo term >> " + std::string("$0.term") + "' TERM");
+  ::setenv("FASTUDY_STOP_GRACE_S", "0", 1);  // no deadline: only the second signal can end it
+  const pid_t pid = spawn_fastudy({"report", fake.out});
+  ASSERT_TRUE(wait_until([&] { return fs::exists(fake.ready); }, pid)) << "the renderer never started";
+  const long child = fake.child();
+  const std::string seen = (fake.dir / "python.term").string();
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  // Ready: the renderer got the forwarded SIGTERM (and ignored it), so fastudy has taken the first.
+  ASSERT_TRUE(wait_until([&] { return fs::exists(seen); }, pid)) << "the first SIGTERM was not forwarded";
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  EXPECT_EQ(exit_code_of(pid), 143);
+  EXPECT_TRUE(wait_until([&] { return process_ended(child); }, -1));
+  EXPECT_FALSE(fs::exists(fake.out + "/fastudy.lock"));
+}
+
+TEST(Signals, GracePeriodAfterTheFirstSigtermEndsAHungJob) {
+  FakeRenderer fake("trap '' TERM");
+  ::setenv("FASTUDY_STOP_GRACE_S", "1", 1);
+  const pid_t pid = spawn_fastudy({"report", fake.out});
+  ASSERT_TRUE(wait_until([&] { return fs::exists(fake.ready); }, pid)) << "the renderer never started";
+  const long child = fake.child();
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  EXPECT_EQ(exit_code_of(pid), 143);
+  EXPECT_TRUE(wait_until([&] { return process_ended(child); }, -1));
+}
+
+namespace {
+
+// A grid of ci.toml's shape with `data` as its [data] section and `extra` appended.
+std::string grid_with(const std::string& out, const std::string& data, const std::string& extra = "") {
+  return "[study]\nname = \"pre\"\nout = \"" + out + "\"\nphases = [\"microbench\", \"train\", \"reduce\"]\n" +
+         "[grid]\nseed = [1, 2]\n[model]\nvocab = 32\nd_model = 16\nheads = 2\nlayers = 1\nseq_len = 16\nmlp_ratio = 2\n" +
+         "[data]\n" + data + "[train]\nsteps = 2\nbatch = 4\nwarmup = 1\ncheckpoint_every = 2\n" +
+         "[attention]\nblock_q = 8\nblock_kv = 8\n" +
+         "[microbench]\nformats = [\"fp32\"]\npolicies = [\"mixed\"]\nseq_lens = [16]\nhead_dims = [8]\nblocks = [[8, 8]]\n" +
+         "loop_orders = [\"q_outer\"]\ntrials = 1\nheads = 1\n" + extra;
+}
+
+std::string little_endian(const std::vector<std::uint32_t>& ids, int width) {
+  std::string bytes;
+  for (auto id : ids)
+    for (int b = 0; b < width; ++b) bytes += static_cast<char>((id >> (8 * b)) & 0xff);
+  return bytes;
+}
+
+}  // namespace
+
+TEST(Preflight, EveryDataProblemExitsTwoNamesItAndWritesNothing) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  std::vector<std::uint32_t> ids(200), big(200);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::uint32_t>(i % 30), big[i] = static_cast<std::uint32_t>(i % 40);
+  dir.file("u16.bin", little_endian(ids, 2));
+  dir.file("u32.bin", little_endian(ids, 4));
+  dir.file("big.bin", little_endian(big, 2));
+  dir.file("short.bin", little_endian(std::vector<std::uint32_t>(10, 1), 2));
+  dir.file("odd.bin", little_endian(ids, 2) + "x");
+  fs::create_directories(dir / "folder");
+  struct Case {
+    std::string data, message;
+  };
+  const std::string d = dir.str() + "/";
+  int n = 0;
+  for (const Case& c : {
+           Case{"kind = \"tokens\"\npath = \"" + d + "missing.bin\"\n", "cannot open data file '" + d + "missing.bin': No such file"},
+           Case{"kind = \"tokens\"\npath = \"" + d + "folder\"\n", "data file '" + d + "folder' is not a regular file (a directory)"},
+           Case{"kind = \"tokens\"\npath = \"" + d + "short.bin\"\n", "holds 10 tokens, fewer than one sequence (seq_len + 1 = 17)"},
+           Case{"kind = \"tokens\"\npath = \"" + d + "big.bin\"\n", "token id 32 at position 32 is >= [model] vocab = 32"},
+           Case{"kind = \"tokens\"\npath = \"" + d + "u32.bin\"\n", "it looks like a file of uint32 ids; hint: set [data] token_bytes = 4"},
+           Case{"kind = \"tokens\"\npath = \"" + d + "odd.bin\"\n", "401 bytes, not a whole number of uint16 token ids"},
+           Case{"kind = \"tokens\"\ntoken_bytes = 4\npath = \"" + d + "u16.bin\"\n", "token id 65536 at position 0 is >= [model] vocab = 32"},
+       }) {
+    SCOPED_TRACE(c.data);
+    const std::string grid = dir.file("g.toml", grid_with(out, c.data));
+    // `run` (the microbench phase comes first in the grid) for even cases, `train` for odd ones, and
+    // `plan` for two: every job that trains runs the same preflight (one process each keeps it quick).
+    const std::string job = ++n % 2 == 0 ? "run" : "train";
+    const RunResult r = run_fastudy(job + " " + grid);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find("found 1 problem (nothing was run or written)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out)) << job << " wrote " << out;
+    if (n > 2) continue;
+    const RunResult plan = run_fastudy("plan " + grid);
+    EXPECT_EQ(plan.code, 2) << plan.output;
+    EXPECT_NE(plan.output.find("would stop before it starts"), std::string::npos) << plan.output;
+    EXPECT_NE(plan.output.find(c.message), std::string::npos) << plan.output;
+  }
+  // The uint32 file with its width declared trains.
+  const std::string grid = dir.file("g.toml", grid_with(out, "kind = \"tokens\"\ntoken_bytes = 4\npath = \"" + d + "u32.bin\"\n"));
+  const RunResult r = run_fastudy("train " + grid + " -q");
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
+TEST(Preflight, LayoutMemoryDiskAndReportAllAtOnceBeforeAnythingIsWritten) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  // Tiny weights (checkpoints fit any disk) but activations of about 13 TB per rank.
+  std::string text = grid_with(out, "kind = \"synthetic\"\n", "");
+  text.replace(text.find("vocab = 32"), 10, "vocab = 65536");
+  text.replace(text.find("seq_len = 16"), 12, "seq_len = 4096");
+  text.replace(text.find("batch = 4\n"), 10, "batch = 4096\n");
+  text.replace(text.find("seq_lens = [16]"), 15, "seq_lens = [32]");
+  const std::string grid = dir.file("g.toml", text);
+  std::string overridden = text;
+  overridden.replace(overridden.find("[study]\n"), 8, "[study]\nmemory_check = false\n");
+  const std::string grid_override = dir.file("o.toml", overridden);
+  text.replace(text.find("steps = 2\n"), 10, "steps = 2\nranks_per_variant = 2\n");
+  const std::string grid2 = dir.file("g2.toml", text);
+  RunResult r = run_fastudy("train " + grid);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("of memory per rank while training (estimate), more than the"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[study] memory_check = false"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
+  // The override: plan then finds nothing in the way.
+  r = run_fastudy("plan " + grid_override);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("preflight: every check passed"), std::string::npos) << r.output;
+  // Under MPI with a layout that does not divide: both problems at once, exit 2 on every rank.
+  r = run_fastudy_mpi(3, grid2 + " --out " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("found 2 problems"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the job has 3 ranks, not a multiple of ranks_per_variant = 2"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out)) << "the microbench phase ran or study.toml was written";
+  // The report phase's modules, checked up front too.
+  std::string rtext = grid_with(out, "kind = \"synthetic\"\n");
+  rtext.replace(rtext.find("\"reduce\"]"), 9, "\"reduce\", \"report\"]");
+  const std::string rgrid = dir.file("r.toml", rtext);
+  r = run_command("FASTUDY_PYTHON=/bin/false " + std::string(FASTUDY_EXE) + " " + rgrid);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("/bin/false failed to start"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(Slurm, PrintedCommandsAreShellQuotedAndQuotesRefusedInOutput) {
+  TempDir dir;
+  const std::string out = (dir / "o$(id)").string();  // a path a shell would expand if pasted unquoted
+  const std::string grid = dir.file("g.toml", tiny_grid(out, 2, 2));
+  RunResult r = run_fastudy("slurm " + grid + " --nodes 1 --ntasks-per-node 1 --time 00:10:00");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("submit it with: sbatch '" + out + "/fastudy.sbatch'"), std::string::npos) << r.output;
+  const std::string script = slurp(out + "/fastudy.sbatch");
+  EXPECT_NE(script.find("# Submit: sbatch '" + out + "/fastudy.sbatch'   Progress: fastudy status '" + out + "'"),
+            std::string::npos) << script;
+  // An #SBATCH line takes no quoting: an output directory with a quote is refused, nothing written.
+  const std::string quoted = (dir / "it's").string();
+  r = run_fastudy("slurm " + grid + " --out \"" + quoted + "\" --nodes 1 --ntasks-per-node 1 --time 00:10:00");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("a quote"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(quoted));
+}

@@ -52,8 +52,7 @@ void commit_file(const std::string& tmp, const std::string& path, bool durable) 
   }
 }
 
-void atomic_write_with(const std::string& path, const std::function<void(const std::string& tmp)>& write,
-                       bool durable) {
+std::string write_temporary(const std::string& path, const std::function<void(const std::string& tmp)>& write) {
   const std::string tmp = temporary_path(path);
   try {
     write(tmp);
@@ -62,7 +61,12 @@ void atomic_write_with(const std::string& path, const std::function<void(const s
     fs::remove(tmp, ec);
     throw;
   }
-  commit_file(tmp, path, durable);
+  return tmp;
+}
+
+void atomic_write_with(const std::string& path, const std::function<void(const std::string& tmp)>& write,
+                       bool durable) {
+  commit_file(write_temporary(path, write), path, durable);
 }
 
 void atomic_write(const std::string& path, std::string_view bytes, bool durable) {

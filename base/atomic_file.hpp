@@ -23,6 +23,10 @@ std::string temporary_path(const std::string& path);
 // after the rename. Removes `tmp` and throws an Error naming both when that fails.
 void commit_file(const std::string& tmp, const std::string& path, bool durable = false);
 
+// Runs write(tmp) on a fresh temporary_path(path) and returns tmp; removes tmp and rethrows when
+// write throws. The caller commits it (commit_file, or a sealed commit).
+std::string write_temporary(const std::string& path, const std::function<void(const std::string& tmp)>& write);
+
 void atomic_write(const std::string& path, std::string_view bytes, bool durable = false);
 void atomic_write_with(const std::string& path, const std::function<void(const std::string& tmp)>& write,
                        bool durable = false);

@@ -177,15 +177,7 @@ void atomic_write_sealed(const std::string& path, std::string_view bytes, bool d
 
 void atomic_write_sealed_with(const std::string& path, const std::function<void(const std::string& tmp)>& write,
                               bool durable) {
-  const std::string tmp = temporary_path(path);
-  try {
-    write(tmp);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw;
-  }
-  commit_sealed(tmp, path, durable);
+  commit_sealed(write_temporary(path, write), path, durable);
 }
 
 namespace {

@@ -1,6 +1,6 @@
-// Per-value rounding into the emulated number formats (to nearest even; toward zero and stochastic in
-// round_to_format_mode below), as inline templates on the
-// format so hot loops pay no call and no switch. format.cpp's round_to() is a switch over these.
+// Per-value rounding into the emulated number formats (to nearest even, toward zero, stochastic), as
+// inline templates on the format so hot loops pay no call and no switch. format.cpp's round_to() is a
+// switch over these.
 // Usable from CUDA later: every function is FASTUDY_HD (__host__ __device__ under nvcc).
 //
 // Method (same for float and double sources): inf/NaN first (NaN stays NaN, quiet, sign kept; inf
@@ -125,8 +125,21 @@ constexpr bool round_is_identity() {
   return Tr::p >= S::p && Tr::emin <= 1 - S::bias && !Tr::nan_on_overflow && Tr::emax >= S::bias;
 }
 
-template <Format F, class T>
-FASTUDY_HD inline T round_to_format(T x) {
+// x rounded into F in mode M (Rounding in kernels/format.hpp); `random` is 32 uniform random bits
+// (stochastic only). Special values first: NaN stays NaN (quiet, sign kept), inf stays inf (e4m3:
+// NaN); signed zero is kept.
+//   nearest     normal range: add half an ulp minus one plus the lowest kept bit (ties to even) and
+//               clear the dropped bits; subnormal range of F: the hardware's ties-to-even on the fixed
+//               quantum 2^(emin - p) by adding and subtracting a magic constant; above the largest
+//               finite value: inf (e4m3: NaN).
+//   zero        clear the dropped bits; subnormal range: |x| floored to a multiple of the quantum;
+//               above the largest finite value: that value (truncation never overflows).
+//   stochastic  add the top kShift bits of `random` to the bits to be dropped (a carry happens with
+//               probability equal to the dropped fraction), then clear them; subnormal range: |x| +
+//               random * 2^-32 quantum, floored; above the largest finite value: inf (e4m3: NaN).
+// A carry into the exponent is the correct result in every mode.
+template <Format F, Rounding M, class T>
+FASTUDY_HD inline T round_to_format_mode(T x, std::uint32_t random) {
   if constexpr (round_is_identity<F, T>()) {
     return x;
   } else {
@@ -143,64 +156,36 @@ FASTUDY_HD inline T round_to_format(T x) {
       return x;
     }
     if (Tr::emin > 1 - S::bias && a < B::kMinNormalBits) {
-      // Subnormal in F: round to multiples of 2^(emin - p) with the hardware's ties-to-even.
       const T magic = detail::bits_as<T>(B::kMagicBits);
-      const T r = (detail::bits_as<T>(a) + magic) - magic;
+      T v = detail::bits_as<T>(a);
+      if constexpr (M == Rounding::stochastic)
+        v += detail::bits_as<T>(B::quantum_bits()) * (static_cast<T>(random) * static_cast<T>(0x1p-32));
+      T r = (v + magic) - magic;  // the nearest multiple of the quantum, ties to even
+      if constexpr (M != Rounding::nearest)
+        if (r > v) r -= detail::bits_as<T>(B::quantum_bits());  // floor
       return detail::bits_as<T>(detail::bits_as<U>(r) | sign);
     }
     if constexpr (B::kShift > 0) {
-      a += ((B::kOne << (B::kShift - 1)) - 1) + ((a >> B::kShift) & 1);
+      if constexpr (M == Rounding::nearest) {
+        a += ((B::kOne << (B::kShift - 1)) - 1) + ((a >> B::kShift) & 1);
+      } else if constexpr (M == Rounding::stochastic) {
+        if constexpr (B::kShift <= 32) a += U(random >> (32 - B::kShift));
+        else a += U(random) << (B::kShift - 32);
+      }
       a &= ~((B::kOne << B::kShift) - 1);
     }
-    if (a > B::kMaxBits) a = Tr::nan_on_overflow ? B::kQuietNan : B::kExpMask;
-    return detail::bits_as<T>(a | sign);
-  }
-}
-
-// Rounding toward zero or stochastically (Rounding in kernels/format.hpp); nearest forwards to
-// round_to_format. `random` is 32 uniform random bits (stochastic only). Same special values as
-// round_to_format (inf/NaN first, signed zero kept). Normal range: stochastic adds the top kShift
-// bits of `random` to the bits to be dropped (a carry happens with probability equal to the dropped
-// fraction), then both modes clear them; a carry into the exponent is the correct result. Above the
-// largest finite value: zero gives the largest finite value (truncation never overflows), stochastic
-// gives inf (NaN for e4m3). Subnormal range of F: the same on the fixed quantum q = 2^(emin - p):
-// |x| (plus random * 2^-32 * q for stochastic) floored to a multiple of q.
-template <Format F, Rounding M, class T>
-FASTUDY_HD inline T round_to_format_mode(T x, std::uint32_t random) {
-  if constexpr (M == Rounding::nearest || round_is_identity<F, T>()) {
-    return round_to_format<F>(x);
-  } else {
-    using Tr = FormatTraits<F>;
-    using S = detail::SourceBits<T>;
-    using B = detail::RoundBits<F, T>;
-    using U = typename B::U;
-
-    const U u = detail::bits_as<U>(x);
-    const U sign = u & B::kSignMask;
-    U a = u ^ sign;
-    if (a >= B::kExpMask) {  // inf or NaN
-      if (a > B::kExpMask || Tr::nan_on_overflow) return detail::bits_as<T>(sign | B::kQuietNan);
-      return x;
-    }
-    if (Tr::emin > 1 - S::bias && a < B::kMinNormalBits) {
-      const T magic = detail::bits_as<T>(B::kMagicBits), quantum = detail::bits_as<T>(B::quantum_bits());
-      T v = detail::bits_as<T>(a);
-      if constexpr (M == Rounding::stochastic) v += quantum * (static_cast<T>(random) * static_cast<T>(0x1p-32));
-      T r = (v + magic) - magic;  // nearest multiple of q
-      if (r > v) r -= quantum;    // floor
-      return detail::bits_as<T>(detail::bits_as<U>(r) | sign);
-    }
-    if constexpr (M == Rounding::stochastic && B::kShift > 0) {
-      if constexpr (B::kShift <= 32) a += U(random >> (32 - B::kShift));
-      else a += U(random) << (B::kShift - 32);
-    }
-    a &= ~((B::kOne << B::kShift) - 1);
     if (a > B::kMaxBits) {
       if constexpr (M == Rounding::zero) a = B::kMaxBits;
       else a = Tr::nan_on_overflow ? B::kQuietNan : B::kExpMask;
     }
     return detail::bits_as<T>(a | sign);
   }
+}
+
+// Round to nearest, ties to even (see round_to_format_mode).
+template <Format F, class T>
+FASTUDY_HD inline T round_to_format(T x) {
+  return round_to_format_mode<F, Rounding::nearest>(x, 0u);
 }
 
 // 32 random bits for draw `counter` of the stream `key`: murmur3's 32-bit finaliser over a Weyl

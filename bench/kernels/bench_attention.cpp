@@ -12,8 +12,8 @@
 // the same N, d, blocks and policy: every head runs the same code); the label shows the check, and a
 // kernel that fails it is skipped with the error instead of timed.
 // Counters: GFLOP/s (4 B H N^2 d flops per forward), frac_peak (of the measured FMA peak),
-// x_torch (LibTorch's steady-state time / this time: see run_torch), x_fp32 (this time / flash fp32
-// time), and the memory each algorithm holds beyond its inputs and outputs (flash: O(N d) per thread;
+// x_torch (LibTorch's steady-state time / this time: see run_torch), page_faults (per LibTorch call),
+// x_fp32 (this time / flash fp32 time), and the memory each algorithm holds beyond its inputs and outputs (flash: O(N d) per thread;
 // baseline/torch: N^2).
 //
 // Run: build/bench/kernels/bench_attention [--benchmark_filter=REGEX] [--benchmark_repetitions=3]
@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
 #include <time.h>
 
 #include "kernels/attention.hpp"
@@ -40,6 +41,13 @@ namespace {
 
 // CPU time of the calling thread: every timed call here runs on one thread, and on a shared machine
 // this leaves out the time the thread waited for a core (wall time would count it).
+// Minor page faults of the process so far (a first touch of freshly mapped memory is one each 4 KiB).
+long minor_page_faults() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 double thread_seconds() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -380,8 +388,11 @@ void BM_torch_forward(benchmark::State& state, bool fresh) {
   TorchInputs in;
   run_torch(in, fresh);
   double best = 1e30;
+  const long faults0 = minor_page_faults();
   for (auto _ : state) best = std::min(best, run_torch(in, fresh));
   report(state, best, 4.0 * kB * kH * kN * kN * 2);  // scores and probabilities
+  state.counters["page_faults"] = static_cast<double>(minor_page_faults() - faults0) /
+                                  static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
   state.SetLabel(std::string(fresh ? "at::matmul + at::softmax, fresh outputs (page faults)"
                                    : "at::matmul_out + at::_softmax_out into buffers allocated once") +
                  ", 1 thread; " + checked.summary);

@@ -190,6 +190,10 @@ trials = 1
         bad.write_text(grid.read_text().replace("captured_layer = 0", "captured_layer = 3"))
         r = self.fastudy("microbench", bad, "--out", out, "--resume", expect=2)
         self.assertIn("captured_layer = 3 is not a layer of the model", r.stderr)
+        bad.write_text(grid.read_text().replace('captured_variant = "flash-s1"', 'captured_variant = "flash-s9"'))
+        r = self.fastudy("microbench", bad, "--out", out, "--resume", expect=2)
+        self.assertIn('captured_variant = "flash-s9" is not a variant of this study', r.stderr)
+        self.assertIn("flash-s1", r.stderr)  # the hint lists the variants
 
     def test_missing_modules_give_a_hint(self):
         out = self.dir / "mb"

@@ -262,6 +262,9 @@ struct GridAxis {
   const char* name;
   const char* example;       // two allowed values, as TOML (for --help, the README and the table's test)
   AxisType type;
+  AxisRole role;
+  const char* baseline;      // the declared baseline value ("": the first value the grid lists)
+  bool replicate;            // a replicate axis: not part of the condition other axes are compared under
   const char* id_prefix;
   std::vector<std::string> (*allowed)(const std::vector<std::string>& policy_names);  // word axes
   std::int64_t min_value;    // integer axes (real axes: values must be > 0)
@@ -271,29 +274,29 @@ struct GridAxis {
 };
 
 const GridAxis kGridAxes[] = {
-    {"attention", R"(["baseline", "flash"])", AxisType::word, "", [](const auto&) { return kAttentionKinds; }, 0, false, nullptr,
+    {"attention", R"(["baseline", "flash"])", AxisType::word, AxisRole::optimisation, "baseline", false, "", [](const auto&) { return kAttentionKinds; }, 0, false, nullptr,
      [](Variant& v, const std::string& x) { v.attention = *parse_attention_kind(x); }},
-    {"precision", R"(["fp32", "bf16"])", AxisType::word, "", [](const auto&) { return kTrainFormats; }, 0, false,
+    {"precision", R"(["fp32", "bf16"])", AxisType::word, AxisRole::reference, "fp32", false, "", [](const auto&) { return kTrainFormats; }, 0, false,
      [](const std::string& x) {
        return x.rfind("fp8", 0) == 0 ? std::string("fp8 formats are for the microbenchmark only ([microbench] formats)")
                                      : std::string();
      },
      [](Variant& v, const std::string& x) { v.precision = *parse_format(x); }},
-    {"seed", R"([1, 2])", AxisType::integer, "s", nullptr, 0, false, nullptr,
+    {"seed", R"([1, 2])", AxisType::integer, AxisRole::reference, "", true, "s", nullptr, 0, false, nullptr,
      [](Variant& v, const std::string& x) { v.seed = std::stoull(x); }},
-    {"init", R"(["normal", "scaled"])", AxisType::word, "", [](const auto&) { return kInits; }, 0, false, nullptr,
+    {"init", R"(["normal", "scaled"])", AxisType::word, AxisRole::setting, "", false, "", [](const auto&) { return kInits; }, 0, false, nullptr,
      [](Variant& v, const std::string& x) { v.init = x; }},
-    {"data_seed", R"([3, 4])", AxisType::integer, "d", nullptr, 0, false, nullptr,
+    {"data_seed", R"([3, 4])", AxisType::integer, AxisRole::setting, "", true, "d", nullptr, 0, false, nullptr,
      [](Variant& v, const std::string& x) { v.data.seed = std::stoull(x); }},
-    {"policy", R"(["eager", "mixed"])", AxisType::word, "", [](const auto& policies) { return policies; }, 0, false, nullptr,
+    {"policy", R"(["eager", "mixed"])", AxisType::word, AxisRole::optimisation, "", false, "", [](const auto& policies) { return policies; }, 0, false, nullptr,
      [](Variant& v, const std::string& x) { v.attention_cfg.policy = x; }},
-    {"block_q", R"([8, 16])", AxisType::integer, "bq", nullptr, 1, true, nullptr,
+    {"block_q", R"([8, 16])", AxisType::integer, AxisRole::optimisation, "", false, "bq", nullptr, 1, true, nullptr,
      [](Variant& v, const std::string& x) { v.attention_cfg.block_q = std::stoi(x); }},
-    {"block_kv", R"([8, 16])", AxisType::integer, "bkv", nullptr, 1, true, nullptr,
+    {"block_kv", R"([8, 16])", AxisType::integer, AxisRole::optimisation, "", false, "bkv", nullptr, 1, true, nullptr,
      [](Variant& v, const std::string& x) { v.attention_cfg.block_kv = std::stoi(x); }},
-    {"loop_order", R"(["kv_outer", "q_outer"])", AxisType::word, "", [](const auto&) { return kLoopOrders; }, 0, false, nullptr,
+    {"loop_order", R"(["kv_outer", "q_outer"])", AxisType::word, AxisRole::optimisation, "", false, "", [](const auto&) { return kLoopOrders; }, 0, false, nullptr,
      [](Variant& v, const std::string& x) { v.attention_cfg.loop_order = *parse_loop_order(x); }},
-    {"lr", R"([0.001, 0.002])", AxisType::real, "lr", nullptr, 0, false, nullptr,
+    {"lr", R"([0.001, 0.002])", AxisType::real, AxisRole::setting, "", false, "lr", nullptr, 0, false, nullptr,
      [](Variant& v, const std::string& x) {
        v.train.lr = std::stod(x);
        v.train.min_lr = std::min(v.train.min_lr, v.train.lr);
@@ -304,8 +307,25 @@ const GridAxis kGridAxes[] = {
 
 std::vector<GridAxisInfo> grid_axes() {
   std::vector<GridAxisInfo> out;
-  for (const auto& axis : kGridAxes) out.push_back({axis.name, axis.example});
+  for (const auto& axis : kGridAxes) out.push_back({axis.name, axis.example, axis.role, axis.baseline, axis.replicate});
   return out;
+}
+
+const GridAxisInfo* find_grid_axis(const std::string& name) {
+  static const std::vector<GridAxisInfo> table = grid_axes();
+  for (const auto& axis : table)
+    if (axis.name == name) return &axis;
+  return nullptr;
+}
+
+const char* axis_role_name(AxisRole role) {
+  switch (role) {
+    case AxisRole::optimisation: return "optimisation";
+    case AxisRole::reference: return "reference";
+    case AxisRole::setting: return "setting";
+    case AxisRole::noise: return "noise";
+  }
+  return "setting";
 }
 
 namespace {

@@ -181,13 +181,30 @@ struct Study {
 
 // The grid axes fastudy knows, with what each overrides.
 const std::vector<std::string>& known_axes();
+// What an axis is to the verdict (analysis/ranking.hpp):
+//  - optimisation: a training optimisation or implementation choice, measured against its baseline
+//    value (flash vs baseline attention, tf32 vs fp32 matmuls, ...);
+//  - reference: a factor everyone already accepts (init seed, training precision), the yardstick;
+//  - setting: a hyperparameter or input the other axes are compared under (init scheme, lr, ...);
+//  - noise: the same variant again (`repeat`), whose distance is the noise floor.
+enum class AxisRole { optimisation, reference, setting, noise };
+const char* axis_role_name(AxisRole role);  // "optimisation", "reference", "setting", "noise"
+
 // The grid axes, from the one table in config.cpp that drives their validation, expansion, ids and
-// resolved TOML: each axis's name and two allowed values as TOML (for help texts and tests).
+// resolved TOML: each axis's name, two allowed values as TOML (for help texts and tests), its role, its
+// declared baseline value ("": the first value the grid lists) and whether it is a replicate axis (an
+// independent draw such as the init or data seed: pairs that differ in another axis are grouped into
+// conditions by every non-replicate axis, and replicate values give the independent pairs).
 struct GridAxisInfo {
   std::string name;
   std::string example;
+  AxisRole role = AxisRole::setting;
+  std::string baseline;
+  bool replicate = false;
 };
 std::vector<GridAxisInfo> grid_axes();
+// The table's row of an axis; nullptr for an unknown name.
+const GridAxisInfo* find_grid_axis(const std::string& name);
 // Every phase name, in run order: microbench, train, reduce, report.
 const std::vector<std::string>& known_phases();
 

@@ -275,6 +275,16 @@ TEST(GridAxes, EveryAxisExpandsIdsHashesAndRoundTrips) {
     EXPECT_NE(a.axis(axis.name), b.axis(axis.name));
     EXPECT_NE(a.id.find(a.axis(axis.name)), std::string::npos) << a.id;
     // The resolved study parses back to the same study.
+    const GridAxisInfo* row = find_grid_axis(axis.name);
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(row->role, axis.role);
+    if (!row->baseline.empty()) {
+      // A declared baseline is a value the axis accepts.
+      const bool quoted = axis.example.find('"') != std::string::npos;
+      const std::string value = quoted ? "\"" + row->baseline + "\"" : row->baseline;
+      Study base = parse_study("[model]\nseq_len = 32\n[grid]\n" + axis.name + " = [" + value + "]\n", "g.toml");
+      EXPECT_EQ(base.variants.at(0).axis(axis.name), row->baseline);
+    }
     Study again = parse_study(st.resolved_toml, "study.toml");
     EXPECT_EQ(again.hash, st.hash);
     ASSERT_EQ(again.variants.size(), 2u);

@@ -79,11 +79,7 @@ int job_plan(JobContext& ctx) {
   os << "phases: ";
   for (std::size_t i = 0; i < st.phases.size(); ++i) os << (i ? ", " : "") << st.phases[i];
   os << "\noutput: " << (ctx.opts.out.empty() ? st.out : ctx.opts.out) << "\n";
-  os << "grid: ";
-  for (std::size_t i = 0; i < st.axes.size(); ++i) {
-    os << (i ? " x " : "") << st.axes[i].first << "[" << st.axes[i].second.size() << "]";
-  }
-  os << " = " << nv << " variant" << (nv == 1 ? "" : "s") << "\n\n";
+  os << "grid: " << grid_shape(st) << " = " << nv << " variant" << (nv == 1 ? "" : "s") << "\n\n";
 
   double total_ckpt = 0;
   std::int64_t steps_total = 0;

@@ -186,10 +186,7 @@ std::string sbatch_script(const JobContext& ctx, const std::string& grid, const 
   os << "#   output:      " << out << "\n";
   os << "#   phases:      ";
   for (std::size_t i = 0; i < st.phases.size(); ++i) os << (i ? ", " : "") << st.phases[i];
-  os << "\n#   variants:    " << st.variants.size() << " (";
-  for (std::size_t i = 0; i < st.axes.size(); ++i)
-    os << (i ? " x " : "") << st.axes[i].first << "[" << st.axes[i].second.size() << "]";
-  os << ")\n";
+  os << "\n#   variants:    " << st.variants.size() << " (" << grid_shape(st) << ")\n";
   os << "#   ranks:       " << ranks << " = " << s.nodes << " node(s) x " << s.ntasks_per_node << " task(s)";
   if (s.gpus_per_node > 0) os << ", " << s.gpus_per_node << " GPU(s) per node";
   os << "\n#   groups:      " << ranks / rpv << " of " << rpv << " rank(s) (ranks_per_variant), variants scheduled dynamically\n";

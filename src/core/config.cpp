@@ -854,78 +854,161 @@ void read_reduce(Section red, ReduceConfig& rc) {
   red.finish();
 }
 
-// The axes of [grid], in the order of the file.
-void read_grid(Section grid, Study& st, const std::vector<std::string>& policy_names, const std::string& file) {
-  const ModelConfig& m = st.model;
-  if (grid.present()) {
-    // toml++ tables are ordered by key; the grid's axes keep the order of the file.
-    std::vector<std::pair<const toml::key*, const toml::node*>> entries;
-    for (auto&& [k, v] : *grid.table()) entries.emplace_back(&k, &v);
-    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
-      const auto& pa = a.first->source().begin;
-      const auto& pb = b.first->source().begin;
-      return pa.line != pb.line ? pa.line < pb.line : pa.column < pb.column;
-    });
-    for (const auto& [kp, vp] : entries) {
-      const toml::key& k = *kp;
-      const toml::node& v = *vp;
-      std::string axis(k.str());
-      const auto& known = known_axes();
-      if (std::find(known.begin(), known.end(), axis) == known.end()) {
-        std::string hint = suggestion(axis, known);
-        if (hint.empty()) hint = "known axes: " + join(known);
-        throw ConfigError(file, static_cast<int>(k.source().begin.line), static_cast<int>(k.source().begin.column),
-                          "grid." + axis, "unknown grid axis `" + axis + "`", hint);
+// The values one grid axis lists (in `sec`, the [grid] table or one [[grid.vary]] table), validated
+// against the axis's row.
+std::vector<std::string> read_axis_values(Section& sec, const std::string& axis, const toml::node& v,
+                                          const std::vector<std::string>& policy_names, const ModelConfig& m) {
+  const GridAxis& row = *find_axis(axis);
+  std::vector<std::string> values;
+  switch (row.type) {
+    case AxisType::word: {
+      const std::vector<std::string> allowed = row.allowed(policy_names);
+      sec.get_words(axis, values, {});
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        if (std::find(allowed.begin(), allowed.end(), values[i]) != allowed.end()) continue;
+        std::string hint = row.unknown_hint ? row.unknown_hint(values[i]) : std::string();
+        if (hint.empty()) hint = suggestion(values[i], allowed);
+        sec.fail_at(*v.as_array()->get(i), axis,
+                    "`" + sec.qualified(axis) + "` has unknown value \"" + values[i] + "\"; allowed: " + join(allowed),
+                    hint);
       }
-      const GridAxis& row = *find_axis(axis);
-      std::vector<std::string> values;
-      switch (row.type) {
-        case AxisType::word: {
-          const std::vector<std::string> allowed = row.allowed(policy_names);
-          grid.get_words(axis, values, {});
-          for (std::size_t i = 0; i < values.size(); ++i) {
-            if (std::find(allowed.begin(), allowed.end(), values[i]) != allowed.end()) continue;
-            std::string hint = row.unknown_hint ? row.unknown_hint(values[i]) : std::string();
-            if (hint.empty()) hint = suggestion(values[i], allowed);
-            grid.fail_at(*v.as_array()->get(i), axis,
-                         "`grid." + axis + "` has unknown value \"" + values[i] + "\"; allowed: " + join(allowed), hint);
-          }
-          break;
-        }
-        case AxisType::integer: {
-          std::vector<int> ints;
-          grid.get_ints(axis, ints, row.min_value);
-          for (std::size_t i = 0; i < ints.size(); ++i) {
-            if (row.at_most_seq_len && ints[i] > m.seq_len)
-              grid.fail_at(*v.as_array()->get(i), axis,
-                           "[grid] " + axis + " = " + std::to_string(ints[i]) + " is larger than [model] seq_len = " +
-                               std::to_string(m.seq_len),
-                           "use block sizes <= seq_len");
-            values.push_back(std::to_string(ints[i]));
-          }
-          break;
-        }
-        case AxisType::real: {
-          const toml::array* arr = grid.array(axis);
-          for (const auto& el : *arr) {
-            if (!el.is_number() || *el.value<double>() <= 0)
-              grid.fail_at(el, axis, "[grid] " + axis + " must hold positive numbers");
-            std::string s = shortest_number_text(*el.value<double>());
-            if (std::find(values.begin(), values.end(), s) != values.end())
-              grid.fail_at(el, axis, "[grid] " + axis + " lists " + s + " twice", "remove the duplicate");
-            values.push_back(s);
-          }
-          break;
-        }
-      }
-      st.axes.emplace_back(axis, values);
+      break;
     }
+    case AxisType::integer: {
+      std::vector<int> ints;
+      sec.get_ints(axis, ints, row.min_value);
+      for (std::size_t i = 0; i < ints.size(); ++i) {
+        if (row.at_most_seq_len && ints[i] > m.seq_len)
+          sec.fail_at(*v.as_array()->get(i), axis,
+                      "[" + sec.name() + "] " + axis + " = " + std::to_string(ints[i]) + " is larger than [model] seq_len = " +
+                          std::to_string(m.seq_len),
+                      "use block sizes <= seq_len");
+        values.push_back(std::to_string(ints[i]));
+      }
+      break;
+    }
+    case AxisType::real: {
+      const toml::array* arr = sec.array(axis);
+      for (const auto& el : *arr) {
+        if (!el.is_number() || *el.value<double>() <= 0)
+          sec.fail_at(el, axis, "[" + sec.name() + "] " + axis + " must hold positive numbers");
+        std::string s = shortest_number_text(*el.value<double>());
+        if (std::find(values.begin(), values.end(), s) != values.end())
+          sec.fail_at(el, axis, "[" + sec.name() + "] " + axis + " lists " + s + " twice", "remove the duplicate");
+        values.push_back(s);
+      }
+      break;
+    }
+  }
+  return values;
+}
+
+// The entries of a table in the order of the file (toml++ tables are ordered by key).
+std::vector<std::pair<const toml::key*, const toml::node*>> in_file_order(const toml::table& t) {
+  std::vector<std::pair<const toml::key*, const toml::node*>> entries;
+  for (auto&& [k, v] : t) entries.emplace_back(&k, &v);
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    const auto& pa = a.first->source().begin;
+    const auto& pb = b.first->source().begin;
+    return pa.line != pb.line ? pa.line < pb.line : pa.column < pb.column;
+  });
+  return entries;
+}
+
+[[noreturn]] void unknown_axis(const std::string& file, const toml::key& k, const std::string& qualified) {
+  const auto& known = known_axes();
+  std::string hint = suggestion(std::string(k.str()), known);
+  if (hint.empty()) hint = "known axes: " + join(known);
+  throw ConfigError(file, static_cast<int>(k.source().begin.line), static_cast<int>(k.source().begin.column),
+                    qualified,
+                    "unknown grid axis `" + std::string(k.str()) + "`" +
+                        (qualified.rfind("grid.vary.", 0) == 0 ? " in a [[grid.vary]] table" : ""),
+                    hint);
+}
+
+bool is_known_axis(const std::string& axis) {
+  const auto& known = known_axes();
+  return std::find(known.begin(), known.end(), axis) != known.end();
+}
+
+// The axes of [grid], in the order of the file, and its [[grid.vary]] tables. Study::axes gets the
+// [grid] axes first, then every vary axis (in order of first appearance) with its baseline first and
+// then the values the tables list.
+void read_grid(Section grid, Study& st, const std::vector<std::string>& policy_names, const std::string& file) {
+  if (!grid.present()) return;
+  const toml::node* vary_node = nullptr;
+  for (const auto& [kp, vp] : in_file_order(*grid.table())) {
+    const std::string axis(kp->str());
+    if (axis == "vary") {
+      vary_node = vp;
+      continue;
+    }
+    if (!is_known_axis(axis)) unknown_axis(file, *kp, "grid." + axis);
+    st.axes.emplace_back(axis, read_axis_values(grid, axis, *vp, policy_names, st.model));
+  }
+  st.crossed_axes = st.axes.size();
+  if (!vary_node) return;
+  grid.has("vary");
+  const toml::array* tables = vary_node->as_array();
+  if (!tables || tables->empty() || !tables->is_array_of_tables())
+    grid.fail("vary", "`grid.vary` must be a list of tables: write each as [[grid.vary]] followed by its axes",
+              "see README \"Grids\"");
+  std::map<std::string, std::size_t> where;  // vary axis -> index in st.axes
+  for (std::size_t t = 0; t < tables->size(); ++t) {
+    const toml::table& table = *tables->get(t)->as_table();
+    Section sec(file, "grid.vary", &table, table.source());
+    if (table.empty()) sec.fail("", "a [[grid.vary]] table is empty", "list the axes it varies, e.g. matmul = [\"tf32\"]");
+    std::vector<std::pair<std::string, std::vector<std::string>>> arm;
+    for (const auto& [kp, vp] : in_file_order(table)) {
+      const std::string axis(kp->str());
+      if (!is_known_axis(axis)) unknown_axis(file, *kp, "grid.vary." + axis);
+      for (std::size_t a = 0; a < st.crossed_axes; ++a)
+        if (st.axes[a].first == axis)
+          sec.fail(axis, "axis `" + axis + "` is in [grid] and in a [[grid.vary]] table",
+                   "an axis is either crossed with everything ([grid]) or varied from its baseline ([[grid.vary]])");
+      std::vector<std::string> values = read_axis_values(sec, axis, *vp, policy_names, st.model);
+      auto [it, fresh] = where.emplace(axis, st.axes.size());
+      if (fresh) {
+        const std::string declared = find_axis(axis)->baseline;
+        st.axes.emplace_back(axis, std::vector<std::string>{declared.empty() ? values.front() : declared});
+      }
+      auto& all = st.axes[it->second].second;
+      for (const auto& value : values)
+        if (std::find(all.begin(), all.end(), value) == all.end()) all.push_back(value);
+      arm.emplace_back(axis, std::move(values));
+    }
+    st.vary.push_back(std::move(arm));
   }
 }
 
-// The variants: the cross product of the axes, first axis slowest.
+// The value lists one cross product runs over, an entry per axis of Study::axes: without [[grid.vary]]
+// every axis's values; with it, one list per vary table: [grid]'s axes with all their values, the
+// table's axes with the values it lists, every other vary axis at its baseline (its first value).
+std::vector<std::vector<std::vector<std::string>>> grid_products(const Study& st) {
+  std::vector<std::vector<std::string>> all;
+  for (const auto& axis : st.axes) all.push_back(axis.second);
+  if (st.vary.empty()) return {all};
+  std::vector<std::vector<std::vector<std::string>>> out;
+  for (const auto& arm : st.vary) {
+    std::vector<std::vector<std::string>> lists;
+    for (std::size_t a = 0; a < st.axes.size(); ++a) {
+      if (a < st.crossed_axes) {
+        lists.push_back(st.axes[a].second);
+        continue;
+      }
+      auto it = std::find_if(arm.begin(), arm.end(), [&](const auto& e) { return e.first == st.axes[a].first; });
+      lists.push_back(it != arm.end() ? it->second : std::vector<std::string>{st.axes[a].second.front()});
+    }
+    out.push_back(std::move(lists));
+  }
+  return out;
+}
+
+// The variants: the cross product of the axes (of each [[grid.vary]] table's lists), first axis
+// slowest; a variant two vary tables both produce (e.g. the all-baseline one) is kept once.
 void expand_variants(Study& st) {
-  // Expand the cross product, first axis slowest.
+  std::set<std::string> seen;
+  for (const auto& lists : grid_products(st)) {
   std::vector<std::size_t> idx(st.axes.size(), 0);
   bool done = false;
   while (!done) {
@@ -937,7 +1020,7 @@ void expand_variants(Study& st) {
     std::vector<std::string> tokens;
     for (std::size_t a = 0; a < st.axes.size(); ++a) {
       const std::string& axis = st.axes[a].first;
-      const std::string& value = st.axes[a].second[idx[a]];
+      const std::string& value = lists[a][idx[a]];
       var.axes.emplace_back(axis, value);
       tokens.push_back(id_token(axis, value));
       find_axis(axis)->apply(var, value);
@@ -954,17 +1037,18 @@ void expand_variants(Study& st) {
                    {"attention", attention_table(var.attention_cfg)}};
     var.resolved_toml = to_toml_text(vt);
     var.hash = content_hash(var.resolved_toml);
-    st.variants.push_back(std::move(var));
+    if (seen.insert(var.id).second) st.variants.push_back(std::move(var));
 
     // Advance the odometer, last axis fastest.
     done = true;
     for (std::size_t a = st.axes.size(); a-- > 0;) {
-      if (++idx[a] < st.axes[a].second.size()) {
+      if (++idx[a] < lists[a].size()) {
         done = false;
         break;
       }
       idx[a] = 0;
     }
+  }
   }
 }
 
@@ -974,7 +1058,7 @@ std::string resolved_study_toml(const Study& st) {
   // [grid] is written by hand after the rest: toml++ orders keys, the grid keeps the file's order.
   std::ostringstream grid_text;
   grid_text << "\n[grid]\n";
-  for (const auto& [axis, values] : st.axes) {
+  auto write_axis = [&](const std::string& axis, const std::vector<std::string>& values) {
     toml::array arr;
     const AxisType type = find_axis(axis)->type;
     for (const auto& value : values) {
@@ -983,6 +1067,11 @@ std::string resolved_study_toml(const Study& st) {
       else arr.push_back(value);
     }
     grid_text << axis << " = " << arr << "\n";
+  };
+  for (std::size_t a = 0; a < st.crossed_axes; ++a) write_axis(st.axes[a].first, st.axes[a].second);
+  for (const auto& arm : st.vary) {
+    grid_text << "\n[[grid.vary]]\n";
+    for (const auto& [axis, values] : arm) write_axis(axis, values);
   }
   toml::array steps;
   for (auto s : rc.steps) steps.push_back(s);
@@ -1003,6 +1092,20 @@ std::string resolved_study_toml(const Study& st) {
 }
 
 }  // namespace
+
+std::string grid_shape(const Study& st) {
+  auto product = [](auto begin, auto end) {
+    std::string out;
+    for (auto it = begin; it != end; ++it)
+      out += (out.empty() ? "" : " x ") + it->first + "[" + std::to_string(it->second.size()) + "]";
+    return out;
+  };
+  std::string out = product(st.axes.begin(), st.axes.begin() + static_cast<std::ptrdiff_t>(st.crossed_axes));
+  if (st.vary.empty()) return out.empty() ? "no axes" : out;
+  std::string arms;
+  for (const auto& arm : st.vary) arms += (arms.empty() ? "" : " | ") + product(arm.begin(), arm.end());
+  return (out.empty() ? "" : out + " x ") + "(" + arms + ")";
+}
 
 Study parse_study(const std::string& text, const std::string& file) {
   toml::table root;

@@ -164,7 +164,14 @@ struct Study {
   // The preflight refuses a grid whose estimated training memory per rank exceeds what a rank can have;
   // `[study] memory_check = false` overrides it (the estimate can be pessimistic).
   bool memory_check = true;
-  std::vector<std::pair<std::string, std::vector<std::string>>> axes;  // [grid], in file order
+  // Every grid axis with the values its variants take: [grid]'s own axes first (in file order), then
+  // the [[grid.vary]] axes in order of first appearance, each with its baseline first.
+  std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+  std::size_t crossed_axes = 0;  // the first crossed_axes entries of `axes` are [grid]'s own
+  // [[grid.vary]]: each table's axes (with the values it lists) are crossed with [grid]'s axes while
+  // every other vary axis stays at its baseline (the declared one, or the first value listed for it).
+  // Empty: the variants are the cross product of `axes`.
+  std::vector<std::vector<std::pair<std::string, std::vector<std::string>>>> vary;
   ModelConfig model;
   DataConfig data;
   TrainConfig train;
@@ -207,6 +214,10 @@ std::vector<GridAxisInfo> grid_axes();
 const GridAxisInfo* find_grid_axis(const std::string& name);
 // Every phase name, in run order: microbench, train, reduce, report.
 const std::vector<std::string>& known_phases();
+
+// The grid's design in one line: "attention[2] x seed[3]"; with [[grid.vary]] tables,
+// "seed[3] x (attention[2] | matmul[3])" (each table's lists, before the shared variants are merged).
+std::string grid_shape(const Study& st);
 
 // Parse, validate and expand. Throws ConfigError.
 Study load_study(const std::string& path);

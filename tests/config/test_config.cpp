@@ -292,3 +292,65 @@ TEST(GridAxes, EveryAxisExpandsIdsHashesAndRoundTrips) {
     EXPECT_EQ(again.variants[1].hash, b.hash);
   }
 }
+
+// [[grid.vary]]: each table's axes vary from their baseline, crossed with [grid]'s own axes; the
+// all-baseline variant that every table produces is kept once.
+TEST(GridVary, VariesEachTableFromTheBaselineCrossedWithTheGrid) {
+  const std::string text =
+      "[model]\nseq_len = 32\n[grid]\nseed = [1, 2]\n"
+      "[[grid.vary]]\nattention = [\"baseline\", \"flash\"]\n"
+      "[[grid.vary]]\nloop_order = [\"kv_outer\", \"q_outer\"]\nblock_q = [8, 16]\n";
+  Study st = parse_study(text, "g.toml");
+  ASSERT_EQ(st.crossed_axes, 1u);
+  ASSERT_EQ(st.axes.size(), 4u);
+  EXPECT_EQ(st.axes[1].first, "attention");
+  // attention's declared baseline is "baseline"; loop_order and block_q have none: the first value listed.
+  EXPECT_EQ(st.axes[1].second, (std::vector<std::string>{"baseline", "flash"}));
+  EXPECT_EQ(st.axes[2].second, (std::vector<std::string>{"kv_outer", "q_outer"}));
+  EXPECT_EQ(st.axes[3].second, (std::vector<std::string>{"8", "16"}));
+  // seed x (attention: 2) + seed x (loop_order x block_q: 4) - seed x the shared all-baseline variant.
+  ASSERT_EQ(st.variants.size(), 2u * 2 + 2u * 4 - 2u);
+  std::set<std::string> ids;
+  for (const auto& v : st.variants) {
+    ids.insert(v.id);
+    ASSERT_EQ(v.axes.size(), 4u);
+    // No variant changes attention together with a loop_order/block_q away from their baselines.
+    const bool off_attention = v.axis("attention") != "baseline";
+    const bool off_tiles = v.axis("loop_order") != "kv_outer" || v.axis("block_q") != "8";
+    EXPECT_FALSE(off_attention && off_tiles) << v.id;
+  }
+  EXPECT_EQ(ids.size(), st.variants.size());
+  EXPECT_EQ(grid_shape(st), "seed[2] x (attention[2] | loop_order[2] x block_q[2])");
+  const Variant* flash = st.find_variant("s2-flash-kv_outer-bq8");
+  ASSERT_NE(flash, nullptr);
+  EXPECT_EQ(flash->attention, AttentionKind::flash);
+  EXPECT_EQ(flash->attention_cfg.block_q, 8);
+  // The resolved study keeps the design and parses back to the same variants.
+  EXPECT_NE(st.resolved_toml.find("[[grid.vary]]"), std::string::npos);
+  Study again = parse_study(st.resolved_toml, "study.toml");
+  EXPECT_EQ(again.hash, st.hash);
+  ASSERT_EQ(again.variants.size(), st.variants.size());
+  for (std::size_t i = 0; i < st.variants.size(); ++i) EXPECT_EQ(again.variants[i].hash, st.variants[i].hash);
+}
+
+TEST(GridVary, MistakesAreNamed) {
+  auto error_of = [](const std::string& grid) {
+    try {
+      parse_study("[model]\nseq_len = 32\n" + grid, "g.toml");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("[grid]\nseed = [1]\n[[grid.vary]]\nseed = [2]\n").find("is in [grid] and in a [[grid.vary]]"),
+            std::string::npos);
+  EXPECT_NE(error_of("[grid]\nvary = [1]\n").find("grid.vary"), std::string::npos);
+  EXPECT_NE(error_of("[[grid.vary]]\n").find("empty"), std::string::npos);
+  const std::string unknown = error_of("[[grid.vary]]\nattention = [\"flesh\"]\n");
+  EXPECT_NE(unknown.find("g.toml:4"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("grid.vary.attention"), std::string::npos) << unknown;
+  const std::string typo = error_of("[[grid.vary]]\nattentoin = [\"flash\"]\n");
+  EXPECT_NE(typo.find("g.toml:4:1: unknown grid axis `attentoin` in a [[grid.vary]] table"), std::string::npos) << typo;
+  EXPECT_NE(typo.find("did you mean `attention`?"), std::string::npos) << typo;
+}
+

@@ -3,14 +3,19 @@
 // (W1, W2, max |d|, mean |d|, relative L2) per tensor and for the whole model (all parameters
 // flattened), and ranks the axes as deviation sources (analysis/ranking.hpp).
 //
-// Work split: the tasks are (step, tensor) pairs plus one whole-model task per step, dealt
-// round-robin to the ranks; each task is computed whole by one rank with the same code, so the
-// results do not depend on the number of ranks. Rank 0 gathers them in task order and writes
+// Work split: the tasks are (step, tensor) pairs plus one whole-model task per step. Small tensors are
+// dealt round-robin to the ranks and computed whole by one rank. The whole model and every tensor of
+// at least kSplitElements values are split over all ranks by element range (analysis/distance.hpp):
+// rank r sorts the variants r, r+R, ..., the sorted arrays are exchanged, and every rank accumulates
+// its block-aligned part of the sorted positions and of the elementwise indices; the exact partial
+// sums are combined with MPI_Allreduce. Block-aligned splits give bit-identical sums, so the results
+// do not depend on the number of ranks either way. Rank 0 gathers them in task order and writes
 //   OUT/deviation.h5   /steps/<step>/<tensor>/{w1,w2,max_abs,mean_abs,rel_l2}: V x V matrices
 //   OUT/deviation.csv  one row per step, tensor and pair (tensor "model" is the whole model)
 //   OUT/ranking.csv    one row per source (axis) or value pair and step
 //   OUT/twins.csv      each variant's distance to its fp64 twin, when the grid has fp64
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -121,13 +126,12 @@ Plan unpack_plan(const std::string& text, const Study& st) {
   return p;
 }
 
-// The matrices of one task: kMetrics x V x V doubles (NaN on the diagonal's unused entries).
-template <class T>
-std::vector<double> task_matrices(const std::vector<std::vector<T>>& arrays) {
-  const std::size_t V = arrays.size();
-  std::vector<const T*> ptrs;
-  for (const auto& a : arrays) ptrs.push_back(a.data());
-  PairwiseMatrix m = pairwise_matrix(ptrs, arrays[0].size());
+// A tensor this large (elements) is split over the ranks rather than computed by one: below it the
+// exchange of sorted arrays costs more than it saves.
+constexpr std::size_t kSplitElements = std::size_t{1} << 18;
+
+std::vector<double> metric_matrices(const PairwiseMatrix& m) {
+  const std::size_t V = m.variants;
   std::vector<double> out(kMetrics * V * V, 0.0);
   for (std::size_t i = 0; i < V; ++i)
     for (std::size_t j = 0; j < V; ++j) {
@@ -137,6 +141,50 @@ std::vector<double> task_matrices(const std::vector<std::vector<T>>& arrays) {
       for (int k = 0; k < kMetrics; ++k) out[(static_cast<std::size_t>(k) * V + i) * V + j] = vals[k];
     }
   return out;
+}
+
+// The matrices of one task computed by every rank of `world` together (collective): rank r sorts the
+// variants v = r (mod R); the sorted arrays are exchanged (allgather); each rank accumulates its
+// block-aligned window [begin, end) of the sorted positions and of the elementwise indices, and the
+// exact partial sums are combined (MPI_SUM on the integer sums, MPI_MAX on the maxima). Bit-identical
+// to pairwise_matrix() on one process (tests/analysis/test_pairwise_mpi.cpp; tests/cli/test_e2e.cpp).
+template <class T>
+std::vector<double> split_task_matrices(const mpi::Comm& world, const std::vector<std::vector<T>>& arrays) {
+  const std::size_t V = arrays.size(), n = arrays[0].size();
+  const std::size_t R = static_cast<std::size_t>(world.size()), r = static_cast<std::size_t>(world.rank());
+  std::string mine;
+  mine.reserve(((V + R - 1 - r) / R) * n * sizeof(T));
+  for (std::size_t v = r; v < V; v += R) {
+    std::vector<T> sorted(arrays[v]);
+    radix_sort(sorted.data(), n);
+    mine.append(reinterpret_cast<const char*>(sorted.data()), n * sizeof(T));
+  }
+  const std::vector<std::string> all = world.allgather(mine);
+  mine.clear();
+  mine.shrink_to_fit();
+  const IndexRange w = block_aligned_part(n, R, r);
+  SortedSet<T> set;
+  std::vector<const T*> ptrs;
+  for (std::size_t v = 0; v < V; ++v) {
+    const T* sorted = reinterpret_cast<const T*>(all[v % R].data()) + (v / R) * n;
+    set.add_sorted_window(std::vector<T>(sorted + w.begin, sorted + w.end), w.begin, n);
+    ptrs.push_back(arrays[v].data());
+  }
+  PairwisePartials p(V);
+  accumulate_sorted(set, w.begin, w.end, p);
+  accumulate_elementwise(ptrs, w.begin, w.end, p);
+  world.allreduce_sum(p.sums(), p.sums_size());
+  world.allreduce_max(p.maxima(), p.maxima_size());
+  p.set_has_w2(true);
+  return metric_matrices(p.finalize());
+}
+
+// The matrices of one task, computed by this rank alone: kMetrics x V x V doubles (0 on the diagonal).
+template <class T>
+std::vector<double> task_matrices(const std::vector<std::vector<T>>& arrays) {
+  std::vector<const T*> ptrs;
+  for (const auto& a : arrays) ptrs.push_back(a.data());
+  return metric_matrices(pairwise_matrix(ptrs, arrays[0].size()));
 }
 
 // Parameters of every variant at one step, as double when any variant stores f64, else float.
@@ -230,29 +278,70 @@ int job_reduce(JobContext& ctx) {
   log::info("reduce: " + std::to_string(V) + " variants x " + std::to_string(plan.steps.size()) + " steps x " +
             std::to_string(T - 1) + " tensors (+ whole model) on " + std::to_string(world.size()) + " rank(s)");
 
-  // Task k = (step k / T, tensor k % T) runs on rank k % size.
+  // Task k = (step k / T, tensor k % T): a split task (the whole model, a tensor of at least
+  // kSplitElements values, with more than one rank) runs on every rank; the others are dealt
+  // round-robin, the j-th unsplit task to rank j % size. The sizes come from the first variant's
+  // checkpoint (every variant has the same parameters: read_params checks nothing else, the pairwise
+  // engine does).
+  std::vector<bool> split(T, false);
+  {
+    std::vector<std::int64_t> sizes(T, 0);
+    on_root(world, [&] {
+      const auto arrays = read_params(checkpoint_path(out, plan.variants[0]->id, plan.steps[0]));
+      for (std::size_t t = 0; t + 1 < T; ++t) sizes[t] = arrays[t].numel();
+    });
+    world.bcast(sizes.data(), sizes.size() * sizeof(std::int64_t));
+    for (std::size_t t = 0; t < T; ++t)
+      split[t] = world.size() > 1 && (t + 1 == T || static_cast<std::size_t>(sizes[t]) >= kSplitElements);
+  }
+  std::vector<int> owner(tasks, -1);  // -1: every rank
+  for (std::size_t k = 0, dealt = 0; k < tasks; ++k)
+    if (!split[k % T]) owner[k] = static_cast<int>(dealt++ % static_cast<std::size_t>(world.size()));
   std::string mine;
   std::vector<std::string> names(plan.tensors.begin(), plan.tensors.end() - 1);
-  // A stop signal (SIGTERM, SIGUSR1) ends the work at the next step or tensor; nothing is written.
-  for (std::size_t si = 0; si < plan.steps.size() && !stop_signal_received(); ++si) {
+  // A stop signal (SIGTERM, SIGUSR1) ends the work at the next task; nothing is written. The ranks
+  // agree on it before each split task (a collective), so none waits for another in vain.
+  bool stopped = false;
+  double read_s = 0, compute_s = 0;  // this rank's time reading checkpoints and computing (debug log)
+  for (std::size_t si = 0; si < plan.steps.size() && !stopped; ++si) {
     bool any = false;
-    for (std::size_t t = 0; t < T; ++t) any |= (si * T + t) % static_cast<std::size_t>(world.size()) == static_cast<std::size_t>(world.rank());
+    for (std::size_t t = 0; t < T; ++t) any |= owner[si * T + t] < 0 || owner[si * T + t] == world.rank();
     if (!any) continue;
+    auto t0 = std::chrono::steady_clock::now();
     StepParams sp;
     for (const auto* v : plan.variants) {
       sp.per_variant.push_back(read_params(checkpoint_path(out, v->id, plan.steps[si])));
       for (const auto& a : sp.per_variant.back()) sp.f64 |= a.dtype == DType::f64;
     }
-    for (std::size_t t = 0; t < T && !stop_signal_received(); ++t) {
+    // Every rank read the same checkpoints; agree on the dtype anyway (a rank must not pick another).
+    sp.f64 = world.allreduce_max(static_cast<std::int64_t>(sp.f64)) != 0;
+    auto t1 = std::chrono::steady_clock::now();
+    read_s += std::chrono::duration<double>(t1 - t0).count();
+    for (std::size_t t = 0; t < T && !stopped; ++t) {
       const std::size_t k = si * T + t;
-      if (k % static_cast<std::size_t>(world.size()) != static_cast<std::size_t>(world.rank())) continue;
-      std::vector<double> m = sp.f64 ? task_matrices(gather_tensor<double>(sp, plan.tensors[t], names))
-                                     : task_matrices(gather_tensor<float>(sp, plan.tensors[t], names));
+      std::vector<double> m;
+      if (owner[k] < 0) {
+        if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {
+          stopped = true;
+          break;
+        }
+        m = sp.f64 ? split_task_matrices(world, gather_tensor<double>(sp, plan.tensors[t], names))
+                   : split_task_matrices(world, gather_tensor<float>(sp, plan.tensors[t], names));
+        if (!world.is_root()) continue;  // rank 0 holds the result
+      } else {
+        // A signal skips this rank's own tasks; it leaves the loop only at the next collective check,
+        // together with the other ranks (the check after the loop then fails the job everywhere).
+        if (owner[k] != world.rank() || stop_signal_received()) continue;
+        m = sp.f64 ? task_matrices(gather_tensor<double>(sp, plan.tensors[t], names))
+                   : task_matrices(gather_tensor<float>(sp, plan.tensors[t], names));
+      }
       const std::uint64_t idx = k;
       mine.append(reinterpret_cast<const char*>(&idx), sizeof idx);
       mine.append(reinterpret_cast<const char*>(m.data()), m.size() * sizeof(double));
     }
+    compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
+  log::debug("reduce: rank 0 read checkpoints for " + number_text(read_s) + " s, computed for " + number_text(compute_s) + " s");
   std::vector<std::string> parts = world.gather(mine);
   if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {
     log::warn("reduce: stopped by a signal; nothing was written, run it again to redo it");

@@ -50,7 +50,7 @@ bool have_nccl();
 //   tree: recursive doubling (Open MPI's allreduce for small buffers; a balanced binary tree): with P
 //         the largest power of two <= W and e = W - P, shards 2i and 2i+1 (i < e) are first added
 //         pairwise, leaving P partial sums in order; then adjacent partials are added pairwise,
-//         level by level: W = 4: (g_0 + g_1) + (g_2 + g_3); W = 3: (g_0 + g_1) + g_2;
+//         level by level: W = 4: (g_0 + g_1) + (g_2 + g_3); W = 3: (g_0 + g_1) + g_2 (= rank);
 //         W = 5: ((g_0 + g_1) + g_2) + (g_3 + g_4); W = 6: ((g_0 + g_1) + (g_2 + g_3)) + (g_4 + g_5).
 // For W = 1 and W = 2 the three orders are the same bits (a single value; a + b == b + a).
 enum class ReduceOrder { rank, ring, tree };

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "src/runtime/reducer.hpp"
 #include "src/train/data.hpp"
 #include "src/train/engine.hpp"
 #include "src/train/model.hpp"
@@ -204,6 +206,72 @@ TEST(LoopAxes, RepeatChangesTheHashButNotOneWeight) {
   EXPECT_EQ(s[0].step, 4);
   EXPECT_NE(s[0].attrs.at("config_hash"), s[1].attrs.at("config_hash"));
   expect_identical(s[0], s[1]);  // on the CPU the noise floor is exactly 0
+}
+
+// reduce_shards alone, for widths the model tests do not reach: random values of spread magnitudes,
+// so that different bracketings round differently, against the documented expressions.
+std::vector<float> random_shards(int width, std::size_t n) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  std::vector<float> g(static_cast<std::size_t>(width) * n);
+  for (float& x : g) x = std::ldexp(normal(gen), exponent(gen));
+  return g;
+}
+
+std::vector<float> reduced(ReduceOrder order, const std::vector<float>& g, int width, std::size_t n) {
+  std::vector<float> out(n);
+  reduce_shards(order, g.data(), width, n, out.data());
+  return out;
+}
+
+TEST(ReduceShards, TreeFoldsTheFirstPairsOfANonPowerOfTwoThenAddsAdjacentPartials) {
+  const std::size_t n = 1000;
+  for (int width : {3, 5, 6, 8}) {
+    SCOPED_TRACE(width);
+    const std::vector<float> g = random_shards(width, n);
+    auto x = [&](int s, std::size_t i) { return g[static_cast<std::size_t>(s) * n + i]; };
+    std::vector<float> want(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      float sum = 0;
+      if (width == 3) sum = (x(0, i) + x(1, i)) + x(2, i);
+      if (width == 5) sum = ((x(0, i) + x(1, i)) + x(2, i)) + (x(3, i) + x(4, i));
+      if (width == 6) sum = ((x(0, i) + x(1, i)) + (x(2, i) + x(3, i))) + (x(4, i) + x(5, i));
+      if (width == 8)
+        sum = ((x(0, i) + x(1, i)) + (x(2, i) + x(3, i))) + ((x(4, i) + x(5, i)) + (x(6, i) + x(7, i)));
+      want[i] = sum / static_cast<float>(width);
+    }
+    const std::vector<float> tree = reduced(ReduceOrder::tree, g, width, n);
+    EXPECT_EQ(differing(tree, want), 0u);
+    // W = 3: the tree is the rank order; beyond, the bracketing shows in the bits.
+    const std::size_t vs_rank = differing(tree, reduced(ReduceOrder::rank, g, width, n));
+    if (width == 3) EXPECT_EQ(vs_rank, 0u);
+    else EXPECT_GT(vs_rank, 0u);
+  }
+}
+
+TEST(ReduceShards, RingChunksAreFloorBoundariesAndEachStartsOneRankAfterItsOwner) {
+  // n = 10 over W = 4: chunks [0, 2), [2, 5), [5, 7), [7, 10).
+  const int width = 4;
+  const std::size_t n = 10;
+  const std::vector<float> g = random_shards(width, n);
+  auto x = [&](std::size_t s, std::size_t i) { return g[s * n + i]; };
+  const std::size_t chunk_of[n] = {0, 0, 1, 1, 1, 2, 2, 3, 3, 3};
+  std::vector<float> want(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t c = chunk_of[i];
+    want[i] = (((x((c + 1) % 4, i) + x((c + 2) % 4, i)) + x((c + 3) % 4, i)) + x(c, i)) / 4.0f;
+  }
+  EXPECT_EQ(differing(reduced(ReduceOrder::ring, g, width, n), want), 0u);
+}
+
+TEST(ReduceShards, OneShardIsCopiedAndOrdersAreNamedAsInTheGrid) {
+  const std::vector<float> g = random_shards(1, 5);
+  for (ReduceOrder order : {ReduceOrder::rank, ReduceOrder::ring, ReduceOrder::tree}) {
+    EXPECT_EQ(differing(reduced(order, g, 1, 5), g), 0u);
+    EXPECT_EQ(parse_reduce_order(to_string(order)), order);
+  }
+  EXPECT_FALSE(parse_reduce_order("butterfly").has_value());
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -206,6 +207,19 @@ TEST(LoopAxes, RepeatChangesTheHashButNotOneWeight) {
   EXPECT_EQ(s[0].step, 4);
   EXPECT_NE(s[0].attrs.at("config_hash"), s[1].attrs.at("config_hash"));
   expect_identical(s[0], s[1]);  // on the CPU the noise floor is exactly 0
+}
+
+TEST(LoopAxes, ResumeWithShardsAndMicroBatchesEqualsTheUninterruptedRun) {
+  Variant v = loop_variant(4, "tree", 2);
+  v.train.grad_clip = 1.0;
+  std::map<std::int64_t, TrainState> whole, resumed;
+  TrainHooks hw, hr;
+  hw.save_checkpoint = [&](const TrainState& s) { whole[s.step] = s; };
+  hr.save_checkpoint = [&](const TrainState& s) { resumed[s.step] = s; };
+  train_variant(v, (train_test::scratch_root() / "resume_whole").string(), hw, nullptr);
+  ASSERT_TRUE(whole.count(2) && whole.count(6));
+  train_variant(v, (train_test::scratch_root() / "resume_part").string(), hr, &whole.at(2));
+  expect_identical(resumed.at(6), whole.at(6));
 }
 
 // reduce_shards alone, for widths the model tests do not reach: random values of spread magnitudes,

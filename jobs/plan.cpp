@@ -49,12 +49,18 @@ VariantEstimate estimate_variant(const Variant& v) {
   e.checkpoint_bytes = 3.0 * elt * static_cast<double>(e.params);  // weights + two AdamW moments
   e.checkpoints = checkpoint_count(v.train);
   const int ranks = v.train.ranks_per_variant;
-  const double local_batch = static_cast<double>(v.train.batch) / ranks;
+  // Activations are kept for one micro-batch at a time: a shard of the global batch (dp_width shards,
+  // or one per rank when dp_width is unset) over grad_accum.
+  const int width = v.train.dp_width > 0 ? v.train.dp_width : ranks;
+  const double local_batch = static_cast<double>(v.train.batch) / width / v.train.grad_accum;
   // Weights, gradients and two moments, plus activations kept for backward: per layer about
   // (10 + 2 * mlp_ratio) values of B*N*d_model, and the logits B*N*vocab (x3 with softmax/grad).
   const double act = local_batch * v.model.seq_len *
                      (v.model.layers * (10.0 + 2.0 * v.model.mlp_ratio) * v.model.d_model + 3.0 * v.model.vocab);
   e.memory_per_rank = 4.0 * elt * static_cast<double>(e.params) + elt * act;
+  // dp_width: this rank's dp_width / ranks flat shard gradients, and all dp_width of them once gathered.
+  if (v.train.dp_width > 0)
+    e.memory_per_rank += elt * static_cast<double>(e.params) * (width / ranks + (ranks > 1 ? width : 0));
   return e;
 }
 

@@ -235,6 +235,9 @@ int job_train(JobContext& ctx) {
     if (group.size() > 1) {
       hooks.allreduce_mean_f32 = [&](float* p, std::size_t n) { reducer->allreduce_mean(p, n); };
       hooks.allreduce_mean_f64 = [&](double* p, std::size_t n) { reducer->allreduce_mean(p, n); };
+      // [train] dp_width: the shards' gradients travel to every rank, which sums them in the declared order.
+      hooks.allgather_f32 = [&](const float* p, std::size_t n, float* out) { group.allgather(p, n, out); };
+      hooks.allgather_f64 = [&](const double* p, std::size_t n, double* out) { group.allgather(p, n, out); };
     }
     hooks.save_checkpoint = [&](const TrainState& s) { write_checkpoint(group, checkpoint_path(out, v.id, s.step), s); };
     hooks.stop_requested = [&] {

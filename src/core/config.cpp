@@ -72,6 +72,7 @@ const std::vector<std::string> kTrainFormats{"fp64", "fp32", "tf32", "bf16", "fp
 const std::vector<std::string> kLoopOrders{"kv_outer", "q_outer"};
 const std::vector<std::string> kDataKinds{"synthetic", "text", "tokens"};
 const std::vector<std::string> kSchedules{"cosine", "constant"};
+const std::vector<std::string> kAllreduceOrders{"rank", "ring", "tree"};
 const std::vector<std::string> kDistributions{"normal", "uniform", "outliers", "sink", "captured"};
 const std::vector<std::string> kTileRules{"paper", "swapped", "square"};
 std::vector<std::string> rounding_words() {
@@ -301,6 +302,15 @@ const GridAxis kGridAxes[] = {
        v.train.lr = std::stod(x);
        v.train.min_lr = std::min(v.train.min_lr, v.train.lr);
      }},
+    // The training-loop axes (README "Training-loop axes"; cross-checked per variant by check_loop_axes).
+    {"dp_width", R"([1, 4])", AxisType::integer, AxisRole::optimisation, "1", false, "dp", nullptr, 1, false, nullptr,
+     [](Variant& v, const std::string& x) { v.train.dp_width = std::stoi(x); }},
+    {"allreduce", R"(["rank", "tree"])", AxisType::word, AxisRole::optimisation, "rank", false, "", [](const auto&) { return kAllreduceOrders; }, 0, false, nullptr,
+     [](Variant& v, const std::string& x) { v.train.allreduce = x; }},
+    {"grad_accum", R"([1, 2])", AxisType::integer, AxisRole::optimisation, "1", false, "ga", nullptr, 1, false, nullptr,
+     [](Variant& v, const std::string& x) { v.train.grad_accum = std::stoi(x); }},
+    {"repeat", R"([0, 1])", AxisType::integer, AxisRole::noise, "0", true, "r", nullptr, 0, false, nullptr,
+     [](Variant& v, const std::string& x) { v.train.repeat = std::stoi(x); }},
 };
 
 }  // namespace
@@ -365,7 +375,7 @@ toml::table data_table(const DataConfig& d) {
   return t;
 }
 toml::table train_table(const TrainConfig& t) {
-  return toml::table{{"steps", t.steps},
+  toml::table out{{"steps", t.steps},
                      {"batch", t.batch},
                      {"lr", t.lr},
                      {"min_lr", t.min_lr},
@@ -384,6 +394,13 @@ toml::table train_table(const TrainConfig& t) {
                      {"spike_threshold", t.spike_threshold},
                      {"loss_scale", t.loss_scale},
                      {"loss_scale_window", t.loss_scale_window}};
+  // The training-loop keys only where they differ from the default: other studies' text (and hashes,
+  // and so their resume) unchanged.
+  if (t.dp_width != 0) out.insert("dp_width", t.dp_width);
+  if (t.allreduce != "rank") out.insert("allreduce", t.allreduce);
+  if (t.grad_accum != 1) out.insert("grad_accum", t.grad_accum);
+  if (t.repeat != 0) out.insert("repeat", t.repeat);
+  return out;
 }
 toml::table attention_table(const AttentionConfig& a) {
   toml::table t{{"block_q", a.block_q},
@@ -715,6 +732,11 @@ void read_train(Section train, TrainConfig& t) {
   train.get("spike_threshold", t.spike_threshold);
   train.get("loss_scale", t.loss_scale);
   train.get("loss_scale_window", t.loss_scale_window);
+  const bool dp_given = train.node("dp_width") != nullptr;
+  train.get("dp_width", t.dp_width);
+  train.get("allreduce", t.allreduce);
+  train.get("grad_accum", t.grad_accum);
+  train.get("repeat", t.repeat);
   require(t.steps >= 1, train, "steps", "[train] steps = " + std::to_string(t.steps) + " must be >= 1");
   require(t.batch >= 1, train, "batch", "[train] batch must be >= 1");
   require(t.lr > 0, train, "lr", "[train] lr must be > 0");
@@ -738,6 +760,17 @@ void read_train(Section train, TrainConfig& t) {
   require(t.spike_threshold > 1, train, "spike_threshold", "[train] spike_threshold must be > 1");
   require(t.loss_scale >= 1, train, "loss_scale", "[train] loss_scale must be >= 1");
   require(t.loss_scale_window >= 1, train, "loss_scale_window", "[train] loss_scale_window must be >= 1");
+  require(!dp_given || t.dp_width >= 1, train, "dp_width",
+          "[train] dp_width = " + std::to_string(t.dp_width) + " must be >= 1 (the modelled data-parallel width)",
+          "e.g. dp_width = 4; remove the key to average over the ranks_per_variant ranks as they are");
+  require(std::find(kAllreduceOrders.begin(), kAllreduceOrders.end(), t.allreduce) != kAllreduceOrders.end(), train,
+          "allreduce", "[train] allreduce = \"" + t.allreduce + "\" is not a reduction order; allowed: " + join(kAllreduceOrders),
+          suggestion(t.allreduce, kAllreduceOrders));
+  require(t.grad_accum >= 1, train, "grad_accum",
+          "[train] grad_accum = " + std::to_string(t.grad_accum) + " must be >= 1 (micro-batches per shard)",
+          "1 computes each shard's gradient in one pass");
+  require(t.repeat >= 0, train, "repeat", "[train] repeat = " + std::to_string(t.repeat) + " must be >= 0",
+          "repeat only labels a copy of the variant: 0, 1, 2, ...");
   train.finish();
 }
 
@@ -1052,6 +1085,46 @@ void expand_variants(Study& st) {
   }
 }
 
+// The training-loop keys of every variant against each other and the batch (they may come from [train]
+// or from grid axes): W = dp_width (or ranks_per_variant when unset) divides the global batch, the
+// ranks of a group each take W / ranks_per_variant shards, grad_accum divides a shard, and an
+// allreduce order needs shards that fastudy sums itself. Errors point at the grid axis when the
+// variant's value comes from one, else at the [train] key.
+void check_loop_axes(const Study& st, const toml::table& root, const std::string& file) {
+  for (const Variant& v : st.variants) {
+    const TrainConfig& t = v.train;
+    auto fail = [&](const std::string& key, const std::string& message, const std::string& hint) {
+      const bool from_grid = !v.axis(key).empty();
+      Section sec = open_section(root, file, from_grid ? "grid" : "train");
+      const std::string where = from_grid ? " (variant " + v.id + ")" : "";
+      sec.fail(key, message + where, hint);
+    };
+    const int ranks = t.ranks_per_variant;
+    const int width = t.dp_width > 0 ? t.dp_width : ranks;
+    if (t.dp_width > 0) {
+      if (t.batch % width != 0)
+        fail("dp_width", "dp_width = " + std::to_string(width) + " does not divide [train] batch = " + std::to_string(t.batch),
+             "the global batch is cut into dp_width equal shards: choose a dp_width that divides batch, or change batch");
+      if (width % ranks != 0)
+        fail("dp_width", "dp_width = " + std::to_string(width) + " is not a multiple of [train] ranks_per_variant = " +
+                             std::to_string(ranks),
+             "each of a group's ranks computes dp_width / ranks_per_variant shards: set ranks_per_variant to a divisor "
+             "of every dp_width (1 always works, and the scheduler still trains variants side by side)");
+    } else if (t.allreduce != "rank" && ranks > 1) {
+      fail("allreduce", "allreduce = \"" + t.allreduce + "\" orders the shards of dp_width, but dp_width is unset and the " +
+                            std::to_string(ranks) + " ranks of a group average through the MPI/NCCL allreduce (its own order)",
+           "set [train] dp_width = " + std::to_string(ranks) + " (or a multiple) to model the data-parallel width and its order");
+    }
+    const int shard = t.batch / width;
+    if (shard % t.grad_accum != 0)
+      fail("grad_accum", "grad_accum = " + std::to_string(t.grad_accum) + " does not divide the per-shard batch " +
+                             std::to_string(shard) + " ([train] batch = " + std::to_string(t.batch) + " over " +
+                             (t.dp_width > 0 ? "dp_width" : "ranks_per_variant") + " = " + std::to_string(width) + ")",
+           "each shard is cut into grad_accum equal micro-batches: choose a divisor of " + std::to_string(shard) +
+               ", or change batch");
+  }
+}
+
 // The whole resolved study, as TOML (its content hash is the study's hash).
 std::string resolved_study_toml(const Study& st) {
   const ReduceConfig& rc = st.reduce;
@@ -1128,6 +1201,7 @@ Study parse_study(const std::string& text, const std::string& file) {
   read_reduce(open_section(root, file, "reduce"), st.reduce);
   read_grid(open_section(root, file, "grid"), st, policy_names, file);
   expand_variants(st);
+  check_loop_axes(st, root, file);
   st.resolved_toml = resolved_study_toml(st);
   st.hash = content_hash(st.resolved_toml);
   return st;

@@ -66,6 +66,15 @@ struct TrainConfig {
   double grad_clip = 1.0;      // max global grad norm; 0 disables clipping
   std::int64_t checkpoint_every = 50;
   int ranks_per_variant = 1;
+  // The training-loop axes (README "Training-loop axes"). dp_width: the data-parallel width W the
+  // arithmetic models: the global batch in W shards, one mean-loss gradient each, summed in the
+  // `allreduce` order and divided by W, bit for bit the same on any ranks_per_variant R dividing W.
+  // 0 (unset): W = R, the physical ranks' gradients averaged by the group's allreduce backend (MPI or
+  // NCCL, in the library's order) as before these axes existed.
+  int dp_width = 0;
+  std::string allreduce = "rank";  // rank | ring | tree: the order of the W-shard sum
+  int grad_accum = 1;              // k micro-batches per shard, loss/k each, gradients accumulated in order
+  int repeat = 0;                  // the same variant again (noise axis): changes no arithmetic
   bool shadow_attention = false;
   std::int64_t log_every = 10;
   int spike_window = 20;          // running window for loss-spike detection (steps)

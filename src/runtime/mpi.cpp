@@ -66,6 +66,10 @@ void allreduce(void* data, std::size_t n, MPI_Datatype type, MPI_Op op, MPI_Comm
   FASTUDY_MPI(MPI_Allreduce, MPI_IN_PLACE, data, checked_count(n), type, op, comm);
 }
 
+void allgather_values(const void* send, std::size_t n, MPI_Datatype type, void* recv, MPI_Comm comm) {
+  FASTUDY_MPI(MPI_Allgather, send, checked_count(n), type, recv, checked_count(n), type, comm);
+}
+
 }  // namespace
 
 MpiError::MpiError(std::string call, int rank, int code, const char* file, int line)
@@ -229,6 +233,8 @@ void Comm::allreduce_sum(std::int64_t* d, std::size_t n) const { allreduce(d, n,
 void Comm::allreduce_max(double* d, std::size_t n) const { allreduce(d, n, MPI_DOUBLE, MPI_MAX, comm_); }
 void Comm::allreduce_max(float* d, std::size_t n) const { allreduce(d, n, MPI_FLOAT, MPI_MAX, comm_); }
 void Comm::allreduce_max(std::int64_t* d, std::size_t n) const { allreduce(d, n, MPI_INT64_T, MPI_MAX, comm_); }
+void Comm::allgather(const float* send, std::size_t n, float* recv) const { allgather_values(send, n, MPI_FLOAT, recv, comm_); }
+void Comm::allgather(const double* send, std::size_t n, double* recv) const { allgather_values(send, n, MPI_DOUBLE, recv, comm_); }
 std::int64_t Comm::allreduce_sum(std::int64_t v) const { allreduce_sum(&v, 1); return v; }
 std::int64_t Comm::allreduce_max(std::int64_t v) const { allreduce_max(&v, 1); return v; }
 

@@ -120,6 +120,10 @@ class Comm {
   std::int64_t allreduce_sum(std::int64_t v) const;
   std::int64_t allreduce_max(std::int64_t v) const;
 
+  // Every rank's n values, in rank order: recv holds size() * n values (rank r's at r * n).
+  void allgather(const float* send, std::size_t n, float* recv) const;
+  void allgather(const double* send, std::size_t n, double* recv) const;
+
   // Strings of every rank, in rank order: on the root only (gather; empty elsewhere) or everywhere.
   std::vector<std::string> gather(const std::string& s, int root = 0) const;
   std::vector<std::string> allgather(const std::string& s) const;

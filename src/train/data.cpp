@@ -163,10 +163,19 @@ std::vector<std::int64_t> DataStream::batch(std::int64_t cursor, int global_batc
     throw Error(msg.str(), "make [train] batch a multiple of [train] ranks_per_variant");
   }
   const std::int64_t local = global_batch / world;
+  return rows(cursor, global_batch, rank * local, local);
+}
+
+std::vector<std::int64_t> DataStream::rows(std::int64_t cursor, int global_batch, std::int64_t first,
+                                           std::int64_t count) const {
+  if (first < 0 || count < 1 || first + count > global_batch) {
+    throw Error("rows [" + std::to_string(first) + ", " + std::to_string(first + count) + ") are not inside a batch of " +
+                std::to_string(global_batch) + " sequences");
+  }
   const std::int64_t n = seq_len_ + 1;
-  std::vector<std::int64_t> out(static_cast<std::size_t>(local * n));
-  for (std::int64_t r = 0; r < local; ++r) {
-    sequence(cursor * global_batch + rank * local + r, out.data() + r * n);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(count * n));
+  for (std::int64_t r = 0; r < count; ++r) {
+    sequence(cursor * global_batch + first + r, out.data() + r * n);
   }
   return out;
 }

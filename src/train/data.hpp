@@ -40,6 +40,9 @@ class DataStream {
   // Rows [rank * b, (rank + 1) * b) of global batch `cursor`, b = global_batch / world, as
   // b * (seq_len + 1) tokens, row-major. Throws when global_batch is not a multiple of world.
   std::vector<std::int64_t> batch(std::int64_t cursor, int global_batch, int rank, int world) const;
+  // Rows [first, first + count) of global batch `cursor` (a data-parallel shard or one of its
+  // micro-batches), count * (seq_len + 1) tokens. Throws when the rows are not inside the batch.
+  std::vector<std::int64_t> rows(std::int64_t cursor, int global_batch, std::int64_t first, std::int64_t count) const;
 
   // Entropy (nats) of the stream's unigram distribution: the loss of the best model that ignores
   // context. log(vocab) for synthetic, measured over the whole file otherwise.

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "src/runtime/reducer.hpp"
 #include "src/train/rng.hpp"
 
 namespace fastudy::train {
@@ -96,6 +97,25 @@ Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resu
     throw Error("[train] batch = " + std::to_string(t.batch) + " cannot be split evenly over " +
                     std::to_string(hooks.world) + " ranks of a variant",
                 "make [train] batch a multiple of [train] ranks_per_variant");
+  }
+  // The training-loop axes (load_study checks them with the file's positions; a Variant built in code
+  // gets the same checks here).
+  const int width = t.dp_width > 0 ? t.dp_width : hooks.world;
+  if (t.dp_width < 0 || t.batch % width != 0 || width % hooks.world != 0) {
+    throw Error("[train] dp_width = " + std::to_string(t.dp_width) + " does not fit batch = " + std::to_string(t.batch) +
+                    " on " + std::to_string(hooks.world) + " rank(s)",
+                "dp_width must divide batch and be a multiple of ranks_per_variant");
+  }
+  if (t.grad_accum < 1 || (t.batch / width) % t.grad_accum != 0) {
+    throw Error("[train] grad_accum = " + std::to_string(t.grad_accum) + " does not divide the per-shard batch " +
+                    std::to_string(t.batch / width),
+                "choose a grad_accum that divides batch / dp_width");
+  }
+  if (!parse_reduce_order(t.allreduce)) {
+    throw Error("[train] allreduce = \"" + t.allreduce + "\" is not a reduction order", "use rank, ring or tree");
+  }
+  if (t.dp_width > 0 && hooks.world > 1 && (!hooks.allgather_f32 || !hooks.allgather_f64)) {
+    throw Error("trainer hooks: dp_width on a group of " + std::to_string(hooks.world) + " ranks needs allgather functions");
   }
   model_.init(v.init, v.seed);
   attention_.params.attention = v.attention;
@@ -189,38 +209,102 @@ Engine::Step Engine::step() {
   const TrainConfig& t = v_.train;
   const std::int64_t next = step_ + 1;
   const double lr = learning_rate(t, next);
-  const std::int64_t local = t.batch / hooks_.world;
-  std::vector<std::int64_t> batch = data_.batch(cursor_, t.batch, hooks_.rank, hooks_.world);
-  const torch::Tensor tokens = torch::from_blob(batch.data(), {local, v_.model.seq_len + 1}, torch::kLong);
-
   auto& params = model_.params();
-  for (auto& [name, p] : params) p.mutable_grad() = torch::Tensor();
   shadow_.clear();
   // Stochastic rounding in the attention kernels: one stream per (step, layer, global sample, head),
   // so the bits do not depend on how the batch is split over the variant's ranks.
   attention_.params.rounding_seed = Rng(v_.seed ^ fnv1a64("attention.rounding"), static_cast<std::uint64_t>(next)).next();
-  attention_.params.head_offset = static_cast<std::int64_t>(hooks_.rank) * local * v_.model.heads;
-  const torch::Tensor loss = model_.loss(tokens, emu_, attention_);
   const double scale = loss_scale_;
-  (scale == 1.0 ? loss : loss * scale).backward();
-  double loss_value = loss.item<double>();
 
-  // One flat gradient buffer: bucketed for the allreduce, clipped and unscaled as a whole.
-  std::vector<torch::Tensor> parts;
-  parts.reserve(params.size());
-  for (auto& [name, p] : params) {
-    parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
-  }
-  torch::Tensor flat = torch::cat(parts).contiguous();
-  if (hooks_.world > 1) {
-    if (flat.scalar_type() == torch::kDouble) {
-      hooks_.allreduce_mean_f64(flat.data_ptr<double>(), static_cast<std::size_t>(flat.numel()));
-    } else {
-      hooks_.allreduce_mean_f32(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()));
+  // The data-parallel shards (README "Training-loop axes"): [train] dp_width = W shards of the global
+  // batch, W / world of them on this rank; unset, one shard per rank of the group. Each shard's gradient
+  // is accumulated over grad_accum = k micro-batches of its rows, in order, each backward on loss / k
+  // (PyTorch's usual recipe), so that the shard gradient is the gradient of the shard's mean loss.
+  const bool modelled = t.dp_width > 0;
+  const int width = modelled ? t.dp_width : hooks_.world;
+  const int mine = width / hooks_.world;
+  const int accum = t.grad_accum;
+  const std::int64_t shard_rows = t.batch / width;
+  const std::int64_t micro_rows = shard_rows / accum;
+
+  // Shard `shard`'s flat gradient (scaled by the fp16 loss scale) into `out` (allocated when
+  // undefined); returns the shard's mean loss.
+  auto shard_gradient = [&](std::int64_t shard, torch::Tensor& out) {
+    for (auto& [name, p] : params) p.mutable_grad() = torch::Tensor();
+    double shard_loss = 0.0;
+    for (int j = 0; j < accum; ++j) {
+      const std::int64_t first = shard * shard_rows + j * micro_rows;
+      std::vector<std::int64_t> rows = data_.rows(cursor_, t.batch, first, micro_rows);
+      const torch::Tensor tokens = torch::from_blob(rows.data(), {micro_rows, v_.model.seq_len + 1}, torch::kLong);
+      attention_.params.head_offset = first * v_.model.heads;
+      const torch::Tensor loss = model_.loss(tokens, emu_, attention_);
+      const torch::Tensor objective = accum > 1 ? loss / static_cast<double>(accum) : loss;
+      (scale == 1.0 ? objective : objective * scale).backward();
+      shard_loss += loss.item<double>();
     }
-    hooks_.allreduce_mean_f64(&loss_value, 1);
+    if (accum > 1) shard_loss /= accum;
+    // One flat gradient buffer: bucketed for the allreduce, clipped and unscaled as a whole.
+    std::vector<torch::Tensor> parts;
+    parts.reserve(params.size());
+    for (auto& [name, p] : params) {
+      parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
+    }
+    if (out.defined()) torch::cat_out(out, parts);
+    else out = torch::cat(parts).contiguous();
+    return shard_loss;
+  };
+
+  torch::Tensor flat;
+  double loss_value = 0.0;
+  if (!modelled) {
+    // Each rank of the group is one shard; the group's backend averages them (in its own order).
+    loss_value = shard_gradient(hooks_.rank, flat);
+    if (hooks_.world > 1) {
+      if (flat.scalar_type() == torch::kDouble) {
+        hooks_.allreduce_mean_f64(flat.data_ptr<double>(), static_cast<std::size_t>(flat.numel()));
+      } else {
+        hooks_.allreduce_mean_f32(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()));
+      }
+      hooks_.allreduce_mean_f64(&loss_value, 1);
+    }
+  } else {
+    // This rank's shards, then every shard's gradient on every rank (allgather: rank order is shard
+    // order), summed in the declared order: the same bits whatever the group size.
+    std::int64_t numel = 0;
+    for (const auto& [name, p] : params) numel += p.numel();
+    const torch::TensorOptions opts = params.front().second.options().requires_grad(false);
+    torch::Tensor local = torch::empty({mine, numel}, opts);
+    std::vector<double> losses(static_cast<std::size_t>(width));
+    for (int s = 0; s < mine; ++s) {
+      torch::Tensor row = local[s];
+      const std::int64_t shard = static_cast<std::int64_t>(hooks_.rank) * mine + s;
+      losses[static_cast<std::size_t>(shard)] = shard_gradient(shard, row);
+    }
+    torch::Tensor all = local;
+    if (hooks_.world > 1) {
+      all = torch::empty({width, numel}, opts);
+      if (local.scalar_type() == torch::kDouble) {
+        hooks_.allgather_f64(local.data_ptr<double>(), static_cast<std::size_t>(local.numel()), all.data_ptr<double>());
+      } else {
+        hooks_.allgather_f32(local.data_ptr<float>(), static_cast<std::size_t>(local.numel()), all.data_ptr<float>());
+      }
+      const std::vector<double> own(losses.begin() + hooks_.rank * mine, losses.begin() + (hooks_.rank + 1) * mine);
+      hooks_.allgather_f64(own.data(), own.size(), losses.data());
+    }
+    flat = torch::empty({numel}, opts);
+    const ReduceOrder order = *parse_reduce_order(t.allreduce);
+    if (all.scalar_type() == torch::kDouble) {
+      reduce_shards(order, all.data_ptr<double>(), width, static_cast<std::size_t>(numel), flat.data_ptr<double>());
+    } else {
+      reduce_shards(order, all.data_ptr<float>(), width, static_cast<std::size_t>(numel), flat.data_ptr<float>());
+    }
+    // The logged loss: the shards' mean losses summed in shard order, over W (the gradient's order is
+    // the axis; the loss is only logged).
+    for (double l : losses) loss_value += l;
+    if (width > 1) loss_value /= width;
   }
   if (scale != 1.0) flat.div_(scale);
+  last_gradient_ = flat;
   const double grad_norm = sequential_norm(flat);
 
   Step out;

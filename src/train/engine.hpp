@@ -46,6 +46,9 @@ class Engine {
   const std::vector<ShadowRecord>& shadow() const { return shadow_; }  // records of the last step
   const DataStream& data() const { return data_; }
   const Gpt& model() const { return model_; }
+  // The flat gradient (parameters in module-path order) of the last step, averaged over the
+  // data-parallel shards and unscaled: what the update used, clipped in place when grad_clip applies.
+  const torch::Tensor& last_gradient() const { return last_gradient_; }
 
  private:
   Variant v_;
@@ -60,6 +63,7 @@ class Engine {
   double loss_scale_ = 1.0;
   std::vector<double> loss_history_;
   std::vector<ShadowRecord> shadow_;
+  torch::Tensor last_gradient_;
 };
 
 }  // namespace fastudy::train

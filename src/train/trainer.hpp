@@ -43,6 +43,9 @@ struct TrainHooks {
   int rank = 0, world = 1;  // position inside the variant's group of ranks: the global batch is sharded over `world`
   std::function<void(float*, std::size_t)> allreduce_mean_f32;   // average a flat buffer over the group (empty: single rank)
   std::function<void(double*, std::size_t)> allreduce_mean_f64;
+  // [train] dp_width set, group of 2+: every rank's n values in rank order (out: world * n values).
+  std::function<void(const float*, std::size_t, float*)> allgather_f32;
+  std::function<void(const double*, std::size_t, double*)> allgather_f64;
   std::function<void(const TrainState&)> save_checkpoint;        // called at checkpoint_every steps and at the end (all ranks of the group call it; the state is identical on all)
   std::function<bool()> stop_requested;                          // polled every step: if true, save a checkpoint and return `stopped` (must agree on all ranks of the group)
   std::function<void(const StepLog&)> on_step;                   // progress (called every step)

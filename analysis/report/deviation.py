@@ -20,7 +20,7 @@ import math
 import numpy as np
 from matplotlib.colors import LogNorm
 
-from .doc import Section, Table, num, text
+from .doc import Section, Table, num, sig, text
 from .figures import COLOURS
 from .readers import MODEL_TENSOR
 from .verdict import NOISE_ZERO, condition_words
@@ -138,7 +138,10 @@ def heatmap(dev, order, axes_of, grid, figs, noise):
     ax.set_title(f"pairwise whole-model W1 at step {step}")
     caption = (f"Whole-model W1 between every pair of variants at the final checkpoint (step {step}), variants "
                "ordered by the grid's axes (white lines separate the first axis's values); log colour scale, "
-               "diagonal and missing pairs blank. " + noise_caption(noise))
+               "diagonal and missing pairs blank. " +
+               (noise_caption(None) if noise is None else
+                f"Noise floor at this step: mean W1 {sig(noise[1][-1])} over the noise axis's pairs (the same variant "
+                "run again)."))
     return figs.save(fig, "deviation_heatmap", caption)
 
 

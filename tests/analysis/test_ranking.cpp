@@ -294,7 +294,9 @@ TEST(Ranking, NoiseAxisGivesTheFloorAndControlsAreBitIdentical) {
   EXPECT_EQ(fast.pairs, 6u);
   EXPECT_EQ(fast.reference_independent, 2u);
   for (const auto& c : r.comparisons)
-    if (c.value == "same") EXPECT_EQ(c.verdict, "bit-identical");
+    if (c.value == "same") {
+      EXPECT_EQ(c.verdict, "bit-identical");
+    }
   bool floor_note = false;
   for (const auto& n : r.notes) floor_note = floor_note || n.find("by construction") != std::string::npos;
   EXPECT_FALSE(floor_note);
@@ -324,7 +326,9 @@ TEST(Ranking, RolesNotNamesDecide) {
     return axis == "lr" ? 7.0 : standard_rule(x, y, axis);
   });
   for (const auto& row : rs.rows)
-    if (row.axis == "lr") EXPECT_EQ(row.condition, "*");
+    if (row.axis == "lr") {
+      EXPECT_EQ(row.condition, "*");
+    }
   EXPECT_NO_THROW(comparison(rs, "prec=p16;lr=2", "prec", "p32<->p16"));
 }
 

@@ -119,7 +119,7 @@ def write_training(out, states=None, diverged="flash-bf16-s2"):
 
 
 def contribution(axis, attention_w1):
-    return {"attention": attention_w1, "precision": 3e-5, "seed": 4e-4}[axis]
+    return {"attention": attention_w1, "precision": 3e-5, "seed": 4e-4, "repeat": 2e-6}[axis]
 
 
 def matrices(vs, step, attention_w1, scale=1.0):
@@ -171,13 +171,13 @@ def write_reduce(out, attention_w1=1e-5, left_out=("flash-bf16-s2: loss is NaN a
 
 # The roles of the synthetic grid's axes, as src/core/config.cpp declares them (axes.csv).
 ROLES = {"attention": ("optimisation", "baseline", False), "precision": ("reference", "fp32", False),
-         "seed": ("reference", "1", True)}
+         "seed": ("reference", "1", True), "repeat": ("noise", "1", True)}
 
 
-def write_axes(out, grid=GRID, roles=ROLES):
+def write_axes(out):
     rows = [PROVENANCE.format(phase="reduce") + "axis,role,baseline,replicate,values"]
-    for axis, values in grid:
-        role, base, rep = roles[axis]
+    for axis, values in GRID:
+        role, base, rep = ROLES[axis]
         rows.append(f"{axis},{role},{base},{int(rep)},{';'.join(values)}")
     out.joinpath("axes.csv").write_text("\n".join(rows) + "\n")
 
@@ -202,8 +202,13 @@ def _slope(xs, ys):
     return sum((x - xm) * (y - ym) for x, y in zip(xs, ys)) / sxx if len(xs) > 1 and sxx > 0 else math.nan
 
 
-def groups_of(vs, grid=GRID, roles=ROLES):
+def cond_axes(axis):
+    return [a for a, vals in GRID if a != axis and not ROLES[a][2] and ROLES[a][0] != "noise" and len(vals) > 1]
+
+
+def groups_of(vs, grid=None, roles=None):
     """(axis, condition, value_a, value_b, pairs) as analysis/ranking.hpp groups them, pooled ("*") first."""
+    grid, roles = grid or GRID, roles or ROLES
     out = []
     for axis, values in grid:
         role, base, rep = roles[axis]
@@ -218,10 +223,9 @@ def groups_of(vs, grid=GRID, roles=ROLES):
                     out.append((axis, "*", va, vb, p))
         if role == "setting":
             continue
-        cond_axes = [a for a, vals in grid if a != axis and not roles[a][2] and roles[a][0] != "noise" and len(vals) > 1]
         conds = {}
         for i, j in single:
-            c = ";".join(f"{a}={dict(vs[i][1])[a]}" for a in cond_axes) or "all"
+            c = ";".join(f"{a}={dict(vs[i][1])[a]}" for a in cond_axes(axis)) or "all"
             vi, vj = dict(vs[i][1])[axis], dict(vs[j][1])[axis]
             if rep:
                 key, pair = (c, "*"), (i, j)
@@ -251,7 +255,8 @@ def write_ranking(out, vs, per_step):
             rows.append(f"{axis},{ROLES[axis][0]},{cond},{va},{vb},{len(pairs)},{_greedy(pairs)},{s},{mean!r},"
                         f"{min(w)!r},{max(w)!r},{mx!r},{slope!r}")
     rows.append("# note: left out flash-bf16-s2: loss is NaN at step 14")
-    rows.append("# note: noise floor: 0 by construction (deterministic CPU arithmetic); add a `repeat` axis to measure it")
+    if not any(ROLES[a][0] == "noise" for a, _ in GRID):
+        rows.append("# note: noise floor: 0 by construction (deterministic CPU arithmetic); add a `repeat` axis to measure it")
     out.joinpath("ranking.csv").write_text("\n".join(rows) + "\n")
     write_verdict(out, vs, per_step)
 
@@ -270,6 +275,11 @@ def write_verdict(out, vs, per_step):
             continue
         b0 = dict(vs[pairs[0][0]][1])
         comps = []
+        noise = [(i, j) for i, j in itertools.combinations(range(len(vs)), 2)
+                 if ROLES[_differ(vs, i, j)[0]][0] == "noise" and len(_differ(vs, i, j)) == 1
+                 and dict(vs[i][1])[axis] in (ROLES[axis][1], vb)
+                 and all(dict(vs[i][1])[k] == b0[k] for k in cond_axes(axis))]
+        noise_w1 = float(np.mean([w1(last, p) for p in noise])) if noise else math.nan
         for ref in (a for a in axes if a != axis and ROLES[a][0] == "reference"):
             role, rbase, rep = ROLES[ref]
             single = [(i, j) for i, j in itertools.combinations(range(len(vs)), 2) if _differ(vs, i, j) == [ref]]
@@ -282,7 +292,7 @@ def write_verdict(out, vs, per_step):
                 rp = []
                 for i, j in single:
                     a, b = dict(vs[i][1]), dict(vs[j][1])
-                    if a[axis] != ROLES[axis][1] or any(a[k] != b0[k] for k in a if k not in (ref, "seed", axis)):
+                    if a[axis] != ROLES[axis][1] or any(a[k] != b0[k] for k in cond_axes(axis) if k != ref):
                         continue
                     if vp is not None and {a[ref], b[ref]} != set(vp):
                         continue
@@ -294,11 +304,16 @@ def write_verdict(out, vs, per_step):
                 os_ = float(np.mean([_slope(STEPS, [w1(s, p) for s in STEPS]) for p in pairs]))
                 rs = float(np.mean([_slope(STEPS, [w1(s, p) for s in STEPS]) for p in rp]))
                 q = os_ / rs
+                # Informative intervals: stand-ins (0.8x, 1.25x) for the bootstrap, which the C++ tests check.
+                inf = min(_greedy(pairs), _greedy(rp)) >= 3
+                lo, hi = (0.8, 1.25) if inf else (math.nan, math.nan)
                 comps.append([axis, ROLES[axis][1], vb, cond, ref, "*" if vp is None else f"{vp[0]}<->{vp[1]}",
-                              len(pairs), _greedy(pairs), len(rp), _greedy(rp), last, ow, rw, ow / rw, math.nan,
-                              math.nan, os_, rs, q, math.nan, math.nan, 0, math.nan, "slope",
-                              "within" if q <= 1 else "outside"])
-        verdict = "outside" if any(c[-1] == "outside" for c in comps) else "within"
+                              len(pairs), _greedy(pairs), len(rp), _greedy(rp), last, ow, rw, ow / rw, ow / rw * lo,
+                              ow / rw * hi, os_, rs, q, q * lo, q * hi, int(inf), noise_w1, "slope",
+                              "within" if q <= 1 and (not inf or q * hi <= 1) else
+                              "outside" if q > 1 and (not inf or q * lo > 1) else "undecided"])
+        verdict = "outside" if any(c[-1] == "outside" for c in comps) else \
+            "within" if all(c[-1] == "within" for c in comps) else "undecided"
         for c in comps:
             lines.append(",".join(repr(x) if isinstance(x, float) else str(x) for x in c + [verdict]))
     out.joinpath("verdict.csv").write_text("\n".join(lines) + "\n")

@@ -246,7 +246,7 @@ def over_steps(dev, groups, noise, figs):
             ax.plot(dev.steps, np.where(mean > 0, mean, np.nan), "o-", color=colour, label=label, lw=1.6, ms=3)
             ax.fill_between(dev.steps, np.where(lo > 0, lo, np.nan), np.where(hi > 0, hi, np.nan), color=colour,
                             alpha=0.15)
-        if noise is not None:
+        if noise is not None and mine[0]["role"] != "noise":
             steps, level = noise
             level = np.array(level, dtype=float)
             ax.plot(steps, np.where(level > 0, level, np.nan), "--", color="0.45", lw=1.4, label="noise floor")

@@ -304,7 +304,8 @@ def tensor_figure(dev, groups, figs):
         ax.set_title(name)
         ax.legend(fontsize=6)
     caption = (f"Where each source moves the weights: per-tensor W1 at step {step}, one panel per source axis, one "
-               "marker per condition and value (mean over its pairs). " +
+               "marker per condition and value (mean over its pairs); a tensor with W1 = 0 there (bit-identical) has "
+               "no marker on the log axis, and every value is in the table below and in deviation.csv. " +
                ("The grey bars are the noise floor per tensor." if noise else
                 "Noise floor: " + NOISE_ZERO.split(": ", 1)[1] + " (not drawn on the log axis)."))
     return figs.save(fig, "deviation_tensors", caption)

@@ -126,14 +126,15 @@ def verdict_table(comps):
     for c in comps:
         if c["reference"] and c["reference"] not in refs:
             refs.append(c["reference"])
-    columns = ["optimisation", "condition", "pairs"] + [f"end-point ratio vs {r}" for r in refs] + \
+    columns = ["optimisation", "condition", "pairs", "W1 at the final step"] + \
+              [f"end-point ratio vs {r}" for r in refs] + \
               [f"slope ratio vs {r}" for r in refs] + ["noise floor W1", "verdict"]
     out = []
     for axis, value, condition, rows in group_comparisons(comps):
         first = rows[0]
         base = f"verdict.{axis}.{value}.{condition}"
         cells = [f"{axis}: {value} vs {first['baseline']}", condition_words(condition),
-                 f"{first['pairs']} ({first['independent']} independent)"]
+                 f"{first['pairs']} ({first['independent']} independent)", num(first["w1"], f"{base}.w1")]
         for measure in ("end", "slope"):
             for r in refs:
                 mine = [c for c in rows if c["reference"] == r]

@@ -91,6 +91,7 @@ def verdict_matches_csv(testcase, html_path, verdict_csv):
         if key not in groups:
             groups.append(key)
         base = f"verdict.{r['axis']}.{r['value']}.{r['condition']}"
+        same_number(testcase, nums[base + ".w1"], float(r["w1"]), base + ".w1")
         if not r["reference"]:
             continue
         for measure, col in (("end", "end_ratio"), ("slope", "slope_ratio")):

@@ -74,7 +74,7 @@ class FullStudyTest(unittest.TestCase):
         # One row per condition (precision fp32, precision bf16), never pooled; 2 seeds: not informative.
         self.assertEqual(checks.verdict_matches_csv(self, self.out / "report.html", self.out / "verdict.csv"), 2)
         verdict = self.md.split("## 2.")[0]
-        self.assertIn("| attention: flash vs baseline | precision fp32 | 2 (2 independent) | fp32↔bf16: 0.319, "
+        self.assertIn("| attention: flash vs baseline | precision fp32 | 2 (2 independent) | 4.5e-05 | fp32↔bf16: 0.319, "
                       "not informative (2 pairs)", verdict)
         self.assertIn("within the bounds by the slope ratio; point estimate, not informative", verdict)
         self.assertIn("The verdict uses the slope ratio", verdict)

@@ -268,7 +268,9 @@ def build(data, status_summary):
     if reading is not None:
         sec.blocks.append(reading)
     sec.blocks.append(ranking_table(rows, step))
-    notes = [n for n in data.ranking.notes if not n.startswith("noise floor:")]
+    # The noise floor and the disagreements between conditions are stated above in their own words.
+    notes = [n for n in data.ranking.notes if not n.startswith("noise floor:")
+             and not (comps and "the conditions disagree" in n)]
     if notes:
         sec.blocks.append(Bullets([f"note from reduce: {n}" for n in notes]))
     if status_summary:

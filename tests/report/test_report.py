@@ -157,6 +157,18 @@ class PartialStudyTest(unittest.TestCase):
         self.assertNotIn("accepted bounds", html)
         self.assertIn("Summary: deviation sources at step 20", html)
 
+    def test_disagreeing_conditions(self):
+        from report.verdict import disagreements
+        row = dict(axis="attention", value="flash", baseline="baseline")
+        rows = [dict(row, condition="precision=fp32", verdict="within"),
+                dict(row, condition="precision=fp32", verdict="within"),  # a second reference, same condition
+                dict(row, condition="precision=fp16", verdict="within"),
+                dict(row, condition="precision=bf16", verdict="outside")]
+        self.assertEqual(disagreements(rows), ["attention flash vs baseline: the conditions disagree — within the "
+                                               "bounds at precision fp32, precision fp16; OUTSIDE the bounds at "
+                                               "precision bf16."])
+        self.assertEqual(disagreements(rows[:3]), [])
+
     def test_older_reduce_outputs(self):
         # Without verdict.csv and axes.csv (an older reduce): the report says to rerun reduce, and still renders.
         out = self.dir / "old"

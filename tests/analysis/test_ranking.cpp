@@ -345,6 +345,22 @@ TEST(Ranking, DeclaredBaselineMissingFromTheGridFallsBackToTheFirstValue) {
   EXPECT_TRUE(noted);
 }
 
+TEST(Ranking, WithoutAReferenceTheVerdictSaysSo) {
+  // A replicate setting (a data seed) gives pairs but bounds nothing.
+  const Study st = make_study({{"opt", {"base", "fast"}, SourceRole::optimisation, "", false},
+                               {"data", {"1", "2", "3"}, SourceRole::setting, "", true}});
+  const Ranking r = rank_standard(st, [](const RankingVariant&, const RankingVariant&, const std::string&) { return 1.0; });
+  ASSERT_EQ(r.comparisons.size(), 1u);
+  const ComparisonRow& c = r.comparisons.front();
+  EXPECT_EQ(c.condition, "all");
+  EXPECT_TRUE(c.reference.empty());
+  EXPECT_EQ(c.verdict, "no reference");
+  EXPECT_EQ(c.pairs, 3u);
+  EXPECT_CLOSE(c.w1, 20.0);
+  EXPECT_TRUE(std::isnan(c.end_ratio));
+  EXPECT_NE(format_ranking_table(r).find("no reference (end-point)"), std::string::npos) << format_ranking_table(r);
+}
+
 TEST(Ranking, MissingPairsAreSkipped) {
   const Study st = standard(3);
   StepMatrices s10 = make_step(st, 10, standard_rule);

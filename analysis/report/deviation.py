@@ -139,7 +139,7 @@ def heatmap(dev, order, axes_of, grid, figs, noise):
     caption = (f"Whole-model W1 between every pair of variants at the final checkpoint (step {step}), variants "
                "ordered by the grid's axes (white lines separate the first axis's values); log colour scale, "
                "diagonal and missing pairs blank. " +
-               (noise_caption(None) if noise is None else
+               (noise_caption(noise) if noise is None or all(v == 0 for v in noise[1]) else
                 f"Noise floor at this step: mean W1 {sig(noise[1][-1])} over the noise axis's pairs (the same variant "
                 "run again)."))
     return figs.save(fig, "deviation_heatmap", caption)
@@ -213,6 +213,9 @@ def noise_caption(noise):
     if noise is None:
         return ("Noise floor: " + NOISE_ZERO.split(": ", 1)[1] + "; 0 has no place on a log axis, so it is not "
                 "drawn.")
+    if all(v == 0 for v in noise[1]):
+        return ("Noise floor: measured exactly 0 (the noise axis's pairs, the same variant run again, are "
+                "bit-identical); 0 has no place on a log axis, so it is not drawn.")
     return "The dashed grey line is the noise floor: the noise axis's pairs (the same variant run again)."
 
 
@@ -306,7 +309,7 @@ def tensor_figure(dev, groups, figs):
     caption = (f"Where each source moves the weights: per-tensor W1 at step {step}, one panel per source axis, one "
                "marker per condition and value (mean over its pairs); a tensor with W1 = 0 there (bit-identical) has "
                "no marker on the log axis, and every value is in the table below and in deviation.csv. " +
-               ("The grey bars are the noise floor per tensor." if noise else
+               ("The grey bars are the noise floor per tensor (none where it is 0)." if noise else
                 "Noise floor: " + NOISE_ZERO.split(": ", 1)[1] + " (not drawn on the log axis)."))
     return figs.save(fig, "deviation_tensors", caption)
 

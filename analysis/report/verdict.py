@@ -196,6 +196,10 @@ def noise_statement(data, rows, step):
         return text(NOISE_ZERO[0].upper() + NOISE_ZERO[1:] + ". It is drawn on no log-scale plot (0 has no place "
                     "there); every figure's caption says so.", kind="note")
     r = noise[0]
+    if r["w1_mean"] == 0:
+        return text(f"Noise floor (axis `{r['axis']}`: the same variant run again, {r['pairs']} pairs): measured "
+                    "exactly 0, the repeated runs are bit-identical (deterministic arithmetic); 0 has no place on "
+                    "the log-scale plots, whose captions say so.", kind="note")
     return text(f"Noise floor (axis `{r['axis']}`: the same variant run again, {r['pairs']} pairs): mean W1 = ",
                 num(r["w1_mean"], "verdict.noise.w1_mean"), f" at step {step}; drawn on every plot of distances. "
                 "An optimisation whose W1 is at most the floor under its condition is within the noise.", kind="note")

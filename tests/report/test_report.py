@@ -157,6 +157,23 @@ class PartialStudyTest(unittest.TestCase):
         self.assertNotIn("accepted bounds", html)
         self.assertIn("Summary: deviation sources at step 20", html)
 
+    def test_noise_floor_measured_zero(self):
+        # A `repeat` axis whose pairs are bit-identical (the CPU): the floor is measured 0, said, and not drawn.
+        grid, contribution = synthetic.GRID, synthetic.contribution
+        synthetic.GRID = grid + [("repeat", ["1", "2"])]
+        synthetic.contribution = lambda axis, w: 0.0 if axis == "repeat" else contribution(axis, w)
+        try:
+            out = self.dir / "zero"
+            out.mkdir()
+            synthetic.write_study_toml(out)
+            synthetic.write_reduce(out, left_out=())
+        finally:
+            synthetic.GRID, synthetic.contribution = grid, contribution
+        _, md = self.render(out)
+        self.assertIn("Noise floor (axis `repeat`: the same variant run again, 8 pairs): measured exactly 0", md)
+        self.assertIn("Noise floor: measured exactly 0 (the noise axis's pairs", md)
+        self.assertNotIn("dashed grey line", md)
+
     def test_disagreeing_conditions(self):
         from report.verdict import disagreements
         row = dict(axis="attention", value="flash", baseline="baseline")
@@ -205,6 +222,10 @@ class PartialStudyTest(unittest.TestCase):
         self.assertNotIn("0 by construction", md.split("## 2.")[0])
         self.assertIn("The dashed grey line is the noise floor", md)
         self.assertIn("The grey bars are the noise floor per tensor", md)
+        from report.deviation import noise_caption
+        self.assertIn("measured exactly 0", noise_caption(([10, 20], [0.0, 0.0])))
+        self.assertIn("dashed grey line", noise_caption(([10, 20], [0.0, 1e-9])))
+        self.assertIn("0 by construction", noise_caption(None))
         # The noise axis has its own rows in the per-tensor table, per condition.
         self.assertIn("| repeat | attention flash, precision bf16 | 3 |", md)
 

@@ -12,7 +12,9 @@
 // do not depend on the number of ranks either way. Rank 0 gathers them in task order and writes
 //   OUT/deviation.h5   /steps/<step>/<tensor>/{w1,w2,max_abs,mean_abs,rel_l2}: V x V matrices
 //   OUT/deviation.csv  one row per step, tensor and pair (tensor "model" is the whole model)
-//   OUT/ranking.csv    one row per source (axis) or value pair and step
+//   OUT/axes.csv       each grid axis's role, baseline, replicate flag and values (the verdict's input)
+//   OUT/ranking.csv    one row per source (axis), condition ("*": pooled) and value pair, and step
+//   OUT/verdict.csv    one row per optimisation, value, condition and reference: the verdict
 //   OUT/twins.csv      each variant's distance to its fp64 twin, when the grid has fp64
 #include <algorithm>
 #include <chrono>
@@ -271,6 +273,16 @@ void write_deviation_h5(const std::string& path, const Plan& plan, const std::ve
   });
 }
 
+SourceRole source_role(AxisRole role) {
+  switch (role) {
+    case AxisRole::optimisation: return SourceRole::optimisation;
+    case AxisRole::reference: return SourceRole::reference;
+    case AxisRole::noise: return SourceRole::noise;
+    case AxisRole::setting: return SourceRole::setting;
+  }
+  return SourceRole::setting;
+}
+
 }  // namespace
 
 void reduce_options(po::options_description& d, CliOptions& o) {
@@ -406,24 +418,59 @@ int job_reduce(JobContext& ctx) {
       s.max_abs.assign(m.begin() + static_cast<std::ptrdiff_t>(2 * V * V), m.begin() + static_cast<std::ptrdiff_t>(3 * V * V));
       sm.push_back(std::move(s));
     }
-    Ranking ranking = rank_deviation_sources(st.axes, rv, sm);
+    // Each axis's role, baseline and replicate flag from the axis table (src/core/config.cpp).
+    std::vector<RankingAxis> axes;
+    for (const auto& [name, values] : st.axes) {
+      RankingAxis a{name, values, SourceRole::setting, "", false};
+      if (const GridAxisInfo* info = find_grid_axis(name)) {
+        a.role = source_role(info->role);
+        a.baseline = info->baseline;
+        a.replicate = info->replicate;
+      }
+      axes.push_back(std::move(a));
+    }
+    Ranking ranking = rank_deviation_sources(axes, rv, sm);
     for (const auto& l : plan.left_out) ranking.notes.push_back("left out " + l);
+    std::ostringstream ax;
+    ax << ctx.prov.header() << "axis,role,baseline,replicate,values\n";
+    for (const auto& a : axes) {
+      ax << a.name << ',' << source_role_name(a.role) << ',' << (a.baseline.empty() ? a.values.front() : a.baseline)
+         << ',' << (a.replicate ? 1 : 0) << ',';
+      for (std::size_t k = 0; k < a.values.size(); ++k) ax << (k ? ";" : "") << a.values[k];
+      ax << '\n';
+    }
+    atomic_write_sealed((fs::path(out) / "axes.csv").string(), ax.str());
     std::ostringstream rc;
     rc << ctx.prov.header()
-       << "axis,value_a,value_b,pairs,step,w1_mean,w1_min,w1_max,max_abs_mean,slope,ratio_to_attention,ratio_lo,ratio_hi\n";
+       << "axis,role,condition,value_a,value_b,pairs,independent,step,w1_mean,w1_min,w1_max,max_abs_mean,slope\n";
     for (const auto& r : ranking.rows)
-      rc << r.axis << ',' << r.value_a << ',' << r.value_b << ',' << r.pairs << ',' << r.step << ',' << number_text(r.w1_mean) << ','
-         << number_text(r.w1_min) << ',' << number_text(r.w1_max) << ',' << number_text(r.max_abs_mean) << ',' << number_text(r.slope) << ','
-         << number_text(r.ratio_to_attention) << ',' << number_text(r.ratio_lo) << ',' << number_text(r.ratio_hi) << '\n';
+      rc << r.axis << ',' << source_role_name(r.role) << ',' << r.condition << ',' << r.value_a << ',' << r.value_b << ','
+         << r.pairs << ',' << r.independent << ',' << r.step << ',' << number_text(r.w1_mean) << ','
+         << number_text(r.w1_min) << ',' << number_text(r.w1_max) << ',' << number_text(r.max_abs_mean) << ','
+         << number_text(r.slope) << '\n';
     for (const auto& n : ranking.notes) rc << "# note: " << n << '\n';
     atomic_write_sealed((fs::path(out) / "ranking.csv").string(), rc.str());
+    std::ostringstream vc;
+    vc << ctx.prov.header()
+       << "axis,baseline,value,condition,reference,reference_pair,pairs,independent,reference_pairs,"
+          "reference_independent,step,w1,reference_w1,end_ratio,end_lo,end_hi,slope,reference_slope,slope_ratio,"
+          "slope_lo,slope_hi,informative,noise_w1,measure,comparison,verdict\n";
+    for (const auto& c : ranking.comparisons)
+      vc << c.axis << ',' << c.baseline << ',' << c.value << ',' << c.condition << ',' << c.reference << ','
+         << c.reference_pair << ',' << c.pairs << ',' << c.independent << ',' << c.reference_pairs << ','
+         << c.reference_independent << ',' << c.step << ',' << number_text(c.w1) << ',' << number_text(c.reference_w1)
+         << ',' << number_text(c.end_ratio) << ',' << number_text(c.end_lo) << ',' << number_text(c.end_hi) << ','
+         << number_text(c.slope) << ',' << number_text(c.reference_slope) << ',' << number_text(c.slope_ratio) << ','
+         << number_text(c.slope_lo) << ',' << number_text(c.slope_hi) << ',' << (c.informative ? 1 : 0) << ','
+         << number_text(c.noise_w1) << ',' << c.measure << ',' << c.comparison << ',' << c.verdict << '\n';
+    atomic_write_sealed((fs::path(out) / "verdict.csv").string(), vc.str());
     std::ostringstream tw;
     tw << ctx.prov.header() << "variant,twin,precision,step,w1,max_abs\n";
     for (const auto& t : ranking.twins)
       tw << t.variant << ',' << t.twin << ',' << t.precision << ',' << t.step << ',' << number_text(t.w1) << ',' << number_text(t.max_abs) << '\n';
     atomic_write_sealed((fs::path(out) / "twins.csv").string(), tw.str());
     log::info(format_ranking_table(ranking));
-    log::info("reduce: wrote deviation.h5, deviation.csv, ranking.csv and twins.csv in " + out);
+    log::info("reduce: wrote deviation.h5, deviation.csv, axes.csv, ranking.csv, verdict.csv and twins.csv in " + out);
   });
   return kExitOk;
 }

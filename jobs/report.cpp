@@ -45,7 +45,8 @@ constexpr const char* kInstallHint =
 // The outputs with a checksum sidecar that the renderer reads (train_log.csv, appended while training,
 // has none).
 constexpr const char* kSealedOutputs[] = {"study.toml",  "status.csv",    "microbench.h5", "microbench.csv",
-                                          "deviation.h5", "deviation.csv", "ranking.csv",   "twins.csv"};
+                                          "deviation.h5", "deviation.csv", "axes.csv",      "ranking.csv",
+                                          "verdict.csv",  "twins.csv"};
 
 std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);

@@ -2,12 +2,17 @@
 
   - the pairwise whole-model W1 heatmap at the final checkpoint, variants ordered by the grid's axes
     (first axis outermost), log colour scale;
-  - W1 and max |dW| against training step per source (paper Fig. 7/8): a source is a grid axis, its
-    pairs are the variant pairs that differ in that axis only (as in analysis/ranking.hpp); line =
-    mean over the pairs, band = min..max;
-  - per tensor at the final step, the mean W1 and max |dW| of each source: where the deviation
-    concentrates;
+  - W1 against training step (paper Fig. 8), one panel per source axis, one line per condition and
+    value (the pairs that differ in that axis only, grouped by the values of the other non-replicate,
+    non-noise axes, as analysis/ranking.hpp groups them): conditions are never pooled;
+  - per tensor at the final step: small multiples (one panel per source, tensors on an axis, one
+    marker per condition and value) and a table of the tensors that move most per source and condition;
   - each variant's distance to its fp64 twin (twins.csv) when the grid has fp64.
+The noise floor (the noise axis's pairs, or 0 by construction without one) is on every plot of
+distances, or in its caption when it is 0 (a log axis has no place for it).
+
+Roles, baselines and replicate flags come from axes.csv (reduce); without it (an older reduce) the
+sources are whole axes, pooled, and the section says so.
 """
 
 import math
@@ -15,12 +20,13 @@ import math
 import numpy as np
 from matplotlib.colors import LogNorm
 
-from .doc import Section, Table, num, text
+from .doc import Section, Table, num, sig, text
 from .figures import COLOURS
 from .readers import MODEL_TENSOR
-from .verdict import ATTENTION
+from .verdict import NOISE_ZERO, condition_words
 
-MAX_TENSOR_ROWS = 20  # the per-tensor table shows the tensors with the most deviation
+TOP_TENSORS = 3  # the per-tensor table names the tensors that move most per source and condition
+SOURCE_ROLES = ("optimisation", "reference", "noise")  # the roles with per-condition groups
 
 
 def build(data, figs):
@@ -36,6 +42,7 @@ def build(data, figs):
     grid = data.grid()
     axes_of = data.variant_axes()
     order = ordered_variants(dev.variants, grid, axes_of)
+    groups = condition_groups(dev.variants, axes_of, data.axes) if data.axes else []
     sources = source_pairs(dev.variants, grid, axes_of)
     sec.blocks.append(text(
         f"From {dev.source}: {len(dev.variants)} variants, checkpoints at steps {', '.join(map(str, dev.steps))}, "
@@ -44,10 +51,18 @@ def build(data, figs):
         "(scipy.stats.wasserstein_distance); max |dW| the largest elementwise difference of the weights."))
     if dev.left_out:
         sec.blocks.append(text("Left out of the reduction: " + "; ".join(dev.left_out), kind="missing"))
-    sec.blocks.append(heatmap(dev, order, axes_of, grid, figs))
-    if sources:
-        sec.blocks.append(over_steps(dev, sources, figs))
-        sec.blocks.append(tensor_table(dev, sources))
+    if not data.axes:
+        sec.blocks.append(text("axes.csv is missing (written by an older `fastudy reduce`): the axes' roles are unknown, "
+                               "so the sources below are whole axes pooled over every condition. Run `fastudy reduce "
+                               "OUT` again for the per-condition view.", kind="missing"))
+        groups = [{"axis": a, "role": "", "condition": "*", "value_a": "*", "value_b": "*", "pairs": p}
+                  for a, p in sources.items()]
+    noise = noise_curve(dev, groups)
+    sec.blocks.append(heatmap(dev, order, axes_of, grid, figs, noise))
+    if groups:
+        sec.blocks.append(over_steps(dev, groups, noise, figs))
+        sec.blocks.append(tensor_figure(dev, groups, figs))
+        sec.blocks.append(tensor_table(dev, groups))
     else:
         sec.blocks.append(text("No pair of variants differs in exactly one axis, so no source can be measured.",
                                kind="missing"))
@@ -89,7 +104,7 @@ def pair_stats(matrix, pairs):
     return float(vals.mean()), float(vals.min()), float(vals.max()), len(vals)
 
 
-def heatmap(dev, order, axes_of, grid, figs):
+def heatmap(dev, order, axes_of, grid, figs, noise):
     step = dev.steps[-1]
     m = dev.matrices[step][MODEL_TENSOR]["w1"]
     idx = [dev.variants.index(v) for v in order]
@@ -123,63 +138,201 @@ def heatmap(dev, order, axes_of, grid, figs):
     ax.set_title(f"pairwise whole-model W1 at step {step}")
     caption = (f"Whole-model W1 between every pair of variants at the final checkpoint (step {step}), variants "
                "ordered by the grid's axes (white lines separate the first axis's values); log colour scale, "
-               "diagonal and missing pairs blank.")
+               "diagonal and missing pairs blank. " +
+               (noise_caption(noise) if noise is None or all(v == 0 for v in noise[1]) else
+                f"Noise floor at this step: mean W1 {sig(noise[1][-1])} over the noise axis's pairs (the same variant "
+                "run again)."))
     return figs.save(fig, "deviation_heatmap", caption)
 
 
-def over_steps(dev, sources, figs):
-    fig, axes = figs.new(ncols=2, width=12.5, height=4.4)
-    for si, (axis, pairs) in enumerate(sources.items()):
-        colour = COLOURS[si % len(COLOURS)]
-        for ax, metric in ((axes[0][0], "w1"), (axes[0][1], "max_abs")):
-            stats = [pair_stats(dev.matrices[s][MODEL_TENSOR][metric], pairs) for s in dev.steps]
+def condition_groups(variants, axes_of, axes):
+    """The sources as analysis/ranking.hpp groups them: for each optimisation, reference and noise axis,
+    one group per condition (the values of the other non-replicate, non-noise axes with more than one
+    value; "all" when there is none) and value (baseline -> value; a replicate axis: all its pairs,
+    "*"), each [(i, j)] index pairs into `variants` that differ in that axis only, the baseline side
+    first; a setting axis one pooled group (condition "*"). Conditions in order of first appearance,
+    values in grid order."""
+    vals = [dict(axes_of.get(v, [])) for v in variants]
+    names = [a.name for a in axes]
+    n = len(variants)
+    out = []
+    for ax in axes:
+        single = [(i, j) for i in range(n) for j in range(i + 1, n) if vals[i] and vals[j]
+                  and [k for k in names if vals[i].get(k) != vals[j].get(k)] == [ax.name]]
+        if not single:
+            continue
+        if ax.role not in SOURCE_ROLES:
+            out.append({"axis": ax.name, "role": ax.role, "condition": "*", "value_a": "*", "value_b": "*",
+                        "pairs": single})
+            continue
+        cond_axes = [b.name for b in axes if b.name != ax.name and not b.replicate and b.role != "noise"
+                     and len(b.values) > 1]
+        base = ax.baseline if ax.baseline in ax.values else ax.values[0]
+        conditions, groups = [], {}
+        for i, j in single:
+            cond = ";".join(f"{b}={vals[i][b]}" for b in cond_axes) or "all"
+            if ax.replicate:
+                other, pair = "*", (i, j)
+            elif vals[i][ax.name] == base:
+                other, pair = vals[j][ax.name], (i, j)
+            elif vals[j][ax.name] == base:
+                other, pair = vals[i][ax.name], (j, i)
+            else:
+                continue
+            if cond not in conditions:
+                conditions.append(cond)
+            groups.setdefault((cond, other), []).append(pair)
+        rank = {v: k for k, v in enumerate(ax.values)}
+        for (cond, other), pairs in sorted(groups.items(), key=lambda kv: (conditions.index(kv[0][0]),
+                                                                           rank.get(kv[0][1], -1))):
+            out.append({"axis": ax.name, "role": ax.role, "condition": cond,
+                        "value_a": "*" if other == "*" else base, "value_b": other, "pairs": pairs})
+    return out
+
+
+def group_label(g, with_condition=True):
+    what = g["axis"] if g["value_a"] == "*" else f"{g['axis']}: {g['value_b']} vs {g['value_a']}"
+    if with_condition and g["condition"] not in ("*",):
+        what += f" @ {condition_words(g['condition'])}"
+    return what
+
+
+def noise_pairs(groups):
+    return [p for g in groups if g["role"] == "noise" for p in g["pairs"]]
+
+
+def noise_curve(dev, groups):
+    """(steps, mean whole-model W1 of the noise axis's pairs per step), or None without a noise axis."""
+    pairs = noise_pairs(groups)
+    if not pairs:
+        return None
+    return dev.steps, [pair_stats(dev.matrices[s][MODEL_TENSOR]["w1"], pairs)[0] for s in dev.steps]
+
+
+def noise_caption(noise):
+    if noise is None:
+        return ("Noise floor: " + NOISE_ZERO.split(": ", 1)[1] + "; 0 has no place on a log axis, so it is not "
+                "drawn.")
+    if all(v == 0 for v in noise[1]):
+        return ("Noise floor: measured exactly 0 (the noise axis's pairs, the same variant run again, are "
+                "bit-identical); 0 has no place on a log axis, so it is not drawn.")
+    return "The dashed grey line is the noise floor: the noise axis's pairs (the same variant run again)."
+
+
+def _panels(figs, n, height_each=3.6, width_each=5.2):
+    ncols = min(3, n)
+    nrows = math.ceil(n / ncols)
+    fig, axes = figs.new(ncols=ncols, nrows=nrows, width=min(width_each * ncols, 16.0), height=height_each * nrows)
+    flat = [a for row in axes for a in row]
+    for a in flat[n:]:
+        a.set_visible(False)
+    return fig, flat
+
+
+def over_steps(dev, groups, noise, figs):
+    """Small multiples: one panel per source axis, one line per condition and value (never pooled)."""
+    axis_names = list(dict.fromkeys(g["axis"] for g in groups))
+    fig, panels = _panels(figs, len(axis_names))
+    for ax, name in zip(panels, axis_names):
+        mine = [g for g in groups if g["axis"] == name]
+        for k, g in enumerate(mine):
+            colour = COLOURS[k % len(COLOURS)]
+            stats = [pair_stats(dev.matrices[s][MODEL_TENSOR]["w1"], g["pairs"]) for s in dev.steps]
             mean = np.array([s[0] for s in stats])
             lo = np.array([s[1] for s in stats])
             hi = np.array([s[2] for s in stats])
-            style = "o-" if axis == ATTENTION else "s--"
-            ax.plot(dev.steps, mean, style, color=colour, label=f"{axis} ({len(pairs)} pairs)",
-                    lw=2.2 if axis == ATTENTION else 1.4)
-            ax.fill_between(dev.steps, lo, hi, color=colour, alpha=0.15)
-    for ax, what in ((axes[0][0], "whole-model W1 (weight units)"), (axes[0][1], "whole-model max |dW| (weight units)")):
+            zero = np.all(mean[np.isfinite(mean)] == 0)
+            label = group_label(g, with_condition=False).split(": ", 1)[-1]
+            if g["condition"] != "*":
+                label += f" @ {condition_words(g['condition'])}"
+            label += f" ({len(g['pairs'])} pairs){' = 0: bit-identical' if zero else ''}"
+            ax.plot(dev.steps, np.where(mean > 0, mean, np.nan), "o-", color=colour, label=label, lw=1.6, ms=3)
+            ax.fill_between(dev.steps, np.where(lo > 0, lo, np.nan), np.where(hi > 0, hi, np.nan), color=colour,
+                            alpha=0.15)
+        if noise is not None and mine[0]["role"] != "noise":
+            steps, level = noise
+            level = np.array(level, dtype=float)
+            ax.plot(steps, np.where(level > 0, level, np.nan), "--", color="0.45", lw=1.4, label="noise floor")
         ax.set_yscale("log")
         ax.set_xlabel("training step")
-        ax.set_ylabel(what)
-        ax.legend()
-    axes[0][0].set_title("(a) Wasserstein-1 distance (paper Fig. 8)")
-    axes[0][1].set_title("(b) max weight difference (paper Fig. 7)")
-    caption = ("Deviation per source against training step: for each grid axis, the pairs of variants that differ "
-               "in that axis only; line = mean over the pairs, band = min–max. The attention axis (the optimisation) "
-               "is the thick line; log scale.")
+        ax.set_ylabel("whole-model W1")
+        role = mine[0]["role"]
+        ax.set_title(f"{name}" + (f" ({role})" if role else ""))
+        ax.legend(fontsize=7)
+    caption = ("Whole-model W1 against training step (paper Fig. 8), one panel per source axis: each line is one "
+               "condition and value — the pairs that differ in that axis only, under equal values of the other "
+               "non-replicate axes (mean over the pairs, band = min–max); conditions are never pooled. Log scale. " +
+               noise_caption(noise))
     return figs.save(fig, "deviation_over_steps", caption)
 
 
-def tensor_table(dev, sources):
+def tensor_means(dev, g, step):
+    """tensor -> mean W1 over the group's pairs at `step` (tensors only, not the whole model)."""
+    out = {}
+    for t in dev.tensors:
+        if t == MODEL_TENSOR or "w1" not in dev.matrices[step].get(t, {}):
+            continue
+        out[t] = pair_stats(dev.matrices[step][t]["w1"], g["pairs"])[0]
+    return out
+
+
+def tensor_figure(dev, groups, figs):
+    """Small multiples: one panel per source axis, the tensors on the vertical axis, W1 on the horizontal,
+    one marker per condition and value; the noise floor per tensor as grey bars."""
     step = dev.steps[-1]
-    tensors = [t for t in dev.tensors if t != MODEL_TENSOR] + ([MODEL_TENSOR] if MODEL_TENSOR in dev.tensors else [])
-    axes = list(sources)
-    lead = ATTENTION if ATTENTION in sources else axes[0]
+    tensors = [t for t in dev.tensors if t != MODEL_TENSOR]
+    axis_names = list(dict.fromkeys(g["axis"] for g in groups if g["role"] != "noise")) or \
+        list(dict.fromkeys(g["axis"] for g in groups))
+    noise = noise_pairs(groups)
+    fig, panels = _panels(figs, len(axis_names), height_each=max(2.8, 0.28 * len(tensors) + 1.4), width_each=5.6)
+    y = np.arange(len(tensors))
+    markers = "osD^v<>ph*"
+    for ax, name in zip(panels, axis_names):
+        mine = [g for g in groups if g["axis"] == name]
+        for k, g in enumerate(mine):
+            means = tensor_means(dev, g, step)
+            x = np.array([means.get(t, math.nan) for t in tensors])
+            label = group_label(g, with_condition=False).split(": ", 1)[-1]
+            if g["condition"] != "*":
+                label += f" @ {condition_words(g['condition'])}"
+            ax.plot(np.where(x > 0, x, np.nan), y, markers[k % len(markers)], color=COLOURS[k % len(COLOURS)],
+                    label=label, ms=5, alpha=0.85)
+        if noise:
+            level = np.array([pair_stats(dev.matrices[step][t]["w1"], noise)[0] for t in tensors])
+            ax.plot(np.where(level > 0, level, np.nan), y, "|", color="0.35", ms=12, label="noise floor")
+        ax.set_xscale("log")
+        ax.set_yticks(y, tensors, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"W1 at step {step}")
+        ax.set_title(name)
+        ax.legend(fontsize=6)
+    caption = (f"Where each source moves the weights: per-tensor W1 at step {step}, one panel per source axis, one "
+               "marker per condition and value (mean over its pairs); a tensor with W1 = 0 there (bit-identical) has "
+               "no marker on the log axis, and every value is in the table below and in deviation.csv. " +
+               ("The grey bars are the noise floor per tensor (none where it is 0)." if noise else
+                "Noise floor: " + NOISE_ZERO.split(": ", 1)[1] + " (not drawn on the log axis)."))
+    return figs.save(fig, "deviation_tensors", caption)
+
+
+def tensor_table(dev, groups):
+    """Per source, condition and value: the tensors with the largest mean W1 at the final step."""
+    step = dev.steps[-1]
     rows = []
-    for t in tensors:
-        mats = dev.matrices[step].get(t, {})
-        cells, w1_lead = [t], math.nan
-        for a in axes:
-            w1 = pair_stats(mats["w1"], sources[a])[0] if "w1" in mats else math.nan
-            mx = pair_stats(mats["max_abs"], sources[a])[0] if "max_abs" in mats else math.nan
-            if a == lead:
-                w1_lead = w1
-            cells += [num(w1), num(mx)]
-        rows.append((w1_lead, t == MODEL_TENSOR, cells))
-    rows.sort(key=lambda r: (r[1], -r[0] if r[0] == r[0] else math.inf))
-    tensors_only = [r for r in rows if not r[1]]
-    shown = tensors_only[:MAX_TENSOR_ROWS] + [r for r in rows if r[1]]
-    columns = ["tensor"]
-    for a in axes:
-        columns += [f"{a} W1", f"{a} max |dW|"]
-    more = (f"; the {len(tensors_only) - MAX_TENSOR_ROWS} tensors with less deviation are in deviation.csv"
-            if len(tensors_only) > MAX_TENSOR_ROWS else "")
-    return Table(columns, [r[2] for r in shown],
-                 caption=f"Where the deviation concentrates: mean over each source's pairs per tensor at step {step}, "
-                         f"sorted by the {lead} W1 (largest first; the whole model last){more}")
+    for g in groups:
+        means = tensor_means(dev, g, step)
+        top = sorted(((w, t) for t, w in means.items() if math.isfinite(w)), key=lambda x: -x[0])[:TOP_TENSORS]
+        model = pair_stats(dev.matrices[step][MODEL_TENSOR]["w1"], g["pairs"])[0] \
+            if MODEL_TENSOR in dev.matrices[step] else math.nan
+        cells = [group_label(g, with_condition=False), condition_words(g["condition"]) if g["condition"] != "*"
+                 else "pooled", str(len(g["pairs"]))]
+        for k in range(TOP_TENSORS):
+            cells.append([f"{top[k][1]} ", num(top[k][0])] if k < len(top) else "")
+        cells.append(num(model))
+        rows.append(cells)
+    columns = ["source", "condition", "pairs"] + [f"tensor #{k + 1} (W1)" for k in range(TOP_TENSORS)] + \
+              ["whole model W1"]
+    return Table(columns, rows, caption=f"The tensors that move most per source, condition and value at step {step} "
+                                        "(mean W1 over the pairs; every tensor is in deviation.csv)")
 
 
 def twins_table(data):

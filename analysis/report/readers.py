@@ -12,7 +12,9 @@ Layout of OUT (see jobs/*.cpp):
   variants/<id>/train_log.csv, shadow.csv          per-step training log, shadow attention log
   microbench.csv                                   one row per point and algorithm
   deviation.h5 (/steps/<step>/<tensor>/<metric>)   V x V matrices; deviation.csv the same as rows
-  ranking.csv, twins.csv                           deviation sources per step, fp64 twins
+  axes.csv                                         each axis's role, baseline, replicate flag, values
+  ranking.csv, verdict.csv, twins.csv              deviation sources per condition and pooled, the
+                                                   verdict per optimisation/condition/reference, fp64 twins
 """
 
 import csv
@@ -31,8 +33,11 @@ MICROBENCH_INTS = ("seq_len", "head_dim", "block_q", "block_kv", "causal", "tria
 # Columns added later (issue 12), with the value an older microbench.csv without them stands for.
 MICROBENCH_OPTIONAL = {"rounding": "nearest", "sram": 0, "tile_rule": "blocks", "rmse": float("nan"),
                        "mean_signed": float("nan"), "max_ulp": float("nan"), "repeated_max_rows": float("nan")}
-RANKING_FLOATS = ("w1_mean", "w1_min", "w1_max", "max_abs_mean", "slope", "ratio_to_attention",
-                  "ratio_lo", "ratio_hi")
+RANKING_FLOATS = ("w1_mean", "w1_min", "w1_max", "max_abs_mean", "slope")
+RANKING_INTS = ("pairs", "independent", "step")
+VERDICT_FLOATS = ("w1", "reference_w1", "end_ratio", "end_lo", "end_hi", "slope", "reference_slope", "slope_ratio",
+                  "slope_lo", "slope_hi", "noise_w1")
+VERDICT_INTS = ("pairs", "independent", "reference_pairs", "reference_independent", "step", "informative")
 REPORTED_METRICS = ("w1", "max_abs")  # the metrics the report shows (read only these from deviation.h5)
 MODEL_TENSOR = "model"  # the whole-model pseudo-tensor of deviation.h5/.csv
 
@@ -69,6 +74,17 @@ class Deviation:
 
 
 @dataclass
+class AxisInfo:
+    """One grid axis as reduce saw it (axes.csv): its role in the verdict (optimisation, reference, setting,
+    noise), its baseline value, whether it is a replicate (seed-like) axis, and its values in grid order."""
+    name: str
+    role: str
+    baseline: str
+    replicate: bool
+    values: list
+
+
+@dataclass
 class StudyData:
     out_dir: Path
     config: dict = None
@@ -80,6 +96,8 @@ class StudyData:
     microbench: CsvTable = None
     deviation: Deviation = None
     ranking: CsvTable = None
+    verdict: CsvTable = None
+    axes: list = None  # [AxisInfo] from axes.csv, grid order; None for outputs of an older reduce
     twins: CsvTable = None
     problems: list = field(default_factory=list)
 
@@ -232,6 +250,27 @@ def read_deviation_csv(path):
     return Deviation(variants, {}, sorted(matrices), tensors, matrices, [], table.provenance, "deviation.csv")
 
 
+def read_axes(path):
+    table = read_csv_table(path)
+    if table is None:
+        return None
+    return [AxisInfo(r["axis"], r["role"], r["baseline"], r["replicate"] == "1", r["values"].split(";"))
+            for r in table.rows]
+
+
+def typed_rows(table, floats, ints):
+    """The rows of a CsvTable with the named columns parsed (floats: '' -> NaN)."""
+    rows = []
+    for r in table.rows:
+        row = dict(r)
+        for c in floats:
+            row[c] = float(r[c]) if r.get(c, "") != "" else math.nan
+        for c in ints:
+            row[c] = int(r[c])
+        rows.append(row)
+    return rows
+
+
 def _text(v):
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -260,6 +299,8 @@ def load_study(out_dir):
     data.status = _guard(p, "status.csv", read_csv_table, out / "status.csv")
     data.microbench = _guard(p, "microbench.csv", read_csv_table, out / "microbench.csv")
     data.ranking = _guard(p, "ranking.csv", read_csv_table, out / "ranking.csv")
+    data.verdict = _guard(p, "verdict.csv", read_csv_table, out / "verdict.csv")
+    data.axes = _guard(p, "axes.csv", read_axes, out / "axes.csv")
     data.twins = _guard(p, "twins.csv", read_csv_table, out / "twins.csv")
     if (out / "deviation.h5").is_file():
         data.deviation = _guard(p, "deviation.h5", read_deviation_h5, out / "deviation.h5", p)

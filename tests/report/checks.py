@@ -54,49 +54,63 @@ def verdict_numbers(html_path):
     """key -> (exact value, printed text) of every number in the verdict section."""
     text = Path(html_path).read_text(encoding="utf-8")
     section = text.split('<section id="verdict">', 1)[1].split("</section>", 1)[0]
-    return {k: (float(v), html.unescape(t)) for k, v, t in NUM_SPAN.findall(section) if k}
+    return {html.unescape(k): (float(v), html.unescape(t)) for k, v, t in NUM_SPAN.findall(section) if k}
 
 
-def ranking_final(ranking_csv):
-    """axis -> whole-axis row ('*') of ranking.csv at its last step, values as text."""
-    lines = [l for l in Path(ranking_csv).read_text().splitlines() if l and not l.startswith("#")]
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
-    last = max(int(r["step"]) for r in rows)
-    return {r["axis"]: r for r in rows if int(r["step"]) == last and r["value_a"] == "*"}, last
+def csv_rows(path):
+    lines = [l for l in Path(path).read_text().splitlines() if l and not l.startswith("#")]
+    return list(csv.DictReader(io.StringIO("\n".join(lines))))
 
 
 def three_sig(x):
     return f"{x:.3g}"
 
 
-def verdict_matches_ranking(testcase, html_path, ranking_csv, references=("seed", "precision")):
-    """The verdict's numbers are ranking.csv's, exactly (data-value) and as printed (3 significant digits)."""
+def same_number(testcase, got, expected, what):
+    value, printed = got
+    if expected != expected:  # NaN
+        testcase.assertNotEqual(value, value, what)
+        return
+    testcase.assertEqual(value, expected, what)
+    testcase.assertEqual(printed, three_sig(expected), what)
+
+
+def verdict_matches_csv(testcase, html_path, verdict_csv):
+    """The verdict table is verdict.csv: one table row per optimisation value and condition, in the
+    file's order; every comparison's end-point and slope ratio exactly (data-value) and as printed (3
+    significant digits); its interval when informative, else "not informative (n pairs)". Returns the
+    number of table rows."""
     nums = verdict_numbers(html_path)
-    final, _ = ranking_final(ranking_csv)
-    att = final["attention"]
-    for col in ("w1_mean", "w1_min", "w1_max"):
-        value, printed = nums[f"verdict.attention.{col}"]
-        testcase.assertEqual(value, float(att[col]), col)
-        testcase.assertEqual(printed, three_sig(float(att[col])), col)
-    checked = 0
-    for axis in references:
-        if axis not in final:
+    text = Path(html_path).read_text(encoding="utf-8")
+    section = text.split('<section id="verdict">', 1)[1].split("</section>", 1)[0]
+    table = section.split("Verdict per optimisation and condition", 1)[1].split("</table>", 1)[0]
+    rows = csv_rows(verdict_csv)
+    groups = []
+    for r in rows:
+        key = (r["axis"], r["value"], r["condition"])
+        if key not in groups:
+            groups.append(key)
+        base = f"verdict.{r['axis']}.{r['value']}.{r['condition']}"
+        same_number(testcase, nums[base + ".w1"], float(r["w1"]), base + ".w1")
+        if not r["reference"]:
             continue
-        ref = final[axis]
-        value, printed = nums[f"verdict.{axis}.w1_mean"]
-        testcase.assertEqual(value, float(ref["w1_mean"]))
-        testcase.assertEqual(printed, three_sig(float(ref["w1_mean"])))
-        ratio = float(ref["ratio_to_attention"])
-        if ratio >= 1:
-            value, printed = nums[f"verdict.{axis}.ratio"]
-            testcase.assertEqual(value, ratio)
-            testcase.assertEqual(printed, three_sig(ratio) + "x")
-        else:
-            value, printed = nums[f"verdict.{axis}.inverse_ratio"]
-            testcase.assertAlmostEqual(value, 1 / ratio, delta=1e-12 / ratio)
-        for col in ("ratio_lo", "ratio_hi"):
-            value, printed = nums[f"verdict.{axis}.{col}"]
-            testcase.assertEqual(value, float(ref[col]))
-            testcase.assertEqual(printed, three_sig(float(ref[col])))
-        checked += 1
-    return checked
+        for measure, col in (("end", "end_ratio"), ("slope", "slope_ratio")):
+            key = f"{base}.{r['reference']}.{r['reference_pair']}.{measure}"
+            same_number(testcase, nums[key], float(r[col]), key)
+            prefix = "end" if measure == "end" else "slope"
+            if r["informative"] == "1":
+                same_number(testcase, nums[key + ".lo"], float(r[prefix + "_lo"]), key + ".lo")
+                same_number(testcase, nums[key + ".hi"], float(r[prefix + "_hi"]), key + ".hi")
+            else:
+                testcase.assertNotIn(key + ".lo", nums)
+                n = min(int(r["independent"]), int(r["reference_independent"]))
+                testcase.assertIn(f"not informative ({n} pair{'s' if n != 1 else ''})", table)
+    body = table.split("<tbody>", 1)[1]
+    testcase.assertEqual(body.count("<tr>"), len(groups))
+    # Each row names its condition, in verdict.csv's order.
+    positions = [body.index(f"{a}: {v} vs ") for a, v, _ in groups[:1]]
+    testcase.assertEqual(positions, sorted(positions))
+    for a, v, c in groups:
+        words = "all variants" if c == "all" else ", ".join(x.replace("=", " ", 1) for x in c.split(";"))
+        testcase.assertIn(words, body)
+    return len(groups)

@@ -119,7 +119,7 @@ def write_training(out, states=None, diverged="flash-bf16-s2"):
 
 
 def contribution(axis, attention_w1):
-    return {"attention": attention_w1, "precision": 3e-5, "seed": 4e-4}[axis]
+    return {"attention": attention_w1, "precision": 3e-5, "seed": 4e-4, "repeat": 2e-6}[axis]
 
 
 def matrices(vs, step, attention_w1, scale=1.0):
@@ -138,7 +138,7 @@ def matrices(vs, step, attention_w1, scale=1.0):
 
 
 def write_reduce(out, attention_w1=1e-5, left_out=("flash-bf16-s2: loss is NaN at step 14",)):
-    """deviation.h5, deviation.csv, ranking.csv, twins.csv over the variants not left out."""
+    """deviation.h5, deviation.csv, axes.csv, ranking.csv, verdict.csv, twins.csv over the variants not left out."""
     left_ids = {l.split(":")[0] for l in left_out}
     vs = [v for v in variants() if v[0] not in left_ids]
     per_step = {s: {t: matrices(vs, s, attention_w1, scale=1 + k) for k, t in enumerate(TENSORS + ["model"])}
@@ -164,33 +164,159 @@ def write_reduce(out, attention_w1=1e-5, left_out=("flash-bf16-s2: loss is NaN a
                 vals = ",".join(repr(float(mats[m][i, j])) for m in ("w1", "w2", "max_abs", "mean_abs", "rel_l2"))
                 lines.append(f"{s},{t},{vs[i][0]},{vs[j][0]},{vals}")
     out.joinpath("deviation.csv").write_text("\n".join(lines) + "\n")
+    write_axes(out)
     write_ranking(out, vs, per_step)
     out.joinpath("twins.csv").write_text(PROVENANCE.format(phase="reduce") + "variant,twin,precision,step,w1,max_abs\n")
 
 
+# The roles of the synthetic grid's axes, as src/core/config.cpp declares them (axes.csv).
+ROLES = {"attention": ("optimisation", "baseline", False), "precision": ("reference", "fp32", False),
+         "seed": ("reference", "1", True), "repeat": ("noise", "1", True)}
+
+
+def write_axes(out):
+    rows = [PROVENANCE.format(phase="reduce") + "axis,role,baseline,replicate,values"]
+    for axis, values in GRID:
+        role, base, rep = ROLES[axis]
+        rows.append(f"{axis},{role},{base},{int(rep)},{';'.join(values)}")
+    out.joinpath("axes.csv").write_text("\n".join(rows) + "\n")
+
+
+def _differ(vs, i, j):
+    a, b = dict(vs[i][1]), dict(vs[j][1])
+    return [k for k in a if a[k] != b[k]]
+
+
+def _greedy(pairs):
+    used, n = set(), 0
+    for i, j in pairs:
+        if i not in used and j not in used:
+            used |= {i, j}
+            n += 1
+    return n
+
+
+def _slope(xs, ys):
+    xm, ym = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - xm) ** 2 for x in xs)
+    return sum((x - xm) * (y - ym) for x, y in zip(xs, ys)) / sxx if len(xs) > 1 and sxx > 0 else math.nan
+
+
+def cond_axes(axis):
+    return [a for a, vals in GRID if a != axis and not ROLES[a][2] and ROLES[a][0] != "noise" and len(vals) > 1]
+
+
+def groups_of(vs, grid=None, roles=None):
+    """(axis, condition, value_a, value_b, pairs) as analysis/ranking.hpp groups them, pooled ("*") first."""
+    grid, roles = grid or GRID, roles or ROLES
+    out = []
+    for axis, values in grid:
+        role, base, rep = roles[axis]
+        single = [(i, j) for i, j in itertools.combinations(range(len(vs)), 2) if _differ(vs, i, j) == [axis]]
+        if not single:
+            continue
+        out.append((axis, "*", "*", "*", single))
+        for k, va in enumerate(values):
+            for vb in values[k + 1:]:
+                p = [(i, j) for i, j in single if {dict(vs[i][1])[axis], dict(vs[j][1])[axis]} == {va, vb}]
+                if p:
+                    out.append((axis, "*", va, vb, p))
+        if role == "setting":
+            continue
+        conds = {}
+        for i, j in single:
+            c = ";".join(f"{a}={dict(vs[i][1])[a]}" for a in cond_axes(axis)) or "all"
+            vi, vj = dict(vs[i][1])[axis], dict(vs[j][1])[axis]
+            if rep:
+                key, pair = (c, "*"), (i, j)
+            elif vi == base:
+                key, pair = (c, vj), (i, j)
+            elif vj == base:
+                key, pair = (c, vi), (j, i)
+            else:
+                continue
+            conds.setdefault(key, []).append(pair)
+        for (c, other), p in conds.items():
+            out.append((axis, c, "*" if other == "*" else base, other, p))
+    return out
+
+
 def write_ranking(out, vs, per_step):
+    """ranking.csv and verdict.csv by the rules of analysis/ranking.hpp (2 seeds: never informative)."""
     rows = [PROVENANCE.format(phase="reduce") +
-            "axis,value_a,value_b,pairs,step,w1_mean,w1_min,w1_max,max_abs_mean,slope,ratio_to_attention,ratio_lo,ratio_hi"]
-    stats = {}
-    for axis, values in GRID:
-        pairs = [(i, j) for i, j in itertools.combinations(range(len(vs)), 2)
-                 if [k for k in dict(vs[i][1]) if dict(vs[i][1])[k] != dict(vs[j][1])[k]] == [axis]]
-        for s in STEPS:
-            w = np.array([per_step[s]["model"]["w1"][i, j] for i, j in pairs])
-            m = np.array([per_step[s]["model"]["max_abs"][i, j] for i, j in pairs])
-            stats[axis, s] = (len(pairs), float(w.mean()), float(w.min()), float(w.max()), float(m.mean()))
-    for axis, values in GRID:
-        means = [stats[axis, s][1] for s in STEPS]
-        slope = (means[-1] - means[0]) / (STEPS[-1] - STEPS[0])
-        for label in (("*", "*"), (values[0], values[1])):
-            for s in STEPS:
-                n, mean, lo, hi, mx = stats[axis, s]
-                ratio = mean / stats["attention", s][1]
-                rlo, rhi = (1.0, 1.0) if axis == "attention" and label[0] == "*" else (ratio * 0.8, ratio * 1.25)
-                rows.append(f"{axis},{label[0]},{label[1]},{n},{s},{mean!r},{lo!r},{hi!r},{mx!r},{slope!r},{ratio!r},"
-                            f"{rlo!r},{rhi!r}")
+            "axis,role,condition,value_a,value_b,pairs,independent,step,w1_mean,w1_min,w1_max,max_abs_mean,slope"]
+    w1 = lambda s, p: per_step[s]["model"]["w1"][p]  # noqa: E731
+    for axis, cond, va, vb, pairs in groups_of(vs):
+        means = [float(np.mean([w1(s, p) for p in pairs])) for s in STEPS]
+        slope = _slope(STEPS, means)
+        for s, mean in zip(STEPS, means):
+            w = [w1(s, p) for p in pairs]
+            mx = float(np.mean([per_step[s]["model"]["max_abs"][p] for p in pairs]))
+            rows.append(f"{axis},{ROLES[axis][0]},{cond},{va},{vb},{len(pairs)},{_greedy(pairs)},{s},{mean!r},"
+                        f"{min(w)!r},{max(w)!r},{mx!r},{slope!r}")
     rows.append("# note: left out flash-bf16-s2: loss is NaN at step 14")
+    if not any(ROLES[a][0] == "noise" for a, _ in GRID):
+        rows.append("# note: noise floor: 0 by construction (deterministic CPU arithmetic); add a `repeat` axis to measure it")
     out.joinpath("ranking.csv").write_text("\n".join(rows) + "\n")
+    write_verdict(out, vs, per_step)
+
+
+def write_verdict(out, vs, per_step):
+    last = STEPS[-1]
+    w1 = lambda s, p: per_step[s]["model"]["w1"][p]  # noqa: E731
+    cols = ("axis,baseline,value,condition,reference,reference_pair,pairs,independent,reference_pairs,"
+            "reference_independent,step,w1,reference_w1,end_ratio,end_lo,end_hi,slope,reference_slope,slope_ratio,"
+            "slope_lo,slope_hi,informative,noise_w1,measure,comparison,verdict")
+    lines = [PROVENANCE.format(phase="reduce") + cols]
+    groups = groups_of(vs)
+    axes = dict(vs[0][1])
+    for axis, cond, va, vb, pairs in groups:
+        if cond == "*" or ROLES[axis][0] != "optimisation":
+            continue
+        b0 = dict(vs[pairs[0][0]][1])
+        comps = []
+        noise = [(i, j) for i, j in itertools.combinations(range(len(vs)), 2)
+                 if ROLES[_differ(vs, i, j)[0]][0] == "noise" and len(_differ(vs, i, j)) == 1
+                 and dict(vs[i][1])[axis] in (ROLES[axis][1], vb)
+                 and all(dict(vs[i][1])[k] == b0[k] for k in cond_axes(axis))]
+        noise_w1 = float(np.mean([w1(last, p) for p in noise])) if noise else math.nan
+        for ref in (a for a in axes if a != axis and ROLES[a][0] == "reference"):
+            role, rbase, rep = ROLES[ref]
+            single = [(i, j) for i, j in itertools.combinations(range(len(vs)), 2) if _differ(vs, i, j) == [ref]]
+            if rep:
+                value_pairs = [None]
+            else:
+                rc = b0[ref]
+                value_pairs = [(rbase, rc)] if rc != rbase else [(rbase, v) for v in dict(GRID)[ref] if v != rbase]
+            for vp in value_pairs:
+                rp = []
+                for i, j in single:
+                    a, b = dict(vs[i][1]), dict(vs[j][1])
+                    if a[axis] != ROLES[axis][1] or any(a[k] != b0[k] for k in cond_axes(axis) if k != ref):
+                        continue
+                    if vp is not None and {a[ref], b[ref]} != set(vp):
+                        continue
+                    rp.append((i, j))
+                if not rp:
+                    continue
+                ow = float(np.mean([w1(last, p) for p in pairs]))
+                rw = float(np.mean([w1(last, p) for p in rp]))
+                os_ = float(np.mean([_slope(STEPS, [w1(s, p) for s in STEPS]) for p in pairs]))
+                rs = float(np.mean([_slope(STEPS, [w1(s, p) for s in STEPS]) for p in rp]))
+                q = os_ / rs
+                # Informative intervals: stand-ins (0.8x, 1.25x) for the bootstrap, which the C++ tests check.
+                inf = min(_greedy(pairs), _greedy(rp)) >= 3
+                lo, hi = (0.8, 1.25) if inf else (math.nan, math.nan)
+                comps.append([axis, ROLES[axis][1], vb, cond, ref, "*" if vp is None else f"{vp[0]}<->{vp[1]}",
+                              len(pairs), _greedy(pairs), len(rp), _greedy(rp), last, ow, rw, ow / rw, ow / rw * lo,
+                              ow / rw * hi, os_, rs, q, q * lo, q * hi, int(inf), noise_w1, "slope",
+                              "within" if q <= 1 and (not inf or q * hi <= 1) else
+                              "outside" if q > 1 and (not inf or q * lo > 1) else "undecided"])
+        verdict = "outside" if any(c[-1] == "outside" for c in comps) else \
+            "within" if all(c[-1] == "within" for c in comps) else "undecided"
+        for c in comps:
+            lines.append(",".join(repr(x) if isinstance(x, float) else str(x) for x in c + [verdict]))
+    out.joinpath("verdict.csv").write_text("\n".join(lines) + "\n")
 
 
 def full_study(out, attention_w1=1e-5):

@@ -86,10 +86,15 @@ class EndToEndTest(unittest.TestCase):
         self.assertIn(str(out / "report.html"), r.stdout + r.stderr)
         self.assertGreaterEqual(checks.html_images(self, out / "report.html"), 4)
         self.assertGreaterEqual(len(checks.md_files(self, out / "report.md")), 8)
-        self.assertEqual(checks.verdict_matches_ranking(self, out / "report.html", out / "ranking.csv"), 1)
+        # attention x seed: one condition ("all variants"), compared with the seed reference; 2 seeds give 2
+        # optimisation pairs and 1 independent seed pair, so no interval is printed.
+        self.assertEqual(checks.verdict_matches_csv(self, out / "report.html", out / "verdict.csv"), 1)
         html = (out / "report.html").read_text()
-        self.assertIn("Present in this grid: <code>seed</code>", html)
-        self.assertIn("accepted bounds", html)
+        self.assertIn("attention: flash vs baseline</td><td class=\"s\">all variants</td>", html)
+        self.assertIn("not informative (1 pair)", html)
+        self.assertIn("Noise floor: 0 by construction (deterministic CPU arithmetic)", html)
+        roles = {r["axis"]: r["role"] for r in checks.csv_rows(out / "axes.csv")}
+        self.assertEqual(roles, {"attention": "optimisation", "seed": "reference"})
 
     def test_partial_study(self):
         out = self.dir / "partial"

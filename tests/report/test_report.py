@@ -1,6 +1,7 @@
 """The report renderer (analysis/report) on synthetic studies written in the phases' file layouts
-(synthetic.py): the complete study, the verdict's numbers against ranking.csv, an optimisation
-outside the bounds, and partial studies (microbenchmark only; training without reduce; a study
+(synthetic.py): the complete study, the per-condition verdict table against verdict.csv, the pooled
+summary, the per-tensor view, the noise floor (measured, or 0 by construction), an optimisation
+outside the bounds, informative intervals, and partial studies (microbenchmark only; training without reduce; a study
 still training). Run: PYTHONPATH=analysis:tests/report /usr/bin/python3 -m unittest test_report
 """
 
@@ -39,7 +40,7 @@ class FullStudyTest(unittest.TestCase):
         links = checks.md_files(self, self.out / "report.md")
         expected = {"microbench_formats", "microbench_readings", "microbench_seq_len", "microbench_block_area",
                     "training_loss",
-                    "training_shadow", "deviation_heatmap", "deviation_over_steps"}
+                    "training_shadow", "deviation_heatmap", "deviation_over_steps", "deviation_tensors"}
         self.assertEqual({Path(l).stem for l in links}, expected)
         self.assertEqual(n_images, len(expected))
         for name in expected:
@@ -68,9 +69,17 @@ class FullStudyTest(unittest.TestCase):
                                                                         "provenance")]
         self.assertEqual(positions, sorted(positions))
 
-    def test_verdict_is_ranking_csv(self):
-        self.assertIn("Within the accepted bounds", self.html)
-        self.assertEqual(checks.verdict_matches_ranking(self, self.out / "report.html", self.out / "ranking.csv"), 2)
+    def test_verdict_is_verdict_csv(self):
+        self.assertIn("Within the accepted bounds under every condition", self.html)
+        # One row per condition (precision fp32, precision bf16), never pooled; 2 seeds: not informative.
+        self.assertEqual(checks.verdict_matches_csv(self, self.out / "report.html", self.out / "verdict.csv"), 2)
+        verdict = self.md.split("## 2.")[0]
+        self.assertIn("| attention: flash vs baseline | precision fp32 | 2 (2 independent) | 4.5e-05 | fp32↔bf16: 0.319, "
+                      "not informative (2 pairs)", verdict)
+        self.assertIn("within the bounds by the slope ratio; point estimate, not informative", verdict)
+        self.assertIn("The verdict uses the slope ratio", verdict)
+        # The verdict table comes first, then the pooled summary.
+        self.assertLess(verdict.index("Verdict per optimisation and condition"), verdict.index("Summary: deviation"))
         # Markdown says the same: the verdict's numbers appear as printed in the HTML.
         for key, (_, printed) in checks.verdict_numbers(self.out / "report.html").items():
             self.assertIn(printed, self.md, key)
@@ -86,7 +95,7 @@ class FullStudyTest(unittest.TestCase):
             self.assertIn(s, self.html)
 
     def test_tables_sorted_by_deviation(self):
-        ranking = self.html.split("Deviation sources at step", 1)[1].split("</table>", 1)[0]
+        ranking = self.html.split("Summary: deviation sources at step", 1)[1].split("</table>", 1)[0]
         sources = re.findall(r"<tr><td[^>]*>(\d+)</td><td[^>]*>([a-z]+)", ranking)
         self.assertEqual([s for _, s in sources], ["seed", "precision", "attention"])
         ratio = self.html.split("Flash/baseline error ratio", 1)[1].split("</table>", 1)[0]
@@ -114,10 +123,11 @@ class PartialStudyTest(unittest.TestCase):
         synthetic.write_study_toml(out)
         synthetic.write_reduce(out, attention_w1=1e-3)
         html, _ = self.render(out)
-        self.assertIn("Outside the accepted bounds", html)
+        self.assertIn("Outside the accepted bounds under attention flash at precision fp32; attention flash at "
+                      "precision bf16", html)
         self.assertNotIn("Within the accepted bounds", html)
-        self.assertIn("LARGER than a change of init seed", html)
-        checks.verdict_matches_ranking(self, out / "report.html", out / "ranking.csv")
+        self.assertIn("OUTSIDE the bounds (vs precision fp32↔bf16, seed) by the slope ratio", html)
+        self.assertEqual(checks.verdict_matches_csv(self, out / "report.html", out / "verdict.csv"), 2)
 
     def test_deviation_csv_without_h5(self):
         # Without deviation.h5 the matrices come from deviation.csv and the variants' axes from the grid.
@@ -130,21 +140,94 @@ class PartialStudyTest(unittest.TestCase):
         self.assertIn("From deviation.csv: 7 variants", html)
         self.assertIn('id="fig-deviation_heatmap"', html)
         self.assertIn('id="fig-deviation_over_steps"', html)
-        self.assertIn("<th>attention W1</th>", html)
+        self.assertIn('id="fig-deviation_tensors"', html)
+        self.assertIn("<th>tensor #1 (W1)</th>", html)
 
-    def test_no_attention_axis(self):
-        # A grid without the attention axis: the sources are still ranked, but nothing is bounded.
+    def test_no_optimisation_axis(self):
+        # A grid without an optimisation axis: the sources are still ranked, but nothing is bounded.
         out = self.dir / "noatt"
         out.mkdir()
         synthetic.write_study_toml(out)
         synthetic.write_reduce(out)
-        ranking = out / "ranking.csv"
-        ranking.write_text("".join(l for l in ranking.read_text().splitlines(keepends=True)
-                                   if not l.startswith("attention,")))
+        for name in ("ranking.csv", "verdict.csv"):
+            f = out / name
+            f.write_text("".join(l for l in f.read_text().splitlines(keepends=True) if not l.startswith("attention,")))
         html, _ = self.render(out)
-        self.assertIn("no attention axis", html)
-        self.assertNotIn("accepted bounds:", html)
-        self.assertIn("Deviation sources at step 20", html)
+        self.assertIn("no optimisation axis with evidence", html)
+        self.assertNotIn("accepted bounds", html)
+        self.assertIn("Summary: deviation sources at step 20", html)
+
+    def test_noise_floor_measured_zero(self):
+        # A `repeat` axis whose pairs are bit-identical (the CPU): the floor is measured 0, said, and not drawn.
+        grid, contribution = synthetic.GRID, synthetic.contribution
+        synthetic.GRID = grid + [("repeat", ["1", "2"])]
+        synthetic.contribution = lambda axis, w: 0.0 if axis == "repeat" else contribution(axis, w)
+        try:
+            out = self.dir / "zero"
+            out.mkdir()
+            synthetic.write_study_toml(out)
+            synthetic.write_reduce(out, left_out=())
+        finally:
+            synthetic.GRID, synthetic.contribution = grid, contribution
+        _, md = self.render(out)
+        self.assertIn("Noise floor (axis `repeat`: the same variant run again, 8 pairs): measured exactly 0", md)
+        self.assertIn("Noise floor: measured exactly 0 (the noise axis's pairs", md)
+        self.assertNotIn("dashed grey line", md)
+
+    def test_disagreeing_conditions(self):
+        from report.verdict import disagreements
+        row = dict(axis="attention", value="flash", baseline="baseline")
+        rows = [dict(row, condition="precision=fp32", verdict="within"),
+                dict(row, condition="precision=fp32", verdict="within"),  # a second reference, same condition
+                dict(row, condition="precision=fp16", verdict="within"),
+                dict(row, condition="precision=bf16", verdict="outside")]
+        self.assertEqual(disagreements(rows), ["attention flash vs baseline: the conditions disagree — within the "
+                                               "bounds at precision fp32, precision fp16; OUTSIDE the bounds at "
+                                               "precision bf16."])
+        self.assertEqual(disagreements(rows[:3]), [])
+
+    def test_older_reduce_outputs(self):
+        # Without verdict.csv and axes.csv (an older reduce): the report says to rerun reduce, and still renders.
+        out = self.dir / "old"
+        out.mkdir()
+        synthetic.write_study_toml(out)
+        synthetic.write_reduce(out)
+        (out / "verdict.csv").unlink()
+        (out / "axes.csv").unlink()
+        html, md = self.render(out)
+        self.assertIn("verdict.csv is missing", md)
+        self.assertIn("axes.csv is missing", md)
+        self.assertIn('id="fig-deviation_over_steps"', html)
+
+    def test_noise_axis_and_informative_intervals(self):
+        # A `repeat` (noise) axis and 3 seeds: the noise floor is measured and drawn, the precision comparisons
+        # rest on 6 independent pairs (intervals printed), the seed ones on 2 (not informative).
+        grid = synthetic.GRID
+        synthetic.GRID = [("attention", ["baseline", "flash"]), ("precision", ["fp32", "bf16"]),
+                          ("seed", ["1", "2", "3"]), ("repeat", ["1", "2"])]
+        try:
+            out = self.dir / "noise"
+            out.mkdir()
+            synthetic.write_study_toml(out)
+            synthetic.write_reduce(out, left_out=())
+        finally:
+            synthetic.GRID = grid
+        html, md = self.render(out)
+        self.assertEqual(checks.verdict_matches_csv(self, out / "report.html", out / "verdict.csv"), 2)
+        nums = checks.verdict_numbers(out / "report.html")
+        self.assertIn("verdict.attention.flash.precision=bf16.precision.fp32<->bf16.slope.lo", nums)
+        self.assertIn("not informative (2 pairs)", md)
+        self.assertIn("6 (6 independent)", md)
+        self.assertIn("Noise floor (axis `repeat`: the same variant run again, 12 pairs)", md)
+        self.assertNotIn("0 by construction", md.split("## 2.")[0])
+        self.assertIn("The dashed grey line is the noise floor", md)
+        self.assertIn("The grey bars are the noise floor per tensor", md)
+        from report.deviation import noise_caption
+        self.assertIn("measured exactly 0", noise_caption(([10, 20], [0.0, 0.0])))
+        self.assertIn("dashed grey line", noise_caption(([10, 20], [0.0, 1e-9])))
+        self.assertIn("0 by construction", noise_caption(None))
+        # The noise axis has its own rows in the per-tensor table, per condition.
+        self.assertIn("| repeat | attention flash, precision bf16 | 3 |", md)
 
     def test_microbench_only(self):
         out = self.dir / "mb"
@@ -232,7 +315,9 @@ class PartialStudyTest(unittest.TestCase):
         synthetic.write_microbench(out, sweeps=("formats",))
         synthetic.write_reduce(out)
         ranking = out / "ranking.csv"
-        ranking.write_text(ranking.read_text().replace("seed,*,*,3,20,", "seed,*,*,3,20,not-a-number", 1))
+        text = ranking.read_text()
+        self.assertIn("seed,reference,*,*,*,3,3,20,", text)
+        ranking.write_text(text.replace("seed,reference,*,*,*,3,3,20,", "seed,reference,*,*,*,3,1,20,not-a-number", 1))
         self.assertEqual(main([str(out), "--quiet"]), 1)
         html = (out / "report.html").read_text()
         verdict = html.split('<section id="verdict">', 1)[1].split("</section>", 1)[0]
@@ -254,7 +339,7 @@ class PartialStudyTest(unittest.TestCase):
         self.render(out)
         self.assertTrue((out / "report_files" / "deviation_heatmap.png").exists())
         (out / "report_files" / "stale.png").write_bytes(b"old")
-        for f in ("ranking.csv", "deviation.h5", "deviation.csv", "twins.csv"):
+        for f in ("ranking.csv", "verdict.csv", "axes.csv", "deviation.h5", "deviation.csv", "twins.csv"):
             (out / f).unlink()
         synthetic.write_microbench(out, sweeps=("formats",))
         self.render(out)

@@ -47,6 +47,22 @@ bool empty_but_lock(const fs::path& dir) {
     if (!is_lock_file(e.path())) return false;
   return true;
 }
+
+// OUT/variants.csv: every variant of the grid with its value of every axis (columns in grid order),
+// written with study.toml, so that readers (the report) never re-implement the grid's expansion.
+void write_variants_csv(const fs::path& out, const Study& st) {
+  std::ostringstream os;
+  os << "variant,hash";
+  for (const auto& axis : st.axes) os << ',' << axis.first;
+  os << '\n';
+  for (const auto& v : st.variants) {
+    os << v.id << ',' << v.hash;
+    for (const auto& [axis, value] : v.axes) os << ',' << value;
+    os << '\n';
+  }
+  atomic_write_sealed((out / "variants.csv").string(), os.str());
+}
+
 }  // namespace
 
 void prepare_output(JobContext& ctx) {
@@ -82,6 +98,7 @@ void prepare_output(JobContext& ctx) {
                          "restore the grid, pass --force with --resume to retrain the changed variants from scratch, or "
                          "use another --out");
       atomic_write_sealed(marker.string(), st.resolved_toml);
+      write_variants_csv(out, st);
       atomic_write((out / "provenance.txt").string(), ctx.prov.header());
       return;
     } else {
@@ -93,6 +110,7 @@ void prepare_output(JobContext& ctx) {
   if (ec) throw Error("cannot create output directory " + out.string() + ": " + ec.message(),
                       "check the path and permissions, or pass --out DIR");
   atomic_write_sealed(marker.string(), st.resolved_toml);
+  write_variants_csv(out, st);
   atomic_write((out / "provenance.txt").string(), ctx.prov.header());
 }
 

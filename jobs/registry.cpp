@@ -13,7 +13,7 @@ const std::vector<JobInfo>& job_registry() {
        "fastudy microbench GRID.toml [--out DIR]", true, false, job_microbench, nullptr, true},
       {"train", "train the grid's variants and write checkpoints", "fastudy train GRID.toml [--out DIR] [--variant ID]",
        true, false, job_train, train_options, true},
-      {"reduce", "pairwise weight distances between variants and the ranking of deviation sources",
+      {"reduce", "pairwise weight distances between variants, the deviation sources and the per-condition verdict (axes.csv, ranking.csv, verdict.csv)",
        "fastudy reduce GRID.toml|OUT [--allow-missing]", true, true, job_reduce, reduce_options, true},
       {"report", "render report.html and report.md from a study's outputs", "fastudy report OUT|GRID.toml", false, true,
        job_report, nullptr, true},

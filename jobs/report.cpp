@@ -44,7 +44,7 @@ constexpr const char* kInstallHint =
 
 // The outputs with a checksum sidecar that the renderer reads (train_log.csv, appended while training,
 // has none).
-constexpr const char* kSealedOutputs[] = {"study.toml",  "status.csv",    "microbench.h5", "microbench.csv",
+constexpr const char* kSealedOutputs[] = {"study.toml",  "variants.csv",  "status.csv",    "microbench.h5", "microbench.csv",
                                           "deviation.h5", "deviation.csv", "axes.csv",      "ranking.csv",
                                           "verdict.csv",  "twins.csv"};
 

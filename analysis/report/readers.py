@@ -8,6 +8,7 @@ can say so instead of failing as a whole.
 
 Layout of OUT (see jobs/*.cpp):
   study.toml, provenance.txt                       resolved config, provenance of the last phase
+  variants.csv                                     variant,hash,<one column per axis>: the grid's variants
   status.csv                                       variant,state,step,loss,wall_time_s,reason
   variants/<id>/train_log.csv, shadow.csv          per-step training log, shadow attention log
   microbench.csv                                   one row per point and algorithm
@@ -98,14 +99,29 @@ class StudyData:
     ranking: CsvTable = None
     verdict: CsvTable = None
     axes: list = None  # [AxisInfo] from axes.csv, grid order; None for outputs of an older reduce
+    variants: CsvTable = None  # variants.csv: every variant's value of every axis (None: older outputs)
     twins: CsvTable = None
     problems: list = field(default_factory=list)
 
     def grid(self):
-        """[(axis, [values as text])] in grid order, from study.toml."""
+        """[(axis, [values as text])] in grid order: from axes.csv (reduce), else variants.csv (every
+        phase; values in order of first appearance), else study.toml's [grid] (outputs of an older
+        fastudy, whose grids were cross products)."""
+        if self.axes:
+            return [(a.name, list(a.values)) for a in self.axes]
+        if self.variants and self.variants.columns:
+            out = []
+            for axis in self.variants.columns[2:]:
+                values = []
+                for r in self.variants.rows:
+                    if r[axis] not in values:
+                        values.append(r[axis])
+                out.append((axis, values))
+            return out
         if not self.config:
             return []
-        return [(axis, [value_text(v) for v in values]) for axis, values in self.config.get("grid", {}).items()]
+        return [(axis, [value_text(v) for v in values]) for axis, values in self.config.get("grid", {}).items()
+                if axis != "vary"]
 
     def planned(self, phase):
         """Whether [study] phases includes `phase` (True when the config is unknown)."""
@@ -114,7 +130,11 @@ class StudyData:
         return phase in self.config.get("study", {}).get("phases", [phase])
 
     def variant_axes(self):
-        """id -> [(axis, value)]: deviation.h5's record when present, else the grid's expansion."""
+        """id -> [(axis, value)]: variants.csv (written with study.toml by every phase); for older
+        outputs deviation.h5's record when present, else the grid's cross product."""
+        if self.variants and self.variants.columns:
+            axes = self.variants.columns[2:]
+            return {r["variant"]: [(a, r[a]) for a in axes] for r in self.variants.rows}
         if self.deviation and self.deviation.variant_axes:
             expanded = expand_grid(self.grid())
             expanded.update(self.deviation.variant_axes)
@@ -296,6 +316,7 @@ def load_study(out_dir):
     if prov_path.is_file():
         data.provenance, _ = parse_provenance_lines(
             [l for l in prov_path.read_text(errors="replace").splitlines() if l.startswith("#")])
+    data.variants = _guard(p, "variants.csv", read_csv_table, out / "variants.csv")
     data.status = _guard(p, "status.csv", read_csv_table, out / "status.csv")
     data.microbench = _guard(p, "microbench.csv", read_csv_table, out / "microbench.csv")
     data.ranking = _guard(p, "ranking.csv", read_csv_table, out / "ranking.csv")

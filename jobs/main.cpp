@@ -17,6 +17,7 @@
 
 #include "base/checksum.hpp"
 #include "base/error.hpp"
+#include "base/hugepages.hpp"
 #include "base/log.hpp"
 #include "fastudy/version.hpp"
 #include "jobs/collective.hpp"
@@ -181,6 +182,7 @@ int exit_code_of(const std::exception& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  use_transparent_hugepages(argv);  // may re-execute the process once (base/hugepages.hpp)
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     print_global_help(argc < 2 ? std::cerr : std::cout);
     return argc < 2 ? kExitUsage : kExitOk;

@@ -60,10 +60,9 @@ struct Plan {
 };
 
 
-// Rank 0: which variants and steps to reduce; missing or corrupt checkpoints are errors naming the
-// file unless --allow-missing, which leaves the variant out.
-Plan make_plan(const Study& st, const std::string& out, bool allow_missing) {
-  Plan plan;
+// The checkpoint steps reduce reads: [reduce] steps, or every checkpoint step (throws UsageError for a
+// listed step that is not a checkpoint step).
+std::set<std::int64_t> reduced_steps(const Study& st) {
   std::set<std::int64_t> expected;
   for (std::int64_t s = st.train.checkpoint_every; s < st.train.steps; s += st.train.checkpoint_every) expected.insert(s);
   expected.insert(st.train.steps);
@@ -75,14 +74,28 @@ Plan make_plan(const Study& st, const std::string& out, bool allow_missing) {
                              " steps and at step " + std::to_string(st.train.steps));
     expected = std::set<std::int64_t>(st.reduce.steps.begin(), st.reduce.steps.end());
   }
-  for (const auto& v : st.variants) {
-    std::string problem;
-    for (auto s : expected) {
-      const std::string path = checkpoint_path(out, v.id, s);
-      if (!fs::exists(path)) problem = path + " is missing";
-      else if (auto p = checkpoint_problem(path)) problem = *p;
-      if (!problem.empty()) break;
-    }
+  return expected;
+}
+
+// The first problem of variant v's checkpoints at `steps` ("" when they are all there and intact).
+std::string checkpoints_problem(const std::string& out, const Variant& v, const std::set<std::int64_t>& steps) {
+  for (auto s : steps) {
+    const std::string path = checkpoint_path(out, v.id, s);
+    if (!fs::exists(path)) return path + " is missing";
+    if (auto p = checkpoint_problem(path)) return *p;
+  }
+  return {};
+}
+
+// Rank 0: which variants and steps to reduce, from every variant's checkpoint problem (checked by all
+// ranks, a share each); missing or corrupt checkpoints are errors naming the file unless
+// --allow-missing, which leaves the variant out.
+Plan make_plan(const Study& st, const std::string& out, bool allow_missing, const std::vector<std::string>& problems) {
+  Plan plan;
+  const std::set<std::int64_t> expected = reduced_steps(st);
+  for (std::size_t i = 0; i < st.variants.size(); ++i) {
+    const Variant& v = st.variants[i];
+    const std::string& problem = problems[i];
     if (problem.empty()) {
       plan.variants.push_back(&v);
       continue;
@@ -295,11 +308,34 @@ int job_reduce(JobContext& ctx) {
   mpi::Comm& world = *ctx.world;
   const std::string out = ctx.out_dir;
 
-  std::string packed;
   on_root(world, [&] {
     if (!file_exists((fs::path(out) / "study.toml").string()))
       throw UsageError(out + " holds no study (no study.toml)", "run the train phase first, or pass --out DIR");
-    packed = pack_plan(make_plan(st, out, ctx.opts.allow_missing));
+    reduced_steps(st);  // a [reduce] steps entry that is not a checkpoint step is refused here
+  });
+  // Every checkpoint is read and checked before any work: rank r checks the variants r, r+R, ...
+  std::string checked;
+  {
+    const std::set<std::int64_t> steps = reduced_steps(st);
+    for (std::size_t i = static_cast<std::size_t>(world.rank()); i < st.variants.size();
+         i += static_cast<std::size_t>(world.size())) {
+      const std::string problem = checkpoints_problem(out, st.variants[i], steps);
+      checked += std::to_string(i) + ' ' + problem + '\n';
+    }
+  }
+  const std::vector<std::string> checked_parts = world.gather(checked);
+  std::string packed;
+  on_root(world, [&] {
+    std::vector<std::string> problems(st.variants.size());
+    for (const auto& part : checked_parts) {
+      std::istringstream in(part);
+      std::string line;
+      while (std::getline(in, line)) {
+        const auto sp = line.find(' ');
+        problems.at(std::stoul(line.substr(0, sp))) = line.substr(sp + 1);
+      }
+    }
+    packed = pack_plan(make_plan(st, out, ctx.opts.allow_missing, problems));
   });
   world.bcast(packed);
   const Plan plan = unpack_plan(packed, st);

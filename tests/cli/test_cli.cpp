@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "tests/cli/cli_util.hpp"
 
@@ -99,4 +100,32 @@ TEST(Cli, RefusesAForeignNonEmptyOutputDirectory) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("holds no fastudy study"), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(dir / "precious.txt"));
+}
+
+// base/hugepages: a process that calls use_transparent_hugepages() re-executes itself once with
+// glibc.malloc.hugetlb=1 and its heap is then backed by huge pages; FASTUDY_HUGEPAGES=0 and a
+// user's own GLIBC_TUNABLES setting of the tunable are respected.
+TEST(Hugepages, TheProcessReexecutesWithTheTunableAndGetsHugePages) {
+  std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(mode_file, mode);
+  if (mode.find("[madvise]") == std::string::npos)
+    GTEST_SKIP() << "the kernel's transparent huge page mode is not madvise (" << mode << "): nothing to set";
+  const std::string probe = FASTUDY_HUGEPAGES_PROBE;
+  RunResult on = run_command("env -u GLIBC_TUNABLES -u FASTUDY_HUGEPAGES " + probe);
+  ASSERT_EQ(on.code, 0) << on.output;
+  EXPECT_NE(on.output.find("tunables=glibc.malloc.hugetlb=1\n"), std::string::npos) << on.output;
+  const auto kb = [](const std::string& out) {
+    const auto at = out.find("anon_huge_kb=");
+    return at == std::string::npos ? -1L : std::stol(out.substr(at + 13));
+  };
+  EXPECT_GT(kb(on.output), 0) << "no huge page backs the 64 MiB buffer: " << on.output;
+  RunResult off = run_command("env -u GLIBC_TUNABLES FASTUDY_HUGEPAGES=0 " + probe);
+  ASSERT_EQ(off.code, 0) << off.output;
+  EXPECT_NE(off.output.find("tunables=\n"), std::string::npos) << off.output;
+  RunResult user = run_command("env -u FASTUDY_HUGEPAGES GLIBC_TUNABLES=glibc.malloc.hugetlb=0 " + probe);
+  EXPECT_NE(user.output.find("tunables=glibc.malloc.hugetlb=0\n"), std::string::npos) << user.output;
+  RunResult kept = run_command("env -u FASTUDY_HUGEPAGES GLIBC_TUNABLES=glibc.malloc.check=0 " + probe);
+  EXPECT_NE(kept.output.find("tunables=glibc.malloc.check=0:glibc.malloc.hugetlb=1\n"), std::string::npos)
+      << kept.output;
 }

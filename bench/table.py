@@ -42,6 +42,15 @@ def gbench(binary, pattern, min_time):
     return rows
 
 
+def timed(cmd, env):
+    """Wall time of cmd in seconds, or None (reason kept) when it fails."""
+    import time
+    start = time.perf_counter()
+    if run(cmd, env=env) is None:
+        return None
+    return time.perf_counter() - start
+
+
 def fmt(x, unit=""):
     return "n/a" if x is None else f"{x:.3g}{unit}"
 
@@ -114,6 +123,38 @@ def main():
                    key=lambda v: v[1])
         add("checkpoint write (collective parallel HDF5) vs plain write()", fmt(best and best[0], " s"),
             fmt(posix and posix[0], " s"), best and best[1], ">= 0.7", lambda r: r >= 0.7)
+
+    # Reduce on 1 and 2 ranks (wall time of `fastudy reduce`, best of 3 each, interleaved), on a study
+    # with one checkpoint per variant; and one training run of the demo model with and without
+    # transparent huge pages (FASTUDY_HUGEPAGES=0), best of 2 each.
+    here = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory() as d:
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        out_dir = os.path.join(d, "reduce")
+        if run([f"{build}/fastudy", "train", os.path.join(here, "reduce", "reduce_scaling.toml"), "--out", out_dir, "-q"],
+               env=env) is not None:
+            times = {1: [], 2: []}
+            for _ in range(3):
+                for ranks in (1, 2):
+                    t = timed(["mpirun", "-n", str(ranks), "--oversubscribe", f"{build}/fastudy", "reduce", out_dir, "-q"], env)
+                    if t is not None:
+                        times[ranks].append(t)
+            one, two = min(times[1], default=None), min(times[2], default=None)
+            add("reduce, 12 variants x 3.3M parameters, 1 checkpoint: 2 ranks vs 1 (wall)", fmt(two, " s"), fmt(one, " s"),
+                one / two if one and two else None, ">= 1.7", lambda r: r >= 1.7)
+        grid = os.path.join(here, "..", "configs", "quick.toml")
+        hp = {"on": [], "off": []}
+        for _ in range(2):
+            for mode in ("on", "off"):
+                e = dict(env, FASTUDY_HUGEPAGES="1" if mode == "on" else "0")
+                e.pop("GLIBC_TUNABLES", None)
+                t = timed([f"{build}/fastudy", "train", grid, "--out", os.path.join(d, "hp-" + mode), "--force",
+                           "--variant", "flash-bf16-s1", "-q"], e)
+                if t is not None:
+                    hp[mode].append(t)
+        on, off = min(hp["on"], default=None), min(hp["off"], default=None)
+        add("demo training run (quick.toml, one variant): huge pages vs 4 KiB pages (wall)", fmt(on, " s"), fmt(off, " s"),
+            off / on if on and off else None, "> 1 (speed-up)", lambda r: r > 1)
 
     w1 = run([os.path.join(os.path.dirname(os.path.abspath(__file__)), "analysis", "run_w1_vs_scipy.sh"), build])
     if w1 is not None:

@@ -50,11 +50,11 @@ VariantEstimate estimate_variant(const Variant& v) {
   e.checkpoints = checkpoint_count(v.train);
   const int ranks = v.train.ranks_per_variant;
   const double local_batch = static_cast<double>(v.train.batch) / ranks;
-  // Weights, gradients and two moments, plus activations kept for backward: per layer about
-  // (10 + 2 * mlp_ratio) values of B*N*d_model, and the logits B*N*vocab (x3 with softmax/grad).
-  const double act = local_batch * v.model.seq_len *
-                     (v.model.layers * (10.0 + 2.0 * v.model.mlp_ratio) * v.model.d_model + 3.0 * v.model.vocab);
-  e.memory_per_rank = 4.0 * elt * static_cast<double>(e.params) + elt * act;
+  // Weights, gradients, two moments and rounded weights (parameter_copies), plus the activations kept
+  // for backward (activation_values_per_token).
+  const double act = local_batch * v.model.seq_len * activation_values_per_token(v.model, v.numerics);
+  e.memory_per_rank = parameter_copies(v.numerics) * elt * static_cast<double>(e.params) + elt * act;
+  e.matmul_work = matmul_work_factor(v.numerics);
   return e;
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "jobs/estimate.hpp"
 #include "src/train/engine.hpp"
 #include "src/train/model.hpp"
 #include "tests/train/tiny.hpp"
@@ -356,6 +357,31 @@ TEST(NumericsAxes, DefaultNumericsIsTheBaselineOfEveryAxis) {
   EXPECT_EQ(find_grid_axis("layernorm")->baseline, to_string(n.layernorm));
   EXPECT_EQ(find_grid_axis("gelu")->baseline, to_string(n.gelu));
   EXPECT_EQ(find_grid_axis("recompute")->baseline, "off");
+}
+
+// `fastudy plan` and the preflight: recompute keeps one block input per layer instead of every
+// block's activations (plus one block's while it is recomputed); bf16x3 keeps low parts and triples
+// the products.
+TEST(NumericsAxes, EstimateCountsRecomputeAndBf16x3) {
+  Variant v = train_test::tiny_variant(AttentionKind::flash, Format::fp32);
+  const VariantEstimate base = estimate_variant(v);
+  v.numerics.recompute = true;
+  const VariantEstimate recompute = estimate_variant(v);
+  const ModelConfig& m = v.model;
+  const double block = (10.0 + 2.0 * m.mlp_ratio) * m.d_model;
+  const double tokens = static_cast<double>(v.train.batch) * m.seq_len;
+  EXPECT_DOUBLE_EQ(base.memory_per_rank - recompute.memory_per_rank,
+                   4.0 * tokens * ((m.layers - 1) * block - m.layers * static_cast<double>(m.d_model)));
+  EXPECT_DOUBLE_EQ(recompute.matmul_work, 4.0 / 3.0);
+  v.numerics.recompute = false;
+  v.numerics.matmul = MatmulArithmetic::bf16x3;
+  const VariantEstimate x3 = estimate_variant(v);
+  EXPECT_GT(x3.memory_per_rank, base.memory_per_rank);
+  EXPECT_DOUBLE_EQ(x3.matmul_work, 3.0);
+  EXPECT_DOUBLE_EQ(base.matmul_work, 1.0);
+  v.numerics.matmul = MatmulArithmetic::fp32;
+  v.numerics.split_k = 4;
+  EXPECT_DOUBLE_EQ(estimate_variant(v).memory_per_rank, base.memory_per_rank);
 }
 
 }  // namespace

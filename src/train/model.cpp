@@ -366,9 +366,9 @@ struct RecomputedBlockFn : public torch::autograd::Function<RecomputedBlockFn> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto* e = reinterpret_cast<const Emulation*>(static_cast<std::intptr_t>(ctx->saved_data["emulation"].toInt()));
-    AttentionSetup rerun =
-        *reinterpret_cast<const AttentionSetup*>(static_cast<std::intptr_t>(ctx->saved_data["setup"].toInt()));
+    const auto address = [&](const char* key) { return static_cast<std::intptr_t>(ctx->saved_data[key].toInt()); };
+    const auto* e = reinterpret_cast<const Emulation*>(address("emulation"));
+    AttentionSetup rerun = *reinterpret_cast<const AttentionSetup*>(address("setup"));
     rerun.shadow = false;
     rerun.capture = nullptr;
     variable_list inputs;
@@ -376,8 +376,9 @@ struct RecomputedBlockFn : public torch::autograd::Function<RecomputedBlockFn> {
     torch::Tensor y;
     {
       torch::AutoGradMode enable(true);
-      y = block_forward(inputs[0], torch::TensorList(inputs).slice(1), static_cast<int>(ctx->saved_data["heads"].toInt()),
-                        *e, rerun, static_cast<int>(ctx->saved_data["layer"].toInt()));
+      const int heads = static_cast<int>(ctx->saved_data["heads"].toInt());
+      y = block_forward(inputs[0], torch::TensorList(inputs).slice(1), heads, *e, rerun,
+                        static_cast<int>(ctx->saved_data["layer"].toInt()));
     }
     variable_list out = torch::autograd::grad({y}, inputs, {grads[0]}, /*retain_graph=*/false,
                                               /*create_graph=*/false, /*allow_unused=*/true);

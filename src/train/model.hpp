@@ -25,7 +25,7 @@
 //       bf16    operands rounded to bf16, then the plain product (bf16 inputs, fp32 accumulation);
 //       bf16x3  each operand split a = a_hi + a_lo, a_hi = bf16(a), a_lo = bf16(a - a_hi) (a - a_hi
 //               is exact), and A B = (A_hi B_lo + A_lo B_hi) + A_hi B_hi: three plain products, the
-//               two small terms added first (cuBLAS/XLA's bf16x3 emulation of fp32 on bf16 cores).
+//               two small terms added first (as XLA's BF16_BF16_F32_X3 dot algorithm emulates fp32 on bf16 cores).
 //     With bf16/fp16 training (matmul inputs already rounded) tf32 changes nothing (a bf16 or fp16
 //     value is a tf32 value), bf16 is the identity for bf16 and a second rounding of fp16 values,
 //     and bf16x3 of a bf16 value has a_lo = 0. For fp64 variants the roundings apply to the double

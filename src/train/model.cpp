@@ -85,18 +85,16 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
     const torch::Tensor wr = round_if(w, in_code);
     const bool has_bias = b.numel() > 0;
     const auto arith = static_cast<MatmulArithmetic>(arithmetic);
+    const Operand xo = prepare_operand(xr, arith), wo = prepare_operand(wr, arith);
     torch::Tensor y;
     if (split_k == 1 && arith != MatmulArithmetic::bf16x3) {
       // One GEMM: the bias is its C operand (addmm), as the plain fp32 product has always done.
-      const Operand xo = prepare_operand(xr, arith), wo = prepare_operand(wr, arith);
       y = has_bias ? torch::addmm(round_if(b, store_code), xo.hi, wo.hi.t()) : torch::mm(xo.hi, wo.hi.t());
-      ctx->save_for_backward({xo.hi, wo.hi, torch::Tensor(), torch::Tensor()});
     } else {
-      const Operand xo = prepare_operand(xr, arith), wo = prepare_operand(wr, arith);
       y = split_product(xo, wo.t(), static_cast<int>(split_k));
       if (has_bias) y.add_(round_if(b, store_code));  // the epilogue, after the reduction
-      ctx->save_for_backward({xo.hi, wo.hi, xo.lo, wo.lo});
     }
+    ctx->save_for_backward({xo.hi, wo.hi, xo.lo, wo.lo});  // the operands as prepared (lo: bf16x3 only)
     if (store_code != kNoRounding) round_tensor_inplace(y, static_cast<Format>(store_code));
     ctx->saved_data["in"] = in_code;
     ctx->saved_data["store"] = store_code;
@@ -135,15 +133,9 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
       round_tensor_inplace(gw, f);
       if (gb.defined()) round_tensor_inplace(gb, f);
     }
-    return {gx,
-            gw,
-            gb,
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor()};
+    variable_list out{gx, gw, gb};
+    out.resize(9);  // no gradients for the six settings
+    return out;
   }
 };
 

@@ -1,5 +1,6 @@
 // `fastudy plan GRID.toml --ranks N`: the variants, how N ranks split into groups, and estimates of
 // parameters, checkpoint bytes and memory per rank. Writes nothing.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -92,10 +93,12 @@ int job_plan(JobContext& ctx) {
                 "ckpt bytes");
   os << line;
   VariantEstimate first{};
+  double most_work = 1;
   for (std::size_t i = 0; i < nv; ++i) {
     const Variant& v = st.variants[i];
     VariantEstimate e = estimate_variant(v);
     if (i == 0) first = e;
+    most_work = std::max(most_work, e.matmul_work);
     total_ckpt += e.checkpoint_bytes * static_cast<double>(e.checkpoints);
     steps_total += v.train.steps;
     std::snprintf(line, sizeof line, "%-32s %-17s %12lld %12lld %14s\n", v.id.c_str(), v.hash.c_str(),
@@ -112,6 +115,11 @@ int job_plan(JobContext& ctx) {
     os << "; " << (static_cast<std::size_t>(groups) - nv) << " group(s) will idle in the train phase (fewer variants than groups)";
   os << "\ncheckpoints: " << human_bytes(total_ckpt) << " in total\n";
   os << "memory per rank (estimate, training): " << human_bytes(first.memory_per_rank) << "\n";
+  if (most_work > 1) {
+    char work[32];
+    std::snprintf(work, sizeof work, "%.2g", most_work);
+    os << "matmul work per step: up to " << work << "x the default [numerics] (bf16x3 3x, recompute 4/3x)\n";
+  }
   os << "batch per rank: " << st.train.batch / rpv << " sequences of " << st.model.seq_len << " tokens\n";
   std::cout << os.str();
   // The checks `fastudy run` makes before it starts (on this machine, all ranks on this host).

@@ -290,33 +290,84 @@ void row_moments(const T* x, std::int64_t rows, std::int64_t d, LayerNormAlgorit
   }
 }
 
-// x [R, D] -> (mean [R, 1], rstd [R, 1]). Backward: d mean/dx = 1/D, d rstd/dx = -rstd^3 (x - mean)/D.
-struct LayerNormMomentsFn : public torch::autograd::Function<LayerNormMomentsFn> {
-  static variable_list forward(AutogradContext* ctx, torch::Tensor x, std::int64_t algorithm) {
-    const torch::Tensor xc = x.contiguous();
+// y = ((x - mean) rstd) w + b for x [R, D] with the algorithm's row statistics, and its analytic
+// backward: with xhat = (x - mean) rstd and dxhat = dy w, dx = rstd (dxhat - mean(dxhat) - xhat
+// mean(dxhat xhat)), dw = sum over rows of dy xhat, db = sum over rows of dy; every sum in index
+// order, in the container type.
+template <class T>
+void layer_norm_forward_rows(const T* x, const T* w, const T* b, std::int64_t rows, std::int64_t d,
+                             LayerNormAlgorithm algorithm, T* y, T* mean, T* rstd) {
+  row_moments(x, rows, d, algorithm, mean, rstd);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * d;
+    T* yr = y + r * d;
+    for (std::int64_t i = 0; i < d; ++i) yr[i] = ((xr[i] - mean[r]) * rstd[r]) * w[i] + b[i];
+  }
+}
+
+template <class T>
+void layer_norm_backward_rows(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, std::int64_t rows,
+                              std::int64_t d, T* dx, T* dw, T* db) {
+  std::fill(dw, dw + d, T(0));
+  std::fill(db, db + d, T(0));
+  const T inv_d = static_cast<T>(1) / static_cast<T>(d);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * d;
+    const T* dyr = dy + r * d;
+    T* dxr = dx + r * d;
+    T sum_dxhat = 0, sum_dxhat_xhat = 0;
+    for (std::int64_t i = 0; i < d; ++i) {
+      const T xhat = (xr[i] - mean[r]) * rstd[r];
+      const T dxhat = dyr[i] * w[i];
+      sum_dxhat += dxhat;
+      sum_dxhat_xhat += dxhat * xhat;
+      dw[i] += dyr[i] * xhat;
+      db[i] += dyr[i];
+    }
+    const T mean_dxhat = sum_dxhat * inv_d, mean_dxhat_xhat = sum_dxhat_xhat * inv_d;
+    for (std::int64_t i = 0; i < d; ++i) {
+      const T xhat = (xr[i] - mean[r]) * rstd[r];
+      dxr[i] = rstd[r] * ((dyr[i] * w[i] - mean_dxhat) - xhat * mean_dxhat_xhat);
+    }
+  }
+}
+
+struct LayerNormFn : public torch::autograd::Function<LayerNormFn> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor w, torch::Tensor b,
+                               std::int64_t algorithm) {
+    const torch::Tensor xc = x.contiguous(), wc = w.contiguous(), bc = b.contiguous();
     const std::int64_t rows = xc.size(0), d = xc.size(1);
-    torch::Tensor mean = torch::empty({rows, 1}, xc.options());
-    torch::Tensor rstd = torch::empty({rows, 1}, xc.options());
+    torch::Tensor y = torch::empty_like(xc);
+    torch::Tensor mean = torch::empty({rows}, xc.options());
+    torch::Tensor rstd = torch::empty({rows}, xc.options());
     const auto a = static_cast<LayerNormAlgorithm>(algorithm);
     if (xc.scalar_type() == torch::kDouble) {
-      row_moments(xc.data_ptr<double>(), rows, d, a, mean.data_ptr<double>(), rstd.data_ptr<double>());
+      layer_norm_forward_rows(xc.data_ptr<double>(), wc.data_ptr<double>(), bc.data_ptr<double>(), rows, d, a,
+                              y.data_ptr<double>(), mean.data_ptr<double>(), rstd.data_ptr<double>());
     } else {
-      row_moments(xc.data_ptr<float>(), rows, d, a, mean.data_ptr<float>(), rstd.data_ptr<float>());
+      layer_norm_forward_rows(xc.data_ptr<float>(), wc.data_ptr<float>(), bc.data_ptr<float>(), rows, d, a,
+                              y.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>());
     }
-    ctx->save_for_backward({xc, mean, rstd});
-    return {mean, rstd};
+    ctx->save_for_backward({xc, wc, mean, rstd});
+    return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor& x = saved[0];
-    const torch::Tensor& mean = saved[1];
-    const torch::Tensor& rstd = saved[2];
-    const double inv_d = 1.0 / static_cast<double>(x.size(1));
-    torch::Tensor gx = torch::zeros_like(x);
-    if (grads[0].defined()) gx.add_(grads[0] * inv_d);
-    if (grads[1].defined()) gx.add_((x - mean) * (grads[1] * rstd.pow(3) * -inv_d));
-    return {gx, torch::Tensor()};
+    const torch::Tensor dy = grads[0].contiguous();
+    const std::int64_t rows = x.size(0), d = x.size(1);
+    torch::Tensor dx = torch::empty_like(x), dw = torch::empty({d}, x.options()), db = torch::empty({d}, x.options());
+    if (x.scalar_type() == torch::kDouble) {
+      layer_norm_backward_rows(x.data_ptr<double>(), saved[1].data_ptr<double>(), saved[2].data_ptr<double>(),
+                               saved[3].data_ptr<double>(), dy.data_ptr<double>(), rows, d, dx.data_ptr<double>(),
+                               dw.data_ptr<double>(), db.data_ptr<double>());
+    } else {
+      layer_norm_backward_rows(x.data_ptr<float>(), saved[1].data_ptr<float>(), saved[2].data_ptr<float>(),
+                               saved[3].data_ptr<float>(), dy.data_ptr<float>(), rows, d, dx.data_ptr<float>(),
+                               dw.data_ptr<float>(), db.data_ptr<float>());
+    }
+    return {dx, dw, db, torch::Tensor()};
   }
 };
 
@@ -432,9 +483,7 @@ torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const t
                          LayerNormAlgorithm algorithm) {
   const std::int64_t d = x.size(-1);
   if (algorithm == LayerNormAlgorithm::torch) return torch::layer_norm(x, {d}, w, b, kLayerNormEps);
-  const variable_list moments = LayerNormMomentsFn::apply(x.reshape({-1, d}), static_cast<std::int64_t>(algorithm));
-  const torch::Tensor xhat = (x.reshape({-1, d}) - moments[0]) * moments[1];
-  return (xhat * w + b).view(x.sizes());
+  return LayerNormFn::apply(x.reshape({-1, d}), w, b, static_cast<std::int64_t>(algorithm)).view(x.sizes());
 }
 
 torch::Tensor gelu(const torch::Tensor& x, GeluApproximation approximation) {

@@ -42,8 +42,8 @@
 //     then var = (sum (x_i - mean)^2 in index order)/D; welford = one pass, element by element in
 //     index order: delta = x_i - m, m += delta/i, M2 += delta (x_i - m), var = M2/D. Both compute in
 //     the container type, rstd = 1/sqrt(var + 1e-5), y = ((x - mean) rstd) w + b; their backward is
-//     the exact gradient of mean and rstd (d mean/dx = 1/D, d rstd/dx = -rstd^3 (x - mean)/D) chained
-//     by autograd through the normalisation.
+//     the analytic one: xhat = (x - mean) rstd, dxhat = dy w, dx = rstd (dxhat - mean(dxhat) -
+//     xhat mean(dxhat xhat)), dw and db summed over rows, every sum in index order.
 //   - gelu: erf = 0.5 x (1 + erf(x/sqrt 2)); tanh = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 //     (LibTorch's gelu with approximate = "tanh", forward and backward); the storage rounding of its
 //     output and gradient is unchanged.

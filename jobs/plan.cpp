@@ -1,5 +1,6 @@
 // `fastudy plan GRID.toml --ranks N`: the variants, how N ranks split into groups, and estimates of
 // parameters, checkpoint bytes and memory per rank. Writes nothing.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -53,11 +54,11 @@ VariantEstimate estimate_variant(const Variant& v) {
   // or one per rank when dp_width is unset) over grad_accum.
   const int width = v.train.dp_width > 0 ? v.train.dp_width : ranks;
   const double local_batch = static_cast<double>(v.train.batch) / width / v.train.grad_accum;
-  // Weights, gradients and two moments, plus activations kept for backward: per layer about
-  // (10 + 2 * mlp_ratio) values of B*N*d_model, and the logits B*N*vocab (x3 with softmax/grad).
-  const double act = local_batch * v.model.seq_len *
-                     (v.model.layers * (10.0 + 2.0 * v.model.mlp_ratio) * v.model.d_model + 3.0 * v.model.vocab);
-  e.memory_per_rank = 4.0 * elt * static_cast<double>(e.params) + elt * act;
+  // Weights, gradients, two moments and rounded weights (parameter_copies), plus the activations kept
+  // for backward (activation_values_per_token).
+  const double act = local_batch * v.model.seq_len * activation_values_per_token(v.model, v.numerics);
+  e.memory_per_rank = parameter_copies(v.numerics) * elt * static_cast<double>(e.params) + elt * act;
+  e.matmul_work = matmul_work_factor(v.numerics);
   // dp_width: this rank's dp_width / ranks flat shard gradients, and all dp_width of them once gathered.
   if (v.train.dp_width > 0)
     e.memory_per_rank += elt * static_cast<double>(e.params) * (width / ranks + (ranks > 1 ? width : 0));
@@ -94,10 +95,12 @@ int job_plan(JobContext& ctx) {
                 "ckpt bytes");
   os << line;
   VariantEstimate first{};
+  double most_work = 1;
   for (std::size_t i = 0; i < nv; ++i) {
     const Variant& v = st.variants[i];
     VariantEstimate e = estimate_variant(v);
     if (i == 0) first = e;
+    most_work = std::max(most_work, e.matmul_work);
     total_ckpt += e.checkpoint_bytes * static_cast<double>(e.checkpoints);
     steps_total += v.train.steps;
     std::snprintf(line, sizeof line, "%-32s %-17s %12lld %12lld %14s\n", v.id.c_str(), v.hash.c_str(),
@@ -114,6 +117,11 @@ int job_plan(JobContext& ctx) {
     os << "; " << (static_cast<std::size_t>(groups) - nv) << " group(s) will idle in the train phase (fewer variants than groups)";
   os << "\ncheckpoints: " << human_bytes(total_ckpt) << " in total\n";
   os << "memory per rank (estimate, training): " << human_bytes(first.memory_per_rank) << "\n";
+  if (most_work > 1) {
+    char work[32];
+    std::snprintf(work, sizeof work, "%.2g", most_work);
+    os << "matmul work per step: up to " << work << "x the default [numerics] (bf16x3 3x, recompute 4/3x)\n";
+  }
   os << "batch per rank: " << st.train.batch / rpv << " sequences of " << st.model.seq_len << " tokens\n";
   std::cout << os.str();
   // The checks `fastudy run` makes before it starts (on this machine, all ranks on this host).

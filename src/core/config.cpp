@@ -75,6 +75,14 @@ const std::vector<std::string> kSchedules{"cosine", "constant"};
 const std::vector<std::string> kAllreduceOrders{"rank", "ring", "tree"};
 const std::vector<std::string> kDistributions{"normal", "uniform", "outliers", "sink", "captured"};
 const std::vector<std::string> kTileRules{"paper", "swapped", "square"};
+const std::vector<std::string> kMatmuls{"fp32", "tf32", "bf16", "bf16x3"};
+const std::vector<std::string> kLayerNorms{"torch", "two_pass", "welford"};
+const std::vector<std::string> kGelus{"erf", "tanh"};
+const std::vector<std::string> kOnOff{"off", "on"};
+template <class E>
+E word_to_enum(const std::vector<std::string>& words, const std::string& w) {  // w is one of words
+  return static_cast<E>(std::find(words.begin(), words.end(), w) - words.begin());
+}
 std::vector<std::string> rounding_words() {
   std::vector<std::string> out;
   for (Rounding r : kAllRoundings) out.emplace_back(to_string(r));
@@ -297,6 +305,19 @@ const GridAxis kGridAxes[] = {
      [](Variant& v, const std::string& x) { v.attention_cfg.block_kv = std::stoi(x); }},
     {"loop_order", R"(["kv_outer", "q_outer"])", AxisType::word, AxisRole::optimisation, "", false, "", [](const auto&) { return kLoopOrders; }, 0, false, nullptr,
      [](Variant& v, const std::string& x) { v.attention_cfg.loop_order = *parse_loop_order(x); }},
+    // [numerics]: the arithmetic optimisations of the training model (src/train/model.hpp); each baseline
+    // is the [numerics] default, the arithmetic the trainer always ran. split_k is checked against the
+    // model's shortest reduction in read_grid.
+    {"matmul", R"(["fp32", "bf16x3"])", AxisType::word, AxisRole::optimisation, "fp32", false, "mm_", [](const auto&) { return kMatmuls; }, 0, false, nullptr,
+     [](Variant& v, const std::string& x) { v.numerics.matmul = word_to_enum<MatmulArithmetic>(kMatmuls, x); }},
+    {"split_k", R"([1, 2])", AxisType::integer, AxisRole::optimisation, "1", false, "sk", nullptr, 1, false, nullptr,
+     [](Variant& v, const std::string& x) { v.numerics.split_k = std::stoi(x); }},
+    {"layernorm", R"(["torch", "welford"])", AxisType::word, AxisRole::optimisation, "torch", false, "ln_", [](const auto&) { return kLayerNorms; }, 0, false, nullptr,
+     [](Variant& v, const std::string& x) { v.numerics.layernorm = word_to_enum<LayerNormAlgorithm>(kLayerNorms, x); }},
+    {"gelu", R"(["erf", "tanh"])", AxisType::word, AxisRole::optimisation, "erf", false, "gelu_", [](const auto&) { return kGelus; }, 0, false, nullptr,
+     [](Variant& v, const std::string& x) { v.numerics.gelu = word_to_enum<GeluApproximation>(kGelus, x); }},
+    {"recompute", R"(["off", "on"])", AxisType::word, AxisRole::optimisation, "off", false, "recompute_", [](const auto&) { return kOnOff; }, 0, false, nullptr,
+     [](Variant& v, const std::string& x) { v.numerics.recompute = x == "on"; }},
     {"lr", R"([0.001, 0.002])", AxisType::real, AxisRole::setting, "", false, "lr", nullptr, 0, false, nullptr,
      [](Variant& v, const std::string& x) {
        v.train.lr = std::stod(x);
@@ -417,6 +438,14 @@ toml::table attention_table(const AttentionConfig& a) {
     t.insert("policies", std::move(pols));
   }
   return t;
+}
+
+toml::table numerics_table(const NumericsConfig& n) {
+  return toml::table{{"matmul", std::string(to_string(n.matmul))},
+                     {"split_k", n.split_k},
+                     {"layernorm", std::string(to_string(n.layernorm))},
+                     {"gelu", std::string(to_string(n.gelu))},
+                     {"recompute", std::string(n.recompute ? "on" : "off")}};
 }
 
 // The fields of one microbenchmark sweep, from [microbench] or one [[microbench.sweeps]] table.
@@ -594,6 +623,18 @@ const std::vector<std::string>& known_axes() {
   return axes;
 }
 
+const char* to_string(MatmulArithmetic m) { return kMatmuls[static_cast<std::size_t>(m)].c_str(); }
+const char* to_string(LayerNormAlgorithm l) { return kLayerNorms[static_cast<std::size_t>(l)].c_str(); }
+const char* to_string(GeluApproximation g) { return kGelus[static_cast<std::size_t>(g)].c_str(); }
+
+bool NumericsConfig::is_default() const {
+  const NumericsConfig d;
+  return matmul == d.matmul && split_k == d.split_k && layernorm == d.layernorm && gelu == d.gelu &&
+         recompute == d.recompute;
+}
+
+int max_split_k(const ModelConfig& m) { return std::min({m.d_model, m.vocab, m.seq_len}); }
+
 const std::vector<std::string>& known_phases() {
   static const std::vector<std::string> phases{"microbench", "train", "reduce", "report"};
   return phases;
@@ -645,7 +686,8 @@ Section open_section(const toml::table& root, const std::string& file, const std
 }
 
 void check_top_level(const toml::table& root, const std::string& file) {
-  const std::vector<std::string> sections{"study", "grid", "model", "data", "train", "attention", "microbench", "reduce"};
+  const std::vector<std::string> sections{"study",   "grid",      "model",      "data",  "train",
+                                          "attention", "numerics", "microbench", "reduce"};
   for (auto&& [k, v] : root) {
     std::string key(k.str());
     if (std::find(sections.begin(), sections.end(), key) == sections.end()) {
@@ -841,6 +883,33 @@ std::vector<std::string> read_attention(Section att, AttentionConfig& a, const M
   return policy_names;
 }
 
+// [numerics]: every value a word of its axis (recompute too: "off" | "on", as in [grid]); split_k
+// between 1 and the model's shortest linear-layer reduction.
+void read_numerics(Section num, NumericsConfig& n, const ModelConfig& m) {
+  auto word = [&](const std::string& key, const std::vector<std::string>& allowed, const std::string& current) {
+    std::string w = current;
+    if (num.has(key) && num.node(key)->is_boolean())
+      num.fail(key, "`[numerics] " + key + "` must be a word, not a boolean", "write " + key + " = \"on\" or \"off\"");
+    num.get(key, w);
+    require(std::find(allowed.begin(), allowed.end(), w) != allowed.end(), num, key,
+            "[numerics] " + key + " = \"" + w + "\" is unknown; allowed: " + join(allowed), suggestion(w, allowed));
+    return w;
+  };
+  n.matmul = word_to_enum<MatmulArithmetic>(kMatmuls, word("matmul", kMatmuls, to_string(n.matmul)));
+  n.layernorm = word_to_enum<LayerNormAlgorithm>(kLayerNorms, word("layernorm", kLayerNorms, to_string(n.layernorm)));
+  n.gelu = word_to_enum<GeluApproximation>(kGelus, word("gelu", kGelus, to_string(n.gelu)));
+  n.recompute = word("recompute", kOnOff, n.recompute ? "on" : "off") == "on";
+  num.get("split_k", n.split_k);
+  require(n.split_k >= 1, num, "split_k", "[numerics] split_k = " + std::to_string(n.split_k) + " must be >= 1",
+          "1 is one matmul over the whole reduction");
+  require(n.split_k <= max_split_k(m), num, "split_k",
+          "[numerics] split_k = " + std::to_string(n.split_k) +
+              " is larger than the shortest reduction of the model's linear layers (" + std::to_string(max_split_k(m)) +
+              " = the smallest of [model] d_model, vocab and seq_len)",
+          "use split_k <= " + std::to_string(max_split_k(m)));
+  num.finish();
+}
+
 void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::string>& policy_names,
                      const std::string& file) {
   MicrobenchSweep base;
@@ -911,6 +980,12 @@ std::vector<std::string> read_axis_values(Section& sec, const std::string& axis,
       std::vector<int> ints;
       sec.get_ints(axis, ints, row.min_value);
       for (std::size_t i = 0; i < ints.size(); ++i) {
+        if (axis == "split_k" && ints[i] > max_split_k(m))
+          sec.fail_at(*v.as_array()->get(i), axis,
+                      "[" + sec.name() + "] split_k = " + std::to_string(ints[i]) +
+                          " is larger than the shortest reduction of the model's linear layers (" +
+                          std::to_string(max_split_k(m)) + " = the smallest of [model] d_model, vocab and seq_len)",
+                      "use split_k values <= " + std::to_string(max_split_k(m)));
         if (row.at_most_seq_len && ints[i] > m.seq_len)
           sec.fail_at(*v.as_array()->get(i), axis,
                       "[" + sec.name() + "] " + axis + " = " + std::to_string(ints[i]) + " is larger than [model] seq_len = " +
@@ -1050,6 +1125,7 @@ void expand_variants(Study& st) {
     var.data = st.data;
     var.train = st.train;
     var.attention_cfg = st.attention;
+    var.numerics = st.numerics;
     std::vector<std::string> tokens;
     for (std::size_t a = 0; a < st.axes.size(); ++a) {
       const std::string& axis = st.axes[a].first;
@@ -1068,6 +1144,8 @@ void expand_variants(Study& st) {
                    {"data", data_table(var.data)},
                    {"train", train_table(var.train)},
                    {"attention", attention_table(var.attention_cfg)}};
+    // Only where it differs from the arithmetic the trainer always ran: other variants' hashes unchanged.
+    if (!var.numerics.is_default()) vt.insert("numerics", numerics_table(var.numerics));
     var.resolved_toml = to_toml_text(vt);
     var.hash = content_hash(var.resolved_toml);
     if (seen.insert(var.id).second) st.variants.push_back(std::move(var));
@@ -1161,6 +1239,7 @@ std::string resolved_study_toml(const Study& st) {
                              {"per_tensor", rc.per_tensor},
                              {"whole_model", rc.whole_model}}}};
   if (!steps.empty()) resolved["reduce"].as_table()->insert("steps", steps);
+  if (!st.numerics.is_default()) resolved.insert("numerics", numerics_table(st.numerics));
   return to_toml_text(resolved) + grid_text.str();
 }
 
@@ -1197,6 +1276,7 @@ Study parse_study(const std::string& text, const std::string& file) {
   read_train(open_section(root, file, "train"), st.train);
   const std::vector<std::string> policy_names =
       read_attention(open_section(root, file, "attention"), st.attention, st.model, file);
+  read_numerics(open_section(root, file, "numerics"), st.numerics, st.model);
   read_microbench(open_section(root, file, "microbench"), st.microbench, policy_names, file);
   read_reduce(open_section(root, file, "reduce"), st.reduce);
   read_grid(open_section(root, file, "grid"), st, policy_names, file);

@@ -100,6 +100,28 @@ struct AttentionConfig {
   std::map<std::string, CustomPolicy> custom_policies;
 };
 
+// [numerics]: the arithmetic of the training model's linear layers, LayerNorm and GELU, and activation
+// recomputation (src/train/model.hpp says exactly what each value computes). Each field is also a grid
+// axis (matmul, split_k, layernorm, gelu, recompute) with a declared baseline; the defaults are the
+// arithmetic the trainer has always used.
+enum class MatmulArithmetic { fp32, tf32, bf16, bf16x3 };
+enum class LayerNormAlgorithm { torch, two_pass, welford };
+enum class GeluApproximation { erf, tanh };
+struct NumericsConfig {
+  MatmulArithmetic matmul = MatmulArithmetic::fp32;  // products of every linear layer, forward and backward
+  int split_k = 1;               // reduction of every linear-layer matmul split into k contiguous parts
+  LayerNormAlgorithm layernorm = LayerNormAlgorithm::torch;  // how LayerNorm's mean and variance are summed
+  GeluApproximation gelu = GeluApproximation::erf;
+  bool recompute = false;        // recompute each block's activations in the backward pass
+  bool is_default() const;
+};
+const char* to_string(MatmulArithmetic m);   // "fp32", "tf32", "bf16", "bf16x3"
+const char* to_string(LayerNormAlgorithm l);  // "torch", "two_pass", "welford"
+const char* to_string(GeluApproximation g);   // "erf", "tanh"
+// The largest split_k a model allows: the shortest reduction any linear-layer matmul has (forward:
+// d_model; dX: d_model or vocab output features; dW: at least seq_len tokens of one sequence).
+int max_split_k(const ModelConfig& m);
+
 // One sweep of the microbenchmark: the cross product of its lists.
 struct MicrobenchSweep {
   std::string name = "main";
@@ -160,6 +182,7 @@ struct Variant {
   DataConfig data;
   TrainConfig train;
   AttentionConfig attention_cfg;
+  NumericsConfig numerics;
   std::string hash;                 // content hash (hex) of the resolved configuration
   std::string resolved_toml;        // the resolved configuration, as TOML
   const std::string& axis(const std::string& name) const;  // value of an axis ("" when absent)
@@ -185,6 +208,7 @@ struct Study {
   DataConfig data;
   TrainConfig train;
   AttentionConfig attention;
+  NumericsConfig numerics;
   MicrobenchConfig microbench;
   ReduceConfig reduce;
   std::vector<Variant> variants;

@@ -78,7 +78,7 @@ double learning_rate(const TrainConfig& t, std::int64_t step) {
 Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resume)
     : v_(v),
       hooks_(hooks),
-      emu_(Emulation::of(v.precision)),
+      emu_(Emulation::of(v.precision, v.numerics)),
       data_(v.data, v.model),
       model_(v.model, emu_.dtype) {
   const int threads = configure_torch_threads();

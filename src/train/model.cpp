@@ -3,6 +3,7 @@
 // Shapes: B batch, H heads, N sequence, d head dim, D = H*d, V vocab.
 #include "src/train/model.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/error.hpp"
@@ -32,35 +33,98 @@ torch::Tensor round_if(const torch::Tensor& t, std::int64_t code) {
   return code == kNoRounding ? t : round_copy(t, static_cast<Format>(code));
 }
 
+// A matmul operand prepared for an arithmetic: `hi` is the operand in the matmul's input format (the
+// operand itself for fp32), `lo` bf16x3's low part (undefined otherwise).
+struct Operand {
+  torch::Tensor hi, lo;
+  Operand t() const { return {hi.t(), lo.defined() ? lo.t() : lo}; }
+};
+
+Operand prepare_operand(const torch::Tensor& a, MatmulArithmetic arithmetic) {
+  switch (arithmetic) {
+    case MatmulArithmetic::fp32: return {a, {}};
+    case MatmulArithmetic::tf32: return {round_copy(a, Format::tf32), {}};
+    case MatmulArithmetic::bf16: return {round_copy(a, Format::bf16), {}};
+    case MatmulArithmetic::bf16x3: {
+      torch::Tensor hi = round_copy(a, Format::bf16);
+      torch::Tensor lo = a - hi;  // exact: the bits of a below bf16's last place
+      round_tensor_inplace(lo, Format::bf16);
+      return {hi, lo};
+    }
+  }
+  return {a, {}};
+}
+
+// The product of prepared operands a [M, K] and b [K, N] over the reduction range [k0, k1).
+torch::Tensor range_product(const Operand& a, const Operand& b, std::int64_t k0, std::int64_t k1) {
+  auto slice_a = [&](const torch::Tensor& t) { return t.narrow(1, k0, k1 - k0); };
+  auto slice_b = [&](const torch::Tensor& t) { return t.narrow(0, k0, k1 - k0); };
+  if (!a.lo.defined()) return torch::mm(slice_a(a.hi), slice_b(b.hi));
+  torch::Tensor y = torch::mm(slice_a(a.hi), slice_b(b.lo));  // bf16x3: the two small terms first
+  y.add_(torch::mm(slice_a(a.lo), slice_b(b.hi)));
+  y.add_(torch::mm(slice_a(a.hi), slice_b(b.hi)));
+  return y;
+}
+
+// ((P0 + P1) + P2) + ... over the split_k ranges of the reduction dimension.
+torch::Tensor split_product(const Operand& a, const Operand& b, int split_k) {
+  const auto ranges = split_ranges(a.hi.size(1), split_k);
+  torch::Tensor y = range_product(a, b, ranges[0].first, ranges[0].second);
+  for (std::size_t j = 1; j < ranges.size(); ++j) y.add_(range_product(a, b, ranges[j].first, ranges[j].second));
+  return y;
+}
+
 struct LinearFn : public torch::autograd::Function<LinearFn> {
   // x [M, in], w [out, in], b [out] or empty (no bias; autograd functions take no undefined inputs)
-  // -> [M, out].
+  // -> [M, out]. `arithmetic` and split_k: the [numerics] of the three matmuls (model.hpp); the
+  // default (fp32, 1) runs the plain torch products.
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor w, torch::Tensor b,
-                               std::int64_t in_code, std::int64_t store_code, bool x_in_format, bool grad_in_format) {
+                               std::int64_t in_code, std::int64_t store_code, bool x_in_format, bool grad_in_format,
+                               std::int64_t arithmetic, std::int64_t split_k) {
     const torch::Tensor xr = x_in_format ? x : round_if(x, in_code);
     const torch::Tensor wr = round_if(w, in_code);
     const bool has_bias = b.numel() > 0;
-    torch::Tensor y = has_bias ? torch::addmm(round_if(b, store_code), xr, wr.t()) : torch::mm(xr, wr.t());
+    const auto arith = static_cast<MatmulArithmetic>(arithmetic);
+    const Operand xo = prepare_operand(xr, arith), wo = prepare_operand(wr, arith);
+    torch::Tensor y;
+    if (split_k == 1 && arith != MatmulArithmetic::bf16x3) {
+      // One GEMM: the bias is its C operand (addmm), as the plain fp32 product has always done.
+      y = has_bias ? torch::addmm(round_if(b, store_code), xo.hi, wo.hi.t()) : torch::mm(xo.hi, wo.hi.t());
+    } else {
+      y = split_product(xo, wo.t(), static_cast<int>(split_k));
+      if (has_bias) y.add_(round_if(b, store_code));  // the epilogue, after the reduction
+    }
+    ctx->save_for_backward({xo.hi, wo.hi, xo.lo, wo.lo});  // the operands as prepared (lo: bf16x3 only)
     if (store_code != kNoRounding) round_tensor_inplace(y, static_cast<Format>(store_code));
-    ctx->save_for_backward({xr, wr});
     ctx->saved_data["in"] = in_code;
     ctx->saved_data["store"] = store_code;
     ctx->saved_data["bias"] = has_bias;
     ctx->saved_data["grad_in_format"] = grad_in_format;
+    ctx->saved_data["arithmetic"] = arithmetic;
+    ctx->saved_data["split_k"] = split_k;
     return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor& xr = saved[0];
-    const torch::Tensor& wr = saved[1];
     const std::int64_t in_code = ctx->saved_data["in"].toInt();
     const std::int64_t store_code = ctx->saved_data["store"].toInt();
+    const auto arith = static_cast<MatmulArithmetic>(ctx->saved_data["arithmetic"].toInt());
+    const int split_k = static_cast<int>(ctx->saved_data["split_k"].toInt());
     const torch::Tensor g = ctx->saved_data["grad_in_format"].toBool()
                                 ? grads[0].contiguous()
                                 : round_if(grads[0].contiguous(), in_code);  // the backward matmuls' input
-    torch::Tensor gx = torch::mm(g, wr);
-    torch::Tensor gw = torch::mm(g.t(), xr);
+    torch::Tensor gx, gw;
+    if (arith == MatmulArithmetic::fp32 && split_k == 1) {
+      gx = torch::mm(g, saved[1]);
+      gw = torch::mm(g.t(), saved[0]);
+    } else {
+      // The saved operands are already prepared (in the matmul's format, or split); only G is new.
+      const Operand xo{saved[0], saved[2]}, wo{saved[1], saved[3]};
+      const Operand go = prepare_operand(g, arith);
+      gx = split_product(go, wo, split_k);        // reduction over the output features
+      gw = split_product(go.t(), xo, split_k);    // reduction over the tokens
+    }
     torch::Tensor gb;
     if (ctx->saved_data["bias"].toBool()) gb = g.sum(0);
     if (store_code != kNoRounding) {
@@ -69,7 +133,9 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
       round_tensor_inplace(gw, f);
       if (gb.defined()) round_tensor_inplace(gb, f);
     }
-    return {gx, gw, gb, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    variable_list out{gx, gw, gb};
+    out.resize(9);  // no gradients for the six settings
+    return out;
   }
 };
 
@@ -192,11 +258,184 @@ enum BlockParam : std::size_t {
   kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kMlpProjW, kMlpProjB, kBlockParams
 };
 
+constexpr double kLayerNormEps = 1e-5;
+
+// Mean and 1/sqrt(var + eps) of each row of x [R, D], summed in index order (two_pass or welford).
+template <class T>
+void row_moments(const T* x, std::int64_t rows, std::int64_t d, LayerNormAlgorithm algorithm, T* mean, T* rstd) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* row = x + r * d;
+    T m = 0, var = 0;
+    if (algorithm == LayerNormAlgorithm::welford) {
+      T m2 = 0;
+      for (std::int64_t i = 0; i < d; ++i) {
+        const T delta = row[i] - m;
+        m += delta / static_cast<T>(i + 1);
+        m2 += delta * (row[i] - m);
+      }
+      var = m2 / static_cast<T>(d);
+    } else {
+      T sum = 0;
+      for (std::int64_t i = 0; i < d; ++i) sum += row[i];
+      m = sum / static_cast<T>(d);
+      T squares = 0;
+      for (std::int64_t i = 0; i < d; ++i) {
+        const T c = row[i] - m;
+        squares += c * c;
+      }
+      var = squares / static_cast<T>(d);
+    }
+    mean[r] = m;
+    rstd[r] = static_cast<T>(1) / std::sqrt(var + static_cast<T>(kLayerNormEps));
+  }
+}
+
+// y = ((x - mean) rstd) w + b for x [R, D] with the algorithm's row statistics, and its analytic
+// backward: with xhat = (x - mean) rstd and dxhat = dy w, dx = rstd (dxhat - mean(dxhat) - xhat
+// mean(dxhat xhat)), dw = sum over rows of dy xhat, db = sum over rows of dy; every sum in index
+// order, in the container type.
+template <class T>
+void layer_norm_forward_rows(const T* x, const T* w, const T* b, std::int64_t rows, std::int64_t d,
+                             LayerNormAlgorithm algorithm, T* y, T* mean, T* rstd) {
+  row_moments(x, rows, d, algorithm, mean, rstd);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * d;
+    T* yr = y + r * d;
+    for (std::int64_t i = 0; i < d; ++i) yr[i] = ((xr[i] - mean[r]) * rstd[r]) * w[i] + b[i];
+  }
+}
+
+template <class T>
+void layer_norm_backward_rows(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, std::int64_t rows,
+                              std::int64_t d, T* dx, T* dw, T* db) {
+  std::fill(dw, dw + d, T(0));
+  std::fill(db, db + d, T(0));
+  const T inv_d = static_cast<T>(1) / static_cast<T>(d);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * d;
+    const T* dyr = dy + r * d;
+    T* dxr = dx + r * d;
+    T sum_dxhat = 0, sum_dxhat_xhat = 0;
+    for (std::int64_t i = 0; i < d; ++i) {
+      const T xhat = (xr[i] - mean[r]) * rstd[r];
+      const T dxhat = dyr[i] * w[i];
+      sum_dxhat += dxhat;
+      sum_dxhat_xhat += dxhat * xhat;
+      dw[i] += dyr[i] * xhat;
+      db[i] += dyr[i];
+    }
+    const T mean_dxhat = sum_dxhat * inv_d, mean_dxhat_xhat = sum_dxhat_xhat * inv_d;
+    for (std::int64_t i = 0; i < d; ++i) {
+      const T xhat = (xr[i] - mean[r]) * rstd[r];
+      dxr[i] = rstd[r] * ((dyr[i] * w[i] - mean_dxhat) - xhat * mean_dxhat_xhat);
+    }
+  }
+}
+
+struct LayerNormFn : public torch::autograd::Function<LayerNormFn> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor w, torch::Tensor b,
+                               std::int64_t algorithm) {
+    const torch::Tensor xc = x.contiguous(), wc = w.contiguous(), bc = b.contiguous();
+    const std::int64_t rows = xc.size(0), d = xc.size(1);
+    torch::Tensor y = torch::empty_like(xc);
+    torch::Tensor mean = torch::empty({rows}, xc.options());
+    torch::Tensor rstd = torch::empty({rows}, xc.options());
+    const auto a = static_cast<LayerNormAlgorithm>(algorithm);
+    if (xc.scalar_type() == torch::kDouble) {
+      layer_norm_forward_rows(xc.data_ptr<double>(), wc.data_ptr<double>(), bc.data_ptr<double>(), rows, d, a,
+                              y.data_ptr<double>(), mean.data_ptr<double>(), rstd.data_ptr<double>());
+    } else {
+      layer_norm_forward_rows(xc.data_ptr<float>(), wc.data_ptr<float>(), bc.data_ptr<float>(), rows, d, a,
+                              y.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>());
+    }
+    ctx->save_for_backward({xc, wc, mean, rstd});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor dy = grads[0].contiguous();
+    const std::int64_t rows = x.size(0), d = x.size(1);
+    torch::Tensor dx = torch::empty_like(x), dw = torch::empty({d}, x.options()), db = torch::empty({d}, x.options());
+    if (x.scalar_type() == torch::kDouble) {
+      layer_norm_backward_rows(x.data_ptr<double>(), saved[1].data_ptr<double>(), saved[2].data_ptr<double>(),
+                               saved[3].data_ptr<double>(), dy.data_ptr<double>(), rows, d, dx.data_ptr<double>(),
+                               dw.data_ptr<double>(), db.data_ptr<double>());
+    } else {
+      layer_norm_backward_rows(x.data_ptr<float>(), saved[1].data_ptr<float>(), saved[2].data_ptr<float>(),
+                               saved[3].data_ptr<float>(), dy.data_ptr<float>(), rows, d, dx.data_ptr<float>(),
+                               dw.data_ptr<float>(), db.data_ptr<float>());
+    }
+    return {dx, dw, db, torch::Tensor()};
+  }
+};
+
+// One transformer block: x [B, N, D] -> [B, N, D], params in BlockParam order.
+torch::Tensor block_forward(const torch::Tensor& x, torch::TensorList p, int heads, const Emulation& e,
+                            const AttentionSetup& attention, int layer) {
+  // Inputs and gradients that arrive already in the format skip a second (idempotent) rounding: the
+  // attention output (stored in policy.o), GELU's output, and the attention's dQKV (policy.grad).
+  const bool attention_out_in_format = attention.params.policy.o == e.precision;
+  const bool attention_grad_in_format = attention.params.policy.grad == e.precision;
+  torch::Tensor h = layer_norm(x, p[kLn1W], p[kLn1B], e.numerics.layernorm);
+  h = emulated_linear(h, p[kQkvW], p[kQkvB], e, false, attention_grad_in_format);  // [B, N, 3D]
+  h = kernel_attention(h, heads, attention, layer);                                 // [B, N, D]
+  torch::Tensor y = x + emulated_linear(h, p[kProjW], p[kProjB], e, attention_out_in_format);
+  h = layer_norm(y, p[kLn2W], p[kLn2B], e.numerics.layernorm);
+  h = emulated_linear(h, p[kFcW], p[kFcB], e);
+  h = round_activation(gelu(h, e.numerics.gelu), e);
+  return y + emulated_linear(h, p[kMlpProjW], p[kMlpProjB], e, e.round_storage);
+}
+
+// recompute = on: a block whose forward keeps only its input and parameters and runs again inside
+// the backward pass. The Emulation and AttentionSetup travel as addresses (they outlive the step,
+// see Gpt::loss). The rerun uses the same setup, so attention draws the same stochastic-rounding
+// bits (the seed is the step's, mixed with the layer index), without shadow records or capture.
+struct RecomputedBlockFn : public torch::autograd::Function<RecomputedBlockFn> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::TensorList params, std::int64_t heads,
+                               std::int64_t emulation_bits, std::int64_t setup_bits, std::int64_t layer) {
+    const auto* e = reinterpret_cast<const Emulation*>(static_cast<std::intptr_t>(emulation_bits));
+    const auto* setup = reinterpret_cast<const AttentionSetup*>(static_cast<std::intptr_t>(setup_bits));
+    torch::Tensor y = block_forward(x, params, static_cast<int>(heads), *e, *setup, static_cast<int>(layer));
+    variable_list keep{x};
+    keep.insert(keep.end(), params.begin(), params.end());
+    ctx->save_for_backward(keep);
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["emulation"] = emulation_bits;
+    ctx->saved_data["setup"] = setup_bits;
+    ctx->saved_data["layer"] = layer;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto address = [&](const char* key) { return static_cast<std::intptr_t>(ctx->saved_data[key].toInt()); };
+    const auto* e = reinterpret_cast<const Emulation*>(address("emulation"));
+    AttentionSetup rerun = *reinterpret_cast<const AttentionSetup*>(address("setup"));
+    rerun.shadow = false;
+    rerun.capture = nullptr;
+    variable_list inputs;
+    for (const torch::Tensor& t : ctx->get_saved_variables()) inputs.push_back(t.detach().requires_grad_(true));
+    torch::Tensor y;
+    {
+      torch::AutoGradMode enable(true);
+      const int heads = static_cast<int>(ctx->saved_data["heads"].toInt());
+      y = block_forward(inputs[0], torch::TensorList(inputs).slice(1), heads, *e, rerun,
+                        static_cast<int>(ctx->saved_data["layer"].toInt()));
+    }
+    variable_list out = torch::autograd::grad({y}, inputs, {grads[0]}, /*retain_graph=*/false,
+                                              /*create_graph=*/false, /*allow_unused=*/true);
+    for (int i = 0; i < 4; ++i) out.emplace_back();  // heads, emulation, setup, layer
+    return out;
+  }
+};
+
 }  // namespace
 
-Emulation Emulation::of(Format precision) {
+Emulation Emulation::of(Format precision, const NumericsConfig& numerics) {
   Emulation e;
   e.precision = precision;
+  e.numerics = numerics;
   e.dtype = precision == Format::fp64 ? torch::kDouble : torch::kFloat;
   e.round_matmul_inputs = precision != Format::fp64 && precision != Format::fp32;
   e.round_storage = e.round_matmul_inputs && precision != Format::tf32;
@@ -217,8 +456,38 @@ torch::Tensor emulated_linear(const torch::Tensor& x, const torch::Tensor& w, co
   shape.back() = w.size(0);
   const torch::Tensor bias = b.defined() ? b : torch::empty({0}, x.options());
   return LinearFn::apply(x2, w, bias, format_code(e.round_matmul_inputs, e.precision),
-                         format_code(e.round_storage, e.precision), x_in_format, grad_in_format)
+                         format_code(e.round_storage, e.precision), x_in_format, grad_in_format,
+                         static_cast<std::int64_t>(e.numerics.matmul), static_cast<std::int64_t>(e.numerics.split_k))
       .view(shape);
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> split_ranges(std::int64_t k_len, int split_k) {
+  const std::int64_t parts = std::clamp<std::int64_t>(split_k, 1, std::max<std::int64_t>(k_len, 1));
+  const std::int64_t base = k_len / parts, longer = k_len % parts;
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  std::int64_t begin = 0;
+  for (std::int64_t j = 0; j < parts; ++j) {
+    const std::int64_t end = begin + base + (j < longer ? 1 : 0);
+    out.emplace_back(begin, end);
+    begin = end;
+  }
+  return out;
+}
+
+torch::Tensor numerics_matmul(const torch::Tensor& a, const torch::Tensor& b, MatmulArithmetic arithmetic,
+                              int split_k) {
+  return split_product(prepare_operand(a, arithmetic), prepare_operand(b, arithmetic), split_k);
+}
+
+torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                         LayerNormAlgorithm algorithm) {
+  const std::int64_t d = x.size(-1);
+  if (algorithm == LayerNormAlgorithm::torch) return torch::layer_norm(x, {d}, w, b, kLayerNormEps);
+  return LayerNormFn::apply(x.reshape({-1, d}), w, b, static_cast<std::int64_t>(algorithm)).view(x.sizes());
+}
+
+torch::Tensor gelu(const torch::Tensor& x, GeluApproximation approximation) {
+  return approximation == GeluApproximation::tanh ? torch::gelu(x, "tanh") : torch::gelu(x);
 }
 
 torch::Tensor round_activation(const torch::Tensor& x, const Emulation& e) {
@@ -308,27 +577,27 @@ void Gpt::init(const std::string& scheme, std::uint64_t seed) {
 }
 
 torch::Tensor Gpt::loss(const torch::Tensor& tokens, const Emulation& e, const AttentionSetup& attention) const {
-  const std::int64_t N = config_.seq_len, D = config_.d_model;
+  const std::int64_t N = config_.seq_len;
   const torch::Tensor inputs = tokens.narrow(1, 0, N);
   const torch::Tensor targets = tokens.narrow(1, 1, N).reshape({-1});
-  // Inputs and gradients that arrive already in the format skip a second (idempotent) rounding: the
-  // attention output (stored in policy.o), GELU's output, and the attention's dQKV (policy.grad).
-  const bool attention_out_in_format = attention.params.policy.o == e.precision;
-  const bool attention_grad_in_format = attention.params.policy.grad == e.precision;
   torch::Tensor x = torch::embedding(p(0), inputs) + p(1);  // [B, N, D]
+  // Recomputation only where there is a backward pass (not under the capture's NoGradGuard).
+  const bool recompute = e.numerics.recompute && torch::GradMode::is_enabled();
   for (int i = 0; i < config_.layers; ++i) {
     const std::size_t o = 2 + static_cast<std::size_t>(i) * kBlockParams;
-    torch::Tensor h = torch::layer_norm(x, {D}, p(o + kLn1W), p(o + kLn1B), 1e-5);
-    h = emulated_linear(h, p(o + kQkvW), p(o + kQkvB), e, false, attention_grad_in_format);  // [B, N, 3D]
-    h = kernel_attention(h, config_.heads, attention, i);                                  // [B, N, D]
-    x = x + emulated_linear(h, p(o + kProjW), p(o + kProjB), e, attention_out_in_format);
-    h = torch::layer_norm(x, {D}, p(o + kLn2W), p(o + kLn2B), 1e-5);
-    h = emulated_linear(h, p(o + kFcW), p(o + kFcB), e);
-    h = round_activation(torch::gelu(h), e);
-    x = x + emulated_linear(h, p(o + kMlpProjW), p(o + kMlpProjB), e, e.round_storage);
+    std::vector<torch::Tensor> block(kBlockParams);
+    for (std::size_t j = 0; j < kBlockParams; ++j) block[j] = p(o + j);
+    if (recompute) {
+      x = RecomputedBlockFn::apply(x, torch::TensorList(block), static_cast<std::int64_t>(config_.heads),
+                                   static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(&e)),
+                                   static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(&attention)),
+                                   static_cast<std::int64_t>(i));
+    } else {
+      x = block_forward(x, block, config_.heads, e, attention, i);
+    }
   }
   const std::size_t f = 2 + static_cast<std::size_t>(config_.layers) * kBlockParams;
-  x = torch::layer_norm(x, {D}, p(f), p(f + 1), 1e-5);
+  x = layer_norm(x, p(f), p(f + 1), e.numerics.layernorm);
   const torch::Tensor logits = emulated_linear(x, p(f + 2), torch::Tensor(), e);  // [B, N, V]
   return torch::nn::functional::cross_entropy(logits.reshape({-1, config_.vocab}), targets);
 }

@@ -13,6 +13,44 @@
 //   - GELU's output and its gradient are rounded to the storage format (bf16/fp16);
 //   - attention runs the kernels (attention_forward/attention_backward) on contiguous [B,H,N,d]
 //     buffers with the variant's precision policy, which rounds Q/K/V/P/O and the gradients itself.
+//
+// The arithmetic optimisations ([numerics] and the grid axes of the same names; the defaults are the
+// arithmetic above, bit for bit):
+//   - matmul: the products of every linear layer (the three matmuls of each emulated_linear: forward
+//     Y = X W^T, backward dX = G W and dW = G^T X). The operands are the matmul inputs after the
+//     precision's rounding above (precision first, then the matmul arithmetic):
+//       fp32    plain product, accumulated in the container (a torch matmul: fp32, fp64 for fp64);
+//       tf32    operands rounded to tf32 (10 fraction bits), then the plain product: the GPU's TF32
+//               tensor-core mode (products of tf32 values are exact in fp32; fp32 accumulation);
+//       bf16    operands rounded to bf16, then the plain product (bf16 inputs, fp32 accumulation);
+//       bf16x3  each operand split a = a_hi + a_lo, a_hi = bf16(a), a_lo = bf16(a - a_hi) (a - a_hi
+//               is exact), and A B = (A_hi B_lo + A_lo B_hi) + A_hi B_hi: three plain products, the
+//               two small terms added first (as XLA's BF16_BF16_F32_X3 dot algorithm emulates fp32 on bf16 cores).
+//     With bf16/fp16 training (matmul inputs already rounded) tf32 changes nothing (a bf16 or fp16
+//     value is a tf32 value), bf16 is the identity for bf16 and a second rounding of fp16 values,
+//     and bf16x3 of a bf16 value has a_lo = 0. For fp64 variants the roundings apply to the double
+//     operands and the products accumulate in fp64.
+//   - split_k: the reduction of each of the three matmuls split into k contiguous ranges (the first
+//     K mod k ranges one longer than the rest, as torch.tensor_split does; k > K is clamped to K),
+//     one product per range with the matmul arithmetic, added in order ((P0 + P1) + P2) + ... as a
+//     split-K GEMM's serial reduction does. K is the input features for Y, the output features for
+//     dX and the tokens (rows of X) for dW. The bias is added after the reduction (the GEMM's
+//     epilogue); with split_k = 1 and matmul fp32/tf32/bf16 it is the GEMM's own C (torch addmm), as
+//     before. db = the column sums of G is not a matmul and is unchanged.
+//   - layernorm: torch = LibTorch's kernel (on the CPU a vectorised Welford with pairwise merges of
+//     16-element chunks; what the trainer always ran); two_pass = mean = (sum x_i in index order)/D,
+//     then var = (sum (x_i - mean)^2 in index order)/D; welford = one pass, element by element in
+//     index order: delta = x_i - m, m += delta/i, M2 += delta (x_i - m), var = M2/D. Both compute in
+//     the container type, rstd = 1/sqrt(var + 1e-5), y = ((x - mean) rstd) w + b; their backward is
+//     the analytic one: xhat = (x - mean) rstd, dxhat = dy w, dx = rstd (dxhat - mean(dxhat) -
+//     xhat mean(dxhat xhat)), dw and db summed over rows, every sum in index order.
+//   - gelu: erf = 0.5 x (1 + erf(x/sqrt 2)); tanh = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+//     (LibTorch's gelu with approximate = "tanh", forward and backward); the storage rounding of its
+//     output and gradient is unchanged.
+//   - recompute: each block's forward runs without keeping activations (only the block input and
+//     its parameters are saved) and runs again inside the backward pass, with the same attention
+//     rounding seeds, before its backward (activation checkpointing): the same arithmetic, so the
+//     weights are bit-identical to recompute = off.
 // Shapes: B batch, H heads, N sequence, d head dim, D = H*d model width, V vocab.
 #pragma once
 
@@ -30,14 +68,15 @@
 
 namespace fastudy::train {
 
-// Which roundings a training precision implies.
+// Which roundings a training precision implies, and the arithmetic of [numerics].
 struct Emulation {
   Format precision = Format::fp32;
   bool round_matmul_inputs = false;  // tf32, bf16, fp16 (and fp8)
   bool round_storage = false;        // bf16, fp16 (and fp8): activations and gradients are stored in the format
   torch::Dtype dtype = torch::kFloat;  // container: kDouble for fp64, kFloat otherwise
+  NumericsConfig numerics;             // matmul arithmetic, split_k, layernorm, gelu, recompute
 
-  static Emulation of(Format precision);
+  static Emulation of(Format precision, const NumericsConfig& numerics = {});
 };
 
 // A copy of t (float or double, any layout) rounded to f: contiguous, same dtype.
@@ -48,6 +87,20 @@ torch::Tensor round_copy(const torch::Tensor& t, Format f);
 // gradient already hold values of the format, so their rounding (the identity then) is skipped.
 torch::Tensor emulated_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                               const Emulation& e, bool x_in_format = false, bool grad_in_format = false);
+
+// A B for a [M, K] and b [K, N] (float or double, any strides) with a matmul arithmetic and split_k
+// (see the top of this file): the forward and both backward products of emulated_linear.
+torch::Tensor numerics_matmul(const torch::Tensor& a, const torch::Tensor& b, MatmulArithmetic arithmetic, int split_k);
+
+// The [begin, end) ranges split_k cuts a reduction of length k_len into (k clamped to [1, k_len]).
+std::vector<std::pair<std::int64_t, std::int64_t>> split_ranges(std::int64_t k_len, int split_k);
+
+// LayerNorm over the last dimension (eps 1e-5) with the algorithm's statistics, forward and backward.
+torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                         LayerNormAlgorithm algorithm);
+
+// GELU, exact (erf) or the tanh approximation, forward and backward (no rounding).
+torch::Tensor gelu(const torch::Tensor& x, GeluApproximation approximation);
 
 // x rounded to the storage format, and its gradient too (identity without storage rounding).
 torch::Tensor round_activation(const torch::Tensor& x, const Emulation& e);
@@ -82,6 +135,7 @@ class Gpt {
   void init(const std::string& scheme, std::uint64_t seed);
 
   // Mean next-token cross-entropy of tokens [b, N+1] (int64): inputs [:, :N], targets [:, 1:].
+  // `e` and `attention` must outlive the backward pass (recompute and the attention kernels use them).
   torch::Tensor loss(const torch::Tensor& tokens, const Emulation& e, const AttentionSetup& attention) const;
 
   std::vector<std::pair<std::string, torch::Tensor>>& params() { return params_; }

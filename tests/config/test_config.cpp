@@ -258,6 +258,37 @@ TEST(PolicySteps, ReadmeNamesEveryStep) {
     EXPECT_NE(readme.find("`" + std::string(step.name) + "`"), std::string::npos) << step.name;
 }
 
+// [numerics] sets every variant, a grid axis overrides its field, and only a value other than the
+// default reaches the resolved configuration (so studies without it keep their hashes).
+TEST(Numerics, SectionSetsVariantsAxesOverrideAndDefaultsKeepHashes) {
+  Study st = parse_study("[numerics]\nsplit_k = 2\ngelu = \"tanh\"\nrecompute = \"on\"\n"
+                         "[grid]\nmatmul = [\"fp32\", \"bf16x3\"]\nlayernorm = [\"welford\"]\n",
+                         "n.toml");
+  ASSERT_EQ(st.variants.size(), 2u);
+  EXPECT_EQ(st.variants[1].id, "mm_bf16x3-ln_welford");
+  for (const Variant& v : st.variants) {
+    EXPECT_EQ(v.numerics.split_k, 2);
+    EXPECT_EQ(v.numerics.gelu, GeluApproximation::tanh);
+    EXPECT_TRUE(v.numerics.recompute);
+    EXPECT_EQ(v.numerics.layernorm, LayerNormAlgorithm::welford);
+    EXPECT_NE(v.resolved_toml.find("[numerics]"), std::string::npos);
+  }
+  EXPECT_EQ(st.variants[0].numerics.matmul, MatmulArithmetic::fp32);
+  EXPECT_EQ(st.variants[1].numerics.matmul, MatmulArithmetic::bf16x3);
+  Study again = parse_study(st.resolved_toml, "study.toml");
+  EXPECT_EQ(again.hash, st.hash);
+  EXPECT_EQ(again.variants[1].hash, st.variants[1].hash);
+
+  const Study plain = parse_study("", "a.toml");
+  const Study defaults = parse_study(
+      "[numerics]\nmatmul = \"fp32\"\nsplit_k = 1\nlayernorm = \"torch\"\ngelu = \"erf\"\nrecompute = \"off\"\n",
+      "b.toml");
+  EXPECT_EQ(defaults.hash, plain.hash);
+  EXPECT_EQ(defaults.variants[0].hash, plain.variants[0].hash);
+  EXPECT_EQ(plain.resolved_toml.find("numerics"), std::string::npos);
+  EXPECT_NE(parse_study("[numerics]\nsplit_k = 2\n", "c.toml").variants[0].hash, plain.variants[0].hash);
+}
+
 // The grid-axis table: every row expands, names its variants, applies its value and hashes, so a new
 // axis (one row) is covered here without a new line of test.
 TEST(GridAxes, EveryAxisExpandsIdsHashesAndRoundTrips) {

@@ -120,6 +120,22 @@ const BadCase kCases[] = {
     {"study_name_with_slash", "[study]\nname = \"a/b\"\n", 2, "study.name", "without spaces or slashes"},
     {"section_not_table", "model = 3\n", 1, "model", "must be a table"},
     {"bool_wrong_type", "[train]\nshadow_attention = \"yes\"\n", 2, "train.shadow_attention", "true or false"},
+    // [numerics] and its grid axes
+    {"numerics_unknown_matmul", "[numerics]\nmatmul = \"bf61\"\n", 2, "numerics.matmul",
+     "allowed: fp32, tf32, bf16, bf16x3"},
+    {"numerics_unknown_layernorm", "[numerics]\nlayernorm = \"welfort\"\n", 2, "numerics.layernorm",
+     "did you mean `welford`?"},
+    {"numerics_unknown_gelu", "[numerics]\ngelu = \"tan\"\n", 2, "numerics.gelu", "did you mean `tanh`?"},
+    {"numerics_recompute_boolean", "[numerics]\nrecompute = true\n", 2, "numerics.recompute", "recompute = \"on\""},
+    {"numerics_split_k_zero", "[numerics]\nsplit_k = 0\n", 2, "numerics.split_k", "must be >= 1"},
+    {"numerics_split_k_too_large", "[model]\nd_model = 16\nheads = 2\n[numerics]\nsplit_k = 32\n", 5,
+     "numerics.split_k", "use split_k <= 16"},
+    {"numerics_unknown_key", "[numerics]\nsplitk = 2\n", 2, "numerics.splitk", "did you mean `split_k`?"},
+    {"grid_unknown_matmul", "[grid]\nmatmul = [\"fp32\", \"bf32\"]\n", 2, "grid.matmul", "allowed: fp32, tf32, bf16, bf16x3"},
+    {"grid_split_k_zero", "[grid]\nsplit_k = [0, 2]\n", 2, "grid.split_k", "must be >= 1"},
+    {"grid_split_k_too_large", "[model]\nd_model = 8\nheads = 2\n[grid]\nsplit_k = [1, 16]\n", 5, "grid.split_k",
+     "larger than the shortest reduction"},
+    {"grid_unknown_recompute", "[grid]\nrecompute = [\"no\"]\n", 2, "grid.recompute", "allowed: off, on"},
 };
 
 }  // namespace

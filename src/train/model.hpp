@@ -25,7 +25,8 @@
 //       bf16    operands rounded to bf16, then the plain product (bf16 inputs, fp32 accumulation);
 //       bf16x3  each operand split a = a_hi + a_lo, a_hi = bf16(a), a_lo = bf16(a - a_hi) (a - a_hi
 //               is exact), and A B = (A_hi B_lo + A_lo B_hi) + A_hi B_hi: three plain products, the
-//               two small terms added first (as XLA's BF16_BF16_F32_X3 dot algorithm emulates fp32 on bf16 cores).
+//               two small terms added first (fp32 emulated on bf16 cores, as XLA's BF16_BF16_F32_X3
+//               dot algorithm does).
 //     With bf16/fp16 training (matmul inputs already rounded) tf32 changes nothing (a bf16 or fp16
 //     value is a tf32 value), bf16 is the identity for bf16 and a second rounding of fp16 values,
 //     and bf16x3 of a bf16 value has a_lo = 0. For fp64 variants the roundings apply to the double
@@ -40,7 +41,7 @@
 //   - layernorm: torch = LibTorch's kernel (on the CPU a vectorised Welford with pairwise merges of
 //     16-element chunks; what the trainer always ran); two_pass = mean = (sum x_i in index order)/D,
 //     then var = (sum (x_i - mean)^2 in index order)/D; welford = one pass, element by element in
-//     index order: delta = x_i - m, m += delta/i, M2 += delta (x_i - m), var = M2/D. Both compute in
+//     index order: delta = x_i - m, m += delta/i (i = 1..D), M2 += delta (x_i - m), var = M2/D. Both compute in
 //     the container type, rstd = 1/sqrt(var + 1e-5), y = ((x - mean) rstd) w + b; their backward is
 //     the analytic one: xhat = (x - mean) rstd, dxhat = dy w, dx = rstd (dxhat - mean(dxhat) -
 //     xhat mean(dxhat xhat)), dw and db summed over rows, every sum in index order.

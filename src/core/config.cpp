@@ -1113,9 +1113,12 @@ std::vector<std::vector<std::vector<std::string>>> grid_products(const Study& st
 }
 
 // The variants: the cross product of the axes (of each [[grid.vary]] table's lists), first axis
-// slowest; a variant two vary tables both produce (e.g. the all-baseline one) is kept once.
+// slowest; a variant two vary tables both produce (e.g. the all-baseline one) is kept once. Ids hold
+// a token per [grid] axis and one per [[grid.vary]] axis whose value is not its baseline
+// ("fp32-s1", "fp32-s1-flash", "fp32-s1-dp4-tree"); two variants with the same id are an error.
 void expand_variants(Study& st) {
   std::set<std::string> seen;
+  std::map<std::string, std::string> ids;  // id -> the axis values it stands for
   for (const auto& lists : grid_products(st)) {
   std::vector<std::size_t> idx(st.axes.size(), 0);
   bool done = false;
@@ -1131,10 +1134,20 @@ void expand_variants(Study& st) {
       const std::string& axis = st.axes[a].first;
       const std::string& value = lists[a][idx[a]];
       var.axes.emplace_back(axis, value);
-      tokens.push_back(id_token(axis, value));
+      if (a < st.crossed_axes || value != st.axes[a].second.front()) tokens.push_back(id_token(axis, value));
       find_axis(axis)->apply(var, value);
     }
     var.id = tokens.empty() ? "default" : join(tokens, "-");
+    std::string values;
+    for (const auto& [axis, value] : var.axes) values += axis + "=" + value + " ";
+    // The same variant again (from another [[grid.vary]] table) is kept once, as first produced.
+    const bool fresh_variant = seen.insert(values).second;
+    if (fresh_variant) {
+      if (auto [it, fresh] = ids.emplace(var.id, values); !fresh)
+        throw ConfigError(st.file, 0, 0, "grid",
+                          "two variants get the id `" + var.id + "`: " + it->second + "and " + values,
+                          "axis values that are words of another axis make ids ambiguous; rename a custom policy");
+    }
     toml::table vt{{"variant", toml::table{{"id", var.id},
                                            {"attention", std::string(to_string(var.attention))},
                                            {"precision", std::string(to_string(var.precision))},
@@ -1148,7 +1161,7 @@ void expand_variants(Study& st) {
     if (!var.numerics.is_default()) vt.insert("numerics", numerics_table(var.numerics));
     var.resolved_toml = to_toml_text(vt);
     var.hash = content_hash(var.resolved_toml);
-    if (seen.insert(var.id).second) st.variants.push_back(std::move(var));
+    if (fresh_variant) st.variants.push_back(std::move(var));
 
     // Advance the odometer, last axis fastest.
     done = true;

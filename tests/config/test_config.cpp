@@ -352,7 +352,11 @@ TEST(GridVary, VariesEachTableFromTheBaselineCrossedWithTheGrid) {
   }
   EXPECT_EQ(ids.size(), st.variants.size());
   EXPECT_EQ(grid_shape(st), "seed[2] x (attention[2] | loop_order[2] x block_q[2])");
-  const Variant* flash = st.find_variant("s2-flash-kv_outer-bq8");
+  // Ids: [grid]'s tokens, then the vary axes away from their baseline.
+  EXPECT_NE(st.find_variant("s1"), nullptr);
+  EXPECT_NE(st.find_variant("s1-q_outer-bq16"), nullptr);
+  EXPECT_EQ(st.find_variant("s1-baseline-kv_outer-bq8"), nullptr);
+  const Variant* flash = st.find_variant("s2-flash");
   ASSERT_NE(flash, nullptr);
   EXPECT_EQ(flash->attention, AttentionKind::flash);
   EXPECT_EQ(flash->attention_cfg.block_q, 8);
@@ -380,6 +384,11 @@ TEST(GridVary, MistakesAreNamed) {
   const std::string unknown = error_of("[[grid.vary]]\nattention = [\"flesh\"]\n");
   EXPECT_NE(unknown.find("g.toml:4"), std::string::npos) << unknown;
   EXPECT_NE(unknown.find("grid.vary.attention"), std::string::npos) << unknown;
+  // Left-out baseline tokens make `flash` (attention) and `flash` (a custom policy) the same id.
+  const std::string twins = error_of(
+      "[attention.policies.flash]\npreset = \"eager\"\n[[grid.vary]]\nattention = [\"flash\"]\n"
+      "[[grid.vary]]\npolicy = [\"mixed\", \"flash\"]\n");
+  EXPECT_NE(twins.find("two variants get the id `flash`"), std::string::npos) << twins;
   const std::string typo = error_of("[[grid.vary]]\nattentoin = [\"flash\"]\n");
   EXPECT_NE(typo.find("g.toml:4:1: unknown grid axis `attentoin` in a [[grid.vary]] table"), std::string::npos) << typo;
   EXPECT_NE(typo.find("did you mean `attention`?"), std::string::npos) << typo;

@@ -152,11 +152,17 @@ void Ranker::index_variants() {
   }
 }
 
+// The condition's label (and key): axis=value of every condition axis, except optimisation axes at
+// their baseline value ("precision=bf16;dp_width=4" rather than every axis of a [[grid.vary]] design);
+// "all" when nothing is left.
 std::string Ranker::condition_of(std::size_t x, std::size_t v) const {
   std::string c;
   for (std::size_t b = 0; b < A_; ++b) {
     if (!conditions_axis(x, b) || axes_[b].values.size() < 2) continue;
-    c += (c.empty() ? "" : ";") + axes_[b].name + "=" + axes_[b].values[static_cast<std::size_t>(vidx_[v][b])];
+    const std::string& value = axes_[b].values[static_cast<std::size_t>(vidx_[v][b])];
+    const std::string& baseline = axes_[b].baseline.empty() ? axes_[b].values.front() : axes_[b].baseline;
+    if (axes_[b].role == SourceRole::optimisation && value == baseline) continue;
+    c += (c.empty() ? "" : ";") + axes_[b].name + "=" + value;
   }
   return c.empty() ? "all" : c;
 }

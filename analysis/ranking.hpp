@@ -18,8 +18,8 @@
 // Definitions (tested in tests/analysis/test_ranking.cpp):
 //  - Evidence of an axis X: the pairs of variants that differ in X only (every other axis equal).
 //  - Condition of X: the values of the condition axes of X = every other axis that is neither a
-//    replicate nor a noise axis; written "a=x;b=y" over those axes with more than one grid value
-//    ("all" when there is none). Example: attention's conditions in attention x precision x seed are
+//    replicate nor a noise axis; written "a=x;b=y" over those axes with more than one grid value,
+//    leaving out optimisation axes at their baseline value ("all" when nothing is left). Example: attention's conditions in attention x precision x seed are
 //    precision=fp32, precision=fp16, precision=bf16; its pairs at precision=bf16 are the flash/baseline
 //    variants with the same seed.
 //  - Baseline of X: its declared baseline when the grid lists it, else the grid's first value (noted).

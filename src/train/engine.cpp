@@ -75,6 +75,17 @@ double learning_rate(const TrainConfig& t, std::int64_t step) {
   return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(3.141592653589793 * progress));
 }
 
+AttentionParams attention_params_of(const Variant& v, int threads) {
+  AttentionParams p;
+  p.attention = v.attention;
+  p.policy = resolve_policy(v.attention_cfg, v.attention_cfg.policy, v.precision);
+  p.block_q = v.attention_cfg.block_q;
+  p.block_kv = v.attention_cfg.block_kv;
+  p.order = v.attention_cfg.loop_order;
+  p.threads = threads;
+  return p;
+}
+
 Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resume)
     : v_(v),
       hooks_(hooks),
@@ -118,12 +129,7 @@ Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resu
     throw Error("trainer hooks: dp_width on a group of " + std::to_string(hooks.world) + " ranks needs allgather functions");
   }
   model_.init(v.init, v.seed);
-  attention_.params.attention = v.attention;
-  attention_.params.policy = resolve_policy(v.attention_cfg, v.attention_cfg.policy, v.precision);
-  attention_.params.block_q = v.attention_cfg.block_q;
-  attention_.params.block_kv = v.attention_cfg.block_kv;
-  attention_.params.order = v.attention_cfg.loop_order;
-  attention_.params.threads = threads;
+  attention_.params = attention_params_of(v, threads);
   attention_.shadow = t.shadow_attention;
   attention_.shadow_sink = &shadow_;
   for (const auto& [name, p] : model_.params()) {

@@ -22,6 +22,10 @@ int configure_torch_threads();
 // `steps` (or constant lr).
 double learning_rate(const TrainConfig& t, std::int64_t step);
 
+// The attention kernel settings of a variant (kind, resolved policy, tiles, loop order) on `threads`
+// threads; the per-step rounding seed and head offset are the engine's.
+AttentionParams attention_params_of(const Variant& v, int threads);
+
 // The state of a variant before its first step (no data source needed).
 TrainState initial_train_state(const Variant& v);
 

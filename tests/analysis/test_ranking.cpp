@@ -141,11 +141,12 @@ TEST(Ranking, PerConditionRowsPairTheBaselineWithEachValueUnderEqualConditions) 
   EXPECT_CLOSE(pooled.w1_mean, 10 * 43.0 / 3);
   EXPECT_EQ(pooled.w1_min, 10.0);
   EXPECT_EQ(pooled.w1_max, 400.0);
-  // prec (not a replicate) per condition: conditions are opt's values; p32 (the baseline) vs p16 and p8.
-  const RankingRow& p = row(r, "prec", "opt=base", "p32", "p8", 10);
+  // prec (not a replicate) per condition: conditions are opt's values, opt at its baseline labelled "all"
+  // (an optimisation axis at its baseline is left out of the label); p32 (the baseline) vs p16 and p8.
+  const RankingRow& p = row(r, "prec", "all", "p32", "p8", 10);
   EXPECT_EQ(p.pairs, 3u);
   EXPECT_CLOSE(p.w1_mean, 200.0);
-  EXPECT_THROW(row(r, "prec", "opt=base", "p16", "p8", 10), std::runtime_error);  // not a baseline pair
+  EXPECT_THROW(row(r, "prec", "all", "p16", "p8", 10), std::runtime_error);  // not a baseline pair
   EXPECT_CLOSE(row(r, "prec", "*", "p16", "p8", 10).w1_mean, 300.0);              // but pooled it is there
   // rep (a replicate): one row per condition (opt x prec) over all pairs of its 3 values, 1 independent.
   const RankingRow& rr = row(r, "rep", "opt=fast;prec=p16", "*", "*", 20);

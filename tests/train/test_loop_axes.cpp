@@ -56,12 +56,7 @@ class Reference {
       : v_(v), emu_(train::Emulation::of(v.precision)), data_(v.data, v.model), model_(v.model, emu_.dtype) {
     train::configure_torch_threads();
     model_.init(v.init, v.seed);
-    setup_.params.attention = v.attention;
-    setup_.params.policy = resolve_policy(v.attention_cfg, v.attention_cfg.policy, v.precision);
-    setup_.params.block_q = v.attention_cfg.block_q;
-    setup_.params.block_kv = v.attention_cfg.block_kv;
-    setup_.params.order = v.attention_cfg.loop_order;
-    setup_.params.threads = at::get_num_threads();
+    setup_.params = train::attention_params_of(v, at::get_num_threads());
   }
 
   // d(loss(rows) / divisor)/d(params), flattened in module-path order.

@@ -213,3 +213,50 @@ TEST(E2E, ChangedGridOnResumeIsRefusedUnlessForced) {
   TrainState s = read_checkpoint(checkpoint_path(out, "baseline-fp32", 2));
   EXPECT_EQ(s.step, 2);
 }
+
+// A [[grid.vary]] design of optimisations, a control and the noise axis, end to end on 2 ranks:
+// variants.csv lists what was trained, recompute and repeat give bit-identical weights (W1 exactly 0),
+// flash does not, and the verdict judges each optimisation per precision, never pooled.
+TEST(E2E, VaryDesignRanksEachOptimisationPerCondition) {
+  TempDir dir;
+  const std::string out = (dir / "vary").string();
+  std::ostringstream grid;
+  grid << "[study]\nname = \"vary\"\nout = \"" << out << "\"\nphases = [\"train\", \"reduce\"]\n"
+       << "[grid]\nprecision = [\"fp32\", \"bf16\"]\nseed = [1, 2]\n"
+       << "[[grid.vary]]\nattention = [\"baseline\", \"flash\"]\n"
+       << "[[grid.vary]]\nrecompute = [\"off\", \"on\"]\n"
+       << "[[grid.vary]]\nrepeat = [0, 1]\n"
+       << "[model]\nvocab = 32\nd_model = 16\nheads = 2\nlayers = 1\nseq_len = 16\nmlp_ratio = 2\n"
+       << "[data]\nspan_len = 4\n[train]\nsteps = 4\nbatch = 4\nwarmup = 2\ncheckpoint_every = 2\n"
+       << "[attention]\nblock_q = 8\nblock_kv = 8\n";
+  const std::string path = dir.file("vary.toml", grid.str());
+  RunResult r = run_fastudy_mpi(2, path + " -q");
+  ASSERT_EQ(r.code, 0) << r.output;
+  // 2 precisions x 2 seeds x (baseline, flash, recompute on, repeat 1).
+  const auto variants = data_lines(out + "/variants.csv");
+  ASSERT_EQ(variants.size(), 1u + 16u);
+  EXPECT_EQ(variants[0], "variant,hash,precision,seed,attention,recompute,repeat");
+  const auto dev = data_lines(out + "/deviation.csv");
+  auto w1 = [&](const std::string& a, const std::string& b) {
+    for (const auto& l : dev)
+      if (l.rfind("4,model," + a + "," + b + ",", 0) == 0 || l.rfind("4,model," + b + "," + a + ",", 0) == 0)
+        return std::stod(l.substr(l.find(',', l.find(',', l.find(',', l.find(',') + 1) + 1) + 1) + 1));
+    return -1.0;
+  };
+  for (const std::string base : {"fp32-s1", "bf16-s2"}) {
+    SCOPED_TRACE(base);
+    EXPECT_EQ(w1(base, base + "-recompute_on"), 0.0);
+    EXPECT_EQ(w1(base, base + "-r1"), 0.0);
+    EXPECT_GT(w1(base, base + "-flash"), 0.0);
+  }
+  const auto verdict = data_lines(out + "/verdict.csv");
+  int flash_fp32 = 0, flash_bf16 = 0, recompute_identical = 0;
+  for (const auto& l : verdict) {
+    if (l.rfind("attention,baseline,flash,precision=fp32,", 0) == 0) ++flash_fp32;
+    if (l.rfind("attention,baseline,flash,precision=bf16,", 0) == 0) ++flash_bf16;
+    if (l.rfind("recompute,off,on,", 0) == 0 && l.find(",bit-identical") != std::string::npos) ++recompute_identical;
+  }
+  EXPECT_GT(flash_fp32, 0);
+  EXPECT_GT(flash_bf16, 0);
+  EXPECT_GT(recompute_identical, 0);
+}

@@ -140,7 +140,7 @@ def main():
                     if t is not None:
                         times[ranks].append(t)
             one, two = min(times[1], default=None), min(times[2], default=None)
-            add("reduce, 12 variants x 3.3M parameters, 1 checkpoint: 2 ranks vs 1 (wall)", fmt(two, " s"), fmt(one, " s"),
+            add("reduce, 24 variants x 1.9M parameters, 1 checkpoint: 2 ranks vs 1 (wall)", fmt(two, " s"), fmt(one, " s"),
                 one / two if one and two else None, ">= 1.7", lambda r: r >= 1.7)
         grid = os.path.join(here, "..", "configs", "quick.toml")
         hp = {"on": [], "off": []}

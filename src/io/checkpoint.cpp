@@ -589,20 +589,6 @@ TrainState decode(const std::string& bytes) {
 
 }  // namespace
 
-std::string pack_array_lists(const std::vector<std::vector<NamedArray>>& lists) {
-  Writer w;
-  w.put<std::uint64_t>(lists.size());
-  for (const auto& l : lists) w.put(l);
-  return std::move(w.out);
-}
-
-std::vector<std::vector<NamedArray>> unpack_array_lists(const std::string& bytes) {
-  Reader r(bytes);
-  std::vector<std::vector<NamedArray>> lists(r.get<std::uint64_t>());
-  for (auto& l : lists) l = r.arrays();
-  return lists;
-}
-
 namespace {
 void read_root_attrs(const h5::Group& root, const std::string& path, TrainState& s) {
   try {

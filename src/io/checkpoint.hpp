@@ -93,11 +93,6 @@ TrainState read_checkpoint(const mpi::Comm& group, const std::string& path);
 // exactly those (a missing name is a CheckpointError). Checksums are checked. For the reducer.
 std::vector<NamedArray> read_params(const std::string& path, const std::vector<std::string>& names = {});
 
-// A flat byte encoding of lists of arrays (names, dtypes, shapes, bytes), for sending between the
-// ranks of one job (native byte order; not a file format): unpack(pack(x)) == x.
-std::string pack_array_lists(const std::vector<std::vector<NamedArray>>& lists);
-std::vector<std::vector<NamedArray>> unpack_array_lists(const std::string& bytes);
-
 // The root attributes only (step, data_cursor and the string attrs: variant id, config hash, ...),
 // without reading or checking the tensors: a cheap look, e.g. to refuse a resume whose config hash
 // changed. Throws CheckpointError for a missing, truncated or foreign file.

@@ -268,6 +268,25 @@ std::vector<std::string> Comm::gather(const std::string& s, int root) const {
   return unpack(lens, all);
 }
 
+void Comm::alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                     const std::vector<std::size_t>& recv_bytes) const {
+  const auto counts = [&](const std::vector<std::size_t>& bytes) {
+    if (bytes.size() != static_cast<std::size_t>(size_))
+      throw UsageError("alltoallv: " + std::to_string(bytes.size()) + " counts for " + std::to_string(size_) + " ranks");
+    std::vector<int> c;
+    std::size_t total = 0;
+    for (std::size_t b : bytes) {
+      c.push_back(checked_count(b));
+      total += b;
+    }
+    checked_count(total);  // the displacements are ints too
+    return c;
+  };
+  const std::vector<int> sc = counts(send_bytes), rc = counts(recv_bytes);
+  const std::vector<int> sd = displacements(sc), rd = displacements(rc);
+  FASTUDY_MPI(MPI_Alltoallv, send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_);
+}
+
 std::vector<std::string> Comm::allgather(const std::string& s) const {
   int len = checked_count(s.size());
   std::vector<int> lens(static_cast<std::size_t>(size_));

@@ -124,6 +124,12 @@ class Comm {
   void allgather(const float* send, std::size_t n, float* recv) const;
   void allgather(const double* send, std::size_t n, double* recv) const;
 
+  // Personalised exchange: this rank sends send_bytes[q] bytes (consecutive in `send`, in rank order) to
+  // rank q and receives recv_bytes[q] bytes from rank q into `recv` (consecutive, in rank order). The
+  // counts must agree pairwise; each must be below 2 GiB, and so must the totals.
+  void alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                 const std::vector<std::size_t>& recv_bytes) const;
+
   // Strings of every rank, in rank order: on the root only (gather; empty elsewhere) or everywhere.
   std::vector<std::string> gather(const std::string& s, int root = 0) const;
   std::vector<std::string> allgather(const std::string& s) const;

@@ -145,24 +145,6 @@ TEST(Checkpoint, ReadParamsSelectsByName) {
   }
 }
 
-// The reducer exchanges parameter lists between ranks with pack/unpack_array_lists: names, dtypes,
-// shapes and bytes survive, including an empty list and an array with no elements.
-TEST(Checkpoint, PackedArrayListsUnpackToTheSameArrays) {
-  const TrainState s = make_state(4);
-  NamedArray empty;
-  empty.name = "empty";
-  empty.shape = {0, 3};
-  const std::vector<std::vector<NamedArray>> lists{s.params, {}, s.optimizer, {empty}};
-  const auto back = unpack_array_lists(pack_array_lists(lists));
-  ASSERT_EQ(back.size(), lists.size());
-  expect_same(back[0], s.params);
-  EXPECT_TRUE(back[1].empty());
-  expect_same(back[2], s.optimizer);
-  ASSERT_EQ(back[3].size(), 1u);
-  EXPECT_EQ(back[3][0].shape, empty.shape);
-  EXPECT_TRUE(back[3][0].data.empty());
-}
-
 TEST(Checkpoint, InconsistentStatesAcrossRanksAreRefused) {
   Comm world = Comm::world();
   if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";

@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <vector>
 
 #include "src/runtime/mpi.hpp"
 #include "src/runtime/reducer.hpp"
@@ -61,6 +63,29 @@ TEST(Mpi, AllreduceSumAndMax) {
   std::int64_t im = -r;
   world.allreduce_max(&im, 1);
   EXPECT_EQ(im, 0);
+}
+
+// alltoallv: rank r sends q + 1 values "100 r + q" to rank q (none to itself when r == q == 1, to
+// cover an empty message); every rank gets, in rank order, what each rank sent it.
+TEST(Mpi, AlltoallvDeliversEachRanksMessageInRankOrder) {
+  Comm world = Comm::world();
+  const int P = world.size(), r = world.rank();
+  const auto count = [](int from, int to) { return from == 1 && to == 1 ? 0 : to + 1; };
+  std::vector<std::int32_t> send;
+  std::vector<std::size_t> send_bytes, recv_bytes;
+  for (int q = 0; q < P; ++q) {
+    for (int k = 0; k < count(r, q); ++k) send.push_back(100 * r + q);
+    send_bytes.push_back(static_cast<std::size_t>(count(r, q)) * sizeof(std::int32_t));
+    recv_bytes.push_back(static_cast<std::size_t>(count(q, r)) * sizeof(std::int32_t));
+  }
+  std::vector<std::int32_t> recv(std::accumulate(recv_bytes.begin(), recv_bytes.end(), std::size_t{0}) /
+                                 sizeof(std::int32_t), -1);
+  world.alltoallv(send.data(), send_bytes, recv.data(), recv_bytes);
+  std::vector<std::int32_t> want;
+  for (int q = 0; q < P; ++q)
+    for (int k = 0; k < count(q, r); ++k) want.push_back(100 * q + r);
+  EXPECT_EQ(recv, want);
+  EXPECT_THROW(world.alltoallv(send.data(), {1}, recv.data(), {1, 2, 3, 4, 5}), UsageError);
 }
 
 TEST(Mpi, GatherAndAllgatherHostnames) {

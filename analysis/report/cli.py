@@ -49,8 +49,9 @@ def build_report(out_dir, errors=None):
                                                              f"{type(e).__name__}: {e}", kind="bad")]))
     name = (data.config or {}).get("study", {}).get("name", out.name)
     prov = data.provenance or {}
+    phases = ", ".join(p for p in ("microbench", "train", "reduce") if data.planned(p)) or "none yet"
     subtitle = [f"Study `{name}` in {out.resolve()} — fastudy {prov.get('version', '?')} (git {prov.get('git', '?')}), "
-                    "report of the files written by the microbench, train and reduce phases. How to read it: section 1 "
+                    f"report of the files its phases wrote ({phases}). How to read it: section 1 "
                     "answers whether the optimisation's effect on the weights stays within the deviation that accepted "
                     "practices (another init seed, another training precision) already cause; sections 2–4 show the "
                     "evidence; section 5 how it was produced."]

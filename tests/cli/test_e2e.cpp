@@ -260,3 +260,30 @@ TEST(E2E, VaryDesignRanksEachOptimisationPerCondition) {
   EXPECT_GT(flash_bf16, 0);
   EXPECT_GT(recompute_identical, 0);
 }
+
+// dp_width through the command line: a dp_width = 4 variant trained by one rank and by a group of two
+// ranks (ranks_per_variant = 2: each computes 2 shards, the shard gradients are gathered and summed in
+// the declared order on both) ends with the same weights and optimizer state, for each order.
+TEST(E2E, DpWidthGivesTheSameWeightsOnOneRankAndOnAGroupOfTwo) {
+  TempDir dir;
+  auto grid = [&](const std::string& out, int ranks_per_variant) {
+    std::ostringstream os;
+    os << "[study]\nname = \"dp\"\nout = \"" << out << "\"\nphases = [\"train\"]\n"
+       << "[grid]\nallreduce = [\"rank\", \"tree\"]\n"
+       << "[model]\nvocab = 32\nd_model = 16\nheads = 2\nlayers = 1\nseq_len = 16\nmlp_ratio = 2\n"
+       << "[data]\nspan_len = 4\n[train]\nsteps = 4\nbatch = 8\nwarmup = 2\ncheckpoint_every = 4\n"
+       << "dp_width = 4\nranks_per_variant = " << ranks_per_variant << "\n"
+       << "[attention]\nblock_q = 8\nblock_kv = 8\n";
+    return dir.file("dp" + std::to_string(ranks_per_variant) + ".toml", os.str());
+  };
+  const std::string one = (dir / "one").string(), two = (dir / "two").string();
+  RunResult r = run_fastudy("train " + grid(one, 1) + " -q");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_fastudy_mpi(2, "train " + grid(two, 2) + " -q");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* id : {"rank", "tree"}) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(final_state(one, id, 4), final_state(two, id, 4)) << "dp_width = 4 depends on the group size";
+  }
+  EXPECT_NE(final_state(one, "rank", 4), final_state(one, "tree", 4)) << "the order changed nothing";
+}

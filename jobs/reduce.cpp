@@ -57,6 +57,7 @@ struct Plan {
   std::vector<std::string> left_out;     // "id: reason"
   std::vector<std::int64_t> steps;
   std::vector<std::string> tensors;      // parameter names, then "model"
+  std::vector<std::int64_t> sizes;       // elements of each parameter (read from the first variant)
 };
 
 
@@ -111,7 +112,10 @@ Plan make_plan(const Study& st, const std::string& out, bool allow_missing, cons
     throw Error("fewer than two variants have complete checkpoints in " + out + "; nothing to compare",
                 "run the train phase first (fastudy train GRID.toml)");
   plan.steps.assign(expected.begin(), expected.end());
-  for (const auto& a : read_params(checkpoint_path(out, plan.variants[0]->id, plan.steps[0]))) plan.tensors.push_back(a.name);
+  for (const auto& a : read_params(checkpoint_path(out, plan.variants[0]->id, plan.steps[0]))) {
+    plan.tensors.push_back(a.name);
+    plan.sizes.push_back(a.numel());
+  }
   plan.tensors.push_back(kModel);
   return plan;
 }
@@ -122,6 +126,7 @@ std::string pack_plan(const Plan& p) {
   for (const auto& s : p.left_out) os << "l " << s << '\n';
   for (auto s : p.steps) os << "s " << s << '\n';
   for (const auto& t : p.tensors) os << "t " << t << '\n';
+  for (auto n : p.sizes) os << "n " << n << '\n';
   return os.str();
 }
 
@@ -136,6 +141,7 @@ Plan unpack_plan(const std::string& text, const Study& st) {
       case 'l': p.left_out.push_back(body); break;
       case 's': p.steps.push_back(std::stoll(body)); break;
       case 't': p.tensors.push_back(body); break;
+      case 'n': p.sizes.push_back(std::stoll(body)); break;
     }
   }
   return p;
@@ -357,23 +363,16 @@ int job_reduce(JobContext& ctx) {
             std::to_string(T - 1) + " tensors (+ whole model) on " + std::to_string(world.size()) + " rank(s)");
 
   // Task k = (step k / T, tensor k % T): a split task (the whole model, a tensor of at least
-  // kSplitElements values, with more than one rank) runs on every rank; the others are dealt by size. The sizes come from the first variant's
-  // checkpoint (every variant has the same parameters: read_params checks nothing else, the pairwise
-  // engine does).
+  // kSplitElements values, with more than one rank) runs on every rank; the others are dealt by size
+  // (the plan's, from the first variant's checkpoint: every variant has the same parameters).
   std::vector<bool> split(T, false);
-  std::vector<std::int64_t> sizes(T, 0);  // elements of each tensor (the whole model's: unused)
-  {
-    on_root(world, [&] {
-      const auto arrays = read_params(checkpoint_path(out, plan.variants[0]->id, plan.steps[0]));
-      for (std::size_t t = 0; t + 1 < T; ++t) sizes[t] = arrays[t].numel();
-    });
-    world.bcast(sizes.data(), sizes.size() * sizeof(std::int64_t));
-    for (std::size_t t = 0; t < T; ++t)
-      split[t] = world.size() > 1 && (t + 1 == T || static_cast<std::size_t>(sizes[t]) >= kSplitElements);
-  }
+  std::vector<std::int64_t> sizes(plan.sizes);
+  sizes.push_back(0);  // the whole model: always split on several ranks
+  for (std::size_t t = 0; t < T; ++t)
+    split[t] = world.size() > 1 && (t + 1 == T || static_cast<std::size_t>(sizes[t]) >= kSplitElements);
   // The unsplit tasks by cost (their size: the pairwise work is linear in it), largest first, each to
   // the rank with the least work so far (longest processing time first; ties: the lowest rank). The
-  // same on every rank: sizes were broadcast.
+  // same on every rank: the plan was broadcast.
   std::vector<int> owner(tasks, -1);  // -1: every rank
   {
     std::vector<std::size_t> order;

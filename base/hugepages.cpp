@@ -1,10 +1,11 @@
 #include "base/hugepages.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdlib>
-#include <fstream>
-#include <string>
+#include <cstring>
 
 extern char** environ;
 
@@ -14,31 +15,69 @@ namespace {
 
 constexpr const char* kTunable = "glibc.malloc.hugetlb";
 
-// The kernel's THP mode: the bracketed word of /sys/kernel/mm/transparent_hugepage/enabled.
-std::string thp_mode() {
-  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string line;
-  if (!std::getline(in, line)) return {};
-  const auto open = line.find('['), close = line.find(']');
-  if (open == std::string::npos || close == std::string::npos || close < open) return {};
-  return line.substr(open + 1, close - open - 1);
+// Whether the kernel's THP mode (the bracketed word of /sys/kernel/mm/transparent_hugepage/enabled)
+// is "madvise". Plain system calls: this may run before the C++ runtime is initialised.
+bool thp_mode_is_madvise() {
+  const int fd = ::open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char line[256] = {};
+  const ssize_t got = ::read(fd, line, sizeof line - 1);
+  ::close(fd);
+  if (got <= 0) return false;
+  return std::strstr(line, "[madvise]") != nullptr;
 }
 
 }  // namespace
 
-void use_transparent_hugepages(char** argv) {
-  const char* opt = std::getenv("FASTUDY_HUGEPAGES");
-  if (opt && std::string(opt) == "0") return;
-  const char* current = std::getenv("GLIBC_TUNABLES");
-  const std::string tunables = current ? current : "";
-  if (tunables.find(kTunable) != std::string::npos) return;  // set already (by us or the user)
-  if (thp_mode() != "madvise") return;
-  const std::string value = (tunables.empty() ? "" : tunables + ":") + kTunable + "=1";
-  if (::setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0) return;
-  ::execve("/proc/self/exe", argv, environ);
-  // execve returned: it failed; run on without (and do not leave the variable to children).
-  if (current) ::setenv("GLIBC_TUNABLES", current, 1);
-  else ::unsetenv("GLIBC_TUNABLES");
+namespace {
+
+// The value of NAME in `envp` ("NAME=value" entries), or nullptr.
+const char* find_env(char** envp, const char* name) {
+  const std::size_t len = std::strlen(name);
+  for (char** e = envp; e && *e; ++e)
+    if (std::strncmp(*e, name, len) == 0 && (*e)[len] == '=') return *e + len + 1;
+  return nullptr;
 }
+
+// Re-executes with GLIBC_TUNABLES extended in a copy of `envp` (the process's own environment is
+// not touched: in the .preinit_array, getenv/setenv do not see it yet). Returns when nothing is done
+// or execve failed.
+void reexec_with_tunable(char** argv, char** envp) {
+  const char* opt = find_env(envp, "FASTUDY_HUGEPAGES");
+  if (opt && std::strcmp(opt, "0") == 0) return;
+  const char* current = find_env(envp, "GLIBC_TUNABLES");
+  if (current && std::strstr(current, kTunable)) return;  // set already (by us or the user)
+  if (!thp_mode_is_madvise()) return;
+  // "GLIBC_TUNABLES=<current>:glibc.malloc.hugetlb=1"
+  static char entry[4096];
+  const std::size_t have = current ? std::strlen(current) : 0;
+  if (have + std::strlen(kTunable) + 32 > sizeof entry) return;
+  std::strcpy(entry, "GLIBC_TUNABLES=");
+  if (current && *current) {
+    std::strcat(entry, current);
+    std::strcat(entry, ":");
+  }
+  std::strcat(entry, kTunable);
+  std::strcat(entry, "=1");
+  std::size_t count = 0;
+  while (envp && envp[count]) ++count;
+  char** env = static_cast<char**>(std::calloc(count + 2, sizeof(char*)));
+  if (!env) return;
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < count; ++i)
+    if (std::strncmp(envp[i], "GLIBC_TUNABLES=", 15) != 0) env[k++] = envp[i];
+  env[k++] = entry;
+  env[k] = nullptr;
+  ::execve("/proc/self/exe", argv, env);
+  std::free(env);  // execve returned: it failed; run on with 4 KiB pages
+}
+
+}  // namespace
+
+void use_transparent_hugepages(char** argv) { reexec_with_tunable(argv, environ); }
+
+namespace detail {
+void hugepages_at_preinit(int, char** argv, char** envp) { reexec_with_tunable(argv, envp); }
+}  // namespace detail
 
 }  // namespace fastudy

@@ -9,6 +9,12 @@
 // the process re-executes itself once with the tunable added to GLIBC_TUNABLES (same pid, same
 // arguments and environment otherwise; before MPI or any thread starts).
 //
+// An executable should do that before its libraries' static initialisers run: LibTorch's register
+// thousands of operators (about 0.5 s of every start), and a re-execution from main() would pay them
+// twice. FASTUDY_HUGEPAGES_AT_PREINIT() in the executable's main file registers the call in the ELF
+// .preinit_array, which the dynamic loader runs before any shared library's initialisers; the call
+// therefore uses only the C library (getenv, setenv, execve), not the C++ runtime.
+//
 // Nothing happens when FASTUDY_HUGEPAGES=0, when the tunable is already set, when the kernel has no
 // THP or has it "always"/"never", or when /proc/self/exe cannot be executed (the process then runs on
 // with 4 KiB pages). Results do not change: only how memory is backed.
@@ -16,7 +22,17 @@
 
 namespace fastudy {
 
-// Call first thing in main(); returns only when no re-execution happened.
+// Returns only when no re-execution happened. Safe before the C++ runtime is initialised.
 void use_transparent_hugepages(char** argv);
 
+namespace detail {
+void hugepages_at_preinit(int argc, char** argv, char** envp);
+}  // namespace detail
+
 }  // namespace fastudy
+
+// In the executable's main file, at namespace scope: runs use_transparent_hugepages() from the ELF
+// .preinit_array (before every library's initialisers; only an executable may have one).
+#define FASTUDY_HUGEPAGES_AT_PREINIT()                                                            \
+  __attribute__((section(".preinit_array"), used)) static void (*fastudy_hugepages_preinit_)( \
+      int, char**, char**) = &fastudy::detail::hugepages_at_preinit

@@ -181,8 +181,11 @@ int exit_code_of(const std::exception& e) {
 
 }  // namespace
 
+// Huge pages for the heap: may re-execute the process once, before LibTorch's initialisers run
+// (base/hugepages.hpp).
+FASTUDY_HUGEPAGES_AT_PREINIT();
+
 int main(int argc, char** argv) {
-  use_transparent_hugepages(argv);  // may re-execute the process once (base/hugepages.hpp)
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     print_global_help(argc < 2 ? std::cerr : std::cout);
     return argc < 2 ? kExitUsage : kExitOk;

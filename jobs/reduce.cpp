@@ -4,12 +4,14 @@
 // flattened), and ranks the axes as deviation sources (analysis/ranking.hpp).
 //
 // Work split: the tasks are (step, tensor) pairs plus one whole-model task per step. Small tensors are
-// dealt to the ranks by size (largest first, to the least loaded) and computed whole by one rank. The whole model and every tensor of
-// at least kSplitElements values are split over all ranks by element range (analysis/distance.hpp):
-// rank r sorts the variants r, r+R, ..., the sorted arrays are exchanged, and every rank accumulates
-// its block-aligned part of the sorted positions and of the elementwise indices; the exact partial
-// sums are combined with MPI_Allreduce. Block-aligned splits give bit-identical sums, so the results
-// do not depend on the number of ranks either way. Rank 0 gathers them in task order and writes
+// dealt to the ranks by size (largest first, to the least loaded) and computed whole by one rank. The
+// whole model and every tensor of at least kSplitElements values are split over all ranks by element
+// range (analysis/distance.hpp): rank r sorts the variants r, r+R, ..., the sorted arrays are
+// exchanged, and every rank accumulates its block-aligned part of the sorted positions (and of the
+// elementwise indices); the exact partial sums are combined with MPI_Allreduce. The whole model's
+// elementwise sums (max |d|, mean |d|, relative L2) are those of its tensors added up
+// (PairwisePartials::combine_elementwise), so it needs only the sorted pass of its own. Block-aligned
+// splits give bit-identical sums, so the results do not depend on the number of ranks either way. Rank 0 gathers them in task order and writes
 //   OUT/deviation.h5   /steps/<step>/<tensor>/{w1,w2,max_abs,mean_abs,rel_l2}: V x V matrices
 //   OUT/deviation.csv  one row per step, tensor and pair (tensor "model" is the whole model)
 //   OUT/axes.csv       each grid axis's role, baseline, replicate flag and values (the verdict's input)
@@ -23,6 +25,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -151,28 +154,85 @@ Plan unpack_plan(const std::string& text, const Study& st) {
 // exchange of sorted arrays costs more than it saves.
 constexpr std::size_t kSplitElements = std::size_t{1} << 18;
 
-std::vector<double> metric_matrices(const PairwiseMatrix& m) {
-  const std::size_t V = m.variants;
-  std::vector<double> out(kMetrics * V * V, 0.0);
-  for (std::size_t i = 0; i < V; ++i)
-    for (std::size_t j = 0; j < V; ++j) {
-      if (i == j) continue;
-      const PairMetrics& p = m.at(i, j);
-      const double vals[kMetrics] = {p.w1, p.w2, p.max_abs, p.mean_abs, p.rel_l2};
-      for (int k = 0; k < kMetrics; ++k) out[(static_cast<std::size_t>(k) * V + i) * V + j] = vals[k];
+// Parameters of every variant at one step, as double when any variant stores f64, else float.
+struct StepParams {
+  bool f64 = false;
+  std::vector<std::vector<NamedArray>> per_variant;
+};
+
+// Every variant's parameters at one step. Every rank reads them all (from the page cache that is
+// cheaper than reading a share and exchanging the arrays: 0.27 s to read 12 checkpoints of 3.3M
+// parameters, 0.8 s to pack and allgather half of them), without the whole-file pass: the check
+// before the work verified every file against its sidecar (the crc32 of each dataset is checked).
+std::vector<std::vector<NamedArray>> read_step_params(const Plan& plan, const std::string& out, std::int64_t step) {
+  std::vector<std::vector<NamedArray>> arrays;
+  for (const auto* v : plan.variants)
+    arrays.push_back(read_params(checkpoint_path(out, v->id, step), {}, WholeFile::checked_before));
+  return arrays;
+}
+
+// Values [begin, end) of variant v's `tensor` (kModel: all parameters concatenated in file order),
+// converted to T. Copies only that range.
+template <class T>
+std::vector<T> flatten(const StepParams& sp, std::size_t v, const std::string& tensor, const std::vector<std::string>& names,
+                       std::size_t begin, std::size_t end) {
+  std::vector<T> out(end - begin);
+  const std::vector<NamedArray>& arrays = sp.per_variant[v];
+  std::size_t at = 0;  // index of the current tensor's first value in the (concatenated) tensor
+  for (std::size_t t = 0; t < arrays.size() && at < end; ++t) {
+    if (tensor != kModel && names[t] != tensor) continue;
+    const NamedArray& a = arrays[t];
+    const std::size_t n = static_cast<std::size_t>(a.numel());
+    const std::size_t lo = std::max(begin, at), hi = std::min(end, at + n);
+    if (lo < hi) {
+      T* dst = out.data() + (lo - begin);
+      if (a.dtype == DType::f64) std::copy(a.as<double>() + (lo - at), a.as<double>() + (hi - at), dst);
+      else std::copy(a.as<float>() + (lo - at), a.as<float>() + (hi - at), dst);
     }
+    at += n;
+  }
   return out;
 }
 
-// The matrices of one task computed by every rank of `world` together (collective): rank r sorts the
-// variants v = r (mod R) and sends each rank q the window q (block_aligned_part) of those sorted arrays
-// (one alltoallv: every rank receives its window of every variant, V n / R values); each rank
-// accumulates its window of the sorted positions and of the elementwise indices, and the exact partial
-// sums are combined (MPI_SUM on the integer sums, MPI_MAX on the maxima). Bit-identical to
-// pairwise_matrix() on one process (tests/analysis/test_pairwise_mpi.cpp; tests/cli/test_e2e.cpp).
+// The partial sums of one tensor (or, with elementwise = false, the sorted part of the whole model)
+// computed by this rank alone: every variant sorted, every pair over [0, n).
 template <class T>
-std::vector<double> split_task_matrices(const mpi::Comm& world, const std::vector<std::vector<T>>& arrays) {
-  const std::size_t V = arrays.size(), n = arrays[0].size();
+PairwisePartials whole_partials(const StepParams& sp, const std::string& tensor, const std::vector<std::string>& names,
+                                std::size_t n, bool elementwise) {
+  const std::size_t V = sp.per_variant.size();
+  std::vector<std::vector<T>> raw;
+  SortedSet<T> set;
+  for (std::size_t v = 0; v < V; ++v) {
+    std::vector<T> x = flatten<T>(sp, v, tensor, names, 0, n);
+    if (elementwise) {
+      set.add(x);
+      raw.push_back(std::move(x));
+    } else {
+      radix_sort(x.data(), n);
+      set.add_sorted(std::move(x));
+    }
+  }
+  PairwisePartials p(V);
+  accumulate_sorted(set, 0, n, p);
+  if (elementwise) {
+    std::vector<const T*> ptrs;
+    for (const auto& x : raw) ptrs.push_back(x.data());
+    accumulate_elementwise(ptrs, 0, n, p);
+  }
+  return p;
+}
+
+// This rank's partial sums of one task computed by every rank of `world` together (collective; the
+// caller combines them with allreduce): rank r sorts the variants v = r (mod R) and sends each rank q
+// the window q (block_aligned_part) of those sorted arrays (one alltoallv: every rank receives its
+// window of every variant, V n / R values); each rank accumulates its window of the sorted positions
+// and, with elementwise = true, of the elementwise indices (each variant's unsorted window, copied
+// from the parameters it read). Block-aligned windows make the combined sums bit-identical to
+// whole_partials() on one process (tests/analysis/test_pairwise_mpi.cpp; tests/cli/test_e2e.cpp).
+template <class T>
+PairwisePartials split_partials(const mpi::Comm& world, const StepParams& sp, const std::string& tensor,
+                                const std::vector<std::string>& names, std::size_t n, bool elementwise) {
+  const std::size_t V = sp.per_variant.size();
   const std::size_t R = static_cast<std::size_t>(world.size()), r = static_cast<std::size_t>(world.rank());
   const auto owned = [&](std::size_t q) { return V > q ? (V - q + R - 1) / R : 0; };  // variants q, q+R, ...
   std::vector<IndexRange> windows;
@@ -182,10 +242,9 @@ std::vector<double> split_task_matrices(const mpi::Comm& world, const std::vecto
   std::vector<T> send(owned(r) * n);
   std::vector<std::size_t> send_bytes(R), recv_bytes(R);
   {
-    std::vector<T> sorted;
     std::size_t k = 0;
     for (std::size_t v = r; v < V; v += R, ++k) {
-      sorted.assign(arrays[v].begin(), arrays[v].end());
+      std::vector<T> sorted = flatten<T>(sp, v, tensor, names, 0, n);
       radix_sort(sorted.data(), n);
       for (std::size_t q = 0, at = 0; q < R; at += owned(r) * length(q), ++q)
         std::copy(sorted.begin() + static_cast<std::ptrdiff_t>(windows[q].begin),
@@ -205,65 +264,41 @@ std::vector<double> split_task_matrices(const mpi::Comm& world, const std::vecto
   SortedSet<T> set;
   std::vector<std::size_t> first(R, 0);  // where rank q's variants start in recv
   for (std::size_t q = 1; q < R; ++q) first[q] = first[q - 1] + owned(q - 1) * length(r);
-  std::vector<const T*> ptrs;
   for (std::size_t v = 0; v < V; ++v) {
     const T* window = recv.data() + first[v % R] + (v / R) * length(r);
     set.add_sorted_window(std::vector<T>(window, window + length(r)), w.begin, n);
-    ptrs.push_back(arrays[v].data());
   }
   recv = {};
   PairwisePartials p(V);
   accumulate_sorted(set, w.begin, w.end, p);
-  accumulate_elementwise(ptrs, w.begin, w.end, p);
+  if (elementwise) {
+    std::vector<std::vector<T>> raw;
+    std::vector<const T*> ptrs;
+    for (std::size_t v = 0; v < V; ++v) {
+      raw.push_back(flatten<T>(sp, v, tensor, names, w.begin, w.end));
+      ptrs.push_back(raw.back().data());
+    }
+    accumulate_elementwise(ptrs, w.begin, w.end, p, w.begin);
+  }
+  return p;
+}
+
+std::vector<double> metric_matrices(const PairwiseMatrix& m) {
+  const std::size_t V = m.variants;
+  std::vector<double> out(kMetrics * V * V, 0.0);
+  for (std::size_t i = 0; i < V; ++i)
+    for (std::size_t j = 0; j < V; ++j) {
+      if (i == j) continue;
+      const PairMetrics& p = m.at(i, j);
+      const double vals[kMetrics] = {p.w1, p.w2, p.max_abs, p.mean_abs, p.rel_l2};
+      for (int k = 0; k < kMetrics; ++k) out[(static_cast<std::size_t>(k) * V + i) * V + j] = vals[k];
+    }
+  return out;
+}
+
+void allreduce(const mpi::Comm& world, PairwisePartials& p) {
   world.allreduce_sum(p.sums(), p.sums_size());
   world.allreduce_max(p.maxima(), p.maxima_size());
-  p.set_has_w2(true);
-  return metric_matrices(p.finalize());
-}
-
-// The matrices of one task, computed by this rank alone: kMetrics x V x V doubles (0 on the diagonal).
-template <class T>
-std::vector<double> task_matrices(const std::vector<std::vector<T>>& arrays) {
-  std::vector<const T*> ptrs;
-  for (const auto& a : arrays) ptrs.push_back(a.data());
-  return metric_matrices(pairwise_matrix(ptrs, arrays[0].size()));
-}
-
-// Parameters of every variant at one step, as double when any variant stores f64, else float.
-struct StepParams {
-  bool f64 = false;
-  std::vector<std::vector<NamedArray>> per_variant;
-};
-
-// Every variant's parameters at one step. Every rank reads them all: from the page cache that is
-// cheaper than reading a share and exchanging the arrays (measured: 0.27 s to read 12 checkpoints of
-// 3.3M parameters, 0.8 s to pack and allgather half of them).
-std::vector<std::vector<NamedArray>> read_step_params(const Plan& plan, const std::string& out, std::int64_t step) {
-  std::vector<std::vector<NamedArray>> arrays;
-  for (const auto* v : plan.variants) arrays.push_back(read_params(checkpoint_path(out, v->id, step)));
-  return arrays;
-}
-
-template <class T>
-std::vector<std::vector<T>> gather_tensor(const StepParams& sp, const std::string& tensor, const std::vector<std::string>& names) {
-  std::vector<std::vector<T>> out;
-  for (const auto& arrays : sp.per_variant) {
-    std::vector<T> flat;
-    for (std::size_t t = 0; t < arrays.size(); ++t) {
-      if (tensor != kModel && names[t] != tensor) continue;
-      const NamedArray& a = arrays[t];
-      const std::size_t n = static_cast<std::size_t>(a.numel());
-      if (a.dtype == DType::f64) {
-        const double* p = a.as<double>();
-        for (std::size_t i = 0; i < n; ++i) flat.push_back(static_cast<T>(p[i]));
-      } else {
-        const float* p = a.as<float>();
-        for (std::size_t i = 0; i < n; ++i) flat.push_back(static_cast<T>(p[i]));
-      }
-    }
-    out.push_back(std::move(flat));
-  }
-  return out;
 }
 
 void write_deviation_h5(const std::string& path, const Plan& plan, const std::vector<std::vector<double>>& results,
@@ -303,6 +338,10 @@ void write_deviation_h5(const std::string& path, const Plan& plan, const std::ve
   });
 }
 
+double since(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
 SourceRole source_role(AxisRole role) {
   switch (role) {
     case AxisRole::optimisation: return SourceRole::optimisation;
@@ -324,6 +363,7 @@ int job_reduce(JobContext& ctx) {
   const Study& st = *ctx.study;
   mpi::Comm& world = *ctx.world;
   const std::string out = ctx.out_dir;
+  const auto t_start = std::chrono::steady_clock::now();
 
   on_root(world, [&] {
     if (!file_exists((fs::path(out) / "study.toml").string()))
@@ -341,6 +381,7 @@ int job_reduce(JobContext& ctx) {
     }
   }
   const std::vector<std::string> checked_parts = world.gather(checked);
+  const auto t_checked = std::chrono::steady_clock::now();
   std::string packed;
   on_root(world, [&] {
     std::vector<std::string> problems(st.variants.size());
@@ -404,37 +445,52 @@ int job_reduce(JobContext& ctx) {
       for (const auto& a : arrays) sp.f64 |= a.dtype == DType::f64;
     auto t1 = std::chrono::steady_clock::now();
     read_s += std::chrono::duration<double>(t1 - t0).count();
+    // The whole model's elementwise sums are those of its tensors added up (combine_elementwise): this
+    // rank's share (its own tasks, its windows of split tasks) is added here and combined over the
+    // ranks with the model's sorted sums, so the model needs no elementwise pass of its own.
+    PairwisePartials model_elementwise(V);
     for (std::size_t t = 0; t < T && !stopped; ++t) {
       const std::size_t k = si * T + t;
-      std::vector<double> m;
+      const bool model = t + 1 == T;
+      const std::size_t n = model ? static_cast<std::size_t>(std::accumulate(plan.sizes.begin(), plan.sizes.end(), std::int64_t{0}))
+                                  : static_cast<std::size_t>(plan.sizes[t]);
+      PairwisePartials p;
       if (owner[k] < 0) {
         if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {
           stopped = true;
           break;
         }
-        m = sp.f64 ? split_task_matrices(world, gather_tensor<double>(sp, plan.tensors[t], names))
-                   : split_task_matrices(world, gather_tensor<float>(sp, plan.tensors[t], names));
+        p = sp.f64 ? split_partials<double>(world, sp, plan.tensors[t], names, n, !model)
+                   : split_partials<float>(world, sp, plan.tensors[t], names, n, !model);
+        if (model) p.combine_elementwise(model_elementwise);
+        else model_elementwise.combine_elementwise(p);
+        allreduce(world, p);
+        p.set_has_w2(true);
         if (!world.is_root()) continue;  // rank 0 holds the result
       } else {
         // A signal skips this rank's own tasks; it leaves the loop only at the next collective check,
         // together with the other ranks (the check after the loop then fails the job everywhere).
         if (owner[k] != world.rank() || stop_signal_received()) continue;
-        m = sp.f64 ? task_matrices(gather_tensor<double>(sp, plan.tensors[t], names))
-                   : task_matrices(gather_tensor<float>(sp, plan.tensors[t], names));
+        p = sp.f64 ? whole_partials<double>(sp, plan.tensors[t], names, n, !model)
+                   : whole_partials<float>(sp, plan.tensors[t], names, n, !model);
+        if (model) p.combine_elementwise(model_elementwise);
+        else model_elementwise.combine_elementwise(p);
       }
+      const std::vector<double> m = metric_matrices(p.finalize());
       const std::uint64_t idx = k;
       mine.append(reinterpret_cast<const char*>(&idx), sizeof idx);
       mine.append(reinterpret_cast<const char*>(m.data()), m.size() * sizeof(double));
     }
     compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
-  log::debug("reduce: rank 0 read checkpoints for " + number_text(read_s) + " s, computed for " + number_text(compute_s) + " s");
+  const auto t_computed = std::chrono::steady_clock::now();
   std::vector<std::string> parts = world.gather(mine);
   if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {
     log::warn("reduce: stopped by a signal; nothing was written, run it again to redo it");
     return kExitFailure;
   }
 
+  const auto t_gathered = std::chrono::steady_clock::now();
   on_root(world, [&] {
     const std::size_t task_bytes = sizeof(std::uint64_t) + kMetrics * V * V * sizeof(double);
     std::vector<std::vector<double>> results(tasks);
@@ -464,6 +520,7 @@ int job_reduce(JobContext& ctx) {
       }
     write_deviation_h5((fs::path(out) / "deviation.h5").string(), plan, results, ctx.prov);
     atomic_write_sealed((fs::path(out) / "deviation.csv").string(), csv.str());
+    const auto t_written = std::chrono::steady_clock::now();
 
     // The ranking, on the whole-model matrices.
     std::vector<RankingVariant> rv;
@@ -529,6 +586,12 @@ int job_reduce(JobContext& ctx) {
       tw << t.variant << ',' << t.twin << ',' << t.precision << ',' << t.step << ',' << number_text(t.w1) << ',' << number_text(t.max_abs) << '\n';
     atomic_write_sealed((fs::path(out) / "twins.csv").string(), tw.str());
     log::info(format_ranking_table(ranking));
+    const auto t_end = std::chrono::steady_clock::now();
+    log::debug("reduce: rank 0 checked checkpoints for " + number_text(since(t_start, t_checked)) + " s, read them for " +
+               number_text(read_s) + " s, computed for " + number_text(compute_s) + " s, gathered for " +
+               number_text(since(t_computed, t_gathered)) + " s, wrote deviation.h5/.csv for " +
+               number_text(since(t_gathered, t_written)) + " s, ranked and wrote the rest for " +
+               number_text(since(t_written, t_end)) + " s");
     log::info("reduce: wrote deviation.h5, deviation.csv, axes.csv, ranking.csv, verdict.csv and twins.csv in " + out);
   });
   return kExitOk;

@@ -418,17 +418,19 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
 
 namespace {
 
-h5::File open_checked(const std::string& path) {
+h5::File open_checked(const std::string& path, WholeFile whole = WholeFile::verify) {
   if (!fs::exists(path)) {
     throw CheckpointError(path, "", "no such file",
                           "check the path; checkpoints live in OUT/checkpoints/<variant>/step_NNNNNNN.h5");
   }
   // Verify before you parse: HDF5 never sees a byte that differs from what fastudy wrote (a damaged
   // file can crash or hang libhdf5, and root attributes such as data_cursor carry no crc32 of their own).
-  try {
-    verify_sealed(path, kHintCorrupt);
-  } catch (const IntegrityError& e) {
-    throw CheckpointError(path, "", e.problem(), kHintCorrupt);
+  if (whole == WholeFile::verify) {
+    try {
+      verify_sealed(path, kHintCorrupt);
+    } catch (const IntegrityError& e) {
+      throw CheckpointError(path, "", e.problem(), kHintCorrupt);
+    }
   }
   if (!h5::File::is_hdf5(path)) {
     throw CheckpointError(path, "", "not an HDF5 file (empty, truncated at the start or overwritten)",
@@ -654,8 +656,8 @@ TrainState read_checkpoint(const mpi::Comm& group, const std::string& path) {
   return decode(bytes);
 }
 
-std::vector<NamedArray> read_params(const std::string& path, const std::vector<std::string>& names) {
-  h5::File f = open_checked(path);
+std::vector<NamedArray> read_params(const std::string& path, const std::vector<std::string>& names, WholeFile whole) {
+  h5::File f = open_checked(path, whole);
   h5::Group root = f.root();
   return read_section(root, "params", path, names);
 }

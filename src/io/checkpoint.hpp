@@ -89,9 +89,16 @@ TrainState read_checkpoint(const std::string& path);
 // same CheckpointError (a resume needs the state on every rank of the group).
 TrainState read_checkpoint(const mpi::Comm& group, const std::string& path);
 
+// Whether a read first checks the whole file against its checksum sidecar (a pass over every byte).
+// `checked_before` skips that pass, for a file that checkpoint_problem() found intact earlier in the
+// same run (reduce checks every checkpoint before any work, then reads each again); the crc32 of
+// every dataset read is checked either way.
+enum class WholeFile { verify, checked_before };
+
 // Only the parameters (f32 or f64, as stored), in file order; `names` empty means all of them, else
 // exactly those (a missing name is a CheckpointError). Checksums are checked. For the reducer.
-std::vector<NamedArray> read_params(const std::string& path, const std::vector<std::string>& names = {});
+std::vector<NamedArray> read_params(const std::string& path, const std::vector<std::string>& names = {},
+                                    WholeFile whole = WholeFile::verify);
 
 // The root attributes only (step, data_cursor and the string attrs: variant id, config hash, ...),
 // without reading or checking the tensors: a cheap look, e.g. to refuse a resume whose config hash

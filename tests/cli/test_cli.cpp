@@ -102,9 +102,10 @@ TEST(Cli, RefusesAForeignNonEmptyOutputDirectory) {
   EXPECT_TRUE(fs::exists(dir / "precious.txt"));
 }
 
-// base/hugepages: a process that calls use_transparent_hugepages() re-executes itself once with
-// glibc.malloc.hugetlb=1 and its heap is then backed by huge pages; FASTUDY_HUGEPAGES=0 and a
-// user's own GLIBC_TUNABLES setting of the tunable are respected.
+// base/hugepages: a process with FASTUDY_HUGEPAGES_AT_PREINIT() re-executes itself once with
+// glibc.malloc.hugetlb=1, before its static initialisers run (they run once, in the new process), and
+// its heap is then backed by huge pages; FASTUDY_HUGEPAGES=0 and a user's own GLIBC_TUNABLES setting
+// of the tunable are respected.
 TEST(Hugepages, TheProcessReexecutesWithTheTunableAndGetsHugePages) {
   std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string mode;
@@ -112,9 +113,17 @@ TEST(Hugepages, TheProcessReexecutesWithTheTunableAndGetsHugePages) {
   if (mode.find("[madvise]") == std::string::npos)
     GTEST_SKIP() << "the kernel's transparent huge page mode is not madvise (" << mode << "): nothing to set";
   const std::string probe = FASTUDY_HUGEPAGES_PROBE;
-  RunResult on = run_command("env -u GLIBC_TUNABLES -u FASTUDY_HUGEPAGES " + probe);
+  RunResult on = run_command("env -u GLIBC_TUNABLES -u FASTUDY_HUGEPAGES HUGEPAGES_PROBE_MARK=kept " + probe);
   ASSERT_EQ(on.code, 0) << on.output;
   EXPECT_NE(on.output.find("tunables=glibc.malloc.hugetlb=1\n"), std::string::npos) << on.output;
+  EXPECT_NE(on.output.find("mark=kept\n"), std::string::npos) << "the environment was lost: " << on.output;
+  const auto count = [](const std::string& out, const std::string& what) {
+    std::size_t n = 0;
+    for (auto at = out.find(what); at != std::string::npos; at = out.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(on.output, "initialiser ran"), 1u) << "the initialisers ran before the re-execution: " << on.output;
+  EXPECT_EQ(count(on.output, "initialiser ran with tunables=glibc.malloc.hugetlb=1\n"), 1u) << on.output;
   const auto kb = [](const std::string& out) {
     const auto at = out.find("anon_huge_kb=");
     return at == std::string::npos ? -1L : std::stol(out.substr(at + 13));

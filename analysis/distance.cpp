@@ -218,27 +218,37 @@ void SortedSet<T>::add_sorted(std::vector<T> sorted) {
 
 template <class T>
 void SortedSet<T>::add_sorted_window(std::vector<T> window, std::size_t offset, std::size_t total) {
-  const std::string which = "SortedSet: variant " + std::to_string(sorted_.size());
-  if (offset > total || window.size() > total - offset)
-    throw DistanceError(which + ": window [" + std::to_string(offset) + ", " +
-                        std::to_string(offset + window.size()) + ") is outside [0, " + std::to_string(total) + ")");
-  if (!sorted_.empty() && total != n_)
+  add_sorted_view(window.data(), window.size(), offset, total);  // checks; throws before keeping it
+  owned_.push_back(std::move(window));  // the buffer (and the view's pointer into it) stays put
+}
+
+template <class T>
+void SortedSet<T>::add_sorted_view(const T* window, std::size_t length, std::size_t offset, std::size_t total) {
+  const std::string which = "SortedSet: variant " + std::to_string(views_.size());
+  if (offset > total || length > total - offset)
+    throw DistanceError(which + ": window [" + std::to_string(offset) + ", " + std::to_string(offset + length) +
+                        ") is outside [0, " + std::to_string(total) + ")");
+  if (!views_.empty() && total != n_)
     throw DistanceError(which + " has " + std::to_string(total) + " values, the others " + std::to_string(n_),
                         "every variant of a tensor must have the same number of parameters");
-  if (!sorted_.empty() && (offset != offset_ || window.size() != sorted_.front().size()))
-    throw DistanceError(which + ": window [" + std::to_string(offset) + ", " +
-                            std::to_string(offset + window.size()) + ") differs from the others' [" +
-                            std::to_string(window_begin()) + ", " + std::to_string(window_end()) + ")",
+  if (!views_.empty() && (offset != offset_ || length != length_))
+    throw DistanceError(which + ": window [" + std::to_string(offset) + ", " + std::to_string(offset + length) +
+                            ") differs from the others' [" + std::to_string(window_begin()) + ", " +
+                            std::to_string(window_end()) + ")",
                         "every variant must hold the same sorted positions");
+  // One branch-free pass (it vectorises): the count of non-finite values and whether any value is
+  // below its predecessor; the position is looked up only for the message.
   std::uint64_t bad = 0;
-  for (std::size_t i = 0; i < window.size(); ++i) {
-    if (!std::isfinite(window[i])) ++bad;
-    if (i > 0 && window[i] < window[i - 1])
-      throw DistanceError(which + " is not sorted at index " + std::to_string(offset + i));
-  }
+  bool unsorted = false;
+  for (std::size_t i = 0; i < length; ++i) bad += !std::isfinite(window[i]);
+  for (std::size_t i = 1; i < length; ++i) unsorted |= window[i] < window[i - 1];
+  if (unsorted)
+    for (std::size_t i = 1; i < length; ++i)
+      if (window[i] < window[i - 1]) throw DistanceError(which + " is not sorted at index " + std::to_string(offset + i));
   n_ = total;
   offset_ = offset;
-  sorted_.push_back(std::move(window));
+  length_ = length;
+  views_.push_back(window);
   nonfinite_.push_back(bad);
 }
 

@@ -144,19 +144,24 @@ class SortedSet {
   void add_sorted(std::vector<T> sorted);
   // Sorted positions [offset, offset + window.size()) of a sorted distribution of `total` values.
   void add_sorted_window(std::vector<T> window, std::size_t offset, std::size_t total);
+  // The same without a copy: the set only points at `window` (length values), which must stay valid
+  // and unchanged while the set is used (e.g. a segment of memory shared by the ranks of a node).
+  void add_sorted_view(const T* window, std::size_t length, std::size_t offset, std::size_t total);
 
-  std::size_t variants() const { return sorted_.size(); }
+  std::size_t variants() const { return views_.size(); }
   std::size_t size() const { return n_; }  // of the whole distribution
   std::size_t window_begin() const { return offset_; }
-  std::size_t window_end() const { return offset_ + (sorted_.empty() ? n_ : sorted_.front().size()); }
+  std::size_t window_end() const { return offset_ + (views_.empty() ? n_ : length_); }
   // The window of variant v: window(v)[k] is sorted position window_begin() + k.
-  const T* window(std::size_t v) const { return sorted_[v].data(); }
+  const T* window(std::size_t v) const { return views_[v]; }
   std::uint64_t nonfinite(std::size_t v) const { return nonfinite_[v]; }  // in the window
 
  private:
   std::size_t n_ = 0;
   std::size_t offset_ = 0;
-  std::vector<std::vector<T>> sorted_;
+  std::size_t length_ = 0;                // of every window
+  std::vector<std::vector<T>> owned_;     // the windows this set copied or sorted itself
+  std::vector<const T*> views_;           // every variant's window (into owned_ or the caller's memory)
   std::vector<std::uint64_t> nonfinite_;
   // The radix sort's scratch (2n keys), kept between add() calls.
   std::vector<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>> scratch_;

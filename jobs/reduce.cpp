@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -172,11 +173,10 @@ std::vector<std::vector<NamedArray>> read_step_params(const Plan& plan, const st
 }
 
 // Values [begin, end) of variant v's `tensor` (kModel: all parameters concatenated in file order),
-// converted to T. Copies only that range.
+// converted to T, into dst (end - begin values). Copies only that range.
 template <class T>
-std::vector<T> flatten(const StepParams& sp, std::size_t v, const std::string& tensor, const std::vector<std::string>& names,
-                       std::size_t begin, std::size_t end) {
-  std::vector<T> out(end - begin);
+void flatten_into(T* dst, const StepParams& sp, std::size_t v, const std::string& tensor,
+                  const std::vector<std::string>& names, std::size_t begin, std::size_t end) {
   const std::vector<NamedArray>& arrays = sp.per_variant[v];
   std::size_t at = 0;  // index of the current tensor's first value in the (concatenated) tensor
   for (std::size_t t = 0; t < arrays.size() && at < end; ++t) {
@@ -185,14 +185,31 @@ std::vector<T> flatten(const StepParams& sp, std::size_t v, const std::string& t
     const std::size_t n = static_cast<std::size_t>(a.numel());
     const std::size_t lo = std::max(begin, at), hi = std::min(end, at + n);
     if (lo < hi) {
-      T* dst = out.data() + (lo - begin);
-      if (a.dtype == DType::f64) std::copy(a.as<double>() + (lo - at), a.as<double>() + (hi - at), dst);
-      else std::copy(a.as<float>() + (lo - at), a.as<float>() + (hi - at), dst);
+      T* out = dst + (lo - begin);
+      if (a.dtype == DType::f64) std::copy(a.as<double>() + (lo - at), a.as<double>() + (hi - at), out);
+      else std::copy(a.as<float>() + (lo - at), a.as<float>() + (hi - at), out);
     }
     at += n;
   }
+}
+
+template <class T>
+std::vector<T> flatten(const StepParams& sp, std::size_t v, const std::string& tensor, const std::vector<std::string>& names,
+                       std::size_t begin, std::size_t end) {
+  std::vector<T> out(end - begin);
+  flatten_into(out.data(), sp, v, tensor, names, begin, end);
   return out;
 }
+
+// How the ranks of a split task see each other's sorted arrays: through memory shared by the ranks
+// of a node (each node sorts every variant once, its ranks a share each, and every rank reads the
+// sorted windows in place), or, where shared memory is off or too small, by MPI_Alltoallv of the
+// sorted windows (each variant sorted once in the whole job, then copied).
+struct SortedExchange {
+  bool shared = false;
+  mpi::Comm node;             // the ranks of this rank's node (shared)
+  mpi::SharedWindow window;   // reused by every split task; grown when a task needs more
+};
 
 // The partial sums of one tensor (or, with elementwise = false, the sorted part of the whole model)
 // computed by this rank alone: every variant sorted, every pair over [0, n).
@@ -230,8 +247,55 @@ PairwisePartials whole_partials(const StepParams& sp, const std::string& tensor,
 // from the parameters it read). Block-aligned windows make the combined sums bit-identical to
 // whole_partials() on one process (tests/analysis/test_pairwise_mpi.cpp; tests/cli/test_e2e.cpp).
 template <class T>
-PairwisePartials split_partials(const mpi::Comm& world, const StepParams& sp, const std::string& tensor,
+void add_elementwise_window(const StepParams& sp, const std::string& tensor, const std::vector<std::string>& names,
+                            IndexRange w, PairwisePartials& p) {
+  std::vector<std::vector<T>> raw;
+  std::vector<const T*> ptrs;
+  for (std::size_t v = 0; v < sp.per_variant.size(); ++v) {
+    raw.push_back(flatten<T>(sp, v, tensor, names, w.begin, w.end));
+    ptrs.push_back(raw.back().data());
+  }
+  accumulate_elementwise(ptrs, w.begin, w.end, p, w.begin);
+}
+
+// split_partials through node-shared memory: local rank l of L sorts the variants l, l+L, ... into its
+// segment; after publish() every rank reads the sorted windows of every variant in place.
+template <class T>
+PairwisePartials split_partials_shared(const mpi::Comm& world, SortedExchange& ex, const StepParams& sp,
+                                       const std::string& tensor, const std::vector<std::string>& names, std::size_t n,
+                                       bool elementwise) {
+  const std::size_t V = sp.per_variant.size();
+  const std::size_t L = static_cast<std::size_t>(ex.node.size()), l = static_cast<std::size_t>(ex.node.rank());
+  const std::size_t mine = V > l ? (V - l + L - 1) / L : 0;  // variants l, l+L, ...
+  const std::size_t need = mine * n * sizeof(T);
+  const bool grow = !ex.window.valid() || need > ex.window.bytes(ex.node.rank());
+  if (ex.node.allreduce_max(static_cast<std::int64_t>(grow)) != 0) {
+    ex.window = mpi::SharedWindow();  // free the old one first (collective)
+    ex.window = mpi::SharedWindow(ex.node, need);
+  }
+  T* segment = static_cast<T*>(ex.window.mine());
+  for (std::size_t v = l, k = 0; v < V; v += L, ++k) {
+    flatten_into(segment + k * n, sp, v, tensor, names, 0, n);
+    radix_sort(segment + k * n, n);
+  }
+  ex.window.publish();
+  const IndexRange w = block_aligned_part(n, static_cast<std::size_t>(world.size()), static_cast<std::size_t>(world.rank()));
+  SortedSet<T> set;
+  for (std::size_t v = 0; v < V; ++v) {
+    const T* sorted = static_cast<const T*>(ex.window.segment(static_cast<int>(v % L))) + (v / L) * n;
+    set.add_sorted_view(sorted + w.begin, w.end - w.begin, w.begin, n);
+  }
+  PairwisePartials p(V);
+  accumulate_sorted(set, w.begin, w.end, p);
+  ex.window.publish();  // every rank of the node has read the segments: the next task may write them
+  if (elementwise) add_elementwise_window<T>(sp, tensor, names, w, p);
+  return p;
+}
+
+template <class T>
+PairwisePartials split_partials(const mpi::Comm& world, SortedExchange& ex, const StepParams& sp, const std::string& tensor,
                                 const std::vector<std::string>& names, std::size_t n, bool elementwise) {
+  if (ex.shared) return split_partials_shared<T>(world, ex, sp, tensor, names, n, elementwise);
   const std::size_t V = sp.per_variant.size();
   const std::size_t R = static_cast<std::size_t>(world.size()), r = static_cast<std::size_t>(world.rank());
   const auto owned = [&](std::size_t q) { return V > q ? (V - q + R - 1) / R : 0; };  // variants q, q+R, ...
@@ -271,15 +335,7 @@ PairwisePartials split_partials(const mpi::Comm& world, const StepParams& sp, co
   recv = {};
   PairwisePartials p(V);
   accumulate_sorted(set, w.begin, w.end, p);
-  if (elementwise) {
-    std::vector<std::vector<T>> raw;
-    std::vector<const T*> ptrs;
-    for (std::size_t v = 0; v < V; ++v) {
-      raw.push_back(flatten<T>(sp, v, tensor, names, w.begin, w.end));
-      ptrs.push_back(raw.back().data());
-    }
-    accumulate_elementwise(ptrs, w.begin, w.end, p, w.begin);
-  }
+  if (elementwise) add_elementwise_window<T>(sp, tensor, names, w, p);
   return p;
 }
 
@@ -336,6 +392,44 @@ void write_deviation_h5(const std::string& path, const Plan& plan, const std::ve
     }
     f.close();
   });
+}
+
+// The exchange of split tasks' sorted arrays (see SortedExchange): node-shared memory unless
+// FASTUDY_REDUCE_SHARED=0, or unless the shared-memory directory of some node (Open MPI's
+// osc_sm_backing_directory, /dev/shm by default) has less room than its ranks need for the largest
+// split task (every variant of the whole model, as double when the checkpoints hold fp64). Every rank
+// gets the same answer.
+SortedExchange sorted_exchange(const mpi::Comm& world, std::size_t V, const std::vector<std::int64_t>& sizes) {
+  SortedExchange ex;
+  if (world.size() == 1) return ex;
+  const char* opt = std::getenv("FASTUDY_REDUCE_SHARED");
+  const bool wanted = !(opt && std::string(opt) == "0");
+  mpi::Comm node = world.split_shared();
+  std::int64_t problem = 0;
+  std::string why = "FASTUDY_REDUCE_SHARED=0";
+  if (!wanted) {
+    problem = 1;
+  } else if (node.is_root()) {
+    const char* dir_env = std::getenv("OMPI_MCA_osc_sm_backing_directory");
+    const std::string dir = dir_env && *dir_env ? dir_env : "/dev/shm";
+    const std::int64_t values = std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0});
+    const std::uintmax_t need = static_cast<std::uintmax_t>(values) * V * sizeof(double);
+    std::error_code ec;
+    const fs::space_info room = fs::space(dir, ec);
+    if (ec || room.available < need + need / 8) {
+      problem = 1;
+      why = dir + " has " + (ec ? "no usable space (" + ec.message() + ")" : number_text(room.available / 1e9) + " GB free") +
+            ", the sorted arrays need " + number_text(need / 1e9) + " GB";
+    }
+  }
+  if (world.allreduce_max(problem) != 0) {
+    log::info("reduce: exchanging sorted arrays with MPI_Alltoallv, not node-shared memory (" +
+              (problem ? why : std::string("another node's shared-memory directory is too small")) + ")");
+    return ex;
+  }
+  ex.shared = true;
+  ex.node = std::move(node);
+  return ex;
 }
 
 double since(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
@@ -430,6 +524,7 @@ int job_reduce(JobContext& ctx) {
   }
   std::string mine;
   std::vector<std::string> names(plan.tensors.begin(), plan.tensors.end() - 1);
+  SortedExchange exchange = sorted_exchange(world, V, plan.sizes);
   // A stop signal (SIGTERM, SIGUSR1) ends the work at the next task; nothing is written. The ranks
   // agree on it before each split task (a collective), so none waits for another in vain.
   bool stopped = false;
@@ -460,8 +555,8 @@ int job_reduce(JobContext& ctx) {
           stopped = true;
           break;
         }
-        p = sp.f64 ? split_partials<double>(world, sp, plan.tensors[t], names, n, !model)
-                   : split_partials<float>(world, sp, plan.tensors[t], names, n, !model);
+        p = sp.f64 ? split_partials<double>(world, exchange, sp, plan.tensors[t], names, n, !model)
+                   : split_partials<float>(world, exchange, sp, plan.tensors[t], names, n, !model);
         if (model) p.combine_elementwise(model_elementwise);
         else model_elementwise.combine_elementwise(p);
         allreduce(world, p);

@@ -27,10 +27,6 @@ bool thp_mode_is_madvise() {
   return std::strstr(line, "[madvise]") != nullptr;
 }
 
-}  // namespace
-
-namespace {
-
 // The value of NAME in `envp` ("NAME=value" entries), or nullptr.
 const char* find_env(char** envp, const char* name) {
   const std::size_t len = std::strlen(name);
@@ -39,10 +35,12 @@ const char* find_env(char** envp, const char* name) {
   return nullptr;
 }
 
-// Re-executes with GLIBC_TUNABLES extended in a copy of `envp` (the process's own environment is
-// not touched: in the .preinit_array, getenv/setenv do not see it yet). Returns when nothing is done
-// or execve failed.
-void reexec_with_tunable(char** argv, char** envp) {
+}  // namespace
+
+// Executes `program` with GLIBC_TUNABLES extended in a copy of `envp` (the process's own environment
+// is not touched: in the .preinit_array, getenv/setenv do not see it yet). Returns when nothing is
+// to be done or execve failed.
+void exec_with_hugepages(const char* program, char** argv, char** envp) {
   const char* opt = find_env(envp, "FASTUDY_HUGEPAGES");
   if (opt && std::strcmp(opt, "0") == 0) return;
   const char* current = find_env(envp, "GLIBC_TUNABLES");
@@ -68,16 +66,14 @@ void reexec_with_tunable(char** argv, char** envp) {
     if (std::strncmp(envp[i], "GLIBC_TUNABLES=", 15) != 0) env[k++] = envp[i];
   env[k++] = entry;
   env[k] = nullptr;
-  ::execve("/proc/self/exe", argv, env);
+  ::execve(program, argv, env);
   std::free(env);  // execve returned: it failed; run on with 4 KiB pages
 }
 
-}  // namespace
-
-void use_transparent_hugepages(char** argv) { reexec_with_tunable(argv, environ); }
+void use_transparent_hugepages(char** argv) { exec_with_hugepages("/proc/self/exe", argv, environ); }
 
 namespace detail {
-void hugepages_at_preinit(int, char** argv, char** envp) { reexec_with_tunable(argv, envp); }
+void hugepages_at_preinit(int, char** argv, char** envp) { exec_with_hugepages("/proc/self/exe", argv, envp); }
 }  // namespace detail
 
 }  // namespace fastudy

@@ -9,11 +9,12 @@
 // the process re-executes itself once with the tunable added to GLIBC_TUNABLES (same pid, same
 // arguments and environment otherwise; before MPI or any thread starts).
 //
-// An executable should do that before its libraries' static initialisers run: LibTorch's register
-// thousands of operators (about 0.5 s of every start), and a re-execution from main() would pay them
-// twice. FASTUDY_HUGEPAGES_AT_PREINIT() in the executable's main file registers the call in the ELF
-// .preinit_array, which the dynamic loader runs before any shared library's initialisers; the call
-// therefore uses only the C library (getenv, setenv, execve), not the C++ runtime.
+// Loading LibTorch (mapping and relocating it, then its static initialisers) takes about 0.45 s, and
+// a re-execution pays it twice, so the `fastudy` command is a small launcher without LibTorch that
+// sets the tunable and executes the program, fastudy-main (jobs/launcher.cpp). fastudy-main started
+// directly re-executes itself as early as it can: FASTUDY_HUGEPAGES_AT_PREINIT() in its main file
+// registers the call in the ELF .preinit_array, which the dynamic loader runs before any shared
+// library's initialisers; the call therefore uses only the C library, not the C++ runtime.
 //
 // Nothing happens when FASTUDY_HUGEPAGES=0, when the tunable is already set, when the kernel has no
 // THP or has it "always"/"never", or when /proc/self/exe cannot be executed (the process then runs on
@@ -24,6 +25,11 @@ namespace fastudy {
 
 // Returns only when no re-execution happened. Safe before the C++ runtime is initialised.
 void use_transparent_hugepages(char** argv);
+
+// Executes `program` (argv, a copy of envp with the tunable added) when huge pages apply; returns when
+// they do not (FASTUDY_HUGEPAGES=0, tunable set already, THP mode not madvise) or execve failed. The
+// `fastudy` launcher (jobs/launcher.cpp) starts fastudy-main this way, before LibTorch is loaded at all.
+void exec_with_hugepages(const char* program, char** argv, char** envp);
 
 namespace detail {
 void hugepages_at_preinit(int argc, char** argv, char** envp);

@@ -100,11 +100,14 @@ std::string job_name_part(const std::string& study) {
   return n;
 }
 
-// The path of the running executable, so that the job runs the same fastudy that wrote the script.
+// The path of the running fastudy, so that the job runs the same one that wrote the script: the
+// `fastudy` launcher beside this program (jobs/launcher.cpp) where there is one, else this program.
 std::string self_executable() {
   std::error_code ec;
   fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("fastudy") : p.string();
+  if (ec) return "fastudy";
+  const fs::path launcher = p.parent_path() / "fastudy";
+  return ::access(launcher.c_str(), X_OK) == 0 ? launcher.string() : p.string();
 }
 
 // One @NAME@ field of the template and its text in the script.

@@ -106,6 +106,22 @@ TEST(Cli, RefusesAForeignNonEmptyOutputDirectory) {
 // glibc.malloc.hugetlb=1, before its static initialisers run (they run once, in the new process), and
 // its heap is then backed by huge pages; FASTUDY_HUGEPAGES=0 and a user's own GLIBC_TUNABLES setting
 // of the tunable are respected.
+// The `fastudy` launcher executes fastudy-main beside it (the same arguments); alone, it says which
+// file is missing and exits 127.
+TEST(Launcher, RunsTheProgramBesideItOrNamesTheMissingOne) {
+  const fs::path exe = FASTUDY_EXE;
+  ASSERT_TRUE(fs::exists(exe.parent_path() / "fastudy-main"));
+  RunResult v = run_command(exe.string() + " --version");
+  EXPECT_EQ(v.code, 0) << v.output;
+  EXPECT_EQ(v.output.rfind("fastudy ", 0), 0u) << v.output;
+  TempDir dir;
+  fs::copy_file(exe, dir / "fastudy");
+  RunResult alone = run_command((dir / "fastudy").string() + " --version");
+  EXPECT_EQ(alone.code, 127) << alone.output;
+  EXPECT_NE(alone.output.find((dir / "fastudy-main").string()), std::string::npos) << alone.output;
+  EXPECT_NE(alone.output.find("hint:"), std::string::npos) << alone.output;
+}
+
 TEST(Hugepages, TheProcessReexecutesWithTheTunableAndGetsHugePages) {
   std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string mode;

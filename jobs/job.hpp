@@ -42,6 +42,7 @@ struct CliOptions {
   bool force = false;
   bool allow_missing = false;
   int ranks = 1;             // plan --ranks
+  int measure_steps = 3;     // plan --measure-steps
   std::vector<std::string> variants;  // train --variant (empty: all)
   SlurmOptions slurm;
   std::string command_line;  // argv joined, for provenance

@@ -1,9 +1,18 @@
 // `fastudy plan GRID.toml --ranks N`: the variants, how N ranks split into groups, and estimates of
-// parameters, checkpoint bytes and memory per rank. Writes nothing.
+// parameters, checkpoint bytes, memory per rank and the train phase's time. Writes nothing.
+//
+// Time: the variants that differ only in replicate axes (seed, repeat) cost the same per step, so one
+// variant of each kind is trained here for --measure-steps steps (after one warm-up step) and timed;
+// a variant takes steps x its kind's step time / ranks_per_variant, and the scheduler's dynamic
+// assignment (each variant, in grid order, to the group that becomes free first) gives the phase's
+// time. It assumes each rank has a core as fast as one of this machine's; checkpoint writes, the
+// other phases and start-up are not counted.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include <boost/program_options.hpp>
@@ -12,6 +21,7 @@
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
 #include "jobs/preflight.hpp"
+#include "src/train/trainer.hpp"
 
 namespace po = boost::program_options;
 
@@ -66,13 +76,68 @@ VariantEstimate estimate_variant(const Variant& v) {
 }
 
 void plan_options(po::options_description& d, CliOptions& o) {
-  d.add_options()("ranks,n", po::value<int>(&o.ranks)->default_value(1), "number of MPI ranks to plan for");
+  d.add_options()("ranks,n", po::value<int>(&o.ranks)->default_value(1), "number of MPI ranks to plan for")(
+      "measure-steps", po::value<int>(&o.measure_steps)->default_value(3),
+      "timed training steps per kind of variant for the time estimate (after one warm-up step; 0: no estimate)");
 }
+
+namespace {
+
+std::string duration_text(double s) {
+  char buf[96];
+  if (s < 120) std::snprintf(buf, sizeof buf, "%.1f s", s);
+  else if (s < 7200) std::snprintf(buf, sizeof buf, "%.0f s (%.0f min %.0f s)", s, std::floor(s / 60), std::fmod(s, 60));
+  else std::snprintf(buf, sizeof buf, "%.0f s (%.1f h)", s, s / 3600);
+  return buf;
+}
+
+// The train phase's time on `groups` groups of `rpv` ranks (see the top of this file).
+std::string time_estimate(const Study& st, int groups, int rpv, int measure_steps) {
+  std::map<std::string, double> step_s;  // kind (the variant's non-replicate axis values) -> s/step
+  std::vector<std::string> kinds;
+  double measuring = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<double> per_variant;
+  for (const Variant& v : st.variants) {
+    std::string kind;
+    for (const auto& [axis, value] : v.axes) {
+      const GridAxisInfo* info = find_grid_axis(axis);
+      if (info && info->replicate) continue;
+      kind += (kind.empty() ? "" : " ") + axis + "=" + value;
+    }
+    if (kind.empty()) kind = "every variant";
+    if (!step_s.count(kind)) {
+      step_s[kind] = measure_step_seconds(v, 1, measure_steps);
+      kinds.push_back(kind);
+    }
+    per_variant.push_back(static_cast<double>(v.train.steps) * step_s[kind] / rpv);
+  }
+  measuring = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<double> free_at(static_cast<std::size_t>(groups), 0.0);
+  for (double t : per_variant) *std::min_element(free_at.begin(), free_at.end()) += t;
+  const double phase = *std::max_element(free_at.begin(), free_at.end());
+  std::ostringstream os;
+  os << "time estimate, train phase: " << duration_text(phase) << " on " << groups * rpv << " rank"
+     << (groups * rpv == 1 ? "" : "s") << " (step times measured here, one rank per core, "
+     << measure_steps << " timed steps after a warm-up per kind of variant, " << duration_text(measuring)
+     << "; checkpoint writes and the other phases not counted):\n";
+  for (const auto& k : kinds) {
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.3g", 1e3 * step_s[k]);
+    os << "  " << k << ": " << ms << " ms per step\n";
+  }
+  return os.str();
+}
+
+}  // namespace
 
 int job_plan(JobContext& ctx) {
   const Study& st = *ctx.study;
   const int ranks = ctx.opts.ranks;
   if (ranks < 1) throw UsageError("--ranks must be >= 1 (got " + std::to_string(ranks) + ")");
+  if (ctx.opts.measure_steps < 0)
+    throw UsageError("--measure-steps must be >= 0 (got " + std::to_string(ctx.opts.measure_steps) + ")",
+                     "0 leaves the time estimate out");
   const int rpv = st.train.ranks_per_variant;
   if (ranks % rpv != 0)
     throw UsageError(std::to_string(ranks) + " ranks cannot be split into groups of ranks_per_variant = " +
@@ -123,7 +188,7 @@ int job_plan(JobContext& ctx) {
     os << "matmul work per step: up to " << work << "x the default [numerics] (bf16x3 3x, recompute 4/3x)\n";
   }
   os << "batch per rank: " << st.train.batch / rpv << " sequences of " << st.model.seq_len << " tokens\n";
-  std::cout << os.str();
+  std::cout << os.str() << std::flush;
   // The checks `fastudy run` makes before it starts (on this machine, all ranks on this host).
   PreflightScope scope;
   scope.train = st.has_phase("train");
@@ -132,6 +197,9 @@ int job_plan(JobContext& ctx) {
   scope.ranks_on_host = ranks;
   scope.out = ctx.opts.out.empty() ? st.out : ctx.opts.out;
   const std::vector<std::string> problems = preflight_problems(st, scope);
+  // Only a grid that would start is timed (a missing data file, say, is the preflight's to name).
+  if (problems.empty() && ctx.opts.measure_steps > 0 && st.has_phase("train"))
+    std::cout << time_estimate(st, groups, rpv, ctx.opts.measure_steps) << std::flush;
   if (problems.empty()) {
     std::cout << "preflight: every check passed (layout, data, memory, disk" << (scope.report ? ", report modules" : "")
               << ")\n";

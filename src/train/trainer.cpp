@@ -2,6 +2,8 @@
 // and shadow.csv, call the checkpoint, stop and progress hooks (see trainer.hpp).
 #include "src/train/trainer.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +61,20 @@ std::string_view to_string(TrainOutcome o) {
 
 TrainState initial_state(const Variant& v) {
   return train::initial_train_state(v);
+}
+
+double measure_step_seconds(const Variant& v, int warmup, int timed) {
+  if (warmup < 0 || timed < 1) throw UsageError("measure_step_seconds: warmup >= 0 and timed >= 1 steps");
+  Variant w = v;
+  w.train.steps = std::max<std::int64_t>(w.train.steps, warmup + timed);  // the schedule's first steps
+  w.train.checkpoint_every = 0;
+  train::configure_torch_threads();
+  const TrainHooks hooks;
+  train::Engine engine(w, hooks, nullptr);
+  for (int i = 0; i < warmup; ++i) engine.step();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < timed; ++i) engine.step();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / timed;
 }
 
 TrainResult train_variant(const Variant& v, const std::string& variant_dir, const TrainHooks& hooks,

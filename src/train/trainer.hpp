@@ -78,6 +78,12 @@ TrainResult train_variant(const Variant& v, const std::string& variant_dir, cons
 
 std::string_view to_string(TrainOutcome o);
 
+// Wall seconds per optimizer step of variant v on this machine, on one rank with this process's
+// LibTorch threads (FASTUDY_TORCH_THREADS): `warmup` untimed steps (allocations, first touch), then
+// the mean of `timed` steps of the whole global batch. Writes nothing. For `fastudy plan`'s time
+// estimate. Throws fastudy::Error like train_variant for a bad configuration or data source.
+double measure_step_seconds(const Variant& v, int warmup, int timed);
+
 // What attention layer `layer` (0-based block index) of variant v's model sees on global batch
 // `batch` of the variant's data (data cursor `batch`) with the weights of `state` (read from one of
 // its checkpoints): Q, K, V as the attention kernels receive them (in the variant's precision), each

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <string>
 
 #include "tests/cli/cli_util.hpp"
 
@@ -82,13 +84,43 @@ TEST(Cli, PlanPrintsVariantsGroupsAndEstimates) {
   EXPECT_NE(r.output.find("checkpoints:"), std::string::npos);
 }
 
+// The time estimate: one step time per kind of variant (the seeds of a kind cost the same), and on
+// one rank the phase is the sum over the variants of steps x their kind's step time.
+TEST(Cli, PlanEstimatesTheTrainPhaseFromMeasuredStepTimes) {
+  RunResult r = run_fastudy("plan " + kConfigs + "/quick.toml --ranks 1 --measure-steps 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto at = r.output.find("time estimate, train phase: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const double total = std::stod(r.output.substr(at + 28));
+  std::istringstream lines(r.output.substr(at));
+  std::string line;
+  std::getline(lines, line);
+  double sum_ms = 0;
+  int kinds = 0;
+  while (std::getline(lines, line) && line.rfind("  attention=", 0) == 0) {
+    EXPECT_EQ(line.find("seed"), std::string::npos) << "seeds are replicates, not kinds: " << line;
+    sum_ms += std::stod(line.substr(line.find(": ") + 2));
+    ++kinds;
+  }
+  EXPECT_EQ(kinds, 6) << r.output;  // attention[2] x precision[3]
+  const double want = 2 * 200 * sum_ms / 1e3;  // two seeds per kind, 200 steps each
+  // Printed to 3 significant digits (ms) and to 0.1 s (1 s from 120 s on): 1% and 0.5 s cover the rounding.
+  EXPECT_NEAR(total, want, 0.01 * want + 0.5) << r.output;
+  r = run_fastudy("plan " + kConfigs + "/quick.toml --measure-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("time estimate"), std::string::npos) << r.output;
+  r = run_fastudy("plan " + kConfigs + "/quick.toml --measure-steps -1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--measure-steps"), std::string::npos) << r.output;
+}
+
 TEST(Cli, PlanRejectsAnImpossibleRankLayout) {
   TempDir dir;
   const std::string grid = dir.file("g.toml", "[train]\nranks_per_variant = 2\n[grid]\nseed = [1, 2, 3]\n");
-  RunResult r = run_fastudy("plan " + grid + " --ranks 3");
+  RunResult r = run_fastudy("plan " + grid + " --ranks 3 --measure-steps 0");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("ranks_per_variant = 2"), std::string::npos) << r.output;
-  r = run_fastudy("plan " + grid + " --ranks 6");
+  r = run_fastudy("plan " + grid + " --ranks 6 --measure-steps 0");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("ranks: 6 -> 3 groups of 2 ranks"), std::string::npos) << r.output;
 }

@@ -68,9 +68,14 @@ struct CheckpointWriteStats {
   std::int64_t transfers = 0;              // H5Dwrite calls made by this rank
   std::int64_t collective_transfers = 0;   // of those, transfers MPI-IO reported as collective
   double seconds = 0;                      // wall time of the whole call on this rank, of which:
-  double write_seconds = 0;                //   create, write, checksum, close
+  double write_seconds = 0;                //   create, write, checksum, close, of which:
+  double create_seconds = 0;               //     H5Dcreate of the datasets
+  double transfer_seconds = 0;             //     H5Dwrite of the data
+  double checksum_seconds = 0;             //     CRC-32 of this rank's shares and their combination
+  double close_seconds = 0;                //     crc32 attributes, H5Fclose
   double verify_seconds = 0;               //   re-read and check
-  double commit_seconds = 0;               //   fsync, rename
+  double commit_seconds = 0;               //   sidecar, fsync, rename, of which:
+  double sum_seconds = 0;                  //     the file's CRC-32 for the sidecar (rank 0)
 };
 
 // Collective over `group`. Every rank passes a TrainState with the same structure (names, shapes,

@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
       std::function<fastudy::CheckpointWriteStats(int rep)> body;  // what a checkpoint write saw
       std::function<std::string(int rep)> output;  // the file a repetition wrote, removed untimed
       std::vector<double> seconds;
-      fastudy::CheckpointWriteStats phases;  // checkpoint methods: summed over repetitions
+      std::vector<fastudy::CheckpointWriteStats> phases;  // checkpoint methods: rank 0's, per repetition
     };
     std::vector<Method> methods;
     auto posix_file = [&](int rep) { return dir + "/posix_" + std::to_string(rep) + ".bin"; };
@@ -166,16 +166,7 @@ int main(int argc, char** argv) {
         double dt = now_s() - t0;
         world.allreduce_max(&dt, 1);
         m.seconds.push_back(dt);
-        m.phases.write_seconds += st.write_seconds;
-        m.phases.create_seconds += st.create_seconds;
-        m.phases.transfer_seconds += st.transfer_seconds;
-        m.phases.checksum_seconds += st.checksum_seconds;
-        m.phases.close_seconds += st.close_seconds;
-        m.phases.verify_seconds += st.verify_seconds;
-        m.phases.commit_seconds += st.commit_seconds;
-        m.phases.sum_seconds += st.sum_seconds;
-        m.phases.collective_transfers += st.collective_transfers;
-        m.phases.transfers += st.transfers;
+        m.phases.push_back(st);
         // Every repetition writes a new file, as training does; removing it is not timed.
         if (world.is_root()) std::filesystem::remove(m.output(rep));
       }
@@ -188,15 +179,27 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     for (const auto& m : methods) {
       rows.push_back({m.name, m.durable, summarize(m.seconds)});
-      if (world.is_root() && m.phases.transfers > 0) {
-        std::printf("# %s%s, rank 0 mean phases: write %.4f s (create %.4f, transfer %.4f, checksum %.4f, "
-                    "close %.4f), verify %.4f s, commit %.4f s (sidecar sum %.4f); %lld of %lld transfers collective\n",
-                    m.name.c_str(), m.durable ? " (verify+fsync)" : "", m.phases.write_seconds / reps,
-                    m.phases.create_seconds / reps, m.phases.transfer_seconds / reps,
-                    m.phases.checksum_seconds / reps, m.phases.close_seconds / reps,
-                    m.phases.verify_seconds / reps, m.phases.commit_seconds / reps, m.phases.sum_seconds / reps,
-                    static_cast<long long>(m.phases.collective_transfers),
-                    static_cast<long long>(m.phases.transfers));
+      std::int64_t transfers = 0, collective_transfers = 0;
+      for (const auto& st : m.phases) {
+        transfers += st.transfers;
+        collective_transfers += st.collective_transfers;
+      }
+      if (world.is_root() && transfers > 0) {
+        // Medians over the repetitions, phase by phase (a loaded machine makes means jump).
+        auto med = [&](double fastudy::CheckpointWriteStats::*field) {
+          std::vector<double> v;
+          for (const auto& st : m.phases) v.push_back(st.*field);
+          std::sort(v.begin(), v.end());
+          return v[v.size() / 2];
+        };
+        using S = fastudy::CheckpointWriteStats;
+        std::printf("# %s%s, rank 0 median phases: call %.4f s = write %.4f s (create %.4f, transfer %.4f, checksum %.4f, "
+                    "close %.4f) + verify %.4f s + commit %.4f s (sidecar sum %.4f) + setup; %lld of %lld transfers "
+                    "collective\n",
+                    m.name.c_str(), m.durable ? " (verify+fsync)" : "", med(&S::seconds), med(&S::write_seconds), med(&S::create_seconds),
+                    med(&S::transfer_seconds), med(&S::checksum_seconds), med(&S::close_seconds),
+                    med(&S::verify_seconds), med(&S::commit_seconds), med(&S::sum_seconds),
+                    static_cast<long long>(collective_transfers), static_cast<long long>(transfers));
       }
     }
     if (world.is_root()) {

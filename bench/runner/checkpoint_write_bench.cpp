@@ -1,7 +1,9 @@
 // Checkpoint write throughput against plain write() of the same bytes to the same disk, side by side.
 //
 // Run (2 ranks, the figure):
-//   mpirun -n 2 build-runner/bench/runner/checkpoint_write_bench [--mb 64] [--reps 5] [--dir DIR]
+//   mpirun -n 2 build/bench/runner/checkpoint_write_bench [--mb 64] [--reps 5] [--dir DIR] [--only NAME]
+// (--only: just the methods whose name contains NAME, e.g. "checkpoint collective", for a profiler;
+// the ratio column then needs the posix rows, so it reads 0 without them)
 // Every repetition writes a new file (as training does, step after step); deleting it is not timed.
 // It builds a TrainState of --mb MiB of fp32 parameters (16 tensors, like a small transformer's
 // matrices) and times, median of --reps runs each, on the same directory:
@@ -90,11 +92,13 @@ int main(int argc, char** argv) {
   std::size_t mib = 64;
   int reps = 5;
   std::string dir = "bench-checkpoint-tmp";
+  std::string only;  // --only SUBSTRING: run just the methods whose name contains it (for profiling)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--mb") mib = std::stoul(argv[i + 1]);
     else if (k == "--reps") reps = std::stoi(argv[i + 1]);
     else if (k == "--dir") dir = argv[i + 1];
+    else if (k == "--only") only = argv[i + 1];
   }
   try {
     if (world.is_root()) std::filesystem::create_directories(dir);
@@ -108,21 +112,22 @@ int main(int argc, char** argv) {
     struct Method {
       std::string name;
       bool durable;
-      std::function<void(int rep)> body;
+      std::function<fastudy::CheckpointWriteStats(int rep)> body;  // what a checkpoint write saw
       std::function<std::string(int rep)> output;  // the file a repetition wrote, removed untimed
       std::vector<double> seconds;
-      fastudy::CheckpointWriteStats phases;  // checkpoint methods: summed over repetitions
+      std::vector<fastudy::CheckpointWriteStats> phases;  // checkpoint methods: rank 0's, per repetition
     };
     std::vector<Method> methods;
     auto posix_file = [&](int rep) { return dir + "/posix_" + std::to_string(rep) + ".bin"; };
     auto checkpoint_file = [&](int rep) { return fastudy::checkpoint_path(dir, "bench", rep); };
     for (bool durable : {false, true}) {
       methods.push_back({"posix write() 1 rank", durable, [&, durable](int rep) {
-                           if (!world.is_root()) return;
+                           if (!world.is_root()) return fastudy::CheckpointWriteStats{};
                            int fd = ::open(posix_file(rep).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
                            write_all(fd, flat.data(), flat.size(), 0);
                            if (durable) ::fsync(fd);
                            ::close(fd);
+                           return fastudy::CheckpointWriteStats{};
                          }, posix_file, {}, {}});
       methods.push_back({"posix pwrite() all ranks", durable, [&, durable](int rep) {
                            if (world.is_root()) ::close(::open(posix_file(rep).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
@@ -134,34 +139,34 @@ int main(int argc, char** argv) {
                            write_all(fd, flat.data() + b0, b1 - b0, static_cast<off_t>(b0));
                            if (durable) ::fsync(fd);
                            ::close(fd);
+                           return fastudy::CheckpointWriteStats{};
                          }, posix_file, {}, {}});
       for (bool collective : {true, false}) {
-        const std::size_t index = methods.size();
         methods.push_back({std::string("checkpoint ") + (collective ? "collective" : "independent"), durable,
-                           [&, durable, collective, index](int rep) {
+                           [&, durable, collective](int rep) {
                              fastudy::CheckpointOptions opt;
                              opt.verify = durable;
                              opt.fsync = durable;
                              opt.collective = collective;
-                             const auto st = write_checkpoint(world, checkpoint_file(rep), state, opt);
-                             auto& ph = methods[index].phases;
-                             ph.write_seconds += st.write_seconds;
-                             ph.verify_seconds += st.verify_seconds;
-                             ph.commit_seconds += st.commit_seconds;
-                             ph.collective_transfers += st.collective_transfers;
-                             ph.transfers += st.transfers;
+                             return write_checkpoint(world, checkpoint_file(rep), state, opt);
                            }, checkpoint_file, {}, {}});
       }
+    }
+    if (!only.empty()) {
+      methods.erase(std::remove_if(methods.begin(), methods.end(),
+                                   [&](const Method& m) { return m.name.find(only) == std::string::npos; }),
+                    methods.end());
     }
     for (int rep = 0; rep < reps; ++rep) {
       for (auto& m : methods) {
         world.barrier();
         const double t0 = now_s();
-        m.body(rep);
+        const fastudy::CheckpointWriteStats st = m.body(rep);
         world.barrier();
         double dt = now_s() - t0;
         world.allreduce_max(&dt, 1);
         m.seconds.push_back(dt);
+        m.phases.push_back(st);
         // Every repetition writes a new file, as training does; removing it is not timed.
         if (world.is_root()) std::filesystem::remove(m.output(rep));
       }
@@ -174,13 +179,27 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     for (const auto& m : methods) {
       rows.push_back({m.name, m.durable, summarize(m.seconds)});
-      if (world.is_root() && m.phases.transfers > 0) {
-        std::printf("# %s%s, rank 0 mean phases: write %.4f s, verify %.4f s, commit %.4f s; "
-                    "%lld of %lld transfers collective\n",
-                    m.name.c_str(), m.durable ? " (verify+fsync)" : "", m.phases.write_seconds / reps,
-                    m.phases.verify_seconds / reps, m.phases.commit_seconds / reps,
-                    static_cast<long long>(m.phases.collective_transfers),
-                    static_cast<long long>(m.phases.transfers));
+      std::int64_t transfers = 0, collective_transfers = 0;
+      for (const auto& st : m.phases) {
+        transfers += st.transfers;
+        collective_transfers += st.collective_transfers;
+      }
+      if (world.is_root() && transfers > 0) {
+        // Medians over the repetitions, phase by phase (a loaded machine makes means jump).
+        auto med = [&](double fastudy::CheckpointWriteStats::*field) {
+          std::vector<double> v;
+          for (const auto& st : m.phases) v.push_back(st.*field);
+          std::sort(v.begin(), v.end());
+          return v[v.size() / 2];
+        };
+        using S = fastudy::CheckpointWriteStats;
+        std::printf("# %s%s, rank 0 median phases: call %.4f s = write %.4f s (create %.4f, transfer %.4f, checksum %.4f, "
+                    "close %.4f) + verify %.4f s + commit %.4f s (sidecar sum %.4f) + setup; %lld of %lld transfers "
+                    "collective\n",
+                    m.name.c_str(), m.durable ? " (verify+fsync)" : "", med(&S::seconds), med(&S::write_seconds), med(&S::create_seconds),
+                    med(&S::transfer_seconds), med(&S::checksum_seconds), med(&S::close_seconds),
+                    med(&S::verify_seconds), med(&S::commit_seconds), med(&S::sum_seconds),
+                    static_cast<long long>(collective_transfers), static_cast<long long>(transfers));
       }
     }
     if (world.is_root()) {

@@ -4,13 +4,11 @@
 // and writes rows [r*R/P, (r+1)*R/P) of each tensor with R rows on P ranks, with one collective
 // transfer per dataset; tensors smaller than CheckpointOptions::split_bytes are written whole by
 // rank 0 alone (a collective per bias vector costs more than the write). CRC-32 of a dataset =
-// crc32_combine over the ranks' shares in rank order, so no rank checksums more than its share.
+// crc32_join (zlib's crc32_combine) over the ranks' shares in rank order, so no rank checksums more than its share.
 // Then: close, reopen and verify (every rank checks its share against the stored checksum, reading
 // independently), fsync, rename by rank 0 once the collective close has completed every rank's
 // writes.
 #include "src/io/checkpoint.hpp"
-
-#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -39,16 +37,14 @@ const char* kHintCorrupt =
     "the file was damaged after it was written; delete it and resume: fastudy picks the newest valid "
     "checkpoint of the variant";
 
-std::uint32_t crc_of(const std::byte* p, std::size_t n, std::uint32_t crc = 0) {
-  constexpr std::size_t kPiece = std::size_t{1} << 30;  // zlib takes uInt lengths
-  while (n > 0) {
-    std::size_t k = std::min(n, kPiece);
-    crc = static_cast<std::uint32_t>(::crc32(crc, reinterpret_cast<const Bytef*>(p), static_cast<uInt>(k)));
-    p += k;
-    n -= k;
-  }
-  return crc;
-}
+std::uint32_t crc_of(const std::byte* p, std::size_t n) { return crc32_update(0, p, n); }
+
+const bool kLittleEndianHost = [] {
+  const std::uint16_t one = 1;
+  unsigned char first = 0;
+  std::memcpy(&first, &one, 1);
+  return first == 1;
+}();
 
 std::string hex32(std::uint32_t v) {
   std::ostringstream s;
@@ -150,8 +146,7 @@ std::vector<std::uint32_t> combine_crcs(const mpi::Comm& group, const std::vecto
     std::uint32_t crc = 0;
     for (int r = 0; r < P; ++r) {
       Share sh = share_of(*items[i].array, r, P, split_bytes);
-      crc = static_cast<std::uint32_t>(::crc32_combine(crc, static_cast<uLong>(all[i * P + r]),
-                                                       static_cast<z_off_t>(sh.bytes)));
+      crc = crc32_join(crc, static_cast<std::uint32_t>(all[i * P + r]), sh.bytes);
     }
     out[i] = crc;
   }
@@ -265,6 +260,9 @@ std::string prepare_temporary(const mpi::Comm& group, const std::string& path) {
 struct Checksums {
   std::vector<std::uint32_t> share;  // of this rank's share of every item
   std::vector<std::uint32_t> whole;  // of every whole dataset, the same on every rank
+  // Where each dataset's bytes lie in the file with their CRC-32 (whole): the checksum sidecar is
+  // computed from these and the file's other bytes (its HDF5 metadata), without reading the data back.
+  std::vector<KnownRange> placed;
 };
 
 // Phase 3. Collective create of `tmp`; root attributes, groups and datasets (collective metadata);
@@ -276,6 +274,14 @@ Checksums write_temporary(const mpi::Comm& group, const std::string& tmp, const 
   const int P = group.size(), me = group.rank();
   Checksums crc;
   crc.share.resize(items.size());
+  using clock = std::chrono::steady_clock;
+  auto lap = [](clock::time_point& t) {
+    const auto now = clock::now();
+    const double dt = std::chrono::duration<double>(now - t).count();
+    t = now;
+    return dt;
+  };
+  auto t = clock::now();
   h5::File f = h5::File::create(tmp, &group);
   h5::Transfer xfer(f, options.collective);
   h5::Transfer solo(f, false);  // small tensors: rank 0 alone, no synchronisation
@@ -298,7 +304,9 @@ Checksums write_temporary(const mpi::Comm& group, const std::string& tmp, const 
                              : sections[static_cast<std::size_t>(
                                    std::find(std::begin(kSections), std::end(kSections), items[i].section) -
                                    std::begin(kSections))];
+      lap(t);
       h5::Dataset d = where.create_dataset(a.name, a.dtype, a.shape);
+      stats.create_seconds += lap(t);
       Share sh = share_of(a, me, P, options.split_bytes);
       if (a.data.empty()) {
         // An empty dataset has no storage to transfer to (the same on every rank).
@@ -310,17 +318,29 @@ Checksums write_temporary(const mpi::Comm& group, const std::string& tmp, const 
         d.write_rows(a.data.data(), 0, sh.rows, solo);
         ++stats.transfers;
       }
+      stats.transfer_seconds += lap(t);
       crc.share[i] = crc_of(a.data.data() + sh.byte0, sh.bytes);
+      stats.checksum_seconds += lap(t);
       stats.bytes += static_cast<std::int64_t>(a.data.size());
       ++stats.datasets;
       datasets.push_back(std::move(d));
     }
+    lap(t);
     crc.whole = combine_crcs(group, items, crc.share, options.split_bytes);
+    stats.checksum_seconds += lap(t);
     for (std::size_t i = 0; i < items.size(); ++i) {
       datasets[i].set_attr(kCrcAttr, static_cast<std::int64_t>(crc.whole[i]));
+      // A contiguous dataset holds the array's bytes verbatim at its offset: the file type is the
+      // little-endian type of the array's raw bytes (h5.cpp file_type), so on a little-endian host the
+      // stored bytes are a.data. A dataset without a contiguous block is read back like metadata.
+      const std::int64_t at = datasets[i].file_offset();
+      if (at >= 0 && kLittleEndianHost) {
+        crc.placed.push_back(KnownRange{static_cast<std::uint64_t>(at), items[i].array->data.size(), crc.whole[i]});
+      }
     }
   }
   f.close();
+  stats.close_seconds += lap(t);
   return crc;
 }
 
@@ -362,17 +382,27 @@ void verify_temporary(const mpi::Comm& group, const std::string& tmp, const std:
   }
 }
 
-// Phase 5. Rank 0 renames `tmp` over `path` and writes its checksum sidecar "<path>.crc"
-// (commit_sealed: with `durable`, the file is fsync'ed before and its directory after the rename; on
-// failure `tmp` is removed); one bcast. Returns with the
-// checkpoint in place on every rank, or every rank throws a CheckpointError.
-void commit_temporary(const mpi::Comm& group, const std::string& tmp, const std::string& path, bool durable) {
+// Phase 5. Rank 0 sums `tmp` for its checksum sidecar "<path>.crc", writes the sidecar and renames
+// `tmp` over `path` (commit_sealed: with `durable`, the file is fsync'ed before and its directory
+// after the rename; on failure `tmp` is removed); one bcast. Returns with the checkpoint in place on
+// every rank, or every rank throws a CheckpointError. The sum reads only the bytes outside the
+// datasets' blocks (`placed`: HDF5's metadata, a few KiB) and splices in the datasets' CRC-32s
+// (file_sum_known), so it is the file's CRC-32 exactly when every block holds the bytes fastudy meant
+// to write — which the verification checks (options.verify). Without it, a block the file system got
+// wrong makes the sidecar disagree with the file, and the checkpoint reads as damaged (fastudy falls
+// back to an older one): the sidecar never seals bytes that differ from the state. Rank 0's seconds of
+// summing go to *sum_seconds.
+void commit_temporary(const mpi::Comm& group, const std::string& tmp, const std::string& path, bool durable,
+                      const std::vector<KnownRange>& placed, double* sum_seconds) {
   // No barrier needed: closing (MPI_File_close) is collective and completes every rank's writes, and
   // the verification ended with a reduction.
   std::string failure;
   if (group.is_root()) {
     try {
-      commit_sealed(tmp, path, durable);
+      const auto t = std::chrono::steady_clock::now();
+      const FileSum sum = file_sum_known(tmp, placed);
+      *sum_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+      commit_sealed(tmp, path, sum, durable);
     } catch (const std::exception& e) {
       failure = e.what();
     }
@@ -408,7 +438,7 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
   stats.verify_seconds = seconds_since(phase);
 
   phase = std::chrono::steady_clock::now();
-  commit_temporary(group, tmp, path, options.fsync);
+  commit_temporary(group, tmp, path, options.fsync, crc.placed, &stats.sum_seconds);
   stats.commit_seconds = seconds_since(phase);
   stats.seconds = seconds_since(t0);
   return stats;

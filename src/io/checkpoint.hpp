@@ -12,7 +12,12 @@
 //   /loss_history           float64 [steps]
 // Each dataset carries a "crc32" attribute (zlib CRC-32 of its raw little-endian bytes), checked on
 // every read; the whole file (root attributes and HDF5 metadata included) is covered by the sidecar
-// "<path>.crc" (base/checksum.hpp), checked with plain reads before HDF5 opens the file. Dots in names are kept, not turned into nested groups: the dataset names are exactly the
+// "<path>.crc" (base/checksum.hpp), checked with plain reads before HDF5 opens the file. The writer
+// computes that sidecar without reading the data back: the datasets' CRC-32s (already computed for
+// their attributes) are spliced with the CRC-32 of every other byte of the file (HDF5's metadata,
+// read back; file_sum_known), which equals a whole-file read whenever the data blocks hold what was
+// written — checked by the verification (CheckpointOptions::verify); without it a bad block makes the
+// file fail its sidecar check at the next read instead of being sealed as it is. Dots in names are kept, not turned into nested groups: the dataset names are exactly the
 // trainer's state-dict keys, one flat listing per section (f["params"]["blocks.0.attn.qkv.weight"] in
 // h5py). Children keep their creation order, so a round trip preserves the order of each vector.
 //
@@ -48,7 +53,10 @@ class CheckpointError : public Error {
 };
 
 struct CheckpointOptions {
-  bool verify = true;  // re-read the written file and check every checksum before the rename
+  // Re-read every rank's share of the written file and check it against its CRC-32 before the
+  // rename. Without it the sidecar still records the CRC-32 of the bytes meant to be written, so a
+  // write the file system got wrong is caught at the next read (the file reads as damaged), not here.
+  bool verify = true;
   bool fsync = true;   // fsync the file and its directory around the rename (survives a power cut)
   // Collective transfers (H5FD_MPIO_COLLECTIVE, the default) let MPI-IO aggregate the ranks' writes,
   // which pays on parallel file systems with many ranks per node. Each rank's share is already one
@@ -68,9 +76,14 @@ struct CheckpointWriteStats {
   std::int64_t transfers = 0;              // H5Dwrite calls made by this rank
   std::int64_t collective_transfers = 0;   // of those, transfers MPI-IO reported as collective
   double seconds = 0;                      // wall time of the whole call on this rank, of which:
-  double write_seconds = 0;                //   create, write, checksum, close
+  double write_seconds = 0;                //   create, write, checksum, close, of which:
+  double create_seconds = 0;               //     H5Dcreate of the datasets
+  double transfer_seconds = 0;             //     H5Dwrite of the data
+  double checksum_seconds = 0;             //     CRC-32 of this rank's shares and their combination
+  double close_seconds = 0;                //     crc32 attributes, H5Fclose
   double verify_seconds = 0;               //   re-read and check
-  double commit_seconds = 0;               //   fsync, rename
+  double commit_seconds = 0;               //   sidecar, fsync, rename, of which:
+  double sum_seconds = 0;                  //     the file's CRC-32 for the sidecar (rank 0)
 };
 
 // Collective over `group`. Every rank passes a TrainState with the same structure (names, shapes,

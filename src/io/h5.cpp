@@ -360,6 +360,12 @@ void Dataset::read_all(void* buf) const {
   transfer(buf, 0, s.empty() ? 1 : s[0], H5P_DEFAULT, false);
 }
 
+std::int64_t Dataset::file_offset() const {
+  const haddr_t at = H5Dget_offset(id());  // HADDR_UNDEF, not an error, without contiguous storage
+  clear_errors();
+  return at == HADDR_UNDEF ? -1 : static_cast<std::int64_t>(at);
+}
+
 // ---- groups ---------------------------------------------------------------------------------------
 
 std::string Group::child_path(const std::string& name) const {

@@ -125,6 +125,10 @@ class Dataset : public Attributed {
   void write_rows(const void* buf, std::int64_t row0, std::int64_t rows, const Transfer& xfer);
   void read_rows(void* buf, std::int64_t row0, std::int64_t rows, const Transfer& xfer) const;
   void read_all(void* buf) const;  // whole dataset, default transfer
+  // Byte offset of the dataset's raw data in the file (H5Dget_offset): a contiguous dataset stores its
+  // numel() * element size bytes there, in row-major order, in the file's (little-endian) type. -1
+  // when there is no such block (no storage allocated yet, or not contiguous).
+  std::int64_t file_offset() const;
 
  private:
   friend class Group;

@@ -107,6 +107,93 @@ TEST(Checkpoint, RoundTripIsBitExactAndCollective) {
   expect_same(read_checkpoint(path), s2);
 }
 
+// The CRC-32 of the bitwise definition (reflected polynomial 0xEDB88320, initial and final
+// complement): the reference for crc32_update, which folds with PCLMULQDQ where the CPU has it.
+std::uint32_t crc32_bitwise(std::uint32_t crc, const unsigned char* p, std::size_t n) {
+  crc = ~crc;
+  for (std::size_t i = 0; i < n; ++i) {
+    crc ^= p[i];
+    for (int b = 0; b < 8; ++b) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+std::string pattern_bytes(std::size_t n, std::uint32_t seed) {
+  std::string out(n, '\0');
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<char>(((i + seed) * 2654435761u) >> 23);
+  return out;
+}
+
+TEST(Checksum, Crc32MatchesTheBitwiseDefinitionAtEveryLengthAndAlignment) {
+  // CRC-32 is exact integer arithmetic: any difference is a bug, so the comparison is equality. The
+  // check value of "123456789" is 0xCBF43926 (the standard's test vector).
+  EXPECT_EQ(crc32_update(0, "123456789", 9), 0xCBF43926u);
+  const std::string bytes = pattern_bytes(4096 + 64, 7);
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  for (std::size_t offset = 0; offset < 16; ++offset) {
+    for (std::size_t n = 0; n <= 600; ++n) {
+      ASSERT_EQ(crc32_update(0, p + offset, n), crc32_bitwise(0, p + offset, n)) << "offset " << offset << " n " << n;
+    }
+    // Continuing from a non-zero CRC, and the fold's long loop.
+    ASSERT_EQ(crc32_update(0x12345678u, p + offset, 4096), crc32_bitwise(0x12345678u, p + offset, 4096));
+  }
+  // Pieces chained, and joined from separate CRCs, give the CRC of the whole.
+  const std::uint32_t whole = crc32_bitwise(0, p, 4096);
+  EXPECT_EQ(crc32_update(crc32_update(0, p, 1000), p + 1000, 3096), whole);
+  EXPECT_EQ(crc32_join(crc32_update(0, p, 1000), crc32_update(0, p + 1000, 3096), 3096), whole);
+}
+
+TEST(Checksum, FileSumWithKnownRangesEqualsTheWholeFileRead) {
+  Comm world = Comm::world();
+  const std::string dir = scratch_dir(world, "known");
+  on_root(world, [&] {
+    const std::string path = dir + "/f.bin";
+    const std::string bytes = pattern_bytes(100000, 3);
+    spit(path, bytes);
+    const FileSum read = file_sum(path);
+    auto range = [&](std::size_t at, std::size_t n) {
+      return KnownRange{at, n, crc32_update(0, bytes.data() + at, n)};
+    };
+    // In any order, touching each other, at the start and the end, empty ranges ignored.
+    const FileSum spliced = file_sum_known(path, {range(90000, 10000), range(0, 4096), range(4096, 5), range(50000, 0)});
+    EXPECT_EQ(spliced.size, read.size);
+    EXPECT_EQ(spliced.crc, read.crc);
+    EXPECT_EQ(file_sum_known(path, {}).crc, read.crc);
+    // A range past the end is read instead of trusted.
+    KnownRange past = range(99000, 1000);
+    past.size = 5000;
+    past.crc = 0;
+    EXPECT_EQ(file_sum_known(path, {past}).crc, read.crc);
+    // A known CRC that is not the file's bytes gives a sum that is not the file's: the file then
+    // fails its sidecar check.
+    KnownRange wrong = range(2000, 3000);
+    wrong.crc ^= 1;
+    EXPECT_NE(file_sum_known(path, {wrong}).crc, read.crc);
+    EXPECT_THROW(file_sum_known(path, {range(0, 100), range(50, 100)}), Error);
+  });
+}
+
+TEST(Checkpoint, SidecarOfAnUnverifiedWriteMatchesTheFile) {
+  // Without the verification pass (and without fsync) the sidecar is still the CRC-32 of the file's
+  // bytes: the datasets' CRCs spliced with the metadata read back equal a full read.
+  Comm world = Comm::world();
+  const std::string dir = scratch_dir(world, "unverified");
+  TrainState s = make_state(12);
+  s.params.push_back(testing_runner::make_array("big.weight", {256, 1024}, DType::f32, 5));
+  for (bool collective : {true, false}) {
+    CheckpointOptions fast;
+    fast.verify = false;
+    fast.fsync = false;
+    fast.collective = collective;
+    const std::string path = checkpoint_path(dir, "v", collective ? 1 : 2);
+    write_checkpoint(world, path, s, fast);
+    on_root(world, [&] {
+      EXPECT_FALSE(checksum_problem(path).has_value()) << *checksum_problem(path);
+      expect_same(read_checkpoint(path), s);
+    });
+  }
+}
+
 TEST(Checkpoint, GroupsWriteTheirOwnFilesConcurrently) {
   Comm world = Comm::world();
   const std::string dir = scratch_dir(world, "groups");

@@ -13,11 +13,6 @@
 #include <vector>
 
 #include "base/atomic_file.hpp"
-#include "base/cpu.hpp"
-
-#if FASTUDY_PER_ISA
-#include <immintrin.h>
-#endif
 
 namespace fs = std::filesystem;
 
@@ -35,60 +30,6 @@ std::uint32_t zlib_crc(std::uint32_t crc, const unsigned char* p, std::size_t n)
   }
   return crc;
 }
-
-#if FASTUDY_PER_ISA
-// The bit-reflected CRC-32 of p[0, n) folded with carry-less multiplications: four 128-bit lanes fold
-// 64 bytes per step, then into one lane, then 16 bytes per step, then Barrett reduction to 32 bits.
-// n >= 64 and a multiple of 16. `crc` is the raw register (zlib's value complemented), so is the
-// result. The constants are x^k mod P(x), bit-reflected, for P = 0x104C11DB7 (Gopal et al., table
-// at the end; the same as zlib-ng's and Chromium's crc32_simd): k1 = x^(4*128+32), k2 = x^(4*128-32),
-// k3 = x^(128+32), k4 = x^(128-32), k5 = x^64, then P' and mu = x^64 / P for the reduction.
-#define FASTUDY_PCLMUL __attribute__((target("sse4.1,pclmul")))
-FASTUDY_PCLMUL inline __m128i load(const unsigned char* q) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)); }
-// x * x^(fold distance) + next, in 128 bits (k holds the distance's two constants).
-FASTUDY_PCLMUL inline __m128i fold(__m128i x, __m128i k, __m128i next) {
-  return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x11), _mm_clmulepi64_si128(x, k, 0x00)), next);
-}
-FASTUDY_PCLMUL std::uint32_t crc_fold(std::uint32_t crc, const unsigned char* p, std::size_t n) {
-  const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596, 0x0154442bd4);
-  const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009e, 0x01751997d0);
-  const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124);
-  const __m128i poly = _mm_set_epi64x(0x01f7011641, 0x01db710641);
-  __m128i x1 = _mm_xor_si128(load(p), _mm_cvtsi32_si128(static_cast<int>(crc)));
-  __m128i x2 = load(p + 16), x3 = load(p + 32), x4 = load(p + 48);
-  p += 64;
-  n -= 64;
-  for (; n >= 64; p += 64, n -= 64) {
-    x1 = fold(x1, k1k2, load(p));
-    x2 = fold(x2, k1k2, load(p + 16));
-    x3 = fold(x3, k1k2, load(p + 32));
-    x4 = fold(x4, k1k2, load(p + 48));
-  }
-  x1 = fold(x1, k3k4, x2);
-  x1 = fold(x1, k3k4, x3);
-  x1 = fold(x1, k3k4, x4);
-  for (; n >= 16; p += 16, n -= 16) x1 = fold(x1, k3k4, load(p));
-  // 128 -> 64 bits.
-  const __m128i mask32 = _mm_setr_epi32(~0, 0, ~0, 0);
-  __m128i x2r = _mm_clmulepi64_si128(x1, k3k4, 0x10);
-  x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2r);
-  x2r = _mm_srli_si128(x1, 4);
-  x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, mask32), k5k0, 0x00), x2r);
-  // Barrett reduction to 32 bits.
-  x2r = _mm_clmulepi64_si128(_mm_and_si128(x1, mask32), poly, 0x10);
-  x2r = _mm_clmulepi64_si128(_mm_and_si128(x2r, mask32), poly, 0x00);
-  x1 = _mm_xor_si128(x1, x2r);
-  return static_cast<std::uint32_t>(_mm_extract_epi32(x1, 1));
-}
-
-bool cpu_has_pclmul() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-  }();
-  return yes;
-}
-#endif
 
 std::uint32_t crc_update(std::uint32_t crc, const char* p, std::size_t n) { return crc32_update(crc, p, n); }
 
@@ -171,16 +112,7 @@ std::optional<std::string> compare(const std::string& path, const std::optional<
 }  // namespace
 
 std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-#if FASTUDY_PER_ISA
-  if (n >= 64 && cpu_has_pclmul()) {
-    const std::size_t bulk = n & ~std::size_t{15};
-    crc = ~crc_fold(~crc, p, bulk);
-    p += bulk;
-    n -= bulk;
-  }
-#endif
-  return zlib_crc(crc, p, n);
+  return zlib_crc(crc, static_cast<const unsigned char*>(data), n);
 }
 
 std::uint32_t crc32_join(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t length_b) {

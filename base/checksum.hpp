@@ -47,9 +47,7 @@ class IntegrityError : public Error {
 std::string checksum_path(const std::string& path);
 
 // zlib's CRC-32 (crc32() of zlib, Python's zlib.crc32) of p[0, n), continuing from `crc` (0 starts
-// one). Bit-identical to zlib; runs the PCLMULQDQ folding of Gopal et al. (Intel, "Fast CRC computation
-// for generic polynomials using PCLMULQDQ", 2009) where the CPU has it: 13.5 GB/s against zlib's 5.6 GB/s
-// on 32 MiB on the development machine (AVX-512 EPYC).
+// one), for any length (zlib takes lengths below 4 GiB; longer buffers go in pieces).
 std::uint32_t crc32_update(std::uint32_t crc, const void* p, std::size_t n);
 // The CRC-32 of A followed by B from crc(A), crc(B) and B's length (zlib's crc32_combine; named apart from
 // zlib's macro of that name).

@@ -107,40 +107,10 @@ TEST(Checkpoint, RoundTripIsBitExactAndCollective) {
   expect_same(read_checkpoint(path), s2);
 }
 
-// The CRC-32 of the bitwise definition (reflected polynomial 0xEDB88320, initial and final
-// complement): the reference for crc32_update, which folds with PCLMULQDQ where the CPU has it.
-std::uint32_t crc32_bitwise(std::uint32_t crc, const unsigned char* p, std::size_t n) {
-  crc = ~crc;
-  for (std::size_t i = 0; i < n; ++i) {
-    crc ^= p[i];
-    for (int b = 0; b < 8; ++b) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
-  }
-  return ~crc;
-}
-
 std::string pattern_bytes(std::size_t n, std::uint32_t seed) {
   std::string out(n, '\0');
   for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<char>(((i + seed) * 2654435761u) >> 23);
   return out;
-}
-
-TEST(Checksum, Crc32MatchesTheBitwiseDefinitionAtEveryLengthAndAlignment) {
-  // CRC-32 is exact integer arithmetic: any difference is a bug, so the comparison is equality. The
-  // check value of "123456789" is 0xCBF43926 (the standard's test vector).
-  EXPECT_EQ(crc32_update(0, "123456789", 9), 0xCBF43926u);
-  const std::string bytes = pattern_bytes(4096 + 64, 7);
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  for (std::size_t offset = 0; offset < 16; ++offset) {
-    for (std::size_t n = 0; n <= 600; ++n) {
-      ASSERT_EQ(crc32_update(0, p + offset, n), crc32_bitwise(0, p + offset, n)) << "offset " << offset << " n " << n;
-    }
-    // Continuing from a non-zero CRC, and the fold's long loop.
-    ASSERT_EQ(crc32_update(0x12345678u, p + offset, 4096), crc32_bitwise(0x12345678u, p + offset, 4096));
-  }
-  // Pieces chained, and joined from separate CRCs, give the CRC of the whole.
-  const std::uint32_t whole = crc32_bitwise(0, p, 4096);
-  EXPECT_EQ(crc32_update(crc32_update(0, p, 1000), p + 1000, 3096), whole);
-  EXPECT_EQ(crc32_join(crc32_update(0, p, 1000), crc32_update(0, p + 1000, 3096), 3096), whole);
 }
 
 TEST(Checksum, FileSumWithKnownRangesEqualsTheWholeFileRead) {

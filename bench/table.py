@@ -156,6 +156,24 @@ def main():
         add("demo training run (quick.toml, one variant): huge pages vs 4 KiB pages (wall)", fmt(on, " s"), fmt(off, " s"),
             off / on if on and off else None, "> 1 (speed-up)", lambda r: r > 1)
 
+        # The train phase of the demo grid (12 variants x 200 steps) on 1 and 2 ranks, each right after
+        # `fastudy plan --ranks N`, whose time estimate is compared with the measured wall time.
+        measured, estimate = {}, {}
+        for ranks in (1, 2):
+            plan = run([f"{build}/fastudy", "plan", grid, "--ranks", str(ranks)], env=env)
+            m = plan and re.search(r"time estimate, train phase: ([\d.]+) s", plan)
+            estimate[ranks] = float(m.group(1)) if m else None
+            measured[ranks] = timed(["mpirun", "-n", str(ranks), "--oversubscribe", f"{build}/fastudy", "train", grid,
+                                     "--out", os.path.join(d, f"train-{ranks}"), "-q"], env)
+        add("demo grid train phase (12 variants x 200 steps): 2 ranks vs 1 (wall)", fmt(measured[2], " s"),
+            fmt(measured[1], " s"), measured[1] / measured[2] if measured[1] and measured[2] else None,
+            "> 1 (scaling)", lambda r: r > 1)
+        for ranks in (1, 2):
+            est, got = estimate[ranks], measured[ranks]
+            add(f"`fastudy plan` train-phase estimate / measured, demo grid, {ranks} rank{'s' if ranks > 1 else ''}",
+                fmt(est, " s"), fmt(got, " s"), est / got if est and got else None, "0.7 - 1.3",
+                lambda r: 0.7 <= r <= 1.3)
+
     w1 = run([os.path.join(os.path.dirname(os.path.abspath(__file__)), "analysis", "run_w1_vs_scipy.sh"), build])
     if w1 is not None:
         m = re.search(r"speed-up over scipy: (\d+)x wall clock, (\d+)x CPU", w1)

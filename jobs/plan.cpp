@@ -6,7 +6,8 @@
 // a variant takes steps x its kind's step time / ranks_per_variant, and the scheduler's dynamic
 // assignment (each variant, in grid order, to the group that becomes free first) gives the phase's
 // time. It assumes each rank has a core as fast as one of this machine's; checkpoint writes, the
-// other phases and start-up are not counted.
+// other phases and start-up are not counted. A grid whose training step would need more than half
+// of this machine's memory (or whose step fails here) is not timed; plan says so.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -107,7 +108,18 @@ std::string time_estimate(const Study& st, int groups, int rpv, int measure_step
     }
     if (kind.empty()) kind = "every variant";
     if (!step_s.count(kind)) {
-      step_s[kind] = measure_step_seconds(v, 1, measure_steps);
+      // The measuring process runs a whole global batch: memory about ranks_per_variant times a rank's.
+      const double need = estimate_variant(v).memory_per_rank * rpv, have = host_memory_limit();
+      if (have > 0 && need > 0.5 * have)
+        return "time estimate: not measured: a training step of " + v.id + " needs about " + human_bytes(need) +
+               ", more than half of this machine's " + human_bytes(have) + "\n";
+      try {
+        step_s[kind] = measure_step_seconds(v, 1, measure_steps);
+      } catch (const std::exception& e) {
+        std::string what = e.what();
+        what = what.substr(0, what.find('\n'));
+        return "time estimate: not measured: a training step of " + v.id + " failed here (" + what + ")\n";
+      }
       kinds.push_back(kind);
     }
     per_variant.push_back(static_cast<double>(v.train.steps) * step_s[kind] / rpv);

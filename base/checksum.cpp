@@ -222,13 +222,12 @@ void commit_sealed(const std::string& tmp, const std::string& path, bool durable
   FileSum sum;
   try {
     sum = file_sum(tmp);
-    write_sidecar_before(path, sum, durable);
   } catch (...) {
     std::error_code ec;
     fs::remove(tmp, ec);
     throw;
   }
-  commit_file(tmp, path, durable);
+  commit_sealed(tmp, path, sum, durable);
 }
 
 void commit_sealed(const std::string& tmp, const std::string& path, const FileSum& sum, bool durable) {

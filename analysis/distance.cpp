@@ -445,13 +445,18 @@ void accumulate_elementwise(const std::vector<const T*>& values, std::size_t beg
 }
 
 template <class T>
-PairwiseMatrix pairwise_matrix(const std::vector<const T*>& values, std::size_t n) {
+PairwisePartials pairwise_partials(const std::vector<const T*>& values, std::size_t n) {
   SortedSet<T> set;
   for (const T* v : values) set.add(ArrayView<T>(v, n));
   PairwisePartials p(values.size());
   accumulate_sorted(set, 0, n, p);
   accumulate_elementwise(values, 0, n, p);
-  return p.finalize();
+  return p;
+}
+
+template <class T>
+PairwiseMatrix pairwise_matrix(const std::vector<const T*>& values, std::size_t n) {
+  return pairwise_partials(values, n).finalize();
 }
 
 template void accumulate_sorted(const SortedSet<float>&, std::size_t, std::size_t, PairwisePartials&,
@@ -462,6 +467,8 @@ template void accumulate_elementwise(const std::vector<const float*>&, std::size
                                      PairwisePartials&, std::size_t);
 template void accumulate_elementwise(const std::vector<const double*>&, std::size_t, std::size_t,
                                      PairwisePartials&, std::size_t);
+template PairwisePartials pairwise_partials(const std::vector<const float*>&, std::size_t);
+template PairwisePartials pairwise_partials(const std::vector<const double*>&, std::size_t);
 template PairwiseMatrix pairwise_matrix(const std::vector<const float*>&, std::size_t);
 template PairwiseMatrix pairwise_matrix(const std::vector<const double*>&, std::size_t);
 

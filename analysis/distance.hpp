@@ -261,7 +261,10 @@ template <class T>
 void accumulate_elementwise(const std::vector<const T*>& values, std::size_t begin, std::size_t end,
                             PairwisePartials& partials, std::size_t offset = 0);
 
-// One process, whole range: sort, accumulate everything, finalize. values[v] has n entries.
+// One process, whole range: sort, accumulate everything (the partial sums, e.g. to combine with
+// others'), and finalize. values[v] has n entries.
+template <class T>
+PairwisePartials pairwise_partials(const std::vector<const T*>& values, std::size_t n);
 template <class T>
 PairwiseMatrix pairwise_matrix(const std::vector<const T*>& values, std::size_t n);
 

@@ -7,8 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 
-extern char** environ;
-
 namespace fastudy {
 
 namespace {
@@ -69,8 +67,6 @@ void exec_with_hugepages(const char* program, char** argv, char** envp) {
   ::execve(program, argv, env);
   std::free(env);  // execve returned: it failed; run on with 4 KiB pages
 }
-
-void use_transparent_hugepages(char** argv) { exec_with_hugepages("/proc/self/exe", argv, environ); }
 
 namespace detail {
 void hugepages_at_preinit(int, char** argv, char** envp) { exec_with_hugepages("/proc/self/exe", argv, envp); }

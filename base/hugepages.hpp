@@ -23,12 +23,10 @@
 
 namespace fastudy {
 
-// Returns only when no re-execution happened. Safe before the C++ runtime is initialised.
-void use_transparent_hugepages(char** argv);
-
 // Executes `program` (argv, a copy of envp with the tunable added) when huge pages apply; returns when
 // they do not (FASTUDY_HUGEPAGES=0, tunable set already, THP mode not madvise) or execve failed. The
 // `fastudy` launcher (jobs/launcher.cpp) starts fastudy-main this way, before LibTorch is loaded at all.
+// Uses only the C library: safe before the C++ runtime is initialised.
 void exec_with_hugepages(const char* program, char** argv, char** envp);
 
 namespace detail {
@@ -37,8 +35,9 @@ void hugepages_at_preinit(int argc, char** argv, char** envp);
 
 }  // namespace fastudy
 
-// In the executable's main file, at namespace scope: runs use_transparent_hugepages() from the ELF
-// .preinit_array (before every library's initialisers; only an executable may have one).
+// In the executable's main file, at namespace scope: re-executes the program itself
+// (exec_with_hugepages of /proc/self/exe) from the ELF .preinit_array, before every library's
+// initialisers (only an executable may have one).
 #define FASTUDY_HUGEPAGES_AT_PREINIT()                                                            \
   __attribute__((section(".preinit_array"), used)) static void (*fastudy_hugepages_preinit_)( \
       int, char**, char**) = &fastudy::detail::hugepages_at_preinit

@@ -96,7 +96,6 @@ std::string duration_text(double s) {
 std::string time_estimate(const Study& st, int groups, int rpv, int measure_steps) {
   std::map<std::string, double> step_s;  // kind (the variant's non-replicate axis values) -> s/step
   std::vector<std::string> kinds;
-  double measuring = 0;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<double> per_variant;
   for (const Variant& v : st.variants) {
@@ -124,7 +123,7 @@ std::string time_estimate(const Study& st, int groups, int rpv, int measure_step
     }
     per_variant.push_back(static_cast<double>(v.train.steps) * step_s[kind] / rpv);
   }
-  measuring = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double measuring = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<double> free_at(static_cast<std::size_t>(groups), 0.0);
   for (double t : per_variant) *std::min_element(free_at.begin(), free_at.end()) += t;
   const double phase = *std::max_element(free_at.begin(), free_at.end());

@@ -11,7 +11,8 @@
 // elementwise indices); the exact partial sums are combined with MPI_Allreduce. The whole model's
 // elementwise sums (max |d|, mean |d|, relative L2) are those of its tensors added up
 // (PairwisePartials::combine_elementwise), so it needs only the sorted pass of its own. Block-aligned
-// splits give bit-identical sums, so the results do not depend on the number of ranks either way. Rank 0 gathers them in task order and writes
+// splits give bit-identical sums, so the results do not depend on the number of ranks either way.
+// Rank 0 gathers them in task order and writes
 //   OUT/deviation.h5   /steps/<step>/<tensor>/{w1,w2,max_abs,mean_abs,rel_l2}: V x V matrices
 //   OUT/deviation.csv  one row per step, tensor and pair (tensor "model" is the whole model)
 //   OUT/axes.csv       each grid axis's role, baseline, replicate flag and values (the verdict's input)
@@ -217,35 +218,24 @@ template <class T>
 PairwisePartials whole_partials(const StepParams& sp, const std::string& tensor, const std::vector<std::string>& names,
                                 std::size_t n, bool elementwise) {
   const std::size_t V = sp.per_variant.size();
-  std::vector<std::vector<T>> raw;
+  std::vector<std::vector<T>> values;
+  for (std::size_t v = 0; v < V; ++v) values.push_back(flatten<T>(sp, v, tensor, names, 0, n));
+  if (elementwise) {
+    std::vector<const T*> ptrs;
+    for (const auto& x : values) ptrs.push_back(x.data());
+    return pairwise_partials(ptrs, n);
+  }
   SortedSet<T> set;
-  for (std::size_t v = 0; v < V; ++v) {
-    std::vector<T> x = flatten<T>(sp, v, tensor, names, 0, n);
-    if (elementwise) {
-      set.add(x);
-      raw.push_back(std::move(x));
-    } else {
-      radix_sort(x.data(), n);
-      set.add_sorted(std::move(x));
-    }
+  for (auto& x : values) {
+    radix_sort(x.data(), n);  // in place: the copy is this function's own
+    set.add_sorted(std::move(x));
   }
   PairwisePartials p(V);
   accumulate_sorted(set, 0, n, p);
-  if (elementwise) {
-    std::vector<const T*> ptrs;
-    for (const auto& x : raw) ptrs.push_back(x.data());
-    accumulate_elementwise(ptrs, 0, n, p);
-  }
   return p;
 }
 
-// This rank's partial sums of one task computed by every rank of `world` together (collective; the
-// caller combines them with allreduce): rank r sorts the variants v = r (mod R) and sends each rank q
-// the window q (block_aligned_part) of those sorted arrays (one alltoallv: every rank receives its
-// window of every variant, V n / R values); each rank accumulates its window of the sorted positions
-// and, with elementwise = true, of the elementwise indices (each variant's unsorted window, copied
-// from the parameters it read). Block-aligned windows make the combined sums bit-identical to
-// whole_partials() on one process (tests/analysis/test_pairwise_mpi.cpp; tests/cli/test_e2e.cpp).
+// The elementwise partial sums over window w of every variant's unsorted `tensor`.
 template <class T>
 void add_elementwise_window(const StepParams& sp, const std::string& tensor, const std::vector<std::string>& names,
                             IndexRange w, PairwisePartials& p) {
@@ -292,6 +282,13 @@ PairwisePartials split_partials_shared(const mpi::Comm& world, SortedExchange& e
   return p;
 }
 
+// This rank's partial sums of one task computed by every rank of `world` together (collective; the
+// caller combines them with allreduce): rank r sorts the variants v = r (mod R) and sends each rank q
+// the window q (block_aligned_part) of those sorted arrays (one alltoallv: every rank receives its
+// window of every variant, V n / R values); each rank accumulates its window of the sorted positions
+// and, with elementwise = true, of the elementwise indices (each variant's unsorted window, copied
+// from the parameters it read). Block-aligned windows make the combined sums bit-identical to
+// whole_partials() on one process (tests/analysis/test_pairwise_mpi.cpp; tests/cli/test_e2e.cpp).
 template <class T>
 PairwisePartials split_partials(const mpi::Comm& world, SortedExchange& ex, const StepParams& sp, const std::string& tensor,
                                 const std::vector<std::string>& names, std::size_t n, bool elementwise) {
@@ -413,7 +410,7 @@ SortedExchange sorted_exchange(const mpi::Comm& world, std::size_t V, const std:
     const char* dir_env = std::getenv("OMPI_MCA_osc_sm_backing_directory");
     const std::string dir = dir_env && *dir_env ? dir_env : "/dev/shm";
     const std::int64_t values = std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0});
-    const std::uintmax_t need = static_cast<std::uintmax_t>(values) * V * sizeof(double);
+    const std::uintmax_t need = static_cast<std::uintmax_t>(values) * V * sizeof(double);  // fp64 at most
     std::error_code ec;
     const fs::space_info room = fs::space(dir, ec);
     if (ec || room.available < need + need / 8) {
@@ -525,6 +522,7 @@ int job_reduce(JobContext& ctx) {
   std::string mine;
   std::vector<std::string> names(plan.tensors.begin(), plan.tensors.end() - 1);
   SortedExchange exchange = sorted_exchange(world, V, plan.sizes);
+  const auto model_values = static_cast<std::size_t>(std::accumulate(plan.sizes.begin(), plan.sizes.end(), std::int64_t{0}));
   // A stop signal (SIGTERM, SIGUSR1) ends the work at the next task; nothing is written. The ranks
   // agree on it before each split task (a collective), so none waits for another in vain.
   bool stopped = false;
@@ -539,44 +537,43 @@ int job_reduce(JobContext& ctx) {
     for (const auto& arrays : sp.per_variant)
       for (const auto& a : arrays) sp.f64 |= a.dtype == DType::f64;
     auto t1 = std::chrono::steady_clock::now();
-    read_s += std::chrono::duration<double>(t1 - t0).count();
+    read_s += since(t0, t1);
     // The whole model's elementwise sums are those of its tensors added up (combine_elementwise): this
     // rank's share (its own tasks, its windows of split tasks) is added here and combined over the
     // ranks with the model's sorted sums, so the model needs no elementwise pass of its own.
     PairwisePartials model_elementwise(V);
     for (std::size_t t = 0; t < T && !stopped; ++t) {
       const std::size_t k = si * T + t;
-      const bool model = t + 1 == T;
-      const std::size_t n = model ? static_cast<std::size_t>(std::accumulate(plan.sizes.begin(), plan.sizes.end(), std::int64_t{0}))
-                                  : static_cast<std::size_t>(plan.sizes[t]);
-      PairwisePartials p;
-      if (owner[k] < 0) {
+      const bool model = t + 1 == T, split_task = owner[k] < 0;
+      const std::size_t n = model ? model_values : static_cast<std::size_t>(plan.sizes[t]);
+      PairwisePartials p;  // this rank's part of the task (all of it for an unsplit task)
+      if (split_task) {
         if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {
           stopped = true;
           break;
         }
         p = sp.f64 ? split_partials<double>(world, exchange, sp, plan.tensors[t], names, n, !model)
                    : split_partials<float>(world, exchange, sp, plan.tensors[t], names, n, !model);
-        if (model) p.combine_elementwise(model_elementwise);
-        else model_elementwise.combine_elementwise(p);
-        allreduce(world, p);
-        p.set_has_w2(true);
-        if (!world.is_root()) continue;  // rank 0 holds the result
       } else {
         // A signal skips this rank's own tasks; it leaves the loop only at the next collective check,
         // together with the other ranks (the check after the loop then fails the job everywhere).
         if (owner[k] != world.rank() || stop_signal_received()) continue;
         p = sp.f64 ? whole_partials<double>(sp, plan.tensors[t], names, n, !model)
                    : whole_partials<float>(sp, plan.tensors[t], names, n, !model);
-        if (model) p.combine_elementwise(model_elementwise);
-        else model_elementwise.combine_elementwise(p);
+      }
+      if (model) p.combine_elementwise(model_elementwise);
+      else model_elementwise.combine_elementwise(p);
+      if (split_task) {
+        allreduce(world, p);
+        p.set_has_w2(true);
+        if (!world.is_root()) continue;  // rank 0 holds the result
       }
       const std::vector<double> m = metric_matrices(p.finalize());
       const std::uint64_t idx = k;
       mine.append(reinterpret_cast<const char*>(&idx), sizeof idx);
       mine.append(reinterpret_cast<const char*>(m.data()), m.size() * sizeof(double));
     }
-    compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    compute_s += since(t1, std::chrono::steady_clock::now());
   }
   const auto t_computed = std::chrono::steady_clock::now();
   std::vector<std::string> parts = world.gather(mine);

@@ -4,7 +4,8 @@
 // and writes rows [r*R/P, (r+1)*R/P) of each tensor with R rows on P ranks, with one collective
 // transfer per dataset; tensors smaller than CheckpointOptions::split_bytes are written whole by
 // rank 0 alone (a collective per bias vector costs more than the write). CRC-32 of a dataset =
-// crc32_join (zlib's crc32_combine) over the ranks' shares in rank order, so no rank checksums more than its share.
+// crc32_join (zlib's crc32_combine) over the ranks' shares in rank order, so no rank checksums more
+// than its share.
 // Then: close, reopen and verify (every rank checks its share against the stored checksum, reading
 // independently), fsync, rename by rank 0 once the collective close has completed every rank's
 // writes.

@@ -17,7 +17,8 @@
 // their attributes) are spliced with the CRC-32 of every other byte of the file (HDF5's metadata,
 // read back; file_sum_known), which equals a whole-file read whenever the data blocks hold what was
 // written — checked by the verification (CheckpointOptions::verify); without it a bad block makes the
-// file fail its sidecar check at the next read instead of being sealed as it is. Dots in names are kept, not turned into nested groups: the dataset names are exactly the
+// file fail its sidecar check at the next read instead of being sealed as it is.
+// Dots in names are kept, not turned into nested groups: the dataset names are exactly the
 // trainer's state-dict keys, one flat listing per section (f["params"]["blocks.0.attn.qkv.weight"] in
 // h5py). Children keep their creation order, so a round trip preserves the order of each vector.
 //

@@ -96,7 +96,7 @@ def main():
         lambda r: r <= 1.3)
 
     env = dict(os.environ)
-    tr = gbench(f"{build}/bench/train/bench_train", "paper", 2)
+    tr = gbench(f"{build}/bench/train/bench_train", "paper|threads", 2)
     tok = lambda name: tr[name]["tokens_per_s"] if name in tr else None  # noqa: E731
     plain, base, flash = tok("BM_plain_libtorch_step/paper"), tok("BM_train_step/paper_fp32_baseline"), \
         tok("BM_train_step/paper_fp32_flash")
@@ -107,6 +107,11 @@ def main():
     b16t = tok("BM_train_step/paper_bf16_baseline")
     add("paper model bf16 step time / fp32 (baseline)", fmt(b16t), fmt(base), ratio(base, b16t), "<= 1.3",
         lambda r: r <= 1.3)
+    # The default thread count (this rank's CPUs) against one thread; both give the same bits.
+    many, one = tok("BM_train_threads/threads:0"), tok("BM_train_threads/threads:1")
+    n = tr.get("BM_train_threads/threads:0", {}).get("threads")
+    add(f"paper model fp32 flash, default threads ({fmt(n)}) vs 1 (tokens/s)", fmt(many), fmt(one),
+        ratio(many, one), ">= 1.5 on 2 cores", lambda r: r >= 1.5)
 
     with tempfile.TemporaryDirectory() as d:
         env["OMPI_ALLOW_RUN_AS_ROOT"] = env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"

@@ -5,7 +5,9 @@
 // variant of each kind is trained here for --measure-steps steps (after one warm-up step) and timed;
 // a variant takes steps x its kind's step time / ranks_per_variant, and the scheduler's dynamic
 // assignment (each variant, in grid order, to the group that becomes free first) gives the phase's
-// time. It assumes each rank has a core as fast as one of this machine's; checkpoint writes, the
+// time. Steps are timed on the LibTorch threads each of the N ranks would get on this machine by
+// default (default_rank_threads: its CPUs shared by N, at least 1), and every rank is assumed to have
+// as many CPUs as fast as this machine's; checkpoint writes, the
 // other phases and start-up are not counted. A grid whose training step would need more than half
 // of this machine's memory (or whose step fails here) is not timed; plan says so.
 #include <algorithm>
@@ -98,6 +100,8 @@ std::string time_estimate(const Study& st, int groups, int rpv, int measure_step
   std::vector<std::string> kinds;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<double> per_variant;
+  // Each rank's LibTorch threads when all groups*rpv ranks run on this machine (the run's default).
+  const int threads = default_rank_threads(groups * rpv);
   for (const Variant& v : st.variants) {
     std::string kind;
     for (const auto& [axis, value] : v.axes) {
@@ -113,7 +117,7 @@ std::string time_estimate(const Study& st, int groups, int rpv, int measure_step
         return "time estimate: not measured: a training step of " + v.id + " needs about " + human_bytes(need) +
                ", more than half of this machine's " + human_bytes(have) + "\n";
       try {
-        step_s[kind] = measure_step_seconds(v, 1, measure_steps);
+        step_s[kind] = measure_step_seconds(v, 1, measure_steps, threads);
       } catch (const std::exception& e) {
         std::string what = e.what();
         what = what.substr(0, what.find('\n'));
@@ -129,7 +133,8 @@ std::string time_estimate(const Study& st, int groups, int rpv, int measure_step
   const double phase = *std::max_element(free_at.begin(), free_at.end());
   std::ostringstream os;
   os << "time estimate, train phase: " << duration_text(phase) << " on " << groups * rpv << " rank"
-     << (groups * rpv == 1 ? "" : "s") << " (step times measured here, one rank per core, "
+     << (groups * rpv == 1 ? "" : "s") << " (step times measured here on " << threads << " thread"
+     << (threads == 1 ? "" : "s") << " per rank, this machine's share for each of the ranks, "
      << measure_steps << " timed steps after a warm-up per kind of variant, " << duration_text(measuring)
      << "; checkpoint writes and the other phases not counted):\n";
   for (const auto& k : kinds) {

@@ -11,11 +11,16 @@
 //
 //   cmake --build build --target bench_train && build/bench/train/bench_train
 //
-// Counter tokens_per_s = global batch tokens per second of wall time (one thread: FASTUDY_TORCH_THREADS,
-// default 1). Shapes: B batch, H heads, N sequence, d head dim, D = H*d.
+// Counter tokens_per_s = global batch tokens per second of wall time, on FASTUDY_TORCH_THREADS threads
+// (default: every CPU this process may use, see configure_torch_threads; counter `threads`).
+// BM_train_threads runs the paper model's fp32 flash step on 1 thread and on the default count, side
+// by side: the speed-up of using the cores, whose results are the same bits (fixed_order.hpp).
+// Shapes: B batch, H heads, N sequence, d head dim, D = H*d.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "src/core/config.hpp"
 #include "src/train/engine.hpp"
@@ -56,6 +61,24 @@ void BM_train_step(benchmark::State& state, Model model, AttentionKind kind, For
   }
   const double tokens = static_cast<double>(v.train.batch) * v.model.seq_len;
   state.counters["tokens_per_s"] = benchmark::Counter(tokens * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["threads"] = at::get_num_threads();
+}
+
+// The paper model's fp32 flash step on state.range(0) threads (0: the default count).
+void BM_train_threads(benchmark::State& state) {
+  const char* saved = std::getenv("FASTUDY_TORCH_THREADS");
+  const std::string restore = saved != nullptr ? saved : "";
+  if (state.range(0) > 0) {
+    ::setenv("FASTUDY_TORCH_THREADS", std::to_string(state.range(0)).c_str(), 1);
+  } else {
+    ::unsetenv("FASTUDY_TORCH_THREADS");
+  }
+  BM_train_step(state, Model::paper, AttentionKind::flash, Format::fp32);
+  if (saved != nullptr) {
+    ::setenv("FASTUDY_TORCH_THREADS", restore.c_str(), 1);
+  } else {
+    ::unsetenv("FASTUDY_TORCH_THREADS");
+  }
 }
 
 // The reference: the same architecture written with plain LibTorch modules.
@@ -141,6 +164,7 @@ void BM_plain_libtorch_step(benchmark::State& state, Model which) {
   for (auto _ : state) benchmark::DoNotOptimize(step());
   const double tokens = static_cast<double>(t.batch) * v.model.seq_len;
   state.counters["tokens_per_s"] = benchmark::Counter(tokens * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["threads"] = at::get_num_threads();
 }
 
 BENCHMARK_CAPTURE(BM_plain_libtorch_step, demo, Model::demo)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -161,6 +185,7 @@ BENCHMARK_CAPTURE(BM_train_step, paper_bf16_baseline, Model::paper, AttentionKin
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_train_step, paper_bf16_flash, Model::paper, AttentionKind::flash, Format::bf16)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_train_threads)->ArgName("threads")->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace fastudy::train

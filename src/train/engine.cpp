@@ -9,6 +9,9 @@
 #include <cstring>
 #include <sstream>
 
+#include <sched.h>
+#include <unistd.h>
+
 #include "base/error.hpp"
 #include "src/runtime/reducer.hpp"
 #include "src/train/rng.hpp"
@@ -52,16 +55,42 @@ std::string format_double(double x) {
 
 }  // namespace
 
+int default_torch_threads(int allowed_cpus, int online_cpus, int local_ranks) {
+  const int share = std::max(online_cpus, 1) / std::max(local_ranks, 1);
+  return std::max(1, std::min(allowed_cpus, share));
+}
+
+int local_ranks_from_env() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end == '\0' && n >= 1) return static_cast<int>(std::min<long>(n, 1 << 20));
+  }
+  return 1;
+}
+
+int default_process_threads(int local_ranks) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const int allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 1;
+  return default_torch_threads(allowed, online > 0 ? static_cast<int>(online) : 1, local_ranks);
+}
+
 int configure_torch_threads() {
-  int threads = 1;
+  int threads = 0;
   if (const char* env = std::getenv("FASTUDY_TORCH_THREADS"); env != nullptr && *env != '\0') {
     char* end = nullptr;
     const long n = std::strtol(env, &end, 10);
     if (*end != '\0' || n < 1 || n > 1024) {
       throw Error(std::string("FASTUDY_TORCH_THREADS = '") + env + "' is not a thread count",
-                  "set it to a positive integer (1 gives machine-independent results), or unset it");
+                  "set it to a positive integer, or unset it to use this rank's share of the CPUs");
     }
     threads = static_cast<int>(n);
+  } else {
+    threads = default_process_threads(local_ranks_from_env());
   }
   at::set_num_threads(threads);
   return threads;

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "base/error.hpp"
+#include "src/train/fixed_order.hpp"
 #include "src/train/rng.hpp"
 
 namespace fastudy::train {
@@ -20,13 +21,20 @@ constexpr std::int64_t kNoRounding = -1;  // a format slot that rounds nothing
 
 std::int64_t format_code(bool enabled, Format f) { return enabled ? static_cast<std::int64_t>(f) : kNoRounding; }
 
-// Round a fresh contiguous tensor in place (float or double container).
+// Round a fresh contiguous tensor in place (float or double container), in blocks on the threads.
 void round_tensor_inplace(torch::Tensor& t, Format f) {
-  if (t.scalar_type() == torch::kDouble) {
-    round_inplace(f, t.data_ptr<double>(), static_cast<std::size_t>(t.numel()));
-  } else {
-    round_inplace(f, t.data_ptr<float>(), static_cast<std::size_t>(t.numel()));
-  }
+  const std::int64_t n = t.numel(), block = fixed::kElementBlock;
+  const bool wide = t.scalar_type() == torch::kDouble;
+  void* data = t.data_ptr();
+  fixed::for_each_piece((n + block - 1) / block, [&](std::int64_t k) {
+    const std::int64_t e0 = k * block;
+    const auto len = static_cast<std::size_t>(std::min(block, n - e0));
+    if (wide) {
+      round_inplace(f, static_cast<double*>(data) + e0, len);
+    } else {
+      round_inplace(f, static_cast<float*>(data) + e0, len);
+    }
+  });
 }
 
 torch::Tensor round_if(const torch::Tensor& t, std::int64_t code) {
@@ -59,10 +67,10 @@ Operand prepare_operand(const torch::Tensor& a, MatmulArithmetic arithmetic) {
 torch::Tensor range_product(const Operand& a, const Operand& b, std::int64_t k0, std::int64_t k1) {
   auto slice_a = [&](const torch::Tensor& t) { return t.narrow(1, k0, k1 - k0); };
   auto slice_b = [&](const torch::Tensor& t) { return t.narrow(0, k0, k1 - k0); };
-  if (!a.lo.defined()) return torch::mm(slice_a(a.hi), slice_b(b.hi));
-  torch::Tensor y = torch::mm(slice_a(a.hi), slice_b(b.lo));  // bf16x3: the two small terms first
-  y.add_(torch::mm(slice_a(a.lo), slice_b(b.hi)));
-  y.add_(torch::mm(slice_a(a.hi), slice_b(b.hi)));
+  if (!a.lo.defined()) return fixed::mm(slice_a(a.hi), slice_b(b.hi));
+  torch::Tensor y = fixed::mm(slice_a(a.hi), slice_b(b.lo));  // bf16x3: the two small terms first
+  y.add_(fixed::mm(slice_a(a.lo), slice_b(b.hi)));
+  y.add_(fixed::mm(slice_a(a.hi), slice_b(b.hi)));
   return y;
 }
 
@@ -89,7 +97,7 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
     torch::Tensor y;
     if (split_k == 1 && arith != MatmulArithmetic::bf16x3) {
       // One GEMM: the bias is its C operand (addmm), as the plain fp32 product has always done.
-      y = has_bias ? torch::addmm(round_if(b, store_code), xo.hi, wo.hi.t()) : torch::mm(xo.hi, wo.hi.t());
+      y = has_bias ? fixed::addmm(round_if(b, store_code), xo.hi, wo.hi.t()) : fixed::mm(xo.hi, wo.hi.t());
     } else {
       y = split_product(xo, wo.t(), static_cast<int>(split_k));
       if (has_bias) y.add_(round_if(b, store_code));  // the epilogue, after the reduction
@@ -116,8 +124,8 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
                                 : round_if(grads[0].contiguous(), in_code);  // the backward matmuls' input
     torch::Tensor gx, gw;
     if (arith == MatmulArithmetic::fp32 && split_k == 1) {
-      gx = torch::mm(g, saved[1]);
-      gw = torch::mm(g.t(), saved[0]);
+      gx = fixed::mm(g, saved[1]);
+      gw = fixed::mm(g.t(), saved[0]);
     } else {
       // The saved operands are already prepared (in the matmul's format, or split); only G is new.
       const Operand xo{saved[0], saved[2]}, wo{saved[1], saved[3]};
@@ -126,7 +134,7 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
       gw = split_product(go.t(), xo, split_k);    // reduction over the tokens
     }
     torch::Tensor gb;
-    if (ctx->saved_data["bias"].toBool()) gb = g.sum(0);
+    if (ctx->saved_data["bias"].toBool()) gb = fixed::column_sums(g);
     if (store_code != kNoRounding) {
       const auto f = static_cast<Format>(store_code);
       round_tensor_inplace(gx, f);
@@ -218,9 +226,13 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
       torch::Tensor o_other = torch::empty_like(o);
       torch::Tensor no_lse;
       run_attention_forward(shape, other, packed, o_other, no_lse);
-      const torch::Tensor diff = (o - o_other).abs().to(torch::kDouble);
-      setup->shadow_sink->push_back(
-          {static_cast<int>(layer), diff.max().item<double>(), diff.mean().item<double>()});
+      const torch::Tensor diff = (o - o_other).abs().to(torch::kDouble).contiguous();
+      // Summed in index order on this thread (LibTorch's mean() splits its sum by thread count).
+      const double* d = diff.data_ptr<double>();
+      double sum = 0.0;
+      for (std::int64_t i = 0; i < diff.numel(); ++i) sum += d[i];
+      setup->shadow_sink->push_back({static_cast<int>(layer), diff.max().item<double>(),
+                                     sum / static_cast<double>(std::max<std::int64_t>(diff.numel(), 1))});
     }
     ctx->save_for_backward({packed, o, lse});
     ctx->saved_data["heads"] = heads;
@@ -482,12 +494,12 @@ torch::Tensor numerics_matmul(const torch::Tensor& a, const torch::Tensor& b, Ma
 torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                          LayerNormAlgorithm algorithm) {
   const std::int64_t d = x.size(-1);
-  if (algorithm == LayerNormAlgorithm::torch) return torch::layer_norm(x, {d}, w, b, kLayerNormEps);
+  if (algorithm == LayerNormAlgorithm::torch) return fixed::layer_norm(x, w, b, kLayerNormEps);
   return LayerNormFn::apply(x.reshape({-1, d}), w, b, static_cast<std::int64_t>(algorithm)).view(x.sizes());
 }
 
 torch::Tensor gelu(const torch::Tensor& x, GeluApproximation approximation) {
-  return approximation == GeluApproximation::tanh ? torch::gelu(x, "tanh") : torch::gelu(x);
+  return fixed::gelu(x, approximation == GeluApproximation::tanh ? "tanh" : "none");
 }
 
 torch::Tensor round_activation(const torch::Tensor& x, const Emulation& e) {

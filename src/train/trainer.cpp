@@ -63,14 +63,18 @@ TrainState initial_state(const Variant& v) {
   return train::initial_train_state(v);
 }
 
-double measure_step_seconds(const Variant& v, int warmup, int timed) {
-  if (warmup < 0 || timed < 1) throw UsageError("measure_step_seconds: warmup >= 0 and timed >= 1 steps");
+int default_rank_threads(int ranks_on_node) { return train::default_process_threads(ranks_on_node); }
+
+double measure_step_seconds(const Variant& v, int warmup, int timed, int threads) {
+  if (warmup < 0 || timed < 1 || threads < 1) {
+    throw UsageError("measure_step_seconds: warmup >= 0, timed >= 1 steps and threads >= 1");
+  }
   Variant w = v;
   w.train.steps = std::max<std::int64_t>(w.train.steps, warmup + timed);  // the schedule's first steps
   w.train.checkpoint_every = 0;
-  train::configure_torch_threads();
   const TrainHooks hooks;
   train::Engine engine(w, hooks, nullptr);
+  at::set_num_threads(threads);  // after the engine's own configure_torch_threads
   for (int i = 0; i < warmup; ++i) engine.step();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < timed; ++i) engine.step();

@@ -11,9 +11,9 @@
 // ln_f.{weight,bias}, lm_head.weight.
 //
 // Randomness: init from the variant's seed (one stream per parameter name), data from [data] seed; no
-// other randomness (no dropout). Threads: LibTorch runs with FASTUDY_TORCH_THREADS threads (default 1,
-// set with at::set_num_threads when training starts); results are bit-identical for a fixed thread
-// count, and the default makes them independent of the machine.
+// other randomness (no dropout). Threads: LibTorch runs with FASTUDY_TORCH_THREADS threads (default:
+// this rank's share of the CPUs, see configure_torch_threads; set with at::set_num_threads when
+// training starts); results are the same bits on every thread count (fixed_order.hpp).
 #pragma once
 
 #include <cstdint>
@@ -78,11 +78,15 @@ TrainResult train_variant(const Variant& v, const std::string& variant_dir, cons
 
 std::string_view to_string(TrainOutcome o);
 
-// Wall seconds per optimizer step of variant v on this machine, on one rank with this process's
-// LibTorch threads (FASTUDY_TORCH_THREADS): `warmup` untimed steps (allocations, first touch), then
-// the mean of `timed` steps of the whole global batch. Writes nothing. For `fastudy plan`'s time
+// The LibTorch threads each of `ranks_on_node` ranks started on this machine gets by default: the
+// CPUs this process may use, at most the online CPUs / ranks_on_node, at least 1.
+int default_rank_threads(int ranks_on_node);
+
+// Wall seconds per optimizer step of variant v on this machine, on one rank with `threads` LibTorch
+// threads: `warmup` untimed steps (allocations, first touch), then the mean of `timed` steps of the
+// whole global batch. Writes nothing; leaves LibTorch on `threads` threads. For `fastudy plan`'s time
 // estimate. Throws fastudy::Error like train_variant for a bad configuration or data source.
-double measure_step_seconds(const Variant& v, int warmup, int timed);
+double measure_step_seconds(const Variant& v, int warmup, int timed, int threads);
 
 // What attention layer `layer` (0-based block index) of variant v's model sees on global batch
 // `batch` of the variant's data (data cursor `batch`) with the weights of `state` (read from one of

@@ -9,7 +9,9 @@ include_guard(GLOBAL)
 set(FASTUDY_TESTS_INCLUDE ${FASTUDY_LAYER_INCLUDE_ROOT}/tests)
 fastudy_layer_link(${FASTUDY_TESTS_INCLUDE} tests)
 
-set(FASTUDY_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+# FASTUDY_TORCH_THREADS=1: ctest -j N already runs N tests side by side, one per core, and results do
+# not depend on the thread count (tests/train/test_threads.cpp sets its own counts and checks that).
+set(FASTUDY_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;FASTUDY_TORCH_THREADS=1")
 
 function(fastudy_gtest name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS;RANKS" ${ARGN})

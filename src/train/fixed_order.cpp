@@ -33,19 +33,21 @@ void for_each_piece(std::int64_t pieces, const std::function<void(std::int64_t)>
   });
 }
 
+std::int64_t tile_rows(std::int64_t M) { return std::clamp<std::int64_t>((count(M, 4) + 63) / 64 * 64, 64, 256); }
+
 torch::Tensor addmm(const torch::Tensor& bias, const torch::Tensor& a, const torch::Tensor& b) {
-  const std::int64_t M = a.size(0), N = b.size(1);
+  const std::int64_t M = a.size(0), N = b.size(1), tile_m = tile_rows(M);
   torch::Tensor out = torch::empty({M, N}, a.options().requires_grad(false));
-  const std::int64_t row_tiles = count(M, kTileRows), col_tiles = count(N, kTileCols);
+  const std::int64_t row_tiles = count(M, tile_m), col_tiles = count(N, kTileCols);
   for_each_piece(row_tiles * col_tiles, [&](std::int64_t t) {
-    const std::int64_t r0 = (t / col_tiles) * kTileRows, c0 = (t % col_tiles) * kTileCols;
-    const std::int64_t rows = std::min(kTileRows, M - r0), cols = std::min(kTileCols, N - c0);
+    const std::int64_t r0 = (t / col_tiles) * tile_m, c0 = (t % col_tiles) * kTileCols;
+    const std::int64_t rows = std::min(tile_m, M - r0), cols = std::min(kTileCols, N - c0);
     torch::Tensor tile = out.narrow(0, r0, rows).narrow(1, c0, cols);
-    const torch::Tensor at = a.narrow(0, r0, rows), bt = b.narrow(1, c0, cols);
+    const torch::Tensor a_rows = a.narrow(0, r0, rows), b_cols = b.narrow(1, c0, cols);
     if (bias.defined()) {
-      at::addmm_out(tile, bias.narrow(0, c0, cols), at, bt);
+      at::addmm_out(tile, bias.narrow(0, c0, cols), a_rows, b_cols);
     } else {
-      at::mm_out(tile, at, bt);
+      at::mm_out(tile, a_rows, b_cols);
     }
   });
   return out;

@@ -9,8 +9,8 @@
 // fixed by the shapes alone, never by the thread count, and run every piece on one thread (inside
 // LibTorch's parallel region neither LibTorch nor its BLAS split further); pieces that meet in one
 // output are added in piece order. So every thread count gives the bits of one thread:
-//   - mm / addmm: output tiles of kTileRows x kTileCols, each one BLAS call over the whole reduction
-//     (the bias is the GEMM's C, as torch::addmm does);
+//   - mm / addmm: output tiles of tile_rows(M) x kTileCols, each one BLAS call over the whole
+//     reduction (the bias is the GEMM's C, as torch::addmm does);
 //   - column_sums (a bias gradient, sum over rows): tiles of kTileCols columns;
 //   - layer_norm (LibTorch's kernel): forward rows as LibTorch computes them (row by row, unchanged);
 //     backward on blocks of kLayerNormRows rows, dw and db the blocks' partial sums added in order;
@@ -28,10 +28,14 @@
 
 namespace fastudy::train::fixed {
 
-constexpr std::int64_t kTileRows = 128;
 constexpr std::int64_t kTileCols = 256;
+
+// Rows of an output tile of an M-row product: M/4 rounded up to a multiple of 64, within [64, 256]
+// (at least four row tiles where M allows, and tiles large enough for the BLAS to run at speed: on
+// one thread the tiles cost 2-12% over one whole call at the trainer's shapes).
+std::int64_t tile_rows(std::int64_t M);
 constexpr std::int64_t kLayerNormRows = 256;
-constexpr std::int64_t kElementBlock = 16384;
+constexpr std::int64_t kElementBlock = 65536;
 
 // Runs piece(i) for i in [0, pieces) on LibTorch's threads (at::parallel_for, at::get_num_threads()),
 // each piece on one thread with LibTorch and BLAS calls inside it single-threaded, without autograd.

@@ -1,8 +1,10 @@
 #include "base/hugepages.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -66,6 +68,21 @@ void exec_with_hugepages(const char* program, char** argv, char** envp) {
   env[k] = nullptr;
   ::execve(program, argv, env);
   std::free(env);  // execve returned: it failed; run on with 4 KiB pages
+}
+
+void exec_beside(const char* name, char** argv, char** envp, char* path) {
+  path[0] = '\0';
+  const ssize_t len = ::readlink("/proc/self/exe", path, PATH_MAX - 1);
+  if (len <= 0) return;
+  path[len] = '\0';
+  char* slash = std::strrchr(path, '/');
+  if (!slash || static_cast<std::size_t>(slash - path) + 1 + std::strlen(name) + 1 > PATH_MAX) {
+    errno = ENAMETOOLONG;
+    return;
+  }
+  std::strcpy(slash + 1, name);
+  exec_with_hugepages(path, argv, envp);  // returns only without huge pages (or on failure)
+  ::execve(path, argv, envp);
 }
 
 namespace detail {

@@ -29,6 +29,11 @@ namespace fastudy {
 // Uses only the C library: safe before the C++ runtime is initialised.
 void exec_with_hugepages(const char* program, char** argv, char** envp);
 
+// Executes the program `name` in this executable's folder (/proc/self/exe's) with argv and envp,
+// through exec_with_hugepages first. Returns only on failure, with errno set and `path` (PATH_MAX
+// bytes) holding the program's path, or empty when this executable's own path is unknown.
+void exec_beside(const char* name, char** argv, char** envp, char* path);
+
 namespace detail {
 void hugepages_at_preinit(int argc, char** argv, char** envp);
 }  // namespace detail

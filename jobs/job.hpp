@@ -72,8 +72,11 @@ struct JobInfo {
   bool writes_study = false;  // holds the study lock (OUT/fastudy.lock, study_lock.hpp) while it runs
 };
 
+// The program's table (registry.cpp in fastudy-main, registry_lite.cpp in fastudy-lite) and lookup.
 const std::vector<JobInfo>& job_registry();
 const JobInfo* find_job(const std::string& name);
+// reduce, report, status and slurm: the jobs without the trainer (registry_common.cpp).
+std::vector<JobInfo> trainer_free_jobs();
 
 // The jobs, one file each.
 int job_run(JobContext& ctx);

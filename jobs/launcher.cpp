@@ -1,9 +1,12 @@
-// `fastudy`: the command users run. It starts the program (fastudy-main, beside it) with the
-// environment it needs before any library is loaded, and nothing else: today that is glibc's
-// transparent-huge-page tunable (base/hugepages.hpp). Setting it here rather than re-executing the
-// program itself saves a second load of LibTorch and its relocations (about 0.45 s of every start,
-// measured on the development machine). Plain C library only; the same pid (execve), arguments and
-// environment otherwise, so mpirun, srun and signals see no difference.
+// `fastudy`: the command users run. It starts the program beside it with the environment it needs
+// before any library is loaded, and nothing else: today that is glibc's transparent-huge-page
+// tunable (base/hugepages.hpp). Setting it here rather than re-executing the program itself saves a
+// second load of LibTorch and its relocations (about 0.45 s of every start, measured on the
+// development machine). The program is fastudy-lite, which runs the jobs that never train (reduce,
+// report, status, slurm) without loading LibTorch at all and hands every other command line to
+// fastudy-main (jobs/main.cpp); fastudy-main directly where fastudy-lite is missing. Plain C library
+// only; the same pid (execve), arguments and environment otherwise, so mpirun, srun and signals see
+// no difference.
 #include <limits.h>
 #include <unistd.h>
 
@@ -16,20 +19,10 @@
 extern char** environ;
 
 int main(int, char** argv) {
-  char self[PATH_MAX];
-  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len <= 0) {
-    std::fprintf(stderr, "error: fastudy cannot find its own path (/proc/self/exe): %s\n", std::strerror(errno));
-    return 127;
-  }
-  self[len] = '\0';
-  char* slash = std::strrchr(self, '/');
-  const char* name = "fastudy-main";
-  if (!slash || static_cast<std::size_t>(slash - self) + 1 + std::strlen(name) + 1 > sizeof self) return 127;
-  std::strcpy(slash + 1, name);
-  fastudy::exec_with_hugepages(self, argv, environ);  // returns only without huge pages (or on failure)
-  ::execve(self, argv, environ);
+  char path[PATH_MAX];
+  fastudy::exec_beside("fastudy-lite", argv, environ, path);  // which hands other jobs to fastudy-main
+  fastudy::exec_beside("fastudy-main", argv, environ, path);  // an installation without fastudy-lite
   std::fprintf(stderr, "error: fastudy cannot start %s: %s\n  hint: build or install fastudy-main beside fastudy\n",
-               self, std::strerror(errno));
+               path[0] ? path : "fastudy-main (its own path, /proc/self/exe, is unreadable)", std::strerror(errno));
   return 127;
 }

@@ -6,8 +6,13 @@
 //
 // Exit codes: 0 success; 1 runtime failure (or some variants failed); 2 usage or configuration error
 // (nothing written). On an MPI run a runtime failure on any rank ends the whole job (MPI_Abort).
+#include <limits.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -185,7 +190,22 @@ int exit_code_of(const std::exception& e) {
 // (base/hugepages.hpp).
 FASTUDY_HUGEPAGES_AT_PREINIT();
 
+#ifdef FASTUDY_LITE
+extern char** environ;
+#endif
+
 int main(int argc, char** argv) {
+#ifdef FASTUDY_LITE
+  // fastudy-lite (no trainer, no LibTorch): a command line that is not one of its jobs (registry_lite.cpp)
+  // nor --version goes to fastudy-main beside it, unchanged.
+  if (argc < 2 || (std::string(argv[1]) != "--version" && find_job(argv[1]) == nullptr)) {
+    char path[PATH_MAX];
+    exec_beside("fastudy-main", argv, environ, path);
+    std::fprintf(stderr, "error: fastudy cannot start %s: %s\n  hint: build or install fastudy-main beside fastudy\n",
+                 path[0] ? path : "fastudy-main", std::strerror(errno));
+    return 127;
+  }
+#endif
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     print_global_help(argc < 2 ? std::cerr : std::cout);
     return argc < 2 ? kExitUsage : kExitOk;

@@ -154,6 +154,36 @@ TEST(Launcher, RunsTheProgramBesideItOrNamesTheMissingOne) {
   EXPECT_NE(alone.output.find("hint:"), std::string::npos) << alone.output;
 }
 
+// The jobs that never train run in fastudy-lite, without LibTorch; every other command line reaches
+// fastudy-main. With fastudy-main missing beside them, status still runs and train names the missing
+// program; without fastudy-lite the launcher starts fastudy-main itself.
+TEST(Launcher, JobsThatNeverTrainRunWithoutLibTorchTheRestReachTheFullProgram) {
+  const fs::path exe = FASTUDY_EXE;
+  const fs::path lite = exe.parent_path() / "fastudy-lite";
+  ASSERT_TRUE(fs::exists(lite));
+  RunResult needed = run_command("readelf -d " + lite.string());
+  ASSERT_EQ(needed.code, 0) << needed.output;
+  EXPECT_NE(needed.output.find("libmpi"), std::string::npos) << needed.output;  // the listing is real
+  EXPECT_EQ(needed.output.find("libtorch"), std::string::npos) << "fastudy-lite loads LibTorch:\n" << needed.output;
+  TempDir dir;
+  fs::copy_file(exe, dir / "fastudy");
+  fs::copy_file(lite, dir / "fastudy-lite");
+  const std::string fastudy = (dir / "fastudy").string();
+  RunResult status = run_command(fastudy + " status " + (dir / "no-study").string());
+  EXPECT_EQ(status.code, 2) << status.output;
+  EXPECT_NE(status.output.find("no-study"), std::string::npos) << status.output;
+  for (const std::string& line : {"train " + std::string(FASTUDY_CONFIGS) + "/ci.toml", std::string(" --help"), std::string("")}) {
+    RunResult other = run_command(fastudy + " " + line);
+    EXPECT_EQ(other.code, 127) << line << ": " << other.output;
+    EXPECT_NE(other.output.find((dir / "fastudy-main").string()), std::string::npos) << line << ": " << other.output;
+  }
+  fs::remove(dir / "fastudy-lite");
+  fs::copy_file(exe.parent_path() / "fastudy-main", dir / "fastudy-main");
+  RunResult full = run_command(fastudy + " status " + (dir / "no-study").string());
+  EXPECT_EQ(full.code, 2) << full.output;
+  EXPECT_NE(full.output.find("no-study"), std::string::npos) << full.output;
+}
+
 TEST(Hugepages, TheProcessReexecutesWithTheTunableAndGetsHugePages) {
   std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string mode;

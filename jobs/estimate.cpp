@@ -1,0 +1,56 @@
+// Resource estimates of a variant (see estimate.hpp): shared by plan, slurm and preflight.
+#include "jobs/estimate.hpp"
+
+#include <cstdio>
+
+namespace fastudy {
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+std::int64_t parameter_count(const ModelConfig& m) {
+  const std::int64_t D = m.d_model, V = m.vocab, N = m.seq_len, F = static_cast<std::int64_t>(m.mlp_ratio) * m.d_model;
+  const std::int64_t per_layer = 2 * D              // ln1
+                                 + D * 3 * D + 3 * D  // qkv
+                                 + D * D + D          // attention output projection
+                                 + 2 * D              // ln2
+                                 + D * F + F          // mlp up
+                                 + F * D + D;         // mlp down
+  return V * D + N * D + m.layers * per_layer + 2 * D + D * V;  // embeddings, blocks, final norm, untied head
+}
+
+std::int64_t checkpoint_count(const TrainConfig& t) {
+  std::int64_t n = t.steps / t.checkpoint_every;
+  if (t.steps % t.checkpoint_every != 0) ++n;  // the final step is always saved
+  return n;
+}
+
+VariantEstimate estimate_variant(const Variant& v) {
+  VariantEstimate e;
+  e.params = parameter_count(v.model);
+  const double elt = v.precision == Format::fp64 ? 8.0 : 4.0;  // master weights: fp64 or fp32
+  e.checkpoint_bytes = 3.0 * elt * static_cast<double>(e.params);  // weights + two AdamW moments
+  e.checkpoints = checkpoint_count(v.train);
+  const int ranks = v.train.ranks_per_variant;
+  // Activations are kept for one micro-batch at a time: a shard of the global batch (dp_width shards,
+  // or one per rank when dp_width is unset) over grad_accum.
+  const int width = v.train.dp_width > 0 ? v.train.dp_width : ranks;
+  const double local_batch = static_cast<double>(v.train.batch) / width / v.train.grad_accum;
+  // Weights, gradients, two moments and rounded weights (parameter_copies), plus the activations kept
+  // for backward (activation_values_per_token).
+  const double act = local_batch * v.model.seq_len * activation_values_per_token(v.model, v.numerics);
+  e.memory_per_rank = parameter_copies(v.numerics) * elt * static_cast<double>(e.params) + elt * act;
+  e.matmul_work = matmul_work_factor(v.numerics);
+  // dp_width: this rank's dp_width / ranks flat shard gradients, and all dp_width of them once gathered.
+  if (v.train.dp_width > 0)
+    e.memory_per_rank += elt * static_cast<double>(e.params) * (width / ranks + (ranks > 1 ? width : 0));
+  return e;
+}
+
+}  // namespace fastudy

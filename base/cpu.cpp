@@ -1,5 +1,10 @@
 #include "base/cpu.hpp"
 
+#include <cstdlib>
+#include <string>
+
+#include "base/error.hpp"
+
 namespace fastudy {
 
 Isa cpu_isa() {
@@ -24,6 +29,18 @@ const char* to_string(Isa isa) {
     case Isa::generic: return "generic";
   }
   return "?";
+}
+
+int torch_threads_from_env() {
+  const char* env = std::getenv("FASTUDY_TORCH_THREADS");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (*end != '\0' || n < 1 || n > 1024) {
+    throw UsageError(std::string("FASTUDY_TORCH_THREADS = '") + env + "' is not a thread count",
+                     "set it to a positive integer, or unset it to use this rank's share of the CPUs");
+  }
+  return static_cast<int>(n);
 }
 
 }  // namespace fastudy

@@ -13,6 +13,11 @@ enum class Isa { generic, avx2, avx512 };
 Isa cpu_isa();
 const char* to_string(Isa isa);
 
+// The training threads asked for by FASTUDY_TORCH_THREADS: 0 when it is unset or empty (the trainer
+// then uses the rank's share of the CPUs), else its count in [1, 1024]. Throws UsageError naming
+// the variable for any other value.
+int torch_threads_from_env();
+
 // Whether this build compiles per-ISA variants at all (GCC on x86-64, without AddressSanitizer).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #define FASTUDY_PER_ISA 1

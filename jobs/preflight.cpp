@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
@@ -81,6 +82,11 @@ std::vector<std::string> preflight_problems(const Study& st, const PreflightScop
   if (scope.train) {
     try {
       check_layout(scope.ranks, st.train.ranks_per_variant);
+    } catch (const Error& e) {
+      problems.push_back(line_of(e));
+    }
+    try {
+      torch_threads_from_env();
     } catch (const Error& e) {
       problems.push_back(line_of(e));
     }

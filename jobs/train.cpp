@@ -154,6 +154,9 @@ int job_train(JobContext& ctx) {
   const std::string out = ctx.out_dir;
   const std::string status_path = (fs::path(out) / "status.csv").string();
   std::vector<const Variant*> variants;
+  // Every rank's LibTorch threads (FASTUDY_TORCH_THREADS or its share of the CPUs), checked before
+  // anything is written: a bad value is a usage error on every rank alike.
+  const int threads = configure_training_threads();
 
   on_root(world, [&] {
     check_layout(world.size(), st.train.ranks_per_variant);
@@ -167,7 +170,8 @@ int job_train(JobContext& ctx) {
   for (const auto* v : variants) ids.push_back(v->id);
   const int groups = world.size() / st.train.ranks_per_variant;
   log::info("train: " + std::to_string(ids.size()) + " variants on " + std::to_string(groups) +
-            " group(s) of " + std::to_string(st.train.ranks_per_variant) + " rank(s)");
+            " group(s) of " + std::to_string(st.train.ranks_per_variant) + " rank(s), " + std::to_string(threads) +
+            " LibTorch thread(s) on rank 0 (the same results on any count)");
 
   const auto t0 = std::chrono::steady_clock::now();
   std::mutex event_mutex;

@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "src/runtime/reducer.hpp"
 #include "src/train/rng.hpp"
@@ -80,18 +81,8 @@ int default_process_threads(int local_ranks) {
 }
 
 int configure_torch_threads() {
-  int threads = 0;
-  if (const char* env = std::getenv("FASTUDY_TORCH_THREADS"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(env, &end, 10);
-    if (*end != '\0' || n < 1 || n > 1024) {
-      throw Error(std::string("FASTUDY_TORCH_THREADS = '") + env + "' is not a thread count",
-                  "set it to a positive integer, or unset it to use this rank's share of the CPUs");
-    }
-    threads = static_cast<int>(n);
-  } else {
-    threads = default_process_threads(local_ranks_from_env());
-  }
+  int threads = torch_threads_from_env();
+  if (threads == 0) threads = default_process_threads(local_ranks_from_env());
   at::set_num_threads(threads);
   return threads;
 }

@@ -29,7 +29,7 @@ int local_ranks_from_env();
 
 // Sets LibTorch's intra-op threads from FASTUDY_TORCH_THREADS, or default_torch_threads for this
 // process when it is unset; returns the count. Results do not depend on it (fixed_order.hpp; the
-// attention kernels split over heads). Throws on a bad value.
+// attention kernels split over heads). Throws fastudy::UsageError on a bad value.
 int configure_torch_threads();
 
 // Learning rate at step s (1-based): linear warmup over `warmup` steps, then cosine to min_lr at

@@ -78,6 +78,10 @@ TrainResult train_variant(const Variant& v, const std::string& variant_dir, cons
 
 std::string_view to_string(TrainOutcome o);
 
+// Sets this process's LibTorch threads (FASTUDY_TORCH_THREADS, or its share of the CPUs) and returns
+// the count; the trainer does the same for each variant. Throws fastudy::UsageError for a bad value.
+int configure_training_threads();
+
 // The LibTorch threads each of `ranks_on_node` ranks started on this machine gets by default: the
 // CPUs this process may use, at most the online CPUs / ranks_on_node, at least 1.
 int default_rank_threads(int ranks_on_node);

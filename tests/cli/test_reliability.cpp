@@ -411,6 +411,19 @@ TEST(Preflight, EveryDataProblemExitsTwoNamesItAndWritesNothing) {
   EXPECT_EQ(r.code, 0) << r.output;
 }
 
+TEST(Preflight, ABadThreadCountStopsARunBeforeItsFirstPhase) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("g.toml", grid_with(out, "kind = \"synthetic\"\n"));
+  for (const char* value : {"x", "0", "2.5"}) {
+    const RunResult r = run_command("FASTUDY_TORCH_THREADS=" + std::string(value) + " " + FASTUDY_EXE + " " + grid);
+    EXPECT_EQ(r.code, 2) << value << ": " << r.output;
+    EXPECT_NE(r.output.find("FASTUDY_TORCH_THREADS = '" + std::string(value) + "' is not a thread count"),
+              std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out)) << value << ": the microbench phase ran or study.toml was written";
+  }
+}
+
 TEST(Preflight, LayoutMemoryDiskAndReportAllAtOnceBeforeAnythingIsWritten) {
   TempDir dir;
   const std::string out = (dir / "out").string();

@@ -39,7 +39,8 @@
 //     epilogue); with split_k = 1 and matmul fp32/tf32/bf16 it is the GEMM's own C (torch addmm), as
 //     before. db = the column sums of G is not a matmul and is unchanged.
 //   - layernorm: torch = LibTorch's kernel (on the CPU a vectorised Welford with pairwise merges of
-//     16-element chunks; what the trainer always ran); two_pass = mean = (sum x_i in index order)/D,
+//     16-element chunks; what the trainer always ran), its weight and bias gradients summed per block
+//     of rows and the blocks added in order (fixed_order.hpp: the same bits on any thread count); two_pass = mean = (sum x_i in index order)/D,
 //     then var = (sum (x_i - mean)^2 in index order)/D; welford = one pass, element by element in
 //     index order: delta = x_i - m, m += delta/i (i = 1..D), M2 += delta (x_i - m), var = M2/D. Both compute in
 //     the container type, rstd = 1/sqrt(var + 1e-5), y = ((x - mean) rstd) w + b; their backward is

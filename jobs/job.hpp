@@ -27,6 +27,7 @@ struct SlurmOptions {
   int nodes = 1;
   int ntasks_per_node = 1;
   int gpus_per_node = 0;
+  int cpus_per_task = 0;  // 0: Slurm's default (one CPU per task)
   std::string time = "01:00:00";
   std::string partition;
   std::string account;

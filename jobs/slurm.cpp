@@ -192,6 +192,7 @@ std::string sbatch_script(const JobContext& ctx, const std::string& grid, const 
   os << "\n#   variants:    " << st.variants.size() << " (" << grid_shape(st) << ")\n";
   os << "#   ranks:       " << ranks << " = " << s.nodes << " node(s) x " << s.ntasks_per_node << " task(s)";
   if (s.gpus_per_node > 0) os << ", " << s.gpus_per_node << " GPU(s) per node";
+  if (s.cpus_per_task > 0) os << ", " << s.cpus_per_task << " CPU(s) each (its training threads)";
   os << "\n#   groups:      " << ranks / rpv << " of " << rpv << " rank(s) (ranks_per_variant), variants scheduled dynamically\n";
   os << "#   checkpoints: about " << human_bytes(ckpt_total) << " in total (" << human_bytes(first.checkpoint_bytes)
      << " each, " << first.checkpoints << " per variant)\n";
@@ -206,6 +207,7 @@ std::string sbatch_script(const JobContext& ctx, const std::string& grid, const 
                                {"NODES", std::to_string(s.nodes)},
                                {"TASKS_PER_NODE", std::to_string(s.ntasks_per_node)},
                                {"GPUS_PER_NODE", s.gpus_per_node > 0 ? std::to_string(s.gpus_per_node) : ""},
+                               {"CPUS_PER_TASK", s.cpus_per_task > 0 ? std::to_string(s.cpus_per_task) : ""},
                                {"TIME", s.time},
                                {"PARTITION", s.partition},
                                {"ACCOUNT", s.account},
@@ -281,6 +283,8 @@ void slurm_options(po::options_description& d, CliOptions& o) {
   d.add_options()("nodes", po::value<int>(&o.slurm.nodes)->default_value(1), "nodes")(
       "ntasks-per-node", po::value<int>(&o.slurm.ntasks_per_node)->default_value(1), "MPI ranks per node")(
       "gpus-per-node", po::value<int>(&o.slurm.gpus_per_node)->default_value(0), "GPUs per node (one rank per GPU)")(
+      "cpus-per-task", po::value<int>(&o.slurm.cpus_per_task)->default_value(0),
+      "CPUs per rank, its training threads (0: Slurm's default, one)")(
       "time", po::value<std::string>(&o.slurm.time)->default_value("01:00:00"), "time limit HH:MM:SS")(
       "partition", po::value<std::string>(&o.slurm.partition), "Slurm partition")(
       "account", po::value<std::string>(&o.slurm.account), "Slurm account")(
@@ -297,6 +301,7 @@ int job_slurm(JobContext& ctx) {
   if (s.ntasks_per_node < 1)
     throw UsageError("--ntasks-per-node must be >= 1 (got " + std::to_string(s.ntasks_per_node) + ")");
   if (s.gpus_per_node < 0) throw UsageError("--gpus-per-node must be >= 0 (got " + std::to_string(s.gpus_per_node) + ")");
+  if (s.cpus_per_task < 0) throw UsageError("--cpus-per-task must be >= 0 (got " + std::to_string(s.cpus_per_task) + ")");
   if (s.launcher != "srun" && s.launcher != "mpirun")
     throw UsageError("--launcher " + s.launcher + " is not known", "use --launcher srun or --launcher mpirun");
   const long limit = parse_time_limit(s.time);

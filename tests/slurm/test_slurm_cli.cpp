@@ -108,9 +108,28 @@ TEST(SlurmCli, OptionalLinesAndWarningLead) {
     EXPECT_TRUE(has_line(s, std::string("#SBATCH --time=") + time)) << s;
     EXPECT_TRUE(has_line(s, "LAUNCHER=mpirun")) << s;
     EXPECT_EQ(s.find("#SBATCH --gpus-per-node"), std::string::npos) << s;
+    EXPECT_EQ(s.find("#SBATCH --cpus-per-task"), std::string::npos) << s;
     EXPECT_EQ(s.find("#SBATCH --partition"), std::string::npos) << s;
     EXPECT_EQ(s.find("#SBATCH --account"), std::string::npos) << s;
   }
+}
+
+// --cpus-per-task C: the #SBATCH line, the header, and both launchers pass it on (srun's own
+// --cpus-per-task, mpirun's C cores per rank), so each rank trains on C threads.
+TEST(SlurmCli, CpusPerTaskReachesSbatchAndBothLaunchers) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("grid.toml", grid_text(out, 1));
+  RunResult r = run_fastudy("slurm " + grid + " --ntasks-per-node 2 --cpus-per-task 4 --time 00:10:00 --force");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string s = read_file(fs::path(out) / "fastudy.sbatch");
+  EXPECT_TRUE(has_line(s, "#SBATCH --cpus-per-task=4")) << s;
+  EXPECT_NE(s.find("2 task(s), 4 CPU(s) each"), std::string::npos) << s;
+  EXPECT_NE(s.find("${SLURM_CPUS_PER_TASK:+--cpus-per-task=\"$SLURM_CPUS_PER_TASK\"}"), std::string::npos) << s;
+  EXPECT_NE(s.find("${SLURM_CPUS_PER_TASK:+--map-by slot:PE=\"$SLURM_CPUS_PER_TASK\"}"), std::string::npos) << s;
+  r = run_fastudy("slurm " + grid + " --cpus-per-task -1 --time 00:10:00 --force");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--cpus-per-task must be >= 0"), std::string::npos) << r.output;
 }
 
 TEST(SlurmCli, BodyIsTheTemplateInSlurmDirectory) {
@@ -139,7 +158,7 @@ TEST(SlurmCli, ScriptIsTheTemplateFilledIn) {
     std::string filled;
     for (std::string line; std::getline(in, line);) {
       bool drop = false;
-      for (const std::string optional : {"GPUS_PER_NODE", "PARTITION", "ACCOUNT"}) {
+      for (const std::string optional : {"GPUS_PER_NODE", "CPUS_PER_TASK", "PARTITION", "ACCOUNT"}) {
         const bool given = std::any_of(fields.begin(), fields.end(), [&](const auto& f) { return f.first == optional; });
         drop = drop || (!given && line.find("@" + optional + "@") != std::string::npos);
       }

@@ -36,6 +36,7 @@ void for_each_piece(std::int64_t pieces, const std::function<void(std::int64_t)>
 std::int64_t tile_rows(std::int64_t M) { return std::clamp<std::int64_t>((count(M, 4) + 63) / 64 * 64, 64, 256); }
 
 torch::Tensor addmm(const torch::Tensor& bias, const torch::Tensor& a, const torch::Tensor& b) {
+  if (!a.is_cpu()) return bias.defined() ? at::addmm(bias, a, b) : at::mm(a, b);  // one device GEMM (see header)
   const std::int64_t M = a.size(0), N = b.size(1), tile_m = tile_rows(M);
   torch::Tensor out = torch::empty({M, N}, a.options().requires_grad(false));
   const std::int64_t row_tiles = count(M, tile_m), col_tiles = count(N, kTileCols);
@@ -56,6 +57,7 @@ torch::Tensor addmm(const torch::Tensor& bias, const torch::Tensor& a, const tor
 torch::Tensor mm(const torch::Tensor& a, const torch::Tensor& b) { return fixed::addmm(torch::Tensor(), a, b); }
 
 torch::Tensor column_sums(const torch::Tensor& g) {
+  if (!g.is_cpu()) return g.sum(0);
   const std::int64_t N = g.size(1);
   torch::Tensor out = torch::empty({N}, g.options().requires_grad(false));
   for_each_piece(count(N, kTileCols), [&](std::int64_t t) {
@@ -141,10 +143,14 @@ struct GeluFn : public torch::autograd::Function<GeluFn> {
 
 torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, double eps) {
   const std::int64_t d = x.size(-1);
+  if (!x.is_cpu()) return torch::layer_norm(x, {d}, w, b, eps);
   return LayerNormFn::apply(x.reshape({-1, d}), w, b, eps).view(x.sizes());
 }
 
-torch::Tensor gelu(const torch::Tensor& x, const char* approximate) { return GeluFn::apply(x, std::string(approximate)); }
+torch::Tensor gelu(const torch::Tensor& x, const char* approximate) {
+  if (!x.is_cpu()) return torch::gelu(x, approximate);
+  return GeluFn::apply(x, std::string(approximate));
+}
 
 int threads_seen() { return __builtin_popcountll(seen_mask.load()); }
 void reset_threads_seen() { seen_mask.store(0); }

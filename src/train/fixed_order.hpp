@@ -16,6 +16,8 @@
 //     backward on blocks of kLayerNormRows rows, dw and db the blocks' partial sums added in order;
 //   - gelu: LibTorch's kernel forward and backward on blocks of kElementBlock elements (a multiple of
 //     every vector width, so the scalar path only ever runs on the tensor's own tail).
+// Tensors on another device than the CPU go to LibTorch's op whole: a GPU kernel's split does not
+// follow a CPU thread count (its own determinism is the device backend's).
 // The attention kernels split over heads, each head on one thread (thread-count independent
 // already); embedding, cross-entropy, elementwise arithmetic and AdamW are LibTorch's and do not
 // depend on the thread count (asserted by tests/train/test_threads.cpp at 1 to 4 threads).

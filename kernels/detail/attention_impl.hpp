@@ -618,7 +618,8 @@ void score_tile(const R& rd, const T* k, std::int64_t d, const T* qt, std::int64
 }
 
 // An RB x TV block of Out += P.V: rows rb < RB, head-dim vectors tv < TV, the sum over c in order.
-template <int RB, int TV, class T, class R>
+// The factor of row rb and term c is pt[c * ldp + rb], or pt[rb * ldp + c] with kRowsOfP.
+template <int RB, int TV, bool kRowsOfP, class T, class R>
 FASTUDY_INLINE void pv_block(const R& rd, const T* pt, std::int64_t ldp, const T* vm, std::int64_t dp,
                              std::int64_t bc, T* out, std::int64_t ldo) {
   using V = vec_t<T>;
@@ -634,7 +635,7 @@ FASTUDY_INLINE void pv_block(const R& rd, const T* pt, std::int64_t ldp, const T
     for (int tv = 0; tv < TV; ++tv) vv[tv] = vload(vm + c * dp + tv * L);
 #pragma GCC unroll 16
     for (int rb = 0; rb < RB; ++rb) {
-      const V b = splat(pt[c * ldp + rb]);
+      const V b = splat(kRowsOfP ? pt[rb * ldp + c] : pt[c * ldp + rb]);
 #pragma GCC unroll 16
       for (int tv = 0; tv < TV; ++tv) acc[rb][tv] = rd.accum(madd(b, vv[tv], acc[rb][tv]));
     }
@@ -646,22 +647,26 @@ FASTUDY_INLINE void pv_block(const R& rd, const T* pt, std::int64_t ldp, const T
 }
 
 // Out[r * ldo + t] = accum-sequence of Out[r][t] + sum_c Pt[c * ldp + r] * Vm[c * dp + t], for r < br
-// and t < dp (a multiple of the lane count), c in order.
-template <class T, class R>
+// and t < dp (a multiple of the lane count), c in order. With kRowsOfP the factors are read as
+// P[r * ldp + c] (the same products in the same order: no transposed copy needed).
+template <bool kRowsOfP = false, class T, class R>
 void pv_tile(const R& rd, const T* pt, std::int64_t ldp, const T* vm, std::int64_t dp, std::int64_t bc,
              std::int64_t br, T* out, std::int64_t ldo) {
   constexpr int L = kLanes<T>;
   constexpr int RB = kBlockRows, TV = kBlockVecs;
+  const std::int64_t row_step = kRowsOfP ? ldp : 1;
   std::int64_t r = 0;
   for (; r + RB <= br; r += RB) {
+    const T* a = pt + r * row_step;
     std::int64_t t = 0;
-    for (; t + TV * L <= dp; t += TV * L) pv_block<RB, TV>(rd, pt + r, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
-    for (; t < dp; t += L) pv_block<RB, 1>(rd, pt + r, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
+    for (; t + TV * L <= dp; t += TV * L) pv_block<RB, TV, kRowsOfP>(rd, a, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
+    for (; t < dp; t += L) pv_block<RB, 1, kRowsOfP>(rd, a, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
   }
   for (; r < br; ++r) {
+    const T* a = pt + r * row_step;
     std::int64_t t = 0;
-    for (; t + TV * L <= dp; t += TV * L) pv_block<1, TV>(rd, pt + r, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
-    for (; t < dp; t += L) pv_block<1, 1>(rd, pt + r, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
+    for (; t + TV * L <= dp; t += TV * L) pv_block<1, TV, kRowsOfP>(rd, a, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
+    for (; t < dp; t += L) pv_block<1, 1, kRowsOfP>(rd, a, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
   }
 }
 
@@ -979,7 +984,7 @@ void baseline_forward(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o, T* 
 template <class T>
 struct BackwardWorkspace {
   std::vector<T> q, k, dout, kt, vt, dq, dk, dv, dd, lse, p, ds, row;
-  std::vector<T> qt, dot, kr, vr, pt, dst;  // flash: Q^T, dO^T [d, np]; K, V [N, d]; P, dS as [Br, Bc]
+  std::vector<T> qt, dot, kr, vr;  // flash: Q^T, dO^T [d, np]; K, V [N, d]
 };
 
 // Leading dimension of K^T and V^T in the backward pass: a KV tile starting anywhere reads whole
@@ -1100,17 +1105,23 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
   // never summed).
   ws.dd.assign(h.np, T(0));
   ws.lse.assign(h.np, T(0));
+  // A row's o roundings first (as whole vectors) where the accumulation takes no draws between them.
+  const bool o_first = !rd.template draws<StepId::accum>();
+  T* orow = ws.row.data();  // free after load_backward_inputs
   for (std::int64_t i = 0; i < h.n; ++i) {
     T acc = 0;
-    for (std::int64_t t = 0; t < h.d; ++t) acc = rd.accum(madd(ws.dout[i * h.dp + t], rd.o(o[i * h.d + t]), acc));
+    if (o_first) {
+      round_run<StepId::o>(rd, o + i * h.d, orow, h.d);
+      for (std::int64_t t = 0; t < h.d; ++t) acc = rd.accum(madd(ws.dout[i * h.dp + t], orow[t], acc));
+    } else {
+      for (std::int64_t t = 0; t < h.d; ++t) acc = rd.accum(madd(ws.dout[i * h.dp + t], rd.o(o[i * h.d + t]), acc));
+    }
     ws.dd[i] = rd.stats_running(acc);
     ws.lse[i] = lse[i];
   }
   const std::int64_t brp_max = round_up(h.br, L);
   ws.p.resize(h.bc * brp_max);
   ws.ds.resize(h.bc * brp_max);
-  ws.pt.resize(h.br * h.bc);
-  ws.dst.resize(h.br * h.bc);
   for (std::int64_t j0 = 0; j0 < h.n; j0 += h.bc) {
     const std::int64_t bc = std::min(h.bc, h.n - j0);
     for (std::int64_t i0 = 0; i0 < h.n; i0 += h.br) {
@@ -1128,14 +1139,9 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
           vstore(ds + c * brp + r, rd.grad(pv * (vload(ds + c * brp + r) - vload(ws.dd.data() + i0 + r))));
         }
       }
-      for (std::int64_t r = 0; r < br; ++r) {
-        for (std::int64_t c = 0; c < bc; ++c) {
-          ws.pt[r * bc + c] = p[c * brp + r];
-          ws.dst[r * bc + c] = ds[c * brp + r];
-        }
-      }
-      pv_tile(rd, ws.pt.data(), bc, ws.dout.data() + i0 * h.dp, h.dp, br, bc, ws.dv.data() + j0 * h.dp, h.dp);
-      pv_tile(rd, ws.dst.data(), bc, ws.q.data() + i0 * h.dp, h.dp, br, bc, ws.dk.data() + j0 * h.dp, h.dp);
+      // dV_j += P^T dO_i and dK_j += dS^T Q_i read the tiles [key][query] as rows of P and dS.
+      pv_tile<true>(rd, p, brp, ws.dout.data() + i0 * h.dp, h.dp, br, bc, ws.dv.data() + j0 * h.dp, h.dp);
+      pv_tile<true>(rd, ds, brp, ws.q.data() + i0 * h.dp, h.dp, br, bc, ws.dk.data() + j0 * h.dp, h.dp);
       pv_tile(rd, ds, brp, ws.k.data() + j0 * h.dp, h.dp, bc, br, ws.dq.data() + i0 * h.dp, h.dp);
     }
   }

@@ -259,7 +259,9 @@ FASTUDY_INLINE vec_t<T> round_vec_mode(vec_t<T> x, Rounding mode, uvec_t<T> rand
 // counter value per lane, each hash split into two draws (its high half, then its low half moved up):
 // roundings use the top bits, so a draw carries 16 random bits, a fraction resolved to 2^-16 of an ulp
 // (all of bf16's 16 dropped bits; fp16 and tf32 drop 13). Draws do not depend on each other, so
-// consecutive roundings pipeline. Scalar draws: one whole hash each.
+// consecutive roundings pipeline. Scalar draws: one whole hash each; a vector loop over values that
+// are rounded one at a time (the inputs on entry, the final O, the gradients) reads kLanes of them at
+// once (scalar_lanes), the same bits as the scalar calls would take in their order.
 struct RandomStream {
   std::uint32_t key = 0;
   std::uint32_t counter = 0;
@@ -269,6 +271,17 @@ struct RandomStream {
     key = k;
     counter = 0;
     have_spare = false;
+  }
+  // random_bits32(key, idx) lane by lane (the same operations; 64-bit lanes keep the low 32 bits).
+  template <class UV>
+  FASTUDY_INLINE UV hash_lanes(UV idx) const {
+    UV h = ((idx * 0x9E3779B9u) & 0xFFFFFFFFu) ^ key;
+    h ^= h >> 16;
+    h = (h * 0x85EBCA6Bu) & 0xFFFFFFFFu;
+    h ^= h >> 13;
+    h = (h * 0xC2B2AE35u) & 0xFFFFFFFFu;
+    h ^= h >> 16;
+    return h;
   }
   template <class T>
   FASTUDY_INLINE uvec_t<T> next_vec() {
@@ -285,18 +298,25 @@ struct RandomStream {
     for (int i = 0; i < L; ++i) idx[i] = static_cast<std::uint32_t>(i);
     idx += counter;
     counter += L;
-    h = ((idx * 0x9E3779B9u) & 0xFFFFFFFFu) ^ key;
-    h ^= h >> 16;
-    h = (h * 0x85EBCA6Bu) & 0xFFFFFFFFu;
-    h ^= h >> 13;
-    h = (h * 0xC2B2AE35u) & 0xFFFFFFFFu;
-    h ^= h >> 16;
+    h = hash_lanes(idx);
     const UV low = (h << 16) & 0xFFFFFFFFu;
     __builtin_memcpy(spare, &low, sizeof low);
     have_spare = true;
     return h & 0xFFFF0000u;
   }
   FASTUDY_INLINE std::uint32_t next() { return random_bits32(key, counter++); }
+  // Scalar draws lane by lane: lane i holds what next() would return at counter + offset + i * stride.
+  // The stream does not move (skip does), so interleaved scalar sequences can be read as lanes.
+  template <class T>
+  FASTUDY_INLINE uvec_t<T> scalar_lanes(std::uint32_t offset, std::uint32_t stride) const {
+    using UV = uvec_t<T>;
+    UV idx;
+    for (int i = 0; i < kLanes<T>; ++i) idx[i] = static_cast<std::uint32_t>(offset + static_cast<std::uint32_t>(i) * stride);
+    idx += counter;
+    return hash_lanes(idx);
+  }
+  // Moves past n scalar draws (as n calls of next()).
+  FASTUDY_INLINE void skip(std::uint32_t n) { counter += n; }
 };
 
 // x rounded to F in `mode`: scalars through round.hpp, vectors through round_vec / round_vec_mode.
@@ -313,6 +333,37 @@ FASTUDY_INLINE X round_any(X x, Rounding mode, RandomStream& rng) {
     return round_to_format_mode<F, Rounding::stochastic>(x, rng.next());
   }
 }
+
+// x rounded to F lane by lane with exactly the results of kLanes scalar round_any calls on x[0],
+// x[1], ... in order, when those calls would take the scalar draws offset, offset + stride, ... from
+// the stream's position (stochastic); the stream does not move. Vector loops over values that the
+// scalar code rounds one at a time use it, so the random bits stay those of the scalar code.
+template <Format F, class T>
+FASTUDY_INLINE vec_t<T> round_lanes(vec_t<T> x, Rounding mode, const RandomStream& rng, std::uint32_t offset,
+                                    std::uint32_t stride) {
+  if constexpr (round_is_identity<F, T>()) {
+    return x;
+  } else {
+    if (mode == Rounding::nearest) {
+      vec_t<T> r = round_vec<F, T>(x);
+#if FASTUDY_ISA_F16C
+      if constexpr (F == Format::fp16 && std::is_same_v<T, float>) {
+        // vcvtps2ph keeps a NaN's payload; the scalar rounding gives the plain quiet NaN.
+        using B = detail::RoundBits<F, T>;
+        const uvec_t<T> u = (uvec_t<T>)x;
+        r = x != x ? (vec_t<T>)((u & B::kSignMask) | B::kQuietNan) : r;
+      }
+#endif
+      return r;
+    }
+    return round_vec_mode<F, T>(x, mode, mode == Rounding::stochastic ? rng.scalar_lanes<T>(offset, stride) : uvec_t<T>{});
+  }
+}
+
+// The steps of a policy (PrecisionPolicy's members), for code that names a step as a parameter.
+enum class StepId : std::uint8_t {
+  q, k, v, s, p, o, grad, accum, stats, softmax, division, stats_running, rescale, o_running, exp_arg
+};
 
 // What every rounding object holds besides its formats: the mode and the random stream (mutable:
 // kernels take the rounding object by const reference; each thread has its own).
@@ -353,6 +404,29 @@ struct StaticRounding : RoundingState {
   template <class X> FASTUDY_INLINE X rescale(X x) const { return round<R>(x); }
   template <class X> FASTUDY_INLINE X o_running(X x) const { return round<R>(x); }
   template <class X> FASTUDY_INLINE X exp_arg(X x) const { return round<R>(x); }
+  template <StepId St>
+  static constexpr Format format_of() {
+    if constexpr (St == StepId::q || St == StepId::k || St == StepId::v || St == StepId::s || St == StepId::p ||
+                  St == StepId::o || St == StepId::grad) {
+      return S;
+    } else if constexpr (St == StepId::accum || St == StepId::stats || St == StepId::softmax ||
+                         St == StepId::division) {
+      return C;
+    } else {
+      return R;
+    }
+  }
+  // Step St on a scalar (the same as q(x), k(x), ...).
+  template <StepId St, class X> FASTUDY_INLINE X step(X x) const { return round<format_of<St>()>(x); }
+  // Whether a scalar rounding of step St takes a random draw.
+  template <StepId St> FASTUDY_INLINE bool draws() const {
+    return mode == Rounding::stochastic && !round_is_identity<format_of<St>(), T>();
+  }
+  // Step St lane by lane, as kLanes scalar calls taking the draws offset + i * stride (round_lanes).
+  template <StepId St>
+  FASTUDY_INLINE vec_t<T> lanes(vec_t<T> x, std::uint32_t offset, std::uint32_t stride) const {
+    return round_lanes<format_of<St>(), T>(x, mode, rng, offset, stride);
+  }
 };
 
 // Rounding object for any custom policy: a runtime switch per value (slower, same results).
@@ -386,6 +460,38 @@ struct RuntimeRounding : RoundingState {
   template <class X> X rescale(X x) const { return apply(policy.rescale, x); }
   template <class X> X o_running(X x) const { return apply(policy.o_running, x); }
   template <class X> X exp_arg(X x) const { return apply(policy.exp_arg, x); }
+  template <StepId St>
+  Format format_of() const {
+    switch (St) {
+      case StepId::q: return policy.q;
+      case StepId::k: return policy.k;
+      case StepId::v: return policy.v;
+      case StepId::s: return policy.s;
+      case StepId::p: return policy.p;
+      case StepId::o: return policy.o;
+      case StepId::grad: return policy.grad;
+      case StepId::accum: return policy.accum;
+      case StepId::stats: return policy.stats;
+      case StepId::softmax: return policy.softmax;
+      case StepId::division: return policy.division;
+      case StepId::stats_running: return policy.stats_running;
+      case StepId::rescale: return policy.rescale;
+      case StepId::o_running: return policy.o_running;
+      case StepId::exp_arg: return policy.exp_arg;
+    }
+    return policy.q;
+  }
+  template <StepId St, class X> X step(X x) const { return apply(format_of<St>(), x); }
+  // Every rounding takes a draw in stochastic mode here (apply), whatever the format.
+  template <StepId St> bool draws() const { return mode == Rounding::stochastic; }
+  template <StepId St>
+  vec_t<T> lanes(vec_t<T> x, std::uint32_t offset, std::uint32_t stride) const {
+    const uvec_t<T> bits = mode == Rounding::stochastic ? rng.scalar_lanes<T>(offset, stride) : uvec_t<T>{};
+    const Format f = format_of<St>();
+    for (int i = 0; i < kLanes<T>; ++i)
+      x[i] = round_to(f, static_cast<T>(x[i]), mode, static_cast<std::uint32_t>(bits[i]));
+    return x;
+  }
 };
 
 // ---- exp --------------------------------------------------------------------------------------
@@ -512,7 +618,8 @@ void score_tile(const R& rd, const T* k, std::int64_t d, const T* qt, std::int64
 }
 
 // An RB x TV block of Out += P.V: rows rb < RB, head-dim vectors tv < TV, the sum over c in order.
-template <int RB, int TV, class T, class R>
+// The factor of row rb and term c is pt[c * ldp + rb], or pt[rb * ldp + c] with kRowsOfP.
+template <int RB, int TV, bool kRowsOfP, class T, class R>
 FASTUDY_INLINE void pv_block(const R& rd, const T* pt, std::int64_t ldp, const T* vm, std::int64_t dp,
                              std::int64_t bc, T* out, std::int64_t ldo) {
   using V = vec_t<T>;
@@ -528,7 +635,7 @@ FASTUDY_INLINE void pv_block(const R& rd, const T* pt, std::int64_t ldp, const T
     for (int tv = 0; tv < TV; ++tv) vv[tv] = vload(vm + c * dp + tv * L);
 #pragma GCC unroll 16
     for (int rb = 0; rb < RB; ++rb) {
-      const V b = splat(pt[c * ldp + rb]);
+      const V b = splat(kRowsOfP ? pt[rb * ldp + c] : pt[c * ldp + rb]);
 #pragma GCC unroll 16
       for (int tv = 0; tv < TV; ++tv) acc[rb][tv] = rd.accum(madd(b, vv[tv], acc[rb][tv]));
     }
@@ -540,22 +647,26 @@ FASTUDY_INLINE void pv_block(const R& rd, const T* pt, std::int64_t ldp, const T
 }
 
 // Out[r * ldo + t] = accum-sequence of Out[r][t] + sum_c Pt[c * ldp + r] * Vm[c * dp + t], for r < br
-// and t < dp (a multiple of the lane count), c in order.
-template <class T, class R>
+// and t < dp (a multiple of the lane count), c in order. With kRowsOfP the factors are read as
+// P[r * ldp + c] (the same products in the same order: no transposed copy needed).
+template <bool kRowsOfP = false, class T, class R>
 void pv_tile(const R& rd, const T* pt, std::int64_t ldp, const T* vm, std::int64_t dp, std::int64_t bc,
              std::int64_t br, T* out, std::int64_t ldo) {
   constexpr int L = kLanes<T>;
   constexpr int RB = kBlockRows, TV = kBlockVecs;
+  const std::int64_t row_step = kRowsOfP ? ldp : 1;
   std::int64_t r = 0;
   for (; r + RB <= br; r += RB) {
+    const T* a = pt + r * row_step;
     std::int64_t t = 0;
-    for (; t + TV * L <= dp; t += TV * L) pv_block<RB, TV>(rd, pt + r, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
-    for (; t < dp; t += L) pv_block<RB, 1>(rd, pt + r, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
+    for (; t + TV * L <= dp; t += TV * L) pv_block<RB, TV, kRowsOfP>(rd, a, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
+    for (; t < dp; t += L) pv_block<RB, 1, kRowsOfP>(rd, a, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
   }
   for (; r < br; ++r) {
+    const T* a = pt + r * row_step;
     std::int64_t t = 0;
-    for (; t + TV * L <= dp; t += TV * L) pv_block<1, TV>(rd, pt + r, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
-    for (; t < dp; t += L) pv_block<1, 1>(rd, pt + r, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
+    for (; t + TV * L <= dp; t += TV * L) pv_block<1, TV, kRowsOfP>(rd, a, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
+    for (; t < dp; t += L) pv_block<1, 1, kRowsOfP>(rd, a, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
   }
 }
 
@@ -580,7 +691,7 @@ struct Head {
 
 template <class T>
 struct Workspace {
-  std::vector<T> qt, k, v, st, o, m, l, alpha, pv;
+  std::vector<T> qt, k, v, st, o, m, l, alpha, pv, tmp;
   std::vector<T> b, al, lnew, mt;  // kv_outer only: per-row factors of the current tile
 };
 
@@ -599,17 +710,74 @@ Head<T> make_head(const AttentionShape& shape, const AttentionParams& params) {
   return h;
 }
 
-// Rounded per-head copies: Qt = q(Q)^T [d, np] (zero padded), K = k(K) [N, d], V = v(V) [N, dp].
+// dst[i] = step St of src[i] for i < n, with the results and random draws of the scalar loop
+// `for i: dst[i] = rd.step<St>(src[i])` (whole vectors lane by lane, the tail one by one).
+template <StepId St, class T, class R>
+void round_run(const R& rd, const T* src, T* dst, std::int64_t n) {
+  constexpr int L = kLanes<T>;
+  const std::uint32_t draws = rd.template draws<St>() ? 1 : 0;
+  std::int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    vstore(dst + i, rd.template lanes<St>(vload(src + i), 0, draws));
+    rd.rng.skip(draws * L);
+  }
+  for (; i < n; ++i) dst[i] = rd.template step<St>(src[i]);
+}
+
+// dst[t * ldd + i] = src[i * lds + t] for i < rows, t < cols: a transpose in blocks of 8 x 8.
+template <class T>
+void transpose(const T* src, std::int64_t lds, std::int64_t rows, std::int64_t cols, T* dst, std::int64_t ldd) {
+  constexpr std::int64_t kB = 8;
+  for (std::int64_t i0 = 0; i0 < rows; i0 += kB) {
+    const std::int64_t i1 = std::min(rows, i0 + kB);
+    for (std::int64_t t0 = 0; t0 < cols; t0 += kB) {
+      const std::int64_t t1 = std::min(cols, t0 + kB);
+      for (std::int64_t t = t0; t < t1; ++t)
+        for (std::int64_t i = i0; i < i1; ++i) dst[t * ldd + i] = src[i * lds + t];
+    }
+  }
+}
+
+// Rounded per-head copies: Qt = q(Q)^T [d, np] (zero padded), K = k(K) [N, d], V = v(V) [N, dp];
+// Q, K and V are rounded in this order, each in its memory order (Q through a buffer of 64 rows).
 template <class T, class R>
 void load_inputs(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, Workspace<T>& ws) {
+  constexpr std::int64_t kRows = 64;
+  ws.tmp.resize(std::min(h.n, kRows) * h.d);
   ws.qt.assign(h.d * h.np, T(0));
-  for (std::int64_t i = 0; i < h.n; ++i)
-    for (std::int64_t t = 0; t < h.d; ++t) ws.qt[t * h.np + i] = rd.q(q[i * h.d + t]);
+  for (std::int64_t i0 = 0; i0 < h.n; i0 += kRows) {
+    const std::int64_t rows = std::min(kRows, h.n - i0);
+    round_run<StepId::q>(rd, q + i0 * h.d, ws.tmp.data(), rows * h.d);
+    transpose(ws.tmp.data(), h.d, rows, h.d, ws.qt.data() + i0, h.np);
+  }
   ws.k.resize(h.n * h.d);
-  for (std::int64_t i = 0; i < h.n * h.d; ++i) ws.k[i] = rd.k(k[i]);
-  ws.v.assign(h.n * h.dp, T(0));
-  for (std::int64_t i = 0; i < h.n; ++i)
-    for (std::int64_t t = 0; t < h.d; ++t) ws.v[i * h.dp + t] = rd.v(v[i * h.d + t]);
+  round_run<StepId::k>(rd, k, ws.k.data(), h.n * h.d);
+  ws.v.resize(h.n * h.dp);
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    round_run<StepId::v>(rd, v + i * h.d, ws.v.data() + i * h.dp, h.d);
+    std::fill(ws.v.data() + i * h.dp + h.d, ws.v.data() + (i + 1) * h.dp, T(0));
+  }
+}
+
+// out[t] = o(division(acc[t] / l)) for t < d, then the row's lse = rounded lse_step(m + log l) when
+// lse is not null: the results and draws of that scalar loop (lanes take the draws of both steps,
+// interleaved as the scalar calls take them).
+template <StepId LseStep, class T, class R>
+FASTUDY_INLINE void store_row(const R& rd, const T* acc, std::int64_t d, T l, bool divide, T m, T* out, T* lse) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  const std::uint32_t d_div = divide && rd.template draws<StepId::division>() ? 1 : 0;
+  const std::uint32_t stride = d_div + (rd.template draws<StepId::o>() ? 1 : 0);
+  const V lv = splat(l);
+  std::int64_t t = 0;
+  for (; t + L <= d; t += L) {
+    V x = vload(acc + t);
+    if (divide) x = rd.template lanes<StepId::division>(x / lv, 0, stride);
+    vstore(out + t, rd.template lanes<StepId::o>(x, d_div, stride));
+    rd.rng.skip(stride * L);
+  }
+  for (; t < d; ++t) out[t] = divide ? rd.o(rd.division(acc[t] / l)) : rd.o(acc[t]);
+  if (lse) *lse = rd.template step<LseStep>(m + std::log(l));
 }
 
 // ---- flash forward, Q-outer (FlashAttention-2): one final normalisation -------------------------
@@ -685,9 +853,8 @@ void flash_forward_q_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o
       }
     }
     for (std::int64_t r = 0; r < br; ++r) {
-      const T l = ws.l[r];
-      for (std::int64_t t = 0; t < h.d; ++t) o[(i0 + r) * h.d + t] = rd.o(rd.division(ws.o[r * h.dp + t] / l));
-      if (lse) lse[i0 + r] = rd.stats_running(ws.m[r] + std::log(l));
+      store_row<StepId::stats_running>(rd, ws.o.data() + r * h.dp, h.d, ws.l[r], true, ws.m[r], o + (i0 + r) * h.d,
+                                       lse ? lse + i0 + r : nullptr);
     }
   }
 }
@@ -765,8 +932,8 @@ void flash_forward_kv_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* 
     }
   }
   for (std::int64_t i = 0; i < h.n; ++i) {
-    for (std::int64_t t = 0; t < h.d; ++t) o[i * h.d + t] = rd.o(ws.o[i * h.dp + t]);
-    if (lse) lse[i] = rd.stats_running(ws.m[i] + std::log(ws.l[i]));
+    store_row<StepId::stats_running>(rd, ws.o.data() + i * h.dp, h.d, ws.l[i], false, ws.m[i], o + i * h.d,
+                                     lse ? lse + i : nullptr);
   }
 }
 
@@ -800,8 +967,8 @@ void baseline_forward(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o, T* 
   ws.o.assign(h.n * h.dp, T(0));
   pv_tile(rd, st, np, ws.v.data(), h.dp, h.n, h.n, ws.o.data(), h.dp);
   for (std::int64_t i = 0; i < h.n; ++i) {
-    for (std::int64_t t = 0; t < h.d; ++t) o[i * h.d + t] = rd.o(ws.o[i * h.dp + t]);
-    if (lse) lse[i] = rd.stats(ws.m[i] + std::log(ws.l[i]));
+    store_row<StepId::stats>(rd, ws.o.data() + i * h.dp, h.d, ws.l[i], false, ws.m[i], o + i * h.d,
+                             lse ? lse + i : nullptr);
   }
 }
 
@@ -817,7 +984,7 @@ void baseline_forward(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o, T* 
 template <class T>
 struct BackwardWorkspace {
   std::vector<T> q, k, dout, kt, vt, dq, dk, dv, dd, lse, p, ds, row;
-  std::vector<T> qt, dot, kr, vr, pt, dst;  // flash: Q^T, dO^T [d, np]; K, V [N, d]; P, dS as [Br, Bc]
+  std::vector<T> qt, dot, kr, vr;  // flash: Q^T, dO^T [d, np]; K, V [N, d]
 };
 
 // Leading dimension of K^T and V^T in the backward pass: a KV tile starting anywhere reads whole
@@ -836,14 +1003,33 @@ void load_backward_inputs(const R& rd, const Head<T>& h, const T* q, const T* k,
   ws.dout.assign(h.n * h.dp, T(0));
   ws.kt.assign(h.d * np, T(0));
   ws.vt.assign(h.d * np, T(0));
+  // Element by element, q, k, v then grad (the scalar order of the draws): whole vectors of a row
+  // lane by lane, each step's lanes taking its draws of the interleaved sequence.
+  constexpr int L = kLanes<T>;
+  const std::uint32_t o_k = rd.template draws<StepId::q>() ? 1 : 0;
+  const std::uint32_t o_v = o_k + (rd.template draws<StepId::k>() ? 1 : 0);
+  const std::uint32_t o_g = o_v + (rd.template draws<StepId::v>() ? 1 : 0);
+  const std::uint32_t stride = o_g + (rd.template draws<StepId::grad>() ? 1 : 0);
+  ws.row.resize(h.n * h.dp);  // V rounded, [N, dp]
   for (std::int64_t i = 0; i < h.n; ++i) {
-    for (std::int64_t t = 0; t < h.d; ++t) {
-      ws.q[i * h.dp + t] = rd.q(q[i * h.d + t]);
-      ws.k[i * h.dp + t] = ws.kt[t * np + i] = rd.k(k[i * h.d + t]);
-      ws.vt[t * np + i] = rd.v(v[i * h.d + t]);
-      ws.dout[i * h.dp + t] = rd.grad(dout[i * h.d + t]);
+    const std::int64_t a = i * h.d, b = i * h.dp;
+    std::int64_t t = 0;
+    for (; t + L <= h.d; t += L) {
+      vstore(ws.q.data() + b + t, rd.template lanes<StepId::q>(vload(q + a + t), 0, stride));
+      vstore(ws.k.data() + b + t, rd.template lanes<StepId::k>(vload(k + a + t), o_k, stride));
+      vstore(ws.row.data() + b + t, rd.template lanes<StepId::v>(vload(v + a + t), o_v, stride));
+      vstore(ws.dout.data() + b + t, rd.template lanes<StepId::grad>(vload(dout + a + t), o_g, stride));
+      rd.rng.skip(stride * L);
+    }
+    for (; t < h.d; ++t) {
+      ws.q[b + t] = rd.q(q[a + t]);
+      ws.k[b + t] = rd.k(k[a + t]);
+      ws.row[b + t] = rd.v(v[a + t]);
+      ws.dout[b + t] = rd.grad(dout[a + t]);
     }
   }
+  transpose(ws.k.data(), h.dp, h.n, h.d, ws.kt.data(), np);
+  transpose(ws.row.data(), h.dp, h.n, h.d, ws.vt.data(), np);
   ws.dq.assign(h.n * h.dp, T(0));
   ws.dk.assign(h.n * h.dp, T(0));
   ws.dv.assign(h.n * h.dp, T(0));
@@ -873,11 +1059,24 @@ FASTUDY_INLINE void axpy(const R& rd, T a, const T* x, T* y, std::int64_t dp) {
 
 template <class T, class R>
 void store_gradients(const R& rd, const Head<T>& h, BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
+  // Element by element dQ, dK then dV (the scalar order of the draws), whole vectors lane by lane.
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  const std::uint32_t stride = rd.template draws<StepId::grad>() ? 3 : 0, one = stride / 3;
+  const V scale = splat(h.scale);
   for (std::int64_t i = 0; i < h.n; ++i) {
-    for (std::int64_t t = 0; t < h.d; ++t) {
-      dq[i * h.d + t] = rd.grad(ws.dq[i * h.dp + t] * h.scale);
-      dk[i * h.d + t] = rd.grad(ws.dk[i * h.dp + t] * h.scale);
-      dv[i * h.d + t] = rd.grad(ws.dv[i * h.dp + t]);
+    const std::int64_t a = i * h.d, b = i * h.dp;
+    std::int64_t t = 0;
+    for (; t + L <= h.d; t += L) {
+      vstore(dq + a + t, rd.template lanes<StepId::grad>(vload(ws.dq.data() + b + t) * scale, 0, stride));
+      vstore(dk + a + t, rd.template lanes<StepId::grad>(vload(ws.dk.data() + b + t) * scale, one, stride));
+      vstore(dv + a + t, rd.template lanes<StepId::grad>(vload(ws.dv.data() + b + t), 2 * one, stride));
+      rd.rng.skip(stride * L);
+    }
+    for (; t < h.d; ++t) {
+      dq[a + t] = rd.grad(ws.dq[b + t] * h.scale);
+      dk[a + t] = rd.grad(ws.dk[b + t] * h.scale);
+      dv[a + t] = rd.grad(ws.dv[b + t]);
     }
   }
 }
@@ -906,17 +1105,23 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
   // never summed).
   ws.dd.assign(h.np, T(0));
   ws.lse.assign(h.np, T(0));
+  // A row's o roundings first (as whole vectors) where the accumulation takes no draws between them.
+  const bool o_first = !rd.template draws<StepId::accum>();
+  T* orow = ws.row.data();  // free after load_backward_inputs
   for (std::int64_t i = 0; i < h.n; ++i) {
     T acc = 0;
-    for (std::int64_t t = 0; t < h.d; ++t) acc = rd.accum(madd(ws.dout[i * h.dp + t], rd.o(o[i * h.d + t]), acc));
+    if (o_first) {
+      round_run<StepId::o>(rd, o + i * h.d, orow, h.d);
+      for (std::int64_t t = 0; t < h.d; ++t) acc = rd.accum(madd(ws.dout[i * h.dp + t], orow[t], acc));
+    } else {
+      for (std::int64_t t = 0; t < h.d; ++t) acc = rd.accum(madd(ws.dout[i * h.dp + t], rd.o(o[i * h.d + t]), acc));
+    }
     ws.dd[i] = rd.stats_running(acc);
     ws.lse[i] = lse[i];
   }
   const std::int64_t brp_max = round_up(h.br, L);
   ws.p.resize(h.bc * brp_max);
   ws.ds.resize(h.bc * brp_max);
-  ws.pt.resize(h.br * h.bc);
-  ws.dst.resize(h.br * h.bc);
   for (std::int64_t j0 = 0; j0 < h.n; j0 += h.bc) {
     const std::int64_t bc = std::min(h.bc, h.n - j0);
     for (std::int64_t i0 = 0; i0 < h.n; i0 += h.br) {
@@ -934,14 +1139,9 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
           vstore(ds + c * brp + r, rd.grad(pv * (vload(ds + c * brp + r) - vload(ws.dd.data() + i0 + r))));
         }
       }
-      for (std::int64_t r = 0; r < br; ++r) {
-        for (std::int64_t c = 0; c < bc; ++c) {
-          ws.pt[r * bc + c] = p[c * brp + r];
-          ws.dst[r * bc + c] = ds[c * brp + r];
-        }
-      }
-      pv_tile(rd, ws.pt.data(), bc, ws.dout.data() + i0 * h.dp, h.dp, br, bc, ws.dv.data() + j0 * h.dp, h.dp);
-      pv_tile(rd, ws.dst.data(), bc, ws.q.data() + i0 * h.dp, h.dp, br, bc, ws.dk.data() + j0 * h.dp, h.dp);
+      // dV_j += P^T dO_i and dK_j += dS^T Q_i read the tiles [key][query] as rows of P and dS.
+      pv_tile<true>(rd, p, brp, ws.dout.data() + i0 * h.dp, h.dp, br, bc, ws.dv.data() + j0 * h.dp, h.dp);
+      pv_tile<true>(rd, ds, brp, ws.q.data() + i0 * h.dp, h.dp, br, bc, ws.dk.data() + j0 * h.dp, h.dp);
       pv_tile(rd, ds, brp, ws.k.data() + j0 * h.dp, h.dp, bc, br, ws.dq.data() + i0 * h.dp, h.dp);
     }
   }

@@ -20,21 +20,8 @@ namespace fastudy {
 
 namespace {
 
-std::uint32_t zlib_crc(std::uint32_t crc, const unsigned char* p, std::size_t n) {
-  constexpr std::size_t kPiece = std::size_t{1} << 30;  // zlib takes uInt lengths
-  while (n > 0) {
-    const std::size_t k = std::min(n, kPiece);
-    crc = static_cast<std::uint32_t>(::crc32(crc, p, static_cast<uInt>(k)));
-    p += k;
-    n -= k;
-  }
-  return crc;
-}
-
-std::uint32_t crc_update(std::uint32_t crc, const char* p, std::size_t n) { return crc32_update(crc, p, n); }
-
 FileSum sum_of_bytes(std::string_view bytes) {
-  return FileSum{bytes.size(), crc_update(0, bytes.data(), bytes.size())};
+  return FileSum{bytes.size(), crc32_update(0, bytes.data(), bytes.size())};
 }
 
 // Parses one line of a sidecar strictly: the format word, a decimal size, 8 hex digits, a newline.
@@ -112,7 +99,15 @@ std::optional<std::string> compare(const std::string& path, const std::optional<
 }  // namespace
 
 std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::size_t n) {
-  return zlib_crc(crc, static_cast<const unsigned char*>(data), n);
+  const auto* p = static_cast<const unsigned char*>(data);
+  constexpr std::size_t kPiece = std::size_t{1} << 30;  // zlib takes uInt lengths
+  while (n > 0) {
+    const std::size_t k = std::min(n, kPiece);
+    crc = static_cast<std::uint32_t>(::crc32(crc, p, static_cast<uInt>(k)));
+    p += k;
+    n -= k;
+  }
+  return crc;
 }
 
 std::uint32_t crc32_join(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t length_b) {
@@ -132,7 +127,7 @@ FileSum file_sum(const std::string& path) {
   FileSum s;
   std::size_t n;
   while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
-    s.crc = crc_update(s.crc, buf.data(), n);
+    s.crc = crc32_update(s.crc, buf.data(), n);
     s.size += n;
   }
   const bool failed = std::ferror(f) != 0;

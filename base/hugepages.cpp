@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -83,6 +84,14 @@ void exec_beside(const char* name, char** argv, char** envp, char* path) {
   std::strcpy(slash + 1, name);
   exec_with_hugepages(path, argv, envp);  // returns only without huge pages (or on failure)
   ::execve(path, argv, envp);
+}
+
+int exec_beside_or_fail(const char* name, char** argv, char** envp) {
+  char path[PATH_MAX];
+  exec_beside(name, argv, envp, path);
+  std::fprintf(stderr, "error: fastudy cannot start %s: %s\n  hint: build or install %s beside fastudy\n",
+               path[0] ? path : name, std::strerror(errno), name);
+  return 127;
 }
 
 namespace detail {

@@ -33,6 +33,9 @@ void exec_with_hugepages(const char* program, char** argv, char** envp);
 // through exec_with_hugepages first. Returns only on failure, with errno set and `path` (PATH_MAX
 // bytes) holding the program's path, or empty when this executable's own path is unknown.
 void exec_beside(const char* name, char** argv, char** envp, char* path);
+// exec_beside, and where it returns: the error (the program's path and errno) on stderr with a hint
+// to install it beside this one; returns 127, the shell's "command not found" status.
+int exec_beside_or_fail(const char* name, char** argv, char** envp);
 
 namespace detail {
 void hugepages_at_preinit(int argc, char** argv, char** envp);

@@ -8,11 +8,6 @@
 // only; the same pid (execve), arguments and environment otherwise, so mpirun, srun and signals see
 // no difference.
 #include <limits.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 
 #include "base/hugepages.hpp"
 
@@ -21,8 +16,5 @@ extern char** environ;
 int main(int, char** argv) {
   char path[PATH_MAX];
   fastudy::exec_beside("fastudy-lite", argv, environ, path);  // which hands other jobs to fastudy-main
-  fastudy::exec_beside("fastudy-main", argv, environ, path);  // an installation without fastudy-lite
-  std::fprintf(stderr, "error: fastudy cannot start %s: %s\n  hint: build or install fastudy-main beside fastudy\n",
-               path[0] ? path : "fastudy-main (its own path, /proc/self/exe, is unreadable)", std::strerror(errno));
-  return 127;
+  return fastudy::exec_beside_or_fail("fastudy-main", argv, environ);  // an installation without fastudy-lite
 }

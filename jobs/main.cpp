@@ -6,13 +6,8 @@
 //
 // Exit codes: 0 success; 1 runtime failure (or some variants failed); 2 usage or configuration error
 // (nothing written). On an MPI run a runtime failure on any rank ends the whole job (MPI_Abort).
-#include <limits.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -199,11 +194,7 @@ int main(int argc, char** argv) {
   // fastudy-lite (no trainer, no LibTorch): a command line that is not one of its jobs (registry_lite.cpp)
   // nor --version goes to fastudy-main beside it, unchanged.
   if (argc < 2 || (std::string(argv[1]) != "--version" && find_job(argv[1]) == nullptr)) {
-    char path[PATH_MAX];
-    exec_beside("fastudy-main", argv, environ, path);
-    std::fprintf(stderr, "error: fastudy cannot start %s: %s\n  hint: build or install fastudy-main beside fastudy\n",
-                 path[0] ? path : "fastudy-main", std::strerror(errno));
-    return 127;
+    return exec_beside_or_fail("fastudy-main", argv, environ);
   }
 #endif
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {

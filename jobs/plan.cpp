@@ -7,9 +7,9 @@
 // assignment (each variant, in grid order, to the group that becomes free first) gives the phase's
 // time. Steps are timed on the LibTorch threads each of the N ranks would get on this machine by
 // default (default_rank_threads: its CPUs shared by N, at least 1), and every rank is assumed to have
-// as many CPUs as fast as this machine's; checkpoint writes, the
-// other phases and start-up are not counted. A grid whose training step would need more than half
-// of this machine's memory (or whose step fails here) is not timed; plan says so.
+// as many CPUs as fast as this machine's; checkpoint writes, the other phases and start-up are not
+// counted. A grid whose training step would need more than half of this machine's memory (or whose
+// step fails here) is not timed; plan says so.
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -156,7 +156,7 @@ int job_train(JobContext& ctx) {
   std::vector<const Variant*> variants;
   // Every rank's LibTorch threads (FASTUDY_TORCH_THREADS or its share of the CPUs), checked before
   // anything is written: a bad value is a usage error on every rank alike.
-  const int threads = configure_training_threads();
+  const int threads = configure_torch_threads();
 
   on_root(world, [&] {
     check_layout(world.size(), st.train.ranks_per_variant);

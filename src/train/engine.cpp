@@ -17,6 +17,46 @@
 #include "src/runtime/reducer.hpp"
 #include "src/train/rng.hpp"
 
+namespace fastudy {
+
+int default_torch_threads(int allowed_cpus, int online_cpus, int local_ranks) {
+  const int share = std::max(online_cpus, 1) / std::max(local_ranks, 1);
+  return std::max(1, std::min(allowed_cpus, share));
+}
+
+namespace {
+
+// Node-local rank count named by the launcher's environment, 1 when none is set.
+int local_ranks_from_env() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end == '\0' && n >= 1) return static_cast<int>(std::min<long>(n, 1 << 20));
+  }
+  return 1;
+}
+
+}  // namespace
+
+int default_rank_threads(int ranks_on_node) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const int allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 1;
+  return default_torch_threads(allowed, online > 0 ? static_cast<int>(online) : 1, ranks_on_node);
+}
+
+int configure_torch_threads() {
+  int threads = torch_threads_from_env();
+  if (threads == 0) threads = default_rank_threads(local_ranks_from_env());
+  at::set_num_threads(threads);
+  return threads;
+}
+
+}  // namespace fastudy
+
 namespace fastudy::train {
 namespace {
 
@@ -55,37 +95,6 @@ std::string format_double(double x) {
 }
 
 }  // namespace
-
-int default_torch_threads(int allowed_cpus, int online_cpus, int local_ranks) {
-  const int share = std::max(online_cpus, 1) / std::max(local_ranks, 1);
-  return std::max(1, std::min(allowed_cpus, share));
-}
-
-int local_ranks_from_env() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') continue;
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end == '\0' && n >= 1) return static_cast<int>(std::min<long>(n, 1 << 20));
-  }
-  return 1;
-}
-
-int default_process_threads(int local_ranks) {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  const int allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 1;
-  return default_torch_threads(allowed, online > 0 ? static_cast<int>(online) : 1, local_ranks);
-}
-
-int configure_torch_threads() {
-  int threads = torch_threads_from_env();
-  if (threads == 0) threads = default_process_threads(local_ranks_from_env());
-  at::set_num_threads(threads);
-  return threads;
-}
 
 double learning_rate(const TrainConfig& t, std::int64_t step) {
   if (t.warmup > 0 && step <= t.warmup) return t.lr * static_cast<double>(step) / static_cast<double>(t.warmup);

@@ -15,23 +15,6 @@
 
 namespace fastudy::train {
 
-// The default number of LibTorch threads of one rank: the CPUs it may run on (its affinity mask: the
-// launcher's binding, a Slurm allocation), but no more than its share of the node's online CPUs when
-// `local_ranks` ranks run there; at least 1.
-int default_torch_threads(int allowed_cpus, int online_cpus, int local_ranks);
-
-// default_torch_threads for this process (its affinity mask, the online CPUs) and `local_ranks`.
-int default_process_threads(int local_ranks);
-
-// Node-local rank count named by the launcher's environment (OMPI_COMM_WORLD_LOCAL_SIZE,
-// MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE), 1 when none is set.
-int local_ranks_from_env();
-
-// Sets LibTorch's intra-op threads from FASTUDY_TORCH_THREADS, or default_torch_threads for this
-// process when it is unset; returns the count. Results do not depend on it (fixed_order.hpp; the
-// attention kernels split over heads). Throws fastudy::UsageError on a bad value.
-int configure_torch_threads();
-
 // Learning rate at step s (1-based): linear warmup over `warmup` steps, then cosine to min_lr at
 // `steps` (or constant lr).
 double learning_rate(const TrainConfig& t, std::int64_t step);

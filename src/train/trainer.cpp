@@ -63,10 +63,6 @@ TrainState initial_state(const Variant& v) {
   return train::initial_train_state(v);
 }
 
-int configure_training_threads() { return train::configure_torch_threads(); }
-
-int default_rank_threads(int ranks_on_node) { return train::default_process_threads(ranks_on_node); }
-
 double measure_step_seconds(const Variant& v, int warmup, int timed, int threads) {
   if (warmup < 0 || timed < 1 || threads < 1) {
     throw UsageError("measure_step_seconds: warmup >= 0, timed >= 1 steps and threads >= 1");

@@ -12,7 +12,7 @@
 //
 // Randomness: init from the variant's seed (one stream per parameter name), data from [data] seed; no
 // other randomness (no dropout). Threads: LibTorch runs with FASTUDY_TORCH_THREADS threads (default:
-// this rank's share of the CPUs, see configure_torch_threads; set with at::set_num_threads when
+// this rank's share of the CPUs, see configure_torch_threads below; set with at::set_num_threads when
 // training starts); results are the same bits on every thread count (fixed_order.hpp).
 #pragma once
 
@@ -78,13 +78,20 @@ TrainResult train_variant(const Variant& v, const std::string& variant_dir, cons
 
 std::string_view to_string(TrainOutcome o);
 
-// Sets this process's LibTorch threads (FASTUDY_TORCH_THREADS, or its share of the CPUs) and returns
-// the count; the trainer does the same for each variant. Throws fastudy::UsageError for a bad value.
-int configure_training_threads();
-
-// The LibTorch threads each of `ranks_on_node` ranks started on this machine gets by default: the
-// CPUs this process may use, at most the online CPUs / ranks_on_node, at least 1.
+// LibTorch threads. Results do not depend on them (fixed_order.hpp; the attention kernels split
+// over heads): they change speed only.
+// The default of one rank: the CPUs it may run on (its affinity mask: the launcher's binding, a Slurm
+// allocation), but no more than its share of the node's online CPUs when `local_ranks` ranks run
+// there; at least 1.
+int default_torch_threads(int allowed_cpus, int online_cpus, int local_ranks);
+// default_torch_threads of this process (its affinity mask, this machine's online CPUs) for each of
+// `ranks_on_node` ranks.
 int default_rank_threads(int ranks_on_node);
+// Sets this process's LibTorch threads from FASTUDY_TORCH_THREADS, or when it is unset
+// default_rank_threads of the node-local rank count the launcher names (OMPI_COMM_WORLD_LOCAL_SIZE,
+// MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE; 1 without one); returns the count. The trainer calls it for
+// each variant. Throws fastudy::UsageError for a bad value.
+int configure_torch_threads();
 
 // Wall seconds per optimizer step of variant v on this machine, on one rank with `threads` LibTorch
 // threads: `warmup` untimed steps (allocations, first touch), then the mean of `timed` steps of the

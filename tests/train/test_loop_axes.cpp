@@ -54,7 +54,7 @@ class Reference {
  public:
   explicit Reference(const Variant& v)
       : v_(v), emu_(train::Emulation::of(v.precision)), data_(v.data, v.model), model_(v.model, emu_.dtype) {
-    train::configure_torch_threads();
+    configure_torch_threads();
     model_.init(v.init, v.seed);
     setup_.params = train::attention_params_of(v, at::get_num_threads());
   }

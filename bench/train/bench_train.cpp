@@ -15,6 +15,8 @@
 // (default: every CPU this process may use, see configure_torch_threads; counter `threads`).
 // BM_train_threads runs the paper model's fp32 flash step on 1 thread and on the default count, side
 // by side: the speed-up of using the cores, whose results are the same bits (fixed_order.hpp).
+// BM_matmul/{torch,fixed}/M/K/N: one thread, LibTorch's mm against fixed::mm's tiles (the cost of
+// thread-count independence on one thread) at the trainer's product shapes.
 // Shapes: B batch, H heads, N sequence, d head dim, D = H*d.
 #include <benchmark/benchmark.h>
 
@@ -24,6 +26,7 @@
 
 #include "src/core/config.hpp"
 #include "src/train/engine.hpp"
+#include "src/train/fixed_order.hpp"
 
 namespace fastudy::train {
 namespace {
@@ -79,6 +82,16 @@ void BM_train_threads(benchmark::State& state) {
   } else {
     ::unsetenv("FASTUDY_TORCH_THREADS");
   }
+}
+
+// [M, K] x [K, N] on one thread: LibTorch's mm (fixed = false) or fixed::mm's tiles (fixed = true).
+void BM_matmul(benchmark::State& state, bool fixed_order) {
+  const int saved = at::get_num_threads();
+  at::set_num_threads(1);
+  torch::manual_seed(1);
+  const torch::Tensor a = torch::randn({state.range(0), state.range(1)}), b = torch::randn({state.range(1), state.range(2)});
+  for (auto _ : state) benchmark::DoNotOptimize(fixed_order ? fixed::mm(a, b) : torch::mm(a, b));
+  at::set_num_threads(saved);
 }
 
 // The reference: the same architecture written with plain LibTorch modules.
@@ -185,6 +198,12 @@ BENCHMARK_CAPTURE(BM_train_step, paper_bf16_baseline, Model::paper, AttentionKin
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_train_step, paper_bf16_flash, Model::paper, AttentionKind::flash, Format::bf16)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
+// Demo model (tokens x features, features x tokens) and paper model (batch 4) products.
+#define FASTUDY_MATMUL_SHAPES(b)                                                                          \
+  b->Args({1024, 64, 192})->Args({1024, 256, 64})->Args({192, 1024, 64})->Args({1024, 256, 768})          \
+      ->Args({768, 1024, 256})->Args({1024, 1024, 256})->Unit(benchmark::kMicrosecond)
+FASTUDY_MATMUL_SHAPES(BENCHMARK_CAPTURE(BM_matmul, torch, false));
+FASTUDY_MATMUL_SHAPES(BENCHMARK_CAPTURE(BM_matmul, fixed, true));
 BENCHMARK(BM_train_threads)->ArgName("threads")->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

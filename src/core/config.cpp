@@ -16,6 +16,7 @@
 #include <toml++/toml.h>
 
 #include "base/number.hpp"
+#include "fastudy/version.hpp"  // FASTUDY_TORCH_SDPA, FASTUDY_TORCH_VERSION
 
 namespace fastudy {
 
@@ -66,7 +67,15 @@ std::string suggestion(const std::string& word, const std::vector<std::string>& 
   return "";
 }
 
-const std::vector<std::string> kAttentionKinds{"baseline", "flash"};
+const std::vector<std::string> kSdpaKinds{"sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math"};  // SdpaBackend order, after none
+// fastudy's kernels, and LibTorch's SDPA backends where this build's LibTorch has them.
+const std::vector<std::string> kAttentionKinds = [] {
+  std::vector<std::string> kinds{"baseline", "flash"};
+  if (FASTUDY_TORCH_SDPA) kinds.insert(kinds.end(), kSdpaKinds.begin(), kSdpaKinds.end());
+  return kinds;
+}();
+const std::vector<std::string> kDevices{"auto", "cpu", "cuda"};
+const std::vector<std::string> kArithmetics{"emulated", "native"};
 const std::vector<std::string> kInits{"normal", "xavier_uniform", "kaiming_normal", "scaled"};
 const std::vector<std::string> kTrainFormats{"fp64", "fp32", "tf32", "bf16", "fp16"};
 const std::vector<std::string> kLoopOrders{"kv_outer", "q_outer"};
@@ -283,8 +292,20 @@ struct GridAxis {
 };
 
 const GridAxis kGridAxes[] = {
-    {"attention", R"(["baseline", "flash"])", AxisType::word, AxisRole::optimisation, "baseline", false, "", [](const auto&) { return kAttentionKinds; }, 0, false, nullptr,
-     [](Variant& v, const std::string& x) { v.attention = *parse_attention_kind(x); }},
+    {"attention", R"(["baseline", "flash"])", AxisType::word, AxisRole::optimisation, "baseline", false, "", [](const auto&) { return kAttentionKinds; }, 0, false,
+     [](const std::string& x) {
+       return std::find(kSdpaKinds.begin(), kSdpaKinds.end(), x) == kSdpaKinds.end()
+                  ? std::string()
+                  : x + " is LibTorch's scaled_dot_product_attention, which needs LibTorch >= 2.3; this build links LibTorch " +
+                        FASTUDY_TORCH_VERSION + " (build against a newer LibTorch: README \"GPU\")";
+     },
+     [](Variant& v, const std::string& x) {
+       const auto sdpa = std::find(kSdpaKinds.begin(), kSdpaKinds.end(), x);
+       v.sdpa = sdpa == kSdpaKinds.end() ? SdpaBackend::none : static_cast<SdpaBackend>(1 + (sdpa - kSdpaKinds.begin()));
+       if (v.sdpa == SdpaBackend::none) v.attention = *parse_attention_kind(x);
+     }},
+    {"arithmetic", R"(["emulated", "native"])", AxisType::word, AxisRole::optimisation, "emulated", false, "", [](const auto&) { return kArithmetics; }, 0, false, nullptr,
+     [](Variant& v, const std::string& x) { v.train.arithmetic = word_to_enum<Arithmetic>(kArithmetics, x); }},
     {"precision", R"(["fp32", "bf16"])", AxisType::word, AxisRole::reference, "fp32", false, "", [](const auto&) { return kTrainFormats; }, 0, false,
      [](const std::string& x) {
        return x.rfind("fp8", 0) == 0 ? std::string("fp8 formats are for the microbenchmark only ([microbench] formats)")
@@ -421,6 +442,8 @@ toml::table train_table(const TrainConfig& t) {
   if (t.allreduce != "rank") out.insert("allreduce", t.allreduce);
   if (t.grad_accum != 1) out.insert("grad_accum", t.grad_accum);
   if (t.repeat != 0) out.insert("repeat", t.repeat);
+  if (t.arithmetic != Arithmetic::emulated) out.insert("arithmetic", std::string(to_string(t.arithmetic)));
+  // [train] device is where a variant runs, not what it computes: not in the resolved text or the hash.
   return out;
 }
 toml::table attention_table(const AttentionConfig& a) {
@@ -623,6 +646,17 @@ const std::vector<std::string>& known_axes() {
   return axes;
 }
 
+const char* to_string(SdpaBackend b) {
+  return b == SdpaBackend::none ? "" : kSdpaKinds[static_cast<std::size_t>(b) - 1].c_str();
+}
+bool have_sdpa() { return FASTUDY_TORCH_SDPA != 0; }
+const char* torch_version() { return FASTUDY_TORCH_VERSION; }
+const char* to_string(Device d) { return kDevices[static_cast<std::size_t>(d)].c_str(); }
+const char* to_string(Arithmetic a) { return kArithmetics[static_cast<std::size_t>(a)].c_str(); }
+std::string Variant::attention_name() const {
+  return sdpa == SdpaBackend::none ? std::string(fastudy::to_string(attention)) : std::string(fastudy::to_string(sdpa));
+}
+
 const char* to_string(MatmulArithmetic m) { return kMatmuls[static_cast<std::size_t>(m)].c_str(); }
 const char* to_string(LayerNormAlgorithm l) { return kLayerNorms[static_cast<std::size_t>(l)].c_str(); }
 const char* to_string(GeluApproximation g) { return kGelus[static_cast<std::size_t>(g)].c_str(); }
@@ -779,6 +813,15 @@ void read_train(Section train, TrainConfig& t) {
   train.get("allreduce", t.allreduce);
   train.get("grad_accum", t.grad_accum);
   train.get("repeat", t.repeat);
+  auto word = [&](const std::string& key, const std::vector<std::string>& allowed, const std::string& current) {
+    std::string w = current;
+    train.get(key, w);
+    require(std::find(allowed.begin(), allowed.end(), w) != allowed.end(), train, key,
+            "[train] " + key + " = \"" + w + "\" is unknown; allowed: " + join(allowed), suggestion(w, allowed));
+    return w;
+  };
+  t.device = word_to_enum<Device>(kDevices, word("device", kDevices, to_string(t.device)));
+  t.arithmetic = word_to_enum<Arithmetic>(kArithmetics, word("arithmetic", kArithmetics, to_string(t.arithmetic)));
   require(t.steps >= 1, train, "steps", "[train] steps = " + std::to_string(t.steps) + " must be >= 1");
   require(t.batch >= 1, train, "batch", "[train] batch must be >= 1");
   require(t.lr > 0, train, "lr", "[train] lr must be > 0");
@@ -1149,7 +1192,7 @@ void expand_variants(Study& st) {
                           "axis values that are words of another axis make ids ambiguous; rename a custom policy");
     }
     toml::table vt{{"variant", toml::table{{"id", var.id},
-                                           {"attention", std::string(to_string(var.attention))},
+                                           {"attention", var.attention_name()},
                                            {"precision", std::string(to_string(var.precision))},
                                            {"seed", static_cast<std::int64_t>(var.seed)},
                                            {"init", var.init}}},

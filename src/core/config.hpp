@@ -52,6 +52,17 @@ struct DataConfig {
   int span_len = 8;                // synthetic: length of the spans that repeat inside a sequence
 };
 
+// Where a variant trains ([train] device): auto = cuda when this build's LibTorch has CUDA and every
+// rank of the variant's group sees a GPU, else cpu. Not part of a variant's hash: a checkpoint written
+// on one device resumes on the other.
+enum class Device { auto_, cpu, cuda };
+const char* to_string(Device d);  // "auto", "cpu", "cuda"
+// [train] arithmetic: emulated = fp32 containers rounded by the precision policy (the trainer's
+// arithmetic, the same on every device); native = the hardware's own formats through the framework
+// (autocast: bf16/fp16 tensors and tensor cores on a GPU, bf16 on a CPU; TF32 matmuls for tf32).
+enum class Arithmetic { emulated, native };
+const char* to_string(Arithmetic a);  // "emulated", "native"
+
 struct TrainConfig {
   std::int64_t steps = 200;
   int batch = 16;              // global batch (sequences per step), sharded over a variant's ranks
@@ -75,6 +86,8 @@ struct TrainConfig {
   std::string allreduce = "rank";  // rank | ring | tree: the order of the W-shard sum
   int grad_accum = 1;              // k micro-batches per shard, loss/k each, gradients accumulated in order
   int repeat = 0;                  // the same variant again (noise axis): changes no arithmetic
+  Device device = Device::auto_;   // where the variant trains (see Device); `--device` overrides it
+  Arithmetic arithmetic = Arithmetic::emulated;  // also a grid axis
   bool shadow_attention = false;
   std::int64_t log_every = 10;
   int spike_window = 20;          // running window for loss-spike detection (steps)
@@ -170,11 +183,22 @@ struct ReduceConfig {
   bool whole_model = true;
 };
 
+// The framework's own attention as extra attention kinds: LibTorch's scaled_dot_product_attention with
+// one backend allowed at a time ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math"; builds
+// against LibTorch >= 2.3, FASTUDY_TORCH_SDPA). none: fastudy's own kernels (Variant::attention).
+enum class SdpaBackend { none, flash, efficient, cudnn, math };
+// "sdpa_flash", ... ("" for none).
+const char* to_string(SdpaBackend b);
+// Whether this build's LibTorch has the SDPA kinds, and which LibTorch it is ("1.13.0").
+bool have_sdpa();
+const char* torch_version();
+
 // One point of the grid: the axis values and the fully resolved configuration it trains with.
 struct Variant {
   std::string id;  // e.g. "flash-bf16-s1-normal"
   std::vector<std::pair<std::string, std::string>> axes;  // (axis, value) in grid order
   AttentionKind attention = AttentionKind::flash;
+  SdpaBackend sdpa = SdpaBackend::none;  // set: the framework's attention instead of `attention`
   Format precision = Format::fp32;
   std::uint64_t seed = 0;           // the init seed
   std::string init = "normal";      // normal | xavier_uniform | kaiming_normal | scaled
@@ -186,6 +210,7 @@ struct Variant {
   std::string hash;                 // content hash (hex) of the resolved configuration
   std::string resolved_toml;        // the resolved configuration, as TOML
   const std::string& axis(const std::string& name) const;  // value of an axis ("" when absent)
+  std::string attention_name() const;  // "baseline", "flash" or an SDPA kind
 };
 
 struct Study {

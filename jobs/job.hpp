@@ -45,6 +45,7 @@ struct CliOptions {
   int ranks = 1;             // plan --ranks
   int measure_steps = 3;     // plan --measure-steps
   std::vector<std::string> variants;  // train --variant (empty: all)
+  std::string device;        // train/run --device (overrides [train] device; "" keeps it)
   SlurmOptions slurm;
   std::string command_line;  // argv joined, for provenance
 };

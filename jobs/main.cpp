@@ -143,6 +143,13 @@ JobContext make_context(const Parsed& p) {
     ctx.study = load_study(p.opts.target);
     ctx.out_dir = p.opts.out.empty() ? ctx.study->out : p.opts.out;
   }
+  if (!p.opts.device.empty()) {
+    // --device: where the variants run, not what they compute (no hash changes).
+    const std::optional<Device> device = parse_device(p.opts.device);
+    if (!device) throw UsageError("--device " + p.opts.device + " is not a device", "use auto, cpu or cuda");
+    ctx.study->train.device = *device;
+    for (Variant& v : ctx.study->variants) v.train.device = *device;
+  }
   ctx.prov = make_provenance(p.opts.command_line, ctx.study->file, ctx.study->hash);
   return ctx;
 }

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
+#include "src/runtime/gpu.hpp"
 #include "src/runtime/scheduler.hpp"
 #include "src/train/data.hpp"
 
@@ -89,6 +91,24 @@ std::vector<std::string> preflight_problems(const Study& st, const PreflightScop
       torch_threads_from_env();
     } catch (const Error& e) {
       problems.push_back(line_of(e));
+    }
+    // Where each variant trains (auto: a GPU where this rank can use one) and whether it can there.
+    std::string no_gpu;
+    const bool gpu = rank_has_gpu(&no_gpu);
+    std::map<std::string, std::vector<std::string>> device_problems;  // problem -> variant ids
+    for (const auto& v : st.variants) {
+      const Device d = v.train.device == Device::auto_ ? (gpu ? Device::cuda : Device::cpu) : v.train.device;
+      std::string problem = device_problem(v, d);
+      if (problem.empty() && d == Device::cuda && !gpu) {
+        problem = "[train] device = \"cuda\", but this rank cannot train on a GPU (" + no_gpu +
+                  "); hint: run where every rank sees a GPU, or use device = \"auto\" or \"cpu\"";
+      }
+      if (!problem.empty()) device_problems[problem].push_back(v.id);
+    }
+    for (const auto& [problem, ids] : device_problems) {
+      problems.push_back("variant " + ids.front() +
+                         (ids.size() > 1 ? " (and " + std::to_string(ids.size() - 1) + " more)" : std::string()) + ": " +
+                         problem);
     }
     if (st.data.kind != "synthetic") {
       try {

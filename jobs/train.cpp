@@ -22,6 +22,7 @@
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
 #include "src/io/checkpoint.hpp"
+#include "src/runtime/gpu.hpp"
 #include "src/runtime/mpi.hpp"
 #include "src/runtime/reducer.hpp"
 #include "src/runtime/scheduler.hpp"
@@ -145,7 +146,9 @@ std::string format_seconds(double s) {
 
 void train_options(po::options_description& d, CliOptions& o) {
   d.add_options()("variant", po::value<std::vector<std::string>>(&o.variants),
-                  "train only this variant id (repeatable; default: all)");
+                  "train only this variant id (repeatable; default: all)")(
+      "device", po::value<std::string>(&o.device),
+      "where the variants train: auto, cpu or cuda (overrides [train] device; a checkpoint resumes on either)");
 }
 
 int job_train(JobContext& ctx) {
@@ -232,8 +235,21 @@ int job_train(JobContext& ctx) {
       return {TaskState::done, resume->step, loss, ""};
     }
 
-    std::unique_ptr<GradientReducer> reducer = make_reducer(group, "auto");
+    // The group's device: a GPU when the variant allows one and every rank of the group can train on
+    // one (each on its own, by node-local rank), else the CPU; gradients then average with NCCL on the
+    // device buffers, or with MPI on the host.
+    std::string no_gpu;
+    const std::int64_t lacks_gpu = v.train.device != Device::cpu && rank_has_gpu(&no_gpu) ? 0 : 1;
+    const bool on_gpu = (group.size() > 1 ? group.allreduce_max(lacks_gpu) : lacks_gpu) == 0;
+    if (v.train.device == Device::cuda && !on_gpu) {
+      const std::string reason = v.id + ": [train] device = \"cuda\", but a rank of its group cannot train on a GPU" +
+                                 (no_gpu.empty() ? std::string() : " (rank " + std::to_string(world.rank()) + ": " + no_gpu + ")");
+      return {TaskState::failed, 0, NAN, reason};
+    }
+    std::unique_ptr<GradientReducer> reducer = make_reducer(group, on_gpu ? "nccl" : "mpi");
     TrainHooks hooks;
+    hooks.cuda_device = on_gpu ? select_gpu(group) : -1;
+    if (on_gpu && group.rank() == 0) log::info(v.id + ": training on CUDA device " + std::to_string(hooks.cuda_device));
     hooks.rank = group.rank();
     hooks.world = group.size();
     if (group.size() > 1) {

@@ -16,7 +16,8 @@
 #include <toml++/toml.h>
 
 #include "base/number.hpp"
-#include "fastudy/version.hpp"  // FASTUDY_TORCH_SDPA, FASTUDY_TORCH_VERSION
+#include "fastudy/version.hpp"  // FASTUDY_TORCH_CUDA, FASTUDY_TORCH_SDPA, FASTUDY_TORCH_VERSION
+#include "kernels/cuda/tile_dispatch.hpp"  // what the CUDA kernels run (host code, in every build)
 
 namespace fastudy {
 
@@ -652,9 +653,51 @@ const char* to_string(SdpaBackend b) {
 bool have_sdpa() { return FASTUDY_TORCH_SDPA != 0; }
 const char* torch_version() { return FASTUDY_TORCH_VERSION; }
 const char* to_string(Device d) { return kDevices[static_cast<std::size_t>(d)].c_str(); }
+std::optional<Device> parse_device(std::string_view name) {
+  for (std::size_t i = 0; i < kDevices.size(); ++i)
+    if (kDevices[i] == name) return static_cast<Device>(i);
+  return std::nullopt;
+}
 const char* to_string(Arithmetic a) { return kArithmetics[static_cast<std::size_t>(a)].c_str(); }
 std::string Variant::attention_name() const {
   return sdpa == SdpaBackend::none ? std::string(fastudy::to_string(attention)) : std::string(fastudy::to_string(sdpa));
+}
+
+std::string device_problem(const Variant& v, Device device) {
+  const TrainConfig& t = v.train;
+  const std::string precision(to_string(v.precision));
+  if (t.shadow_attention && v.sdpa != SdpaBackend::none) {
+    return "[train] shadow_attention compares fastudy's flash and baseline kernels; attention = " + v.attention_name() +
+           " is LibTorch's own (set shadow_attention = false for it)";
+  }
+  if (t.arithmetic == Arithmetic::native) {
+    const NumericsConfig& n = v.numerics;
+    if (n.matmul != MatmulArithmetic::fp32 || n.split_k != 1 || n.layernorm != LayerNormAlgorithm::torch) {
+      return "[numerics] matmul, split_k and layernorm are emulated arithmetic; arithmetic = native runs the "
+             "framework's own (keep their defaults, or use arithmetic = \"emulated\")";
+    }
+    if (device == Device::cpu && (v.precision == Format::fp16 || v.precision == Format::tf32)) {
+      return "arithmetic = native with precision " + precision + " needs a GPU (a CPU has no native " + precision +
+             " matmuls); use device = \"cuda\", precision bf16, or arithmetic = \"emulated\"";
+    }
+  }
+  if (device != Device::cuda) return "";
+  if (!FASTUDY_TORCH_CUDA) {
+    return std::string("device = \"cuda\" needs a CUDA LibTorch; this build links LibTorch ") + FASTUDY_TORCH_VERSION +
+           " without CUDA (build against PyTorch's LibTorch on a GPU machine: README \"GPU\")";
+  }
+  if (v.precision == Format::fp64) return "fp64 variants train on the CPU only (the CUDA kernels have no fp64)";
+  if (v.numerics.layernorm != LayerNormAlgorithm::torch) {
+    return std::string("[numerics] layernorm = ") + to_string(v.numerics.layernorm) + " runs on the CPU only";
+  }
+  if (v.sdpa == SdpaBackend::none) {
+    try {
+      cuda_tile::tile_storage_format(resolve_policy(v.attention_cfg, v.attention_cfg.policy, v.precision));
+    } catch (const UsageError& e) {
+      return e.what() + std::string(" (or train this variant with device = \"cpu\")");
+    }
+  }
+  return "";
 }
 
 const char* to_string(MatmulArithmetic m) { return kMatmuls[static_cast<std::size_t>(m)].c_str(); }

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -57,6 +59,7 @@ struct DataConfig {
 // on one device resumes on the other.
 enum class Device { auto_, cpu, cuda };
 const char* to_string(Device d);  // "auto", "cpu", "cuda"
+std::optional<Device> parse_device(std::string_view name);
 // [train] arithmetic: emulated = fp32 containers rounded by the precision policy (the trainer's
 // arithmetic, the same on every device); native = the hardware's own formats through the framework
 // (autocast: bf16/fp16 tensors and tensor cores on a GPU, bf16 on a CPU; TF32 matmuls for tf32).
@@ -212,6 +215,14 @@ struct Variant {
   const std::string& axis(const std::string& name) const;  // value of an axis ("" when absent)
   std::string attention_name() const;  // "baseline", "flash" or an SDPA kind
 };
+
+// Why variant v cannot train on `device` (cpu or cuda, resolved) in this build, or "" when it can:
+// a GPU needs a CUDA LibTorch, float containers (not fp64), LibTorch's LayerNorm and, for fastudy's
+// attention kinds, a policy the CUDA kernels run (kernels/cuda/tile_dispatch.hpp); native arithmetic
+// leaves the emulated [numerics] (matmul, split_k, layernorm) to the emulation, and runs fp16 and tf32
+// only on a GPU; shadow attention compares fastudy's two kernels, not an SDPA kind. The preflight asks
+// it before any work, the trainer again for the device it got.
+std::string device_problem(const Variant& v, Device device);
 
 struct Study {
   std::string file;                    // the grid.toml path it came from

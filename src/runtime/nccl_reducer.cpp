@@ -13,6 +13,7 @@
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/device_ops.hpp"
+#include "src/runtime/gpu.hpp"
 
 namespace fastudy::nccl {
 
@@ -89,36 +90,7 @@ class NcclReducer final : public GradientReducer {
 
 }  // namespace
 
-int local_rank_from_env() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"}) {
-    const char* v = std::getenv(name);
-    if (v != nullptr && *v != '\0') {
-      char* end = nullptr;
-      const long r = std::strtol(v, &end, 10);
-      if (end != nullptr && *end == '\0' && r >= 0) return static_cast<int>(r);
-    }
-  }
-  return -1;
-}
-
-int select_device(const mpi::Comm& group) {
-  std::string why;
-  const int count = cuda::device_count(&why);
-  if (count == 0) {
-    throw UsageError("the nccl allreduce backend needs a CUDA device, but rank " + std::to_string(mpi::world_rank()) +
-                         " sees none (" + why + ")",
-                     "run with one GPU per rank, or use the mpi allreduce backend");
-  }
-  int local = local_rank_from_env();
-  if (local < 0) {
-    const std::vector<std::string> hosts = group.allgather(mpi::processor_name());
-    local = 0;
-    for (int r = 0; r < group.rank(); ++r) local += hosts[r] == hosts[group.rank()] ? 1 : 0;
-  }
-  const int device = local % count;
-  FASTUDY_CUDA_CHECK(cudaSetDevice(device));
-  return device;
-}
+int select_device(const mpi::Comm& group) { return select_gpu(group); }
 
 std::unique_ptr<GradientReducer> make_nccl_reducer(const mpi::Comm& group) {
   return std::make_unique<NcclReducer>(group);

@@ -8,11 +8,8 @@
 // host. Device buffers (a CUDA LibTorch build, gradients on the current device) are reduced in place
 // and divided on the device. The kind is asked from cudaPointerGetAttributes.
 //
-// Device selection: one GPU per rank by local rank (the node-local rank from the launcher:
-// OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID or PMI_LOCAL_RANK; without any, the rank's
-// position among the group's ranks on the same host), device = local rank mod visible device count.
-// With one visible device per rank (Slurm --gpus-per-task=1, CUDA_VISIBLE_DEVICES) that is device 0.
-// No device: UsageError with a hint (use the mpi backend).
+// Device selection: select_gpu (src/runtime/gpu.hpp), one GPU per rank by node-local rank.
+// No device: UsageError with a hint.
 //
 // Link target fastudy_nccl (built in CUDA builds when nccl.h and libnccl are found; defines
 // FASTUDY_HAVE_NCCL for its users).
@@ -33,11 +30,7 @@ class NcclError : public Error {
   NcclError(const std::string& call, int rank, const std::string& what, const char* file, int line);
 };
 
-// The node-local rank from the launcher's environment, or -1 when no launcher variable is set.
-int local_rank_from_env();
-
-// Chooses and sets (cudaSetDevice) this rank's device as described above; returns its index.
-// Collective over group only when the environment names no local rank (hostnames are gathered).
+// Chooses and sets this rank's device: select_gpu (src/runtime/gpu.hpp); returns its index.
 int select_device(const mpi::Comm& group);
 
 // Collective over group. The group communicator must outlive the reducer.

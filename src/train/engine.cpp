@@ -118,9 +118,18 @@ AttentionParams attention_params_of(const Variant& v, int threads) {
 Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resume)
     : v_(v),
       hooks_(hooks),
-      emu_(Emulation::of(v.precision, v.numerics)),
+      emu_(Emulation::of(v.precision, v.numerics, v.train.arithmetic)),
+      device_(hooks.cuda_device >= 0 ? torch::Device(torch::kCUDA, static_cast<torch::DeviceIndex>(hooks.cuda_device))
+                                     : torch::Device(torch::kCPU)),
       data_(v.data, v.model),
-      model_(v.model, emu_.dtype) {
+      model_(v.model, emu_.dtype, device_) {
+  if (const std::string problem = device_problem(v, device_.is_cuda() ? Device::cuda : Device::cpu); !problem.empty()) {
+    throw Error(v.id + ": " + problem);
+  }
+  if (device_.is_cuda()) {
+    // fp32 matmuls are fp32 (cuBLAS's TF32 off) except where a native tf32 variant asks for TF32.
+    at::globalContext().setAllowTF32CuBLAS(emu_.native && v.precision == Format::tf32);
+  }
   const int threads = configure_torch_threads();
   const TrainConfig& t = v.train;
   if (t.schedule != "cosine" && t.schedule != "constant") {
@@ -159,6 +168,7 @@ Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resu
   }
   model_.init(v.init, v.seed);
   attention_.params = attention_params_of(v, threads);
+  attention_.sdpa = v.sdpa;
   attention_.shadow = t.shadow_attention;
   attention_.shadow_sink = &shadow_;
   for (const auto& [name, p] : model_.params()) {
@@ -227,7 +237,7 @@ CapturedAttention Engine::capture(int layer, std::int64_t cursor) {
   }
   const TrainConfig& t = v_.train;
   std::vector<std::int64_t> batch = data_.batch(cursor, t.batch, 0, 1);
-  const torch::Tensor tokens = torch::from_blob(batch.data(), {t.batch, v_.model.seq_len + 1}, torch::kLong);
+  const torch::Tensor tokens = torch::from_blob(batch.data(), {t.batch, v_.model.seq_len + 1}, torch::kLong).to(device_);
   CapturedAttention cap;
   AttentionSetup setup = attention_;
   setup.shadow = false;
@@ -270,7 +280,8 @@ Engine::Step Engine::step() {
     for (int j = 0; j < accum; ++j) {
       const std::int64_t first = shard * shard_rows + j * micro_rows;
       std::vector<std::int64_t> rows = data_.rows(cursor_, t.batch, first, micro_rows);
-      const torch::Tensor tokens = torch::from_blob(rows.data(), {micro_rows, v_.model.seq_len + 1}, torch::kLong);
+      const torch::Tensor tokens =
+          torch::from_blob(rows.data(), {micro_rows, v_.model.seq_len + 1}, torch::kLong).to(device_);
       attention_.params.head_offset = first * v_.model.heads;
       const torch::Tensor loss = model_.loss(tokens, emu_, attention_);
       const torch::Tensor objective = accum > 1 ? loss / static_cast<double>(accum) : loss;
@@ -315,9 +326,12 @@ Engine::Step Engine::step() {
       const std::int64_t shard = static_cast<std::int64_t>(hooks_.rank) * mine + s;
       losses[static_cast<std::size_t>(shard)] = shard_gradient(shard, row);
     }
+    // The declared-order sum runs on the host (reduce_shards): device shards are staged there once.
+    const torch::TensorOptions host = opts.device(torch::kCPU);
+    if (!local.is_cpu()) local = local.to(torch::kCPU);
     torch::Tensor all = local;
     if (hooks_.world > 1) {
-      all = torch::empty({width, numel}, opts);
+      all = torch::empty({width, numel}, host);
       if (local.scalar_type() == torch::kDouble) {
         hooks_.allgather_f64(local.data_ptr<double>(), static_cast<std::size_t>(local.numel()), all.data_ptr<double>());
       } else {
@@ -326,7 +340,7 @@ Engine::Step Engine::step() {
       const std::vector<double> own(losses.begin() + hooks_.rank * mine, losses.begin() + (hooks_.rank + 1) * mine);
       hooks_.allgather_f64(own.data(), own.size(), losses.data());
     }
-    flat = torch::empty({numel}, opts);
+    flat = torch::empty({numel}, host);
     const ReduceOrder order = *parse_reduce_order(t.allreduce);
     if (all.scalar_type() == torch::kDouble) {
       reduce_shards(order, all.data_ptr<double>(), width, static_cast<std::size_t>(numel), flat.data_ptr<double>());
@@ -337,10 +351,11 @@ Engine::Step Engine::step() {
     // the axis; the loss is only logged).
     for (double l : losses) loss_value += l;
     if (width > 1) loss_value /= width;
+    flat = flat.to(device_);
   }
   if (scale != 1.0) flat.div_(scale);
   last_gradient_ = flat;
-  const double grad_norm = sequential_norm(flat);
+  const double grad_norm = sequential_norm(flat.is_cpu() ? flat : flat.to(torch::kCPU));
 
   Step out;
   out.log = StepLog{next, loss_value, grad_norm, scale, 0.0, lr, false, false};
@@ -408,6 +423,24 @@ Engine::Step Engine::step() {
 
 namespace {
 
+// The tensors on the host: unchanged when they all are; else every one flattened into one device
+// buffer that comes over in a single copy (one transfer per checkpoint, not one per tensor), then
+// cut back into views of their shapes. The tensors share one dtype (the container).
+std::vector<torch::Tensor> on_host(const std::vector<torch::Tensor>& tensors) {
+  if (std::all_of(tensors.begin(), tensors.end(), [](const torch::Tensor& t) { return t.is_cpu(); })) return tensors;
+  std::vector<torch::Tensor> flat;
+  flat.reserve(tensors.size());
+  for (const torch::Tensor& t : tensors) flat.push_back(t.detach().reshape({-1}));
+  const torch::Tensor host = torch::cat(flat).to(torch::kCPU);
+  std::vector<torch::Tensor> out;
+  std::int64_t offset = 0;
+  for (const torch::Tensor& t : tensors) {
+    out.push_back(host.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+  return out;
+}
+
 // The TrainState of a model, its AdamW moments and counters (see trainer.hpp for the layout).
 struct Counters {
   std::int64_t step, cursor, adam_step, good_steps;
@@ -424,10 +457,15 @@ TrainState pack_state(const Variant& v, const Gpt& model, const std::vector<torc
   s.good_steps = c.good_steps;
   s.loss_history = loss_history;
   const auto& params = model.params();
+  std::vector<torch::Tensor> tensors;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    s.params.push_back(to_array(params[i].first, params[i].second));
-    s.optimizer.push_back(to_array(params[i].first + ".exp_avg", exp_avg[i]));
-    s.optimizer.push_back(to_array(params[i].first + ".exp_avg_sq", exp_avg_sq[i]));
+    tensors.insert(tensors.end(), {params[i].second, exp_avg[i], exp_avg_sq[i]});
+  }
+  tensors = on_host(tensors);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    s.params.push_back(to_array(params[i].first, tensors[3 * i]));
+    s.optimizer.push_back(to_array(params[i].first + ".exp_avg", tensors[3 * i + 1]));
+    s.optimizer.push_back(to_array(params[i].first + ".exp_avg_sq", tensors[3 * i + 2]));
   }
   NamedArray adam;
   adam.name = "adamw.step";
@@ -443,6 +481,7 @@ TrainState pack_state(const Variant& v, const Gpt& model, const std::vector<torc
   s.attrs["init"] = v.init;
   s.attrs["seed"] = std::to_string(v.seed);
   s.attrs["trainer_format"] = kTrainerFormat;
+  s.attrs["device"] = params.front().second.device().str();  // where it was trained (resumes on any device)
   for (const auto& [axis, value] : v.axes) s.attrs["axis." + axis] = value;
   return s;
 }

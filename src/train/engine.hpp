@@ -47,6 +47,7 @@ class Engine {
   const std::vector<ShadowRecord>& shadow() const { return shadow_; }  // records of the last step
   const DataStream& data() const { return data_; }
   const Gpt& model() const { return model_; }
+  torch::Device device() const { return device_; }
   // The flat gradient (parameters in module-path order) of the last step, averaged over the
   // data-parallel shards and unscaled: what the update used, clipped in place when grad_clip applies.
   const torch::Tensor& last_gradient() const { return last_gradient_; }
@@ -55,6 +56,7 @@ class Engine {
   Variant v_;
   TrainHooks hooks_;
   Emulation emu_;
+  torch::Device device_;  // where the model, its gradients and the optimizer state live
   DataStream data_;
   Gpt model_;
   AttentionSetup attention_;

@@ -9,6 +9,11 @@
 #include "base/error.hpp"
 #include "src/train/fixed_order.hpp"
 #include "src/train/rng.hpp"
+#include "src/train/sdpa.hpp"
+
+#ifdef FASTUDY_HAVE_CUDA_KERNELS
+#include "kernels/cuda/attention_cuda.hpp"
+#endif
 
 namespace fastudy::train {
 
@@ -21,8 +26,13 @@ constexpr std::int64_t kNoRounding = -1;  // a format slot that rounds nothing
 
 std::int64_t format_code(bool enabled, Format f) { return enabled ? static_cast<std::int64_t>(f) : kNoRounding; }
 
-// Round a fresh contiguous tensor in place (float or double container), in blocks on the threads.
+// Round a fresh contiguous tensor in place (float or double container), in blocks on the threads;
+// off the CPU with LibTorch's conversions.
 void round_tensor_inplace(torch::Tensor& t, Format f) {
+  if (!t.is_cpu()) {
+    round_with_conversions(t, f);
+    return;
+  }
   const std::int64_t n = t.numel(), block = fixed::kElementBlock;
   const bool wide = t.scalar_type() == torch::kDouble;
   void* data = t.data_ptr();
@@ -165,8 +175,35 @@ void attention_forward_typed(const AttentionShape& shape, const AttentionParams&
   attention_forward<T>(shape, params, q, q + n, q + 2 * n, o.data_ptr<T>(), lse.defined() ? lse.data_ptr<T>() : nullptr);
 }
 
+// The CUDA kernels on float containers (storage fp32: the policy rounds on load, as on the CPU); the
+// kernels run on the legacy default stream, which LibTorch's default stream synchronises with.
+#ifndef FASTUDY_HAVE_CUDA_KERNELS
+[[noreturn]] void no_cuda_kernels() {
+  throw Error("attention on a CUDA tensor needs fastudy's CUDA kernels, which this build lacks",
+              "configure with nvcc available (FASTUDY_CUDA=ON), or train on the CPU");
+}
+#endif
+void check_cuda_container(const torch::Tensor& packed) {
+  if (packed.scalar_type() != torch::kFloat) {
+    throw Error("the CUDA attention kernels take float containers; fp64 variants train on the CPU",
+                "use [train] device = \"cpu\" for fp64 variants");
+  }
+}
+
 void run_attention_forward(const AttentionShape& shape, const AttentionParams& params, const torch::Tensor& packed,
                            torch::Tensor& o, torch::Tensor& lse) {
+  if (packed.is_cuda()) {
+    check_cuda_container(packed);
+#ifdef FASTUDY_HAVE_CUDA_KERNELS
+    const std::int64_t n = packed.numel() / 3;
+    const float* q = packed.data_ptr<float>();
+    cuda::attention_forward_cuda(shape, params, Format::fp32, q, q + n, q + 2 * n, o.data_ptr<float>(),
+                                 lse.defined() ? lse.data_ptr<float>() : nullptr);
+    return;
+#else
+    no_cuda_kernels();
+#endif
+  }
   if (packed.scalar_type() == torch::kDouble) {
     attention_forward_typed<double>(shape, params, packed, o, lse);
   } else {
@@ -212,7 +249,7 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
       cap.heads = heads;
       cap.seq_len = N;
       cap.head_dim = d;
-      const torch::Tensor wide = packed.to(torch::kDouble).contiguous();
+      const torch::Tensor wide = packed.to(torch::kCPU, torch::kDouble).contiguous();
       const double* x = wide.data_ptr<double>();
       const std::int64_t n = wide.numel() / 3;
       cap.q.assign(x, x + n);
@@ -226,7 +263,7 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
       torch::Tensor o_other = torch::empty_like(o);
       torch::Tensor no_lse;
       run_attention_forward(shape, other, packed, o_other, no_lse);
-      const torch::Tensor diff = (o - o_other).abs().to(torch::kDouble).contiguous();
+      const torch::Tensor diff = (o - o_other).abs().to(torch::kCPU, torch::kDouble).contiguous();
       // Summed in index order on this thread (LibTorch's mean() splits its sum by thread count).
       const double* d = diff.data_ptr<double>();
       double sum = 0.0;
@@ -254,7 +291,18 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
     const torch::Tensor dout = grads[0].view({B, N, heads, d}).permute({0, 2, 1, 3}).contiguous();
     torch::Tensor dpacked = torch::empty_like(packed);
     const AttentionParams params = layer_params(setup->params, ctx->saved_data["layer"].toInt());
-    if (packed.scalar_type() == torch::kDouble) {
+    if (packed.is_cuda()) {
+      check_cuda_container(packed);
+#ifdef FASTUDY_HAVE_CUDA_KERNELS
+      const std::int64_t n = packed.numel() / 3;
+      const float* q = packed.data_ptr<float>();
+      float* dq = dpacked.data_ptr<float>();
+      cuda::attention_backward_cuda(shape, params, Format::fp32, q, q + n, q + 2 * n, o.data_ptr<float>(),
+                                    lse.data_ptr<float>(), dout.data_ptr<float>(), dq, dq + n, dq + 2 * n);
+#else
+      no_cuda_kernels();
+#endif
+    } else if (packed.scalar_type() == torch::kDouble) {
       attention_backward_typed<double>(shape, params, packed, o, lse, dout, dpacked);
     } else {
       attention_backward_typed<float>(shape, params, packed, o, lse, dout, dpacked);
@@ -383,16 +431,54 @@ struct LayerNormFn : public torch::autograd::Function<LayerNormFn> {
   }
 };
 
+// Causal attention of qkv [B, N, 3D] -> [B, N, D] in qkv's dtype: LibTorch's SDPA with the setup's
+// backend, or fastudy's kernels (on float containers: native formats are widened and the result cast
+// back, the kernels' policy doing the rounding).
+torch::Tensor attend(const torch::Tensor& qkv, int heads, const AttentionSetup& setup, int layer) {
+  if (setup.sdpa != SdpaBackend::none) {
+    const std::int64_t B = qkv.size(0), N = qkv.size(1), D = qkv.size(2) / 3, d = D / heads;
+    const torch::Tensor qkv5 = qkv.view({B, N, 3, heads, d}).permute({2, 0, 3, 1, 4});  // [3, B, H, N, d]
+    return sdpa_attention(qkv5[0], qkv5[1], qkv5[2], setup.sdpa, /*causal=*/true).permute({0, 2, 1, 3}).reshape({B, N, D});
+  }
+  if (qkv.scalar_type() == torch::kFloat || qkv.scalar_type() == torch::kDouble) {
+    return kernel_attention(qkv, heads, setup, layer);
+  }
+  return kernel_attention(qkv.to(torch::kFloat), heads, setup, layer).to(qkv.scalar_type());
+}
+
+// A linear layer in the native arithmetic: inputs cast to the compute format (autocast's rule for
+// linear), the product in that format.
+torch::Tensor native_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const Emulation& e) {
+  return torch::linear(x.to(e.compute), w.to(e.compute), b.defined() ? b.to(e.compute) : b);
+}
+
+// LayerNorm in the native arithmetic: in fp32 (the container), as autocast runs it.
+torch::Tensor native_layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  return torch::layer_norm(x.to(w.scalar_type()), {x.size(-1)}, w, b, kLayerNormEps);
+}
+
+// One transformer block in the native arithmetic (see model.hpp): the residual stream stays fp32.
+torch::Tensor native_block_forward(const torch::Tensor& x, torch::TensorList p, int heads, const Emulation& e,
+                                   const AttentionSetup& setup, int layer) {
+  torch::Tensor h = native_layer_norm(x, p[kLn1W], p[kLn1B]);
+  h = attend(native_linear(h, p[kQkvW], p[kQkvB], e), heads, setup, layer);
+  const torch::Tensor y = x + native_linear(h, p[kProjW], p[kProjB], e).to(x.scalar_type());
+  h = native_layer_norm(y, p[kLn2W], p[kLn2B]);
+  h = torch::gelu(native_linear(h, p[kFcW], p[kFcB], e), e.numerics.gelu == GeluApproximation::tanh ? "tanh" : "none");
+  return y + native_linear(h, p[kMlpProjW], p[kMlpProjB], e).to(x.scalar_type());
+}
+
 // One transformer block: x [B, N, D] -> [B, N, D], params in BlockParam order.
 torch::Tensor block_forward(const torch::Tensor& x, torch::TensorList p, int heads, const Emulation& e,
                             const AttentionSetup& attention, int layer) {
+  if (e.native) return native_block_forward(x, p, heads, e, attention, layer);
   // Inputs and gradients that arrive already in the format skip a second (idempotent) rounding: the
   // attention output (stored in policy.o), GELU's output, and the attention's dQKV (policy.grad).
   const bool attention_out_in_format = attention.params.policy.o == e.precision;
   const bool attention_grad_in_format = attention.params.policy.grad == e.precision;
   torch::Tensor h = layer_norm(x, p[kLn1W], p[kLn1B], e.numerics.layernorm);
   h = emulated_linear(h, p[kQkvW], p[kQkvB], e, false, attention_grad_in_format);  // [B, N, 3D]
-  h = kernel_attention(h, heads, attention, layer);                                 // [B, N, D]
+  h = attend(h, heads, attention, layer);                                           // [B, N, D]
   torch::Tensor y = x + emulated_linear(h, p[kProjW], p[kProjB], e, attention_out_in_format);
   h = layer_norm(y, p[kLn2W], p[kLn2B], e.numerics.layernorm);
   h = emulated_linear(h, p[kFcW], p[kFcB], e);
@@ -444,14 +530,45 @@ struct RecomputedBlockFn : public torch::autograd::Function<RecomputedBlockFn> {
 
 }  // namespace
 
-Emulation Emulation::of(Format precision, const NumericsConfig& numerics) {
+Emulation Emulation::of(Format precision, const NumericsConfig& numerics, Arithmetic arithmetic) {
   Emulation e;
   e.precision = precision;
   e.numerics = numerics;
   e.dtype = precision == Format::fp64 ? torch::kDouble : torch::kFloat;
-  e.round_matmul_inputs = precision != Format::fp64 && precision != Format::fp32;
+  e.native = arithmetic == Arithmetic::native;
+  e.round_matmul_inputs = !e.native && precision != Format::fp64 && precision != Format::fp32;
   e.round_storage = e.round_matmul_inputs && precision != Format::tf32;
+  e.compute = !e.native                     ? e.dtype
+              : precision == Format::bf16 ? torch::kBFloat16
+              : precision == Format::fp16 ? torch::kHalf
+                                          : e.dtype;
   return e;
+}
+
+void round_with_conversions(torch::Tensor& t, Format f) {
+  if (f == Format::fp64 || f == Format::fp32) return;
+  if (t.scalar_type() != torch::kFloat || !t.is_contiguous()) {
+    throw Error("rounding with LibTorch's conversions takes contiguous float tensors (got " +
+                std::string(c10::toString(t.scalar_type())) + ")");
+  }
+  torch::NoGradGuard no_grad;
+  switch (f) {
+    case Format::bf16: t.copy_(t.to(torch::kBFloat16)); return;
+    case Format::fp16: t.copy_(t.to(torch::kHalf)); return;
+    case Format::tf32: {
+      // Round to nearest even at bit 13: add 0xFFF plus the lowest kept bit, clear the 13 bits below.
+      // A carry out of the fraction raises the exponent (to Inf past the largest finite value), as the
+      // format's rounding does; Inf and NaN (exponent all ones) keep their bits.
+      torch::Tensor bits = t.view(torch::kInt);
+      const torch::Tensor rounded = (bits + (bits.bitwise_right_shift(13).bitwise_and(1) + 0xFFF)).bitwise_and(~0x1FFF);
+      const torch::Tensor finite = bits.bitwise_and(0x7F800000).ne(0x7F800000);
+      bits.copy_(torch::where(finite, rounded, bits));
+      return;
+    }
+    default:
+      throw Error(std::string(to_string(f)) + " rounding runs on the CPU only",
+                  "train fp8 formats with [train] device = \"cpu\"");
+  }
 }
 
 torch::Tensor round_copy(const torch::Tensor& t, Format f) {
@@ -495,6 +612,10 @@ torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const t
                          LayerNormAlgorithm algorithm) {
   const std::int64_t d = x.size(-1);
   if (algorithm == LayerNormAlgorithm::torch) return fixed::layer_norm(x, w, b, kLayerNormEps);
+  if (!x.is_cpu()) {
+    throw Error(std::string("[numerics] layernorm = ") + to_string(algorithm) + " runs on the CPU only",
+                "use layernorm = \"torch\" on a GPU, or [train] device = \"cpu\"");
+  }
   return LayerNormFn::apply(x.reshape({-1, d}), w, b, static_cast<std::int64_t>(algorithm)).view(x.sizes());
 }
 
@@ -513,7 +634,7 @@ torch::Tensor kernel_attention(const torch::Tensor& qkv, int heads, const Attent
                             static_cast<std::int64_t>(layer));
 }
 
-Gpt::Gpt(const ModelConfig& c, torch::Dtype dtype) : config_(c) {
+Gpt::Gpt(const ModelConfig& c, torch::Dtype dtype, torch::Device device) : config_(c) {
   if (c.vocab < 2 || c.d_model < 1 || c.heads < 1 || c.layers < 1 || c.seq_len < 1 || c.mlp_ratio < 1 ||
       c.d_model % c.heads != 0) {
     throw Error("[model] vocab = " + std::to_string(c.vocab) + ", d_model = " + std::to_string(c.d_model) +
@@ -523,7 +644,7 @@ Gpt::Gpt(const ModelConfig& c, torch::Dtype dtype) : config_(c) {
                 "all sizes must be positive and d_model a multiple of heads");
   }
   const std::int64_t D = c.d_model, F = static_cast<std::int64_t>(c.mlp_ratio) * D;
-  const auto opts = torch::TensorOptions().dtype(dtype);
+  const auto opts = torch::TensorOptions().dtype(dtype).device(device);
   auto add = [&](const std::string& name, std::vector<std::int64_t> shape) {
     params_.emplace_back(name, torch::zeros(shape, opts).set_requires_grad(true));
   };
@@ -609,6 +730,11 @@ torch::Tensor Gpt::loss(const torch::Tensor& tokens, const Emulation& e, const A
     }
   }
   const std::size_t f = 2 + static_cast<std::size_t>(config_.layers) * kBlockParams;
+  if (e.native) {
+    // Autocast's rules: the LM head in the compute format, the loss in fp32.
+    const torch::Tensor logits = native_linear(native_layer_norm(x, p(f), p(f + 1)), p(f + 2), torch::Tensor(), e);
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, config_.vocab}).to(e.dtype), targets);
+  }
   x = layer_norm(x, p(f), p(f + 1), e.numerics.layernorm);
   const torch::Tensor logits = emulated_linear(x, p(f + 2), torch::Tensor(), e);  // [B, N, V]
   return torch::nn::functional::cross_entropy(logits.reshape({-1, config_.vocab}), targets);

@@ -53,6 +53,18 @@
 //     its parameters are saved) and runs again inside the backward pass, with the same attention
 //     rounding seeds, before its backward (activation checkpointing): the same arithmetic, so the
 //     weights are bit-identical to recompute = off.
+// Arithmetic ([train] arithmetic): everything above is `emulated`. `native` runs the framework's own
+// formats as autocast does, with no emulated rounding: the master weights, embeddings, residual stream,
+// LayerNorm and the loss in fp32; every linear layer on its inputs cast to the compute format (bf16 or
+// fp16 tensors: tensor cores on a GPU, LibTorch's bf16 kernels on a CPU; tf32: fp32 tensors with TF32
+// matmuls, GPU only); GELU in the compute format; attention on the compute-format Q, K, V (fastudy's
+// kernels receive them widened to fp32 and apply their policy; the SDPA kinds run in the format).
+// Native runs LibTorch's own ops (not fixed_order.hpp): on a CPU its bits follow the thread count.
+//
+// Devices: every tensor lives on the device the model was built on (Gpt's `device`). On a GPU the
+// roundings use LibTorch's conversions (round_with_conversions; the same bits as round_inplace), the
+// attention runs the CUDA kernels (kernels/cuda; float containers, pure/mixed policies), and
+// fixed_order.hpp hands the tensors to LibTorch's CUDA ops whole.
 // Shapes: B batch, H heads, N sequence, d head dim, D = H*d model width, V vocab.
 #pragma once
 
@@ -77,12 +89,21 @@ struct Emulation {
   bool round_storage = false;        // bf16, fp16 (and fp8): activations and gradients are stored in the format
   torch::Dtype dtype = torch::kFloat;  // container: kDouble for fp64, kFloat otherwise
   NumericsConfig numerics;             // matmul arithmetic, split_k, layernorm, gelu, recompute
+  bool native = false;                 // [train] arithmetic = native (no roundings above)
+  torch::Dtype compute = torch::kFloat;  // native: the linear layers' format (bf16, fp16; else dtype)
 
-  static Emulation of(Format precision, const NumericsConfig& numerics = {});
+  static Emulation of(Format precision, const NumericsConfig& numerics = {}, Arithmetic arithmetic = Arithmetic::emulated);
 };
 
 // A copy of t (float or double, any layout) rounded to f: contiguous, same dtype.
 torch::Tensor round_copy(const torch::Tensor& t, Format f);
+
+// Rounds a contiguous float tensor in place to bf16, fp16 or tf32 (fp32: nothing) with LibTorch's
+// own operations, on any device: bf16 and fp16 by conversion to the format and back (round to
+// nearest even, as the hardware converts), tf32 by integer operations on the bits (round to nearest
+// even to 10 fraction bits; Inf and NaN kept). The same bits as round_inplace (tested on the CPU);
+// tensors off the CPU are rounded this way. Throws fastudy::Error for fp8 and for double containers.
+void round_with_conversions(torch::Tensor& t, Format f);
 
 // y = x W^T + b with the emulation's roundings (custom autograd function). x [..., in], w [out, in],
 // b [out] or undefined. x_in_format / grad_in_format: the caller guarantees that x / the incoming
@@ -115,6 +136,7 @@ struct ShadowRecord {
 
 struct AttentionSetup {
   AttentionParams params;         // the variant's kind, policy, blocks and loop order
+  SdpaBackend sdpa = SdpaBackend::none;  // set: LibTorch's SDPA with this backend instead of the kernels
   bool shadow = false;            // also run the other kind on every call and record the difference
   std::vector<ShadowRecord>* shadow_sink = nullptr;
   // When set, the forward of layer capture_layer copies its Q, K, V here (see capture_attention_inputs).
@@ -129,7 +151,7 @@ torch::Tensor kernel_attention(const torch::Tensor& qkv, int heads, const Attent
 
 class Gpt {
  public:
-  Gpt(const ModelConfig& config, torch::Dtype dtype);
+  Gpt(const ModelConfig& config, torch::Dtype dtype, torch::Device device = torch::kCPU);
 
   // Fill every parameter from the init seed with `scheme` (normal, xavier_uniform, kaiming_normal,
   // scaled). Values are drawn in double, rounded to float (so fp32 and fp64 variants start equal), and

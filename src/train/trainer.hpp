@@ -41,6 +41,9 @@ struct StepLog {
 
 struct TrainHooks {
   int rank = 0, world = 1;  // position inside the variant's group of ranks: the global batch is sharded over `world`
+  // The CUDA device this rank trains on (the job resolves [train] device and selects it), -1: the CPU.
+  // On a GPU the buffers the allreduce functions get are device buffers (the NCCL reducer's).
+  int cuda_device = -1;
   std::function<void(float*, std::size_t)> allreduce_mean_f32;   // average a flat buffer over the group (empty: single rank)
   std::function<void(double*, std::size_t)> allreduce_mean_f64;
   // [train] dp_width set, group of 2+: every rank's n values in rank order (out: world * n values).

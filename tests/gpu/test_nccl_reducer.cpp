@@ -12,6 +12,7 @@
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "src/runtime/mpi.hpp"
+#include "src/runtime/gpu.hpp"
 #include "src/runtime/nccl_reducer.hpp"
 
 namespace fastudy {
@@ -74,7 +75,7 @@ TEST_F(NcclReducerTest, OneDevicePerLocalRank) {
   int current = -1;
   FASTUDY_CUDA_CHECK(cudaGetDevice(&current));
   EXPECT_EQ(device, current);
-  const int local = nccl::local_rank_from_env();
+  const int local = local_rank_from_env();
   if (local >= 0) {
     EXPECT_EQ(device, local % cuda::device_count());
   }
@@ -93,7 +94,7 @@ TEST(NcclReducerNoDevice, RefusesWithAHintWhenNoDeviceExists) {
 
 TEST(NcclReducerNoDevice, LauncherLocalRankIsWithinTheJob) {
   // Under mpirun (Open MPI) OMPI_COMM_WORLD_LOCAL_RANK is set; on one host it equals the world rank.
-  const int local = nccl::local_rank_from_env();
+  const int local = local_rank_from_env();
   if (local < 0) GTEST_SKIP() << "no launcher local-rank variable in the environment";
   const mpi::Comm world = mpi::Comm::world();
   EXPECT_GE(local, 0);

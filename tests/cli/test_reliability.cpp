@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "base/checksum.hpp"
+#include "fastudy/version.hpp"  // FASTUDY_TORCH_CUDA, FASTUDY_TORCH_SDPA, FASTUDY_TORCH_VERSION
 #include "src/io/checkpoint.hpp"
 #include "tests/cli/cli_util.hpp"
 
@@ -422,6 +423,49 @@ TEST(Preflight, ABadThreadCountStopsARunBeforeItsFirstPhase) {
               std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(out)) << value << ": the microbench phase ran or study.toml was written";
   }
+}
+
+TEST(Preflight, WhatADeviceOrThisLibTorchCannotRunStopsTheRunNamingIt) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string base = grid_with(out, "kind = \"synthetic\"\n");
+  auto with_axes = [&](const std::string& name, const std::string& axes) {
+    std::string text = base;
+    text.replace(text.find("seed = [1, 2]\n"), 14, "seed = [1, 2]\n" + axes);
+    return dir.file(name, text);
+  };
+  struct Case {
+    std::string args, message;
+  };
+  std::vector<Case> cases{
+      {dir.file("g.toml", base) + " --device gpu", "--device gpu is not a device"},
+      // Native fp16 needs a GPU: refused on the CPU on every machine.
+      {with_axes("native.toml", "arithmetic = [\"native\"]\nprecision = [\"fp16\"]\n") + " --device cpu",
+       "arithmetic = native with precision fp16 needs a GPU"},
+      {with_axes("split.toml", "arithmetic = [\"emulated\", \"native\"]\nsplit_k = [2]\n") + " --device cpu",
+       "split_k and layernorm are emulated arithmetic"},
+  };
+  if (!FASTUDY_TORCH_CUDA) {
+    cases.push_back({dir.file("g2.toml", base) + " --device cuda", "needs a CUDA LibTorch; this build links LibTorch"});
+  }
+  if (!FASTUDY_TORCH_SDPA) {
+    cases.push_back({with_axes("sdpa.toml", "attention = [\"flash\", \"sdpa_flash\"]\n"),
+                     "needs LibTorch >= 2.3; this build links LibTorch " FASTUDY_TORCH_VERSION});
+  }
+  for (const Case& c : cases) {
+    for (const char* job : {"run", "train"}) {
+      const RunResult r = run_fastudy(std::string(job) + " " + c.args);
+      EXPECT_EQ(r.code, 2) << job << " " << c.args << ": " << r.output;
+      EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
+      EXPECT_FALSE(fs::exists(out)) << job << " " << c.args << ": something was written";
+    }
+  }
+  // The key of an unknown device is named with its position.
+  std::string text = base;
+  text.replace(text.find("steps = 2\n"), 10, "steps = 2\ndevice = \"gpu\"\n");
+  const RunResult r = run_fastudy("train " + dir.file("bad.toml", text));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("[train] device = \"gpu\" is unknown; allowed: auto, cpu, cuda"), std::string::npos) << r.output;
 }
 
 TEST(Preflight, LayoutMemoryDiskAndReportAllAtOnceBeforeAnythingIsWritten) {

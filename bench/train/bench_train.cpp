@@ -17,16 +17,35 @@
 // by side: the speed-up of using the cores, whose results are the same bits (fixed_order.hpp).
 // BM_matmul/{torch,fixed}/M/K/N: one thread, LibTorch's mm against fixed::mm's tiles (the cost of
 // thread-count independence on one thread) at the trainer's product shapes.
+// Devices and arithmetic (issue 13), each row on the CPU and, where LibTorch sees one, the GPU (GPU
+// rows report "no CUDA device: ..." as a skip elsewhere), demo and paper models at bf16:
+//   BM_device_step/<model>_<device>_<emulated|native>   fastudy's step (flash, mixed)
+//   BM_plain_device_step/<model>_<device>_<fp32|autocast> the plain LibTorch model, fp32 or under
+//                                                        LibTorch's autocast to bf16
+//   BM_gpu_attention/<ours|sdpa_flash>                  forward + backward of causal bf16 attention
+//                                                        (B 4, H 16, N 4096, d 128): fastudy's CUDA
+//                                                        flash (mixed) against LibTorch's flash kernel;
+//                                                        counter tflops and its share of the H100 SXM's
+//                                                        dense bf16 peak (989 TFLOP/s).
 // Shapes: B batch, H heads, N sequence, d head dim, D = H*d.
+#include <ATen/autocast_mode.h>
 #include <benchmark/benchmark.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "src/core/config.hpp"
 #include "src/train/engine.hpp"
 #include "src/train/fixed_order.hpp"
+#include "src/train/sdpa.hpp"
+
+#ifdef FASTUDY_HAVE_CUDA_KERNELS
+#include "kernels/cuda/attention_cuda.hpp"
+#endif
 
 namespace fastudy::train {
 namespace {
@@ -179,6 +198,160 @@ void BM_plain_libtorch_step(benchmark::State& state, Model which) {
   state.counters["tokens_per_s"] = benchmark::Counter(tokens * state.iterations(), benchmark::Counter::kIsRate);
   state.counters["threads"] = at::get_num_threads();
 }
+
+// ---- devices and arithmetic --------------------------------------------------------------------
+// Skips the benchmark (returns true) when `device` is CUDA and LibTorch sees none.
+bool skip_without(benchmark::State& state, torch::DeviceType device) {
+  if (device != torch::kCUDA || torch::cuda::is_available()) return false;
+  state.SkipWithError("no CUDA device: LibTorch sees none (or has no CUDA)");
+  return true;
+}
+
+// LibTorch's autocast to `dtype` on `device` while alive (the API changed in LibTorch 2.4).
+class Autocast {
+ public:
+  Autocast(torch::DeviceType device, torch::Dtype dtype) : device_(device) { set(true, dtype); }
+  ~Autocast() {
+    set(false, torch::kBFloat16);
+    at::autocast::clear_cache();
+  }
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  void set(bool on, torch::Dtype dtype) const {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_dtype(device_, dtype);
+    at::autocast::set_autocast_enabled(device_, on);
+#else
+    if (device_ == torch::kCUDA) {
+      at::autocast::set_autocast_gpu_dtype(dtype);
+      at::autocast::set_enabled(on);
+    } else {
+      at::autocast::set_autocast_cpu_dtype(dtype);
+      at::autocast::set_cpu_enabled(on);
+    }
+#endif
+  }
+  torch::DeviceType device_;
+};
+
+void BM_device_step(benchmark::State& state, Model model, torch::DeviceType device, Arithmetic arithmetic) {
+  if (skip_without(state, device)) return;
+  Variant v = bench_variant(model, AttentionKind::flash, Format::bf16);
+  v.train.arithmetic = arithmetic;
+  TrainHooks hooks;
+  hooks.cuda_device = device == torch::kCUDA ? 0 : -1;
+  Engine engine(v, hooks, nullptr);
+  engine.step();  // warm-up (every step ends in a host copy of the loss: it waits for the device)
+  for (auto _ : state) benchmark::DoNotOptimize(engine.step().log.loss);
+  const double tokens = static_cast<double>(v.train.batch) * v.model.seq_len;
+  state.counters["tokens_per_s"] = benchmark::Counter(tokens * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+void BM_plain_device_step(benchmark::State& state, Model which, torch::DeviceType device, bool autocast) {
+  if (skip_without(state, device)) return;
+  configure_torch_threads();
+  const Variant v = bench_variant(which, AttentionKind::baseline, Format::fp32);
+  const TrainConfig& t = v.train;
+  const DataStream data(v.data, v.model);
+  torch::manual_seed(1);
+  PlainGpt model(v.model);
+  model->to(device);
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).eps(t.eps));
+  std::int64_t cursor = 0;
+  auto step = [&] {
+    std::vector<std::int64_t> batch = data.batch(cursor++, t.batch, 0, 1);
+    const torch::Tensor tokens =
+        torch::from_blob(batch.data(), {t.batch, v.model.seq_len + 1}, torch::kLong).to(device);
+    opt.zero_grad();
+    torch::Tensor loss;
+    {
+      std::optional<Autocast> cast;
+      if (autocast) cast.emplace(device, torch::kBFloat16);
+      loss = model->loss(tokens);
+    }
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(model->parameters(), t.grad_clip);
+    opt.step();
+    return loss.item<double>();
+  };
+  step();
+  for (auto _ : state) benchmark::DoNotOptimize(step());
+  const double tokens = static_cast<double>(t.batch) * v.model.seq_len;
+  state.counters["tokens_per_s"] = benchmark::Counter(tokens * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+// Forward + backward of causal bf16 attention on the GPU: fastudy's CUDA flash kernel (mixed policy)
+// or LibTorch's flash SDPA backend, on the same inputs.
+void BM_gpu_attention(benchmark::State& state, bool ours) {
+  if (skip_without(state, torch::kCUDA)) return;
+  const std::int64_t B = 4, H = 16, N = 4096, d = 128;
+  const auto opts = torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA);
+  torch::manual_seed(2);
+  const torch::Tensor q = torch::randn({B, H, N, d}, opts), k = torch::randn({B, H, N, d}, opts),
+                      v = torch::randn({B, H, N, d}, opts), dout = torch::randn({B, H, N, d}, opts);
+  std::function<void()> run;
+#ifdef FASTUDY_HAVE_CUDA_KERNELS
+  torch::Tensor o = torch::empty_like(q), dq = torch::empty_like(q), dk = torch::empty_like(q), dv = torch::empty_like(q);
+  torch::Tensor lse = torch::empty({B, H, N}, opts.dtype(torch::kFloat));
+  AttentionParams params;
+  params.attention = AttentionKind::flash;
+  params.policy = make_policy("mixed", Format::bf16);
+  params.block_q = params.block_kv = 64;
+  const AttentionShape shape{B, H, N, d, /*causal=*/true, /*scale=*/0.0};
+  if (ours) {
+    run = [&] {
+      cuda::attention_forward_cuda(shape, params, Format::bf16, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                                   lse.data_ptr<float>());
+      cuda::attention_backward_cuda(shape, params, Format::bf16, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                                    lse.data_ptr<float>(), dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr());
+    };
+  }
+#endif
+  if (!ours) {
+    run = [&] {
+      const torch::Tensor qg = q.detach().requires_grad_(true), kg = k.detach().requires_grad_(true),
+                          vg = v.detach().requires_grad_(true);
+      sdpa_attention(qg, kg, vg, SdpaBackend::flash, /*causal=*/true).backward(dout);
+      torch::cuda::synchronize();
+    };
+  }
+  if (!run) {
+    state.SkipWithError("this build has no CUDA kernels");
+    return;
+  }
+  run();
+  for (auto _ : state) run();
+  // Causal: half of the 4 B H N^2 d forward flops; the backward does 2.5 times the forward's.
+  const double flops = 3.5 * 2.0 * static_cast<double>(B * H) * static_cast<double>(N * N) * static_cast<double>(d);
+  state.counters["tflops"] = benchmark::Counter(flops * 1e-12 * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["share_of_peak"] =
+      benchmark::Counter(flops / 989e12 * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+BENCHMARK_CAPTURE(BM_device_step, demo_cpu_emulated, Model::demo, torch::kCPU, Arithmetic::emulated)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_device_step, demo_cpu_native, Model::demo, torch::kCPU, Arithmetic::native)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_plain_device_step, demo_cpu_autocast, Model::demo, torch::kCPU, true)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_device_step, demo_cuda_emulated, Model::demo, torch::kCUDA, Arithmetic::emulated)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_device_step, demo_cuda_native, Model::demo, torch::kCUDA, Arithmetic::native)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_plain_device_step, demo_cuda_autocast, Model::demo, torch::kCUDA, true)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_device_step, paper_cuda_emulated, Model::paper, torch::kCUDA, Arithmetic::emulated)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_device_step, paper_cuda_native, Model::paper, torch::kCUDA, Arithmetic::native)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_plain_device_step, paper_cuda_fp32, Model::paper, torch::kCUDA, false)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_plain_device_step, paper_cuda_autocast, Model::paper, torch::kCUDA, true)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_gpu_attention, ours, true)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_gpu_attention, sdpa_flash, false)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_CAPTURE(BM_plain_libtorch_step, demo, Model::demo)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_train_step, demo_fp32_baseline, Model::demo, AttentionKind::baseline, Format::fp32)

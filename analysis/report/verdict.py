@@ -188,10 +188,31 @@ def disagreements(comps):
     return out
 
 
+def framework_kernels(data):
+    """What in the study runs the framework's own kernels, whose GPU versions may be non-deterministic
+    (atomics in backward passes): native arithmetic and the SDPA attention kinds, as words ([] if none)."""
+    found = []
+    if (data.config or {}).get("train", {}).get("arithmetic") == "native":
+        found.append("[train] arithmetic = native")
+    for values in data.variant_axes().values():
+        for axis, value in values:
+            word = (f"arithmetic = {value}" if axis == "arithmetic" and value == "native" else
+                    f"attention = {value}" if axis == "attention" and str(value).startswith("sdpa_") else None)
+            if word and word not in found:
+                found.append(word)
+    return found
+
+
 def noise_statement(data, rows, step):
-    """The noise floor in words: measured from the noise axis, or 0 by construction."""
+    """The noise floor in words: measured from the noise axis, or 0 by construction (not where the
+    framework's own kernels run: they may be non-deterministic on a GPU)."""
     noise = [r for r in rows if r["role"] == "noise" and r["condition"] == "*" and r["value_a"] == "*"
              and r["step"] == step]
+    if not noise and framework_kernels(data):
+        return text("Noise floor: not measured. Variants with " + ", ".join(framework_kernels(data)) + " run the "
+                    "framework's own kernels, which on a GPU may be non-deterministic (atomics in backward passes), "
+                    "so a rerun need not give the same weights; add a `repeat` axis to measure the floor before "
+                    "reading small distances as effects.", kind="missing")
     if not noise:
         return text(NOISE_ZERO[0].upper() + NOISE_ZERO[1:] + ". It is drawn on no log-scale plot (0 has no place "
                     "there); every figure's caption says so.", kind="note")

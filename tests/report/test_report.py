@@ -229,6 +229,21 @@ class PartialStudyTest(unittest.TestCase):
         # The noise axis has its own rows in the per-tensor table, per condition.
         self.assertIn("| repeat | attention flash, precision bf16 | 3 |", md)
 
+    def test_framework_kernels_without_a_noise_axis_leave_the_floor_unmeasured(self):
+        # Native arithmetic (here as [train] arithmetic) runs the framework's kernels, which on a GPU may
+        # be non-deterministic: the verdict must not claim a floor of 0 by construction.
+        out = synthetic.full_study(self.dir / "native")
+        toml = out.joinpath("study.toml")
+        toml.write_text(toml.read_text().replace("[train]\n", "[train]\narithmetic = 'native'\n", 1))
+        html, md = self.render(out)
+        verdict = md.split("## 2.")[0]
+        self.assertIn("Noise floor: not measured. Variants with [train] arithmetic = native run the framework's own "
+                      "kernels", verdict)
+        self.assertNotIn("0 by construction", verdict)
+        # Without them the same study keeps the statement of deterministic arithmetic.
+        plain = synthetic.full_study(self.dir / "emulated")
+        self.assertIn("0 by construction", self.render(plain)[1].split("## 2.")[0])
+
     def test_microbench_only(self):
         out = self.dir / "mb"
         out.mkdir()

@@ -24,6 +24,7 @@
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
 #include "jobs/preflight.hpp"
+#include "src/runtime/gpu.hpp"
 #include "src/train/trainer.hpp"
 
 namespace po = boost::program_options;
@@ -156,6 +157,12 @@ int job_plan(JobContext& ctx) {
     os << "matmul work per step: up to " << work << "x the default [numerics] (bf16x3 3x, recompute 4/3x)\n";
   }
   os << "batch per rank: " << st.train.batch / rpv << " sequences of " << st.model.seq_len << " tokens\n";
+  // Where the variants train: [train] device (or --device), auto resolved as the train job does.
+  std::string no_gpu;
+  const bool gpu = rank_has_gpu(&no_gpu);
+  os << "device: " << to_string(st.train.device);
+  if (st.train.device == Device::auto_) os << " -> " << (gpu ? "cuda (one GPU per rank)" : "cpu (" + no_gpu + ")");
+  os << " (the time estimate times steps on the CPU)\n";
   std::cout << os.str() << std::flush;
   // The checks `fastudy run` makes before it starts (on this machine, all ranks on this host).
   PreflightScope scope;

@@ -90,7 +90,15 @@ class NcclReducer final : public GradientReducer {
 
 }  // namespace
 
-int select_device(const mpi::Comm& group) { return select_gpu(group); }
+int select_device(const mpi::Comm& group) {
+  std::string why;
+  if (visible_gpus(&why) == 0) {
+    throw UsageError("the nccl allreduce backend needs a CUDA device, but rank " + std::to_string(mpi::world_rank()) +
+                         " sees none (" + why + ")",
+                     "run with one GPU per rank, or use the mpi allreduce backend");
+  }
+  return select_gpu(group);
+}
 
 std::unique_ptr<GradientReducer> make_nccl_reducer(const mpi::Comm& group) {
   return std::make_unique<NcclReducer>(group);

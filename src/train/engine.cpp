@@ -12,6 +12,8 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <c10/core/DeviceGuard.h>
+
 #include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "src/runtime/reducer.hpp"
@@ -250,6 +252,8 @@ CapturedAttention Engine::capture(int layer, std::int64_t cursor) {
 }
 
 Engine::Step Engine::step() {
+  c10::OptionalDeviceGuard on_device;  // the CUDA kernels use the current device
+  if (!device_.is_cpu()) on_device.reset_device(device_);
   const auto start = std::chrono::steady_clock::now();
   const TrainConfig& t = v_.train;
   const std::int64_t next = step_ + 1;

@@ -162,7 +162,7 @@ int job_plan(JobContext& ctx) {
   const bool gpu = rank_has_gpu(&no_gpu);
   os << "device: " << to_string(st.train.device);
   if (st.train.device == Device::auto_) os << " -> " << (gpu ? "cuda (one GPU per rank)" : "cpu (" + no_gpu + ")");
-  os << " (the time estimate times steps on the CPU)\n";
+  os << "\n";
   std::cout << os.str() << std::flush;
   // The checks `fastudy run` makes before it starts (on this machine, all ranks on this host).
   PreflightScope scope;

@@ -270,8 +270,8 @@ if [ "$rehearse" -eq 0 ]; then
     missing+=("no python3 (PyTorch's LibTorch is taken from python3's torch)")
   elif ! torch_info=$(python3 -c 'import torch, torch.utils
 print(torch.__version__); print(torch.version.cuda or ""); print(torch.utils.cmake_prefix_path)
-print(int(torch.compiled_with_cxx11_abi()))' 2>&1); then
-    missing+=("python3 cannot import torch: $(tail -1 <<< "$torch_info")")
+print(int(torch.compiled_with_cxx11_abi()))' 2> "$logs/torch-import.err"); then
+    missing+=("python3 cannot import torch: $(tail -1 "$logs/torch-import.err")")
   else
     torch_version=$(sed -n 1p <<< "$torch_info")
     torch_cuda=$(sed -n 2p <<< "$torch_info")
@@ -414,6 +414,13 @@ find_nccl() {
   # PyTorch's own NCCL (pip: nvidia-nccl-cu1x). It may ship only libnccl.so.2 (no libnccl.so for
   # find_library): the full path is passed instead. Header: the package's, else the CUDA toolkit's.
   d=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+  if [ -z "$d" ]; then  # another layout of the nvidia namespace (e.g. nvidia/cu13): search it
+    local n
+    for n in $(python3 -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null || true); do
+      d=$(find "$n" -maxdepth 4 -name 'libnccl.so*' 2>/dev/null | head -1)
+      [ -z "$d" ] || { d=$(dirname "$(dirname "$d")"); break; }
+    done
+  fi
   if [ -n "$d" ]; then
     nccl_lib=$(find "$d" -name 'libnccl.so*' \( -type f -o -type l \) 2>/dev/null | sort | head -1)
     local h
@@ -647,7 +654,9 @@ PY
     notes+=("$(grep '^RESULT: r'"$ranks" "$logs/weights.log" | tail -1 | sed 's/^RESULT: //')")
   done
   [ "$rc" -eq 0 ] || { echo "FAIL: NaN, missing variant/tensor or no checkpoints (problem: lines above)"; return 1; }
-  echo "NOTE: ${notes[*]}; per tensor: $table"
+  local joined
+  joined=$(printf '%s; ' "${notes[@]}")
+  echo "NOTE: ${joined}per tensor: $table"
 }
 
 # ---- run --------------------------------------------------------------------------------------------

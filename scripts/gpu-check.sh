@@ -43,7 +43,7 @@
 # missing (the message names it).
 set -euo pipefail
 
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '/^# shellcheck/d; $d; s/^# \{0,1\}//'; }
 say() { printf 'gpu-check: %s\n' "$*"; }
 die_usage() { printf 'gpu-check: %s (see --help)\n' "$*" >&2; exit 2; }
 
@@ -187,9 +187,11 @@ unpack_packages() {
     local comp
     for comp in "$pfx"/usr/lib/*/openmpi/lib/openmpi3/mca_*.so; do
       [ -e "$comp" ] || continue
-      if ldd "$comp" 2>/dev/null | grep -q 'not found'; then
+      local lost
+      lost=$(ldd "$comp" 2>&1 | awk '/not found/ {print $1}' | tr '\n' ' ' || true)
+      if [ -n "$lost" ]; then
         mv "$comp" "$comp.disabled"
-        echo "  Open MPI component $(basename "$comp") disabled: $(ldd "$comp.disabled" | awk '/not found/ {print $1}' | tr '\n' ' ')missing"
+        echo "  Open MPI component $(basename "$comp") disabled: ${lost}missing"
       fi
     done
   fi
@@ -201,7 +203,7 @@ unpack_packages() {
            "$pfx"/usr/lib/*/libbenchmark.so.* "$pfx"/usr/lib/*/libgtest.so.* "$pfx"/usr/lib/*/libtomlplusplus.so.*; do
     if [ ! -e "$f" ] || [ -L "$f" ]; then continue; fi
     local nf
-    nf=$(ldd "$f" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')
+    nf=$(ldd "$f" 2>&1 | awk '/not found|error/ {print $1}' | tr '\n' ' ' || true)
     [ -z "$nf" ] || missing+="$(basename "$f") needs: $nf"$'\n'
   done
   if [ -n "$missing" ]; then

@@ -231,6 +231,9 @@ prefix_env() {
   export OMPI_MCA_mca_base_param_files="$pfx/etc/openmpi/openmpi-mca-params.conf"
   export OMPI_MCA_orte_default_hostfile="$pfx/etc/openmpi/openmpi-default-hostfile"
   export HWLOC_PLUGINS_PATH="$pfx/usr/lib/$triplet/hwloc"
+  # PMIx (Open MPI's launcher interface) does not follow OPAL_PREFIX: without its components it
+  # prints a "Sorry! You were supposed to get help about: unavailable" box at every mpirun.
+  export PMIX_MCA_mca_base_component_path="$pfx/usr/lib/$triplet/pmix2/lib/pmix"
   export HDF5_ROOT="$pfx/usr/lib/$triplet/hdf5/openmpi"
   PREFIX_TRIPLET=$triplet
 }
@@ -363,9 +366,16 @@ step_deps() {
 step_mpi_smoke() {
   if [ "${from[mpi+hdf5]}" != packages ]; then echo "SKIP: the system's MPI and HDF5 (checked by ctest)"; return 77; fi
   echo "mpirun: $(command -v mpirun); OPAL_PREFIX=$OPAL_PREFIX"
-  mpirun -n 2 --oversubscribe hostname
-  local d=$check/mpi-smoke
+  local d=$check/mpi-smoke out
   mkdir -p "$d"
+  # Open MPI and PMIx report a relocation they cannot follow (a help file, a component) in boxes
+  # like "Sorry! You were supposed to get help about ..." and carry on: such output fails the step.
+  out=$(mpirun -n 2 --oversubscribe hostname 2>&1)
+  echo "$out"
+  if grep -qE 'Sorry!|WARNING|cannot open|unable to' <<< "$out"; then
+    echo "FAIL: mpirun ran but complained (see above): the relocated Open MPI is incomplete"
+    return 1
+  fi
   cat > "$d/h5write.c" <<'C'
 /* Two ranks write one dataset of a file collectively with parallel HDF5; rank 0 reads it back. */
 #include <hdf5.h>
@@ -403,7 +413,10 @@ int main(int argc, char** argv) {
 }
 C
   mpicc -o "$d/h5write" "$d/h5write.c" -I"$HDF5_ROOT/include" -L"$HDF5_ROOT" -lhdf5
-  mpirun -n 2 --oversubscribe "$d/h5write" "$d/ranks.h5"
+  out=$(mpirun -n 2 --oversubscribe "$d/h5write" "$d/ranks.h5" 2>&1)
+  echo "$out"
+  grep -q '^parallel HDF5 ok' <<< "$out" || { echo "FAIL: the 2-rank HDF5 write did not report ok"; return 1; }
+  if grep -qE 'Sorry!|WARNING' <<< "$out"; then echo "FAIL: mpirun complained (see above)"; return 1; fi
   echo "NOTE: mpirun -n 2 and a 2-rank collective HDF5 write with $OPAL_PREFIX"
 }
 

@@ -464,6 +464,14 @@ step_configure() {
     find_nccl
     [ -z "$nccl_lib" ] || cmake_args+=("-DFASTUDY_NCCL_INCLUDE_DIR=$nccl_inc" "-DFASTUDY_NCCL_LIBRARY=$nccl_lib")
   fi
+  # The report and scipy tests run under FASTUDY_PYTHON (CMake's default: /usr/bin/python3); a GPU
+  # image often has matplotlib/h5py/scipy only in the python3 on PATH.
+  local p
+  for p in /usr/bin/python3 "$(command -v python3 || true)"; do
+    if [ -x "$p" ] && "$p" -c 'import matplotlib, numpy, h5py, scipy' 2>/dev/null; then
+      cmake_args+=("-DFASTUDY_PYTHON=$p"); echo "FASTUDY_PYTHON: $p (has matplotlib, numpy, h5py, scipy)"; break
+    fi
+  done
   if [ "${from[mpi+hdf5]}" = packages ]; then
     cmake_args+=("-DMPI_C_COMPILER=$deps_prefix/bin/mpicc" "-DMPI_CXX_COMPILER=$deps_prefix/bin/mpicxx"
                  "-DMPIEXEC_EXECUTABLE=$deps_prefix/bin/mpiexec" "-DHDF5_ROOT=$HDF5_ROOT"
@@ -487,7 +495,7 @@ step_configure() {
     arch=90
   fi
   echo "found (CMakeCache.txt):"
-  grep -E '^(MPI_CXX_COMPILER|MPI_CXX_HEADER_DIR|MPI_mpi_LIBRARY|MPIEXEC_EXECUTABLE|HDF5_C_INCLUDE_DIR|HDF5_hdf5_LIBRARY_RELEASE|HDF5_C_LIBRARY_hdf5|Boost_DIR|boost_program_options_DIR|tomlplusplus_DIR|GTest_DIR|benchmark_DIR|Torch_DIR|FASTUDY_NCCL_INCLUDE_DIR|FASTUDY_NCCL_LIBRARY|CMAKE_CUDA_ARCHITECTURES|CMAKE_CUDA_COMPILER):' \
+  grep -E '^(MPI_CXX_COMPILER|MPI_CXX_HEADER_DIR|MPI_mpi_LIBRARY|MPIEXEC_EXECUTABLE|HDF5_C_INCLUDE_DIR|HDF5_hdf5_LIBRARY_RELEASE|HDF5_C_LIBRARY_hdf5|Boost_DIR|boost_program_options_DIR|tomlplusplus_DIR|GTest_DIR|benchmark_DIR|Torch_DIR|FASTUDY_NCCL_INCLUDE_DIR|FASTUDY_NCCL_LIBRARY|CMAKE_CUDA_ARCHITECTURES|CMAKE_CUDA_COMPILER|FASTUDY_PYTHON):' \
     "$build/CMakeCache.txt" | sed 's/^/  /'
   local torch
   torch=$(grep -E '^Torch_DIR:' "$build/CMakeCache.txt" | cut -d= -f2)

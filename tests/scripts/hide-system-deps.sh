@@ -29,6 +29,6 @@ for f in $L/libmpi*.so* $L/libopen-rte.so* $L/libopen-pal.so* $L/libhdf5_openmpi
   if [ -e "$f" ] && [ ! -L "$f" ]; then mount --bind /dev/null "$f"; fi
 done
 cache=$(mktemp)
-ldconfig -C "$cache" 2>/dev/null
+ldconfig -X -C "$cache" 2>/dev/null  # -X: links stay as they are (the hidden folders are not gone)
 mount --bind "$cache" /etc/ld.so.cache
 exec "$@"' hide-system-deps "$multiarch" "$@"

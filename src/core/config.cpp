@@ -267,6 +267,17 @@ void require(bool ok, Section& s, const std::string& key, const std::string& mes
   if (!ok) s.fail(key, message, hint);
 }
 
+// A word-valued key of a section (`current` when absent): one of `allowed`, else a ConfigError naming
+// the key with the allowed words and the nearest one.
+std::string read_word(Section& s, const std::string& key, const std::vector<std::string>& allowed,
+                      const std::string& current) {
+  std::string w = current;
+  s.get(key, w);
+  require(std::find(allowed.begin(), allowed.end(), w) != allowed.end(), s, key,
+          "[" + s.name() + "] " + key + " = \"" + w + "\" is unknown; allowed: " + join(allowed), suggestion(w, allowed));
+  return w;
+}
+
 
 // ---- the grid axes: one row each ------------------------------------------------------------------
 // A row says everything fastudy does with an axis: its name in [grid]; the type of its values; the
@@ -856,15 +867,8 @@ void read_train(Section train, TrainConfig& t) {
   train.get("allreduce", t.allreduce);
   train.get("grad_accum", t.grad_accum);
   train.get("repeat", t.repeat);
-  auto word = [&](const std::string& key, const std::vector<std::string>& allowed, const std::string& current) {
-    std::string w = current;
-    train.get(key, w);
-    require(std::find(allowed.begin(), allowed.end(), w) != allowed.end(), train, key,
-            "[train] " + key + " = \"" + w + "\" is unknown; allowed: " + join(allowed), suggestion(w, allowed));
-    return w;
-  };
-  t.device = word_to_enum<Device>(kDevices, word("device", kDevices, to_string(t.device)));
-  t.arithmetic = word_to_enum<Arithmetic>(kArithmetics, word("arithmetic", kArithmetics, to_string(t.arithmetic)));
+  t.device = word_to_enum<Device>(kDevices, read_word(train, "device", kDevices, to_string(t.device)));
+  t.arithmetic = word_to_enum<Arithmetic>(kArithmetics, read_word(train, "arithmetic", kArithmetics, to_string(t.arithmetic)));
   require(t.steps >= 1, train, "steps", "[train] steps = " + std::to_string(t.steps) + " must be >= 1");
   require(t.batch >= 1, train, "batch", "[train] batch must be >= 1");
   require(t.lr > 0, train, "lr", "[train] lr must be > 0");
@@ -973,13 +977,9 @@ std::vector<std::string> read_attention(Section att, AttentionConfig& a, const M
 // between 1 and the model's shortest linear-layer reduction.
 void read_numerics(Section num, NumericsConfig& n, const ModelConfig& m) {
   auto word = [&](const std::string& key, const std::vector<std::string>& allowed, const std::string& current) {
-    std::string w = current;
     if (num.has(key) && num.node(key)->is_boolean())
       num.fail(key, "`[numerics] " + key + "` must be a word, not a boolean", "write " + key + " = \"on\" or \"off\"");
-    num.get(key, w);
-    require(std::find(allowed.begin(), allowed.end(), w) != allowed.end(), num, key,
-            "[numerics] " + key + " = \"" + w + "\" is unknown; allowed: " + join(allowed), suggestion(w, allowed));
-    return w;
+    return read_word(num, key, allowed, current);
   };
   n.matmul = word_to_enum<MatmulArithmetic>(kMatmuls, word("matmul", kMatmuls, to_string(n.matmul)));
   n.layernorm = word_to_enum<LayerNormAlgorithm>(kLayerNorms, word("layernorm", kLayerNorms, to_string(n.layernorm)));

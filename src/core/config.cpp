@@ -959,8 +959,8 @@ void read_numerics(Section num, NumericsConfig& n, const ModelConfig& m) {
   num.finish();
 }
 
-// The real-kernel keys of a finished sweep (devices, framework; README "Real kernels"): what this build
-// cannot run, and what the kernels cannot run (formats, policies, roundings), refused at load. `own` is
+// The real-kernel keys of a finished sweep (devices, framework; README "Real kernels"): what the kernels
+// cannot run (formats, policies, roundings), then what this build cannot run, refused at load. `own` is
 // the sweep's table, `base` [microbench] (a key the sweep inherits is reported where it was written).
 void check_real_kernels(Section& own, Section& base, const MicrobenchSweep& mc) {
   auto at = [&](const std::string& key) -> Section& { return own.node(key) || !base.node(key) ? own : base; };
@@ -971,10 +971,6 @@ void check_real_kernels(Section& own, Section& base, const MicrobenchSweep& mc) 
                        "checked against, and their rows are the emulated readings",
                        "devices = [\"cpu\", \"cuda\"]");
   if (lists(mc.devices, "cuda")) {
-    if (!FASTUDY_CUDA_KERNELS)
-      at("devices").fail("devices", sec + "devices lists \"cuda\", and this build has no CUDA kernels (it was configured "
-                         "without nvcc)",
-                         "build on a machine with the CUDA toolkit (README \"GPU\"), or remove \"cuda\"");
     for (Format f : mc.formats)
       if (f != Format::fp32 && f != Format::fp16 && f != Format::bf16)
         at("formats").fail("formats", sec + "devices lists \"cuda\", and the CUDA kernels do not run " +
@@ -990,8 +986,17 @@ void check_real_kernels(Section& own, Section& base, const MicrobenchSweep& mc) 
         at("roundings").fail("roundings", sec + "devices lists \"cuda\", and the CUDA kernels round to nearest only (not " +
                              std::string(to_string(r)) + ")",
                              "drop roundings, or put the other modes in a sweep of their own without \"cuda\"");
+    if (!FASTUDY_CUDA_KERNELS)
+      at("devices").fail("devices", sec + "devices lists \"cuda\", and this build has no CUDA kernels (it was configured "
+                         "without nvcc)",
+                         "build on a machine with the CUDA toolkit (README \"GPU\"), or remove \"cuda\"");
   }
   if (!mc.framework.empty()) {
+    for (Format f : mc.formats)
+      if (f != Format::fp16 && f != Format::bf16)
+        at("formats").fail("formats", sec + "framework kernels run at fp16 and bf16, and this sweep lists " +
+                           std::string(to_string(f)),
+                           "formats = [\"fp16\", \"bf16\"]; put the other formats in a sweep of their own");
     if (!FASTUDY_TORCH_SDPA)
       at("framework").fail("framework", sec + "framework kernels need LibTorch >= 2.3 (scaled_dot_product_attention with "
                            "selectable backends); this build links LibTorch " + std::string(FASTUDY_TORCH_VERSION),
@@ -1000,11 +1005,6 @@ void check_real_kernels(Section& own, Section& base, const MicrobenchSweep& mc) 
       at("framework").fail("framework", sec + "framework kernels run on the CUDA device, and this build's LibTorch " +
                            std::string(FASTUDY_TORCH_VERSION) + " has no CUDA",
                            "build against a CUDA LibTorch (README \"GPU\"), or remove framework");
-    for (Format f : mc.formats)
-      if (f != Format::fp16 && f != Format::bf16)
-        at("formats").fail("formats", sec + "framework kernels run at fp16 and bf16, and this sweep lists " +
-                           std::string(to_string(f)),
-                           "formats = [\"fp16\", \"bf16\"]; put the other formats in a sweep of their own");
   }
 }
 

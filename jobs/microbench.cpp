@@ -30,6 +30,7 @@
 #include "jobs/job.hpp"
 #include "fastudy/version.hpp"
 #include "jobs/microbench_sdpa.hpp"
+#include "jobs/microbench_table.hpp"
 #include "kernels/microbench.hpp"
 #if FASTUDY_HAVE_CUDA_KERNELS
 #include "kernels/cuda/attention_cuda.hpp"
@@ -225,8 +226,8 @@ std::vector<SweepPoint> expand_points(const Study& st) {
 // report reads the columns by these names (the HDF5 `columns` attribute lists them). A new column is
 // one row here (and its value in MicrobenchRow).
 enum class ColumnType { text, integer, real };
-using Cell = std::variant<std::string, std::int64_t, double>;
-using Record = std::vector<Cell>;  // one output row, a cell per column
+using microbench_table::Cell;
+using microbench_table::Record;
 
 struct Column {
   const char* name;
@@ -290,12 +291,17 @@ std::size_t column(std::string_view name) {
   throw std::logic_error("microbench: no column " + std::string(name));
 }
 
-Record record_of(const std::string& sweep, const MicrobenchRow& r) {
+}  // namespace
+
+Record microbench_table::record_of(const std::string& sweep, const MicrobenchRow& r) {
   Record rec;
   rec.reserve(kNumColumns);
   for (const auto& c : kColumns) rec.push_back(c.get(sweep, r));
   return rec;
 }
+
+namespace {
+using microbench_table::record_of;
 
 // CSV text of a cell: reals with 17 significant digits (they read back exactly).
 std::string csv_text(const Cell& cell) {
@@ -499,18 +505,11 @@ void print_summary(const std::vector<Record>& rows) {
 bool is_cuda_algorithm(const std::string& a) { return a == "cuda_flash" || a == "cuda_baseline"; }
 bool is_framework_algorithm(const std::string& a) { return a.rfind("sdpa_", 0) == 0; }
 
-// The real-kernel tables rank 0 prints when the rows have them (README "Real kernels"), errors max |d|
-// against the fp64 golden value, medians over trials:
-//   our CUDA kernels against our CPU kernels: per sweep, pass, format, policy and kind, both errors and
-//            the checks (bit-identical / within bound / failed), the largest vs_cpu;
-//   the framework's kernels: per input (sweep, pass, format, N, d, causal), each SDPA backend's error;
-//   the readings: per input and emulated reading (CPU flash rows: policy, rounding, tiles, loop order),
-//            its error, sdpa_flash's, their ratio and within_2x's verdict on the two medians.
-// Returns the number of failed checks.
-std::size_t print_real_kernels(const std::vector<Record>& rows) {
+// microbench_table::real_kernel_tables (jobs/microbench_table.hpp).
+std::string real_kernel_tables_of(const std::vector<Record>& rows, std::size_t& failed) {
   std::ostringstream os;
   char line[320];
-  std::size_t failed = 0;
+  failed = 0;
   auto str = [](const Record& r, const char* c) { return csv_text(r[column(c)]); };
   // Our CUDA kernels against our CPU kernels.
   std::map<std::string, double> cpu_error;  // point key + kind -> CPU max |d|
@@ -612,8 +611,7 @@ std::size_t print_real_kernels(const std::vector<Record>& rows) {
       }
     }
   }
-  if (!os.str().empty()) log::info(os.str());
-  return failed;
+  return os.str();
 }
 
 // Every sweep that runs CUDA work: our kernels (devices lists "cuda") or the framework's. Checked on
@@ -661,6 +659,10 @@ int cuda_preflight(const Study& st, mpi::Comm& world) {
 }
 
 }  // namespace
+
+std::string microbench_table::real_kernel_tables(const std::vector<Record>& rows, std::size_t& failed) {
+  return real_kernel_tables_of(rows, failed);
+}
 
 int job_microbench(JobContext& ctx) {
   const Study& st = *ctx.study;
@@ -774,7 +776,10 @@ int job_microbench(JobContext& ctx) {
     write_h5(h5_path, rows, ctx.prov);
     atomic_write_sealed(csv_path, csv.str());
     print_summary(rows);
-    failed_checks = print_real_kernels(rows);
+    std::size_t failed = 0;
+    const std::string tables = real_kernel_tables_of(rows, failed);
+    if (!tables.empty()) log::info(tables);
+    failed_checks = static_cast<std::int64_t>(failed);
     log::info("microbench: wrote " + csv_path + " and " + h5_path + " (" + std::to_string(rows.size()) + " rows)");
   });
   world.bcast(failed_checks);

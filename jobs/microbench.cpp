@@ -615,10 +615,11 @@ std::string real_kernel_tables_of(const std::vector<Record>& rows, std::size_t& 
 }
 
 // Every sweep that runs CUDA work: our kernels (devices lists "cuda") or the framework's. Checked on
-// every rank before any work: each must see a device (else UsageError, exit 2, on every rank, naming
-// the grid file, the key and the reason). Returns the device of this rank, its node-local rank modulo
-// the devices it sees, made current for our kernels; -1 when no sweep needs one.
-int cuda_preflight(const Study& st, mpi::Comm& world) {
+// every rank before any work: each must see a device, and the device must hold the flash tiles of
+// every CUDA point (else UsageError, exit 2, on every rank, naming the grid file, the key and the
+// reason). Returns the device of this rank, its node-local rank modulo the devices it sees, made
+// current for our kernels; -1 when no sweep needs one.
+int cuda_preflight(const Study& st, const std::vector<SweepPoint>& points, mpi::Comm& world) {
   const MicrobenchSweep* ours = nullptr;
   const MicrobenchSweep* framework = nullptr;
   for (const auto& sw : st.microbench.sweeps) {
@@ -633,6 +634,7 @@ int cuda_preflight(const Study& st, mpi::Comm& world) {
     count = cuda::device_count(&why);
 #else
     why = "this build has no CUDA kernels";  // load_study refuses it first
+    (void)points;
 #endif
   }
   if ((!ours || count > 0) && framework) {
@@ -653,7 +655,29 @@ int cuda_preflight(const Study& st, mpi::Comm& world) {
   }
   const int device = world.split_shared().rank() % count;
 #if FASTUDY_HAVE_CUDA_KERNELS
-  if (ours) cuda::set_device(device);
+  if (ours) {
+    cuda::set_device(device);
+    std::string sweep, why_tiles, hint;
+    std::set<std::tuple<int, int, int>> seen;
+    for (const auto& sp : points) {
+      if (!sp.cuda || !seen.insert({sp.point.block_q, sp.point.block_kv, sp.point.head_dim}).second) continue;
+      try {
+        cuda::check_flash_tiles(sp.point.block_q, sp.point.block_kv, sp.point.head_dim);
+      } catch (const UsageError& e) {
+        sweep = sp.sweep;
+        why_tiles = e.what();
+        hint = e.hint();
+        break;
+      }
+    }
+    if (world.allreduce_max(std::int64_t{why_tiles.empty() ? 0 : 1}) != 0) {
+      throw UsageError(st.file + ": [microbench] " +
+                           (why_tiles.empty() ? std::string("another rank's device cannot hold the CUDA kernels' tiles")
+                                              : "sweep '" + sweep + "': blocks (or sram) and head_dims with devices = "
+                                                "[..., \"cuda\"]: " + why_tiles),
+                       hint.empty() ? "use smaller block_q/block_kv for the CUDA kernels" : hint);
+    }
+  }
 #endif
   return device;
 }
@@ -683,7 +707,7 @@ int job_microbench(JobContext& ctx) {
     }
   }
 
-  const int device = cuda_preflight(st, world);
+  const int device = cuda_preflight(st, points, world);
 
   bool skip = false;
   on_root(world, [&] {

@@ -72,6 +72,15 @@ TEST_F(CudaMicrobench, RowsAreCheckedAgainstTheCpuKernels) {
         }
 }
 
+// The microbench preflight asks check_flash_tiles before any work: configs/gpu-microbench.toml's tiles
+// (64 x 64 at d = 128: 4 (2 Bc d + Br Bc + Br d) = 114688 bytes) fit an A100 or H100; 1024 x 1024 at
+// d = 1024 (12 MiB) fits no GPU.
+TEST_F(CudaMicrobench, FlashTilesAreCheckedBeforeAnyLaunch) {
+  EXPECT_EQ(cuda::check_flash_tiles(64, 64, 128), 114688u);
+  EXPECT_THROW(cuda::check_flash_tiles(1024, 1024, 1024), UsageError);
+  EXPECT_THROW(cuda::check_flash_tiles(2048, 1, 1), UsageError);  // more than 1024 threads per block
+}
+
 // Checked before any CUDA call: runs without a device too.
 TEST(CudaMicrobenchApi, PoliciesTheKernelsLackAreAUsageError) {
   MicrobenchPoint p = point("forward", Format::bf16, "mixed", false);

@@ -6,6 +6,10 @@
 //                        integer codes with a `labels` attribute, one label per line)
 // Both are written from one schema of columns (kColumns below). Rank 0 prints the flash/baseline
 // error ratio per format, reading (policy) and rounding, and against the number of KV tiles.
+// Real kernels (README "Real kernels"): a sweep with devices = ["cpu", "cuda"] adds our CUDA kernels'
+// rows to each point (checked against the CPU kernels), one with framework = [...] adds points of
+// policy "native" with LibTorch's SDPA rows; cuda_preflight refuses them (exit 2) before any work
+// where a rank sees no device, and rank 0 prints microbench_table::real_kernel_tables.
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -75,7 +75,6 @@ const std::vector<std::string> kAttentionKinds = [] {
   return kinds;
 }();
 const std::vector<std::string> kDevices{"auto", "cpu", "cuda"};
-const std::vector<std::string> kMicrobenchDevices{"cpu", "cuda"};  // [microbench] devices
 const std::vector<std::string> kArithmetics{"emulated", "native"};
 const std::vector<std::string> kInits{"normal", "xavier_uniform", "kaiming_normal", "scaled"};
 const std::vector<std::string> kTrainFormats{"fp64", "fp32", "tf32", "bf16", "fp16"};
@@ -99,6 +98,7 @@ std::vector<std::string> rounding_words() {
   return out;
 }
 const std::vector<std::string> kPasses{"forward", "backward"};
+const std::vector<std::string> kMicrobenchDevices{"cpu", "cuda"};  // [microbench] devices
 const std::vector<std::string> kMetrics{"w1", "w2", "max_abs", "mean_abs", "rel_l2"};
 std::vector<std::string> policy_step_names() {
   std::vector<std::string> out;

@@ -222,5 +222,8 @@ TEST(RealKernelKeys, RefusedAtLoadWhereTheBuildLacksThem) {
     const Study cpu = parse_study("[microbench]\nformats = [\"bf16\"]\ndevices = [\"cpu\"]\n", "ok.toml");
     EXPECT_EQ(plain.hash, cpu.hash);  // the default, spelled out: the same grid
     EXPECT_NE(plain.hash, with.hash);
+    const Study again = parse_study(with.resolved_toml, "study.toml");  // the resolved TOML keeps the key
+    EXPECT_EQ(again.hash, with.hash);
+    EXPECT_EQ(again.microbench.sweeps.at(0).devices, (std::vector<std::string>{"cpu", "cuda"}));
   }
 }

@@ -227,3 +227,25 @@ TEST(RealKernelKeys, RefusedAtLoadWhereTheBuildLacksThem) {
     EXPECT_EQ(again.microbench.sweeps.at(0).devices, (std::vector<std::string>{"cpu", "cuda"}));
   }
 }
+
+// configs/gpu-microbench.toml (what scripts/gpu-check.sh runs): the comparison of README "Real kernels",
+// loadable where the build has the CUDA kernels and a CUDA LibTorch with SDPA, refused at load otherwise.
+TEST(RealKernelKeys, GpuMicrobenchConfig) {
+  const std::string path = std::string(FASTUDY_CONFIGS) + "/gpu-microbench.toml";
+  if (FASTUDY_CUDA_KERNELS && FASTUDY_TORCH_SDPA && FASTUDY_TORCH_CUDA) {
+    const Study st = load_study(path);
+    ASSERT_EQ(st.microbench.sweeps.size(), 1u);
+    const MicrobenchSweep& sw = st.microbench.sweeps[0];
+    EXPECT_EQ(sw.formats, (std::vector<Format>{Format::fp16, Format::bf16}));
+    EXPECT_EQ(sw.head_dims, (std::vector<int>{64, 128}));
+    EXPECT_EQ(sw.devices, (std::vector<std::string>{"cpu", "cuda"}));
+    EXPECT_EQ(sw.framework.size(), 4u);
+    return;
+  }
+  try {
+    load_study(path);
+    FAIL() << path << " loaded in a build without the CUDA kernels and a CUDA LibTorch with SDPA";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), FASTUDY_CUDA_KERNELS ? "microbench.framework" : "microbench.devices") << e.what();
+  }
+}

@@ -555,9 +555,14 @@ std::string real_kernel_tables_of(const std::vector<Record>& rows, std::size_t& 
     }
   }
   // The framework's kernels, and the readings that reproduce sdpa_flash's error.
+  // Numbers right-aligned in 6 characters, so that the keys sort numerically (and print as before).
+  auto padded = [&](const Record& r, const char* c) {
+    const std::string t = str(r, c);
+    return t.size() < 6 ? std::string(6 - t.size(), ' ') + t : t;
+  };
   auto input = [&](const Record& r) {
-    return std::vector<std::string>{str(r, "sweep"), str(r, "pass"), str(r, "format"), str(r, "seq_len"),
-                                    str(r, "head_dim"), str(r, "causal"), str(r, "distribution")};
+    return std::vector<std::string>{str(r, "sweep"),    str(r, "pass"),   str(r, "format"),      padded(r, "seq_len"),
+                                    padded(r, "head_dim"), str(r, "causal"), str(r, "distribution")};
   };
   std::map<std::vector<std::string>, std::map<std::string, std::vector<double>>> real;
   std::set<std::string> backends;

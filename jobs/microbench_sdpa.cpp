@@ -18,7 +18,8 @@ namespace {
 SdpaBackend backend_of(const std::string& name) {
   for (SdpaBackend b : {SdpaBackend::flash, SdpaBackend::efficient, SdpaBackend::cudnn, SdpaBackend::math})
     if (name == to_string(b)) return b;
-  throw UsageError("unknown framework kernel '" + name + "'", "use sdpa_flash, sdpa_efficient, sdpa_cudnn or sdpa_math");
+  throw UsageError("unknown framework kernel '" + name + "'",
+                   "use sdpa_flash, sdpa_efficient, sdpa_cudnn or sdpa_math");
 }
 
 void append(std::vector<double>& out, const torch::Tensor& t) {

@@ -965,10 +965,13 @@ void read_numerics(Section num, NumericsConfig& n, const ModelConfig& m) {
 void check_real_kernels(Section& own, Section& base, const MicrobenchSweep& mc) {
   auto at = [&](const std::string& key) -> Section& { return own.node(key) || !base.node(key) ? own : base; };
   const std::string sec = "[" + own.name() + "] " + (own.name() == "microbench" ? "" : "'" + mc.name + "': ");
-  auto lists = [](const std::vector<std::string>& v, const char* x) { return std::find(v.begin(), v.end(), x) != v.end(); };
+  auto lists = [](const std::vector<std::string>& v, const char* x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
   if (std::find(mc.devices.begin(), mc.devices.end(), "cpu") == mc.devices.end())
-    at("devices").fail("devices", sec + "devices must list \"cpu\": the CPU kernels are the reference the CUDA rows are "
-                       "checked against, and their rows are the emulated readings",
+    at("devices").fail("devices",
+                       sec + "devices must list \"cpu\": the CPU kernels are the reference the CUDA rows are "
+                             "checked against, and their rows are the emulated readings",
                        "devices = [\"cpu\", \"cuda\"]");
   if (lists(mc.devices, "cuda")) {
     for (Format f : mc.formats)
@@ -983,12 +986,14 @@ void check_real_kernels(Section& own, Section& base, const MicrobenchSweep& mc) 
                             "put custom policies in a sweep of their own without \"cuda\"");
     for (Rounding r : mc.roundings)
       if (r != Rounding::nearest)
-        at("roundings").fail("roundings", sec + "devices lists \"cuda\", and the CUDA kernels round to nearest only (not " +
-                             std::string(to_string(r)) + ")",
+        at("roundings").fail("roundings",
+                             sec + "devices lists \"cuda\", and the CUDA kernels round to nearest only (not " +
+                                 std::string(to_string(r)) + ")",
                              "drop roundings, or put the other modes in a sweep of their own without \"cuda\"");
     if (!FASTUDY_CUDA_KERNELS)
-      at("devices").fail("devices", sec + "devices lists \"cuda\", and this build has no CUDA kernels (it was configured "
-                         "without nvcc)",
+      at("devices").fail("devices",
+                         sec + "devices lists \"cuda\", and this build has no CUDA kernels (it was configured "
+                               "without nvcc)",
                          "build on a machine with the CUDA toolkit (README \"GPU\"), or remove \"cuda\"");
   }
   if (!mc.framework.empty()) {
@@ -998,8 +1003,10 @@ void check_real_kernels(Section& own, Section& base, const MicrobenchSweep& mc) 
                            std::string(to_string(f)),
                            "formats = [\"fp16\", \"bf16\"]; put the other formats in a sweep of their own");
     if (!FASTUDY_TORCH_SDPA)
-      at("framework").fail("framework", sec + "framework kernels need LibTorch >= 2.3 (scaled_dot_product_attention with "
-                           "selectable backends); this build links LibTorch " + std::string(FASTUDY_TORCH_VERSION),
+      at("framework").fail("framework",
+                           sec + "framework kernels need LibTorch >= 2.3 (scaled_dot_product_attention with "
+                                 "selectable backends); this build links LibTorch " +
+                               std::string(FASTUDY_TORCH_VERSION),
                            "build against a newer CUDA LibTorch (README \"GPU\"), or remove framework");
     if (!FASTUDY_TORCH_CUDA)
       at("framework").fail("framework", sec + "framework kernels run on the CUDA device, and this build's LibTorch " +

@@ -93,7 +93,8 @@ TEST(CudaMicrobenchApi, PoliciesTheKernelsLackAreAUsageError) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("not available in the CUDA attention kernels"), std::string::npos) << e.what();
   }
-  MicrobenchRun fresh = prepare_microbench_point(point("forward", Format::bf16, "mixed", false), std::nullopt, 1, nullptr);
+  MicrobenchRun fresh =
+      prepare_microbench_point(point("forward", Format::bf16, "mixed", false), std::nullopt, 1, nullptr);
   EXPECT_THROW(cuda::microbench_cuda_rows(fresh), Error);  // the CPU kernels have not run
 }
 

@@ -6,6 +6,10 @@
 //                        integer codes with a `labels` attribute, one label per line)
 // Both are written from one schema of columns (kColumns below). Rank 0 prints the flash/baseline
 // error ratio per format, reading (policy) and rounding, and against the number of KV tiles.
+// Real kernels (README "Real kernels"): a sweep with devices = ["cpu", "cuda"] adds our CUDA kernels'
+// rows to each point (checked against the CPU kernels), one with framework = [...] adds points of
+// policy "native" with LibTorch's SDPA rows; cuda_preflight refuses them (exit 2) before any work
+// where a rank sees no device, and rank 0 prints microbench_table::real_kernel_tables.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,7 +32,14 @@
 #include "base/number.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
+#include "fastudy/version.hpp"
+#include "jobs/microbench_sdpa.hpp"
+#include "jobs/microbench_table.hpp"
 #include "kernels/microbench.hpp"
+#if FASTUDY_HAVE_CUDA_KERNELS
+#include "kernels/cuda/attention_cuda.hpp"
+#include "kernels/cuda/microbench_cuda.hpp"
+#endif
 #include "src/io/checkpoint.hpp"
 #include "src/io/h5.hpp"
 #include "src/runtime/mpi.hpp"
@@ -44,7 +55,11 @@ struct SweepPoint {
   std::string sweep;
   MicrobenchPoint point;
   const MicrobenchSweep* source = nullptr;  // the sweep it came from (captured inputs: where they are)
+  bool cuda = false;                        // also our CUDA kernels (devices lists "cuda")
+  std::vector<std::string> framework;       // a framework point (policy "native"): these SDPA backends
 };
+
+bool lists(const std::vector<std::string>& v, const char* x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 // The tiles of a sweep at head dim d: its `blocks`, or (when it lists SRAM sizes) each SRAM size
 // under each tile rule, as {block_q, block_kv, sram, rule}.
@@ -175,8 +190,36 @@ std::vector<SweepPoint> expand_points(const Study& st) {
                         p.outlier_scale = sw.outlier_scale;
                         p.sink_logit = sw.sink_logit;
                         p.seed = sw.seed;
-                        pts.push_back({sw.name, p, &sw0});
+                        pts.push_back({sw.name, p, &sw0, lists(sw.devices, "cuda"), {}});
                       }
+    // The framework's kernels: one point per input (pass, format, shape, causal, trial), policy
+    // "native" (the hardware's own arithmetic), no tiles of ours (block sizes 0, tile rule "native").
+    if (!sw.framework.empty())
+      for (const auto& pass : sw.passes)
+        for (Format f : sw.formats)
+          for (int n : sw.seq_lens)
+            for (int d : sw.head_dims)
+              for (bool causal : sw.causal)
+                for (int trial = 0; trial < sw.trials; ++trial) {
+                  MicrobenchPoint p;
+                  p.pass = pass;
+                  p.format = f;
+                  p.policy = "native";
+                  p.seq_len = n;
+                  p.head_dim = d;
+                  p.block_q = p.block_kv = 0;
+                  p.tile_rule = "native";
+                  p.causal = causal;
+                  p.trial = trial;
+                  p.batch = sw.batch;
+                  p.heads = sw.heads;
+                  p.distribution = sw.distribution;
+                  p.outlier_fraction = sw.outlier_fraction;
+                  p.outlier_scale = sw.outlier_scale;
+                  p.sink_logit = sw.sink_logit;
+                  p.seed = sw.seed;
+                  pts.push_back({sw.name, p, &sw0, false, sw.framework});
+                }
   }
   return pts;
 }
@@ -187,8 +230,8 @@ std::vector<SweepPoint> expand_points(const Study& st) {
 // report reads the columns by these names (the HDF5 `columns` attribute lists them). A new column is
 // one row here (and its value in MicrobenchRow).
 enum class ColumnType { text, integer, real };
-using Cell = std::variant<std::string, std::int64_t, double>;
-using Record = std::vector<Cell>;  // one output row, a cell per column
+using microbench_table::Cell;
+using microbench_table::Record;
 
 struct Column {
   const char* name;
@@ -239,6 +282,9 @@ const Column kColumns[] = {
     {"rescales_per_row", ColumnType::real,
      [](const std::string&, const MicrobenchRow& r) -> Cell { return r.rescales_per_row; }},
     {"tiles_kv", ColumnType::integer, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.tiles_kv; }},
+    {"check", ColumnType::text, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.check; }},
+    {"vs_cpu", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.vs_cpu; }},
+    {"check_bound", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.check_bound; }},
 };
 constexpr std::size_t kNumColumns = std::size(kColumns);
 
@@ -249,12 +295,17 @@ std::size_t column(std::string_view name) {
   throw std::logic_error("microbench: no column " + std::string(name));
 }
 
-Record record_of(const std::string& sweep, const MicrobenchRow& r) {
+}  // namespace
+
+Record microbench_table::record_of(const std::string& sweep, const MicrobenchRow& r) {
   Record rec;
   rec.reserve(kNumColumns);
   for (const auto& c : kColumns) rec.push_back(c.get(sweep, r));
   return rec;
 }
+
+namespace {
+using microbench_table::record_of;
 
 // CSV text of a cell: reals with 17 significant digits (they read back exactly).
 std::string csv_text(const Cell& cell) {
@@ -367,6 +418,23 @@ void write_h5(const std::string& path, const std::vector<Record>& rows, const Pr
   });
 }
 
+// A point: every column but the algorithm and the measurements.
+std::string point_key(const Record& r) {
+  std::string k;
+  for (const char* name : {"sweep", "pass", "format", "policy", "rounding", "seq_len", "head_dim", "block_q",
+                           "block_kv", "sram", "tile_rule", "loop_order", "causal", "trial", "distribution"})
+    k += csv_text(r[column(name)]) + "|";
+  return k;
+}
+
+// The median of v: the middle value, or the mean of the two middle ones (NaN when empty).
+double median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const std::size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
 // The summary rank 0 prints: flash/baseline error ratios, both errors against the fp64 golden value,
 // each the median over points of the per-point ratio, of max |d| and of rel_l2.
 //   table 1: per sweep, pass, format, policy (reading) and rounding, with the median errors beside;
@@ -381,14 +449,6 @@ void print_summary(const std::vector<Record>& rows) {
     double max_abs, rel_l2;
   };
   std::map<std::string, Base> baseline_of;  // point key -> baseline errors
-  // A point: every column but the algorithm and the measurements.
-  auto point_key = [](const Record& r) {
-    std::string k;
-    for (const char* name : {"sweep", "pass", "format", "policy", "rounding", "seq_len", "head_dim", "block_q",
-                             "block_kv", "sram", "tile_rule", "loop_order", "causal", "trial", "distribution"})
-      k += csv_text(r[column(name)]) + "|";
-    return k;
-  };
   for (const auto& r : rows)
     if (text_at(r, "algorithm") == "baseline")
       baseline_of[point_key(r)] = {real_at(r, "max_abs"), real_at(r, "rel_l2")};
@@ -413,12 +473,6 @@ void print_summary(const std::vector<Record>& rows) {
       if (it->second.rel_l2 > 0) a->ratio_l2.push_back(real_at(r, "rel_l2") / it->second.rel_l2);
     }
   }
-  auto median = [](std::vector<double> v) {  // the middle value, or the mean of the two middle ones
-    if (v.empty()) return std::nan("");
-    std::sort(v.begin(), v.end());
-    const std::size_t h = v.size() / 2;
-    return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-  };
   std::ostringstream os;
   char line[240];
   std::snprintf(line, sizeof line, "%-12s %-9s %-9s %-11s %-6s %12s %12s %9s %9s %6s\n", "sweep", "pass", "policy",
@@ -452,7 +506,196 @@ void print_summary(const std::vector<Record>& rows) {
   log::info(os.str());
 }
 
+bool is_cuda_algorithm(const std::string& a) { return a == "cuda_flash" || a == "cuda_baseline"; }
+bool is_framework_algorithm(const std::string& a) { return a.rfind("sdpa_", 0) == 0; }
+
+// microbench_table::real_kernel_tables (jobs/microbench_table.hpp).
+std::string real_kernel_tables_of(const std::vector<Record>& rows, std::size_t& failed) {
+  std::ostringstream os;
+  char line[320];
+  failed = 0;
+  auto str = [](const Record& r, const char* c) { return csv_text(r[column(c)]); };
+  // Our CUDA kernels against our CPU kernels.
+  std::map<std::string, double> cpu_error;  // point key + kind -> CPU max |d|
+  for (const auto& r : rows)
+    if (text_at(r, "algorithm") == "flash" || text_at(r, "algorithm") == "baseline")
+      cpu_error[point_key(r) + text_at(r, "algorithm")] = real_at(r, "max_abs");
+  struct CudaAcc {
+    std::vector<double> cuda, cpu;
+    std::size_t identical = 0, within = 0, failed = 0;
+    double worst = 0;
+  };
+  std::map<std::vector<std::string>, CudaAcc> cuda;
+  for (const auto& r : rows) {
+    const std::string& alg = text_at(r, "algorithm");
+    if (!is_cuda_algorithm(alg)) continue;
+    CudaAcc& a = cuda[{str(r, "sweep"), str(r, "pass"), str(r, "format"), str(r, "policy"), alg}];
+    a.cuda.push_back(real_at(r, "max_abs"));
+    const auto it = cpu_error.find(point_key(r) + alg.substr(5));
+    if (it != cpu_error.end()) a.cpu.push_back(it->second);
+    const std::string& check = text_at(r, "check");
+    a.identical += check == "bit-identical";
+    a.within += check == "within bound";
+    a.failed += check != "bit-identical" && check != "within bound";
+    a.worst = std::max(a.worst, real_at(r, "vs_cpu"));
+  }
+  if (!cuda.empty()) {
+    std::snprintf(line, sizeof line, "%-12s %-9s %-6s %-7s %-13s %11s %11s %9s %9s %6s %10s\n", "sweep", "pass",
+                  "format", "policy", "algorithm", "cuda max|d|", "cpu max|d|", "identical", "in bound", "FAILED",
+                  "max vs_cpu");
+    os << "microbench: our CUDA kernels against our CPU kernels (errors against the fp64 golden value, medians; "
+          "checks: bit-identical where the host twin promises it, else within 2x the harness bound)\n"
+       << line;
+    for (const auto& [k, a] : cuda) {
+      std::snprintf(line, sizeof line, "%-12s %-9s %-6s %-7s %-13s %11.3e %11.3e %9zu %9zu %6zu %10.3e\n",
+                    k[0].c_str(), k[1].c_str(), k[2].c_str(), k[3].c_str(), k[4].c_str(), median(a.cuda),
+                    median(a.cpu), a.identical, a.within, a.failed, a.worst);
+      os << line;
+      failed += a.failed;
+    }
+  }
+  // The framework's kernels, and the readings that reproduce sdpa_flash's error.
+  // Numbers right-aligned in 6 characters, so that the keys sort numerically (and print as before).
+  auto padded = [&](const Record& r, const char* c) {
+    const std::string t = str(r, c);
+    return t.size() < 6 ? std::string(6 - t.size(), ' ') + t : t;
+  };
+  auto input = [&](const Record& r) {
+    return std::vector<std::string>{str(r, "sweep"),    str(r, "pass"),   str(r, "format"),      padded(r, "seq_len"),
+                                    padded(r, "head_dim"), str(r, "causal"), str(r, "distribution")};
+  };
+  std::map<std::vector<std::string>, std::map<std::string, std::vector<double>>> real;
+  std::set<std::string> backends;
+  for (const auto& r : rows) {
+    const std::string& alg = text_at(r, "algorithm");
+    if (!is_framework_algorithm(alg)) continue;
+    real[input(r)][alg].push_back(real_at(r, "max_abs"));
+    backends.insert(alg);
+  }
+  if (!real.empty()) {
+    os << "microbench: the framework's kernels (LibTorch SDPA, one backend each), max|d| against the fp64 golden "
+          "value, medians over trials\n";
+    std::string head;
+    std::snprintf(line, sizeof line, "%-12s %-9s %-6s %6s %5s %6s", "sweep", "pass", "format", "N", "d", "causal");
+    head = line;
+    for (const auto& b : backends) {
+      std::snprintf(line, sizeof line, " %14s", b.c_str());
+      head += line;
+    }
+    os << head << "\n";
+    for (const auto& [k, by] : real) {
+      std::snprintf(line, sizeof line, "%-12s %-9s %-6s %6s %5s %6s", k[0].c_str(), k[1].c_str(), k[2].c_str(),
+                    k[3].c_str(), k[4].c_str(), k[5].c_str());
+      std::string l = line;
+      for (const auto& b : backends) {
+        const auto it = by.find(b);
+        std::snprintf(line, sizeof line, " %14.3e", it == by.end() ? std::nan("") : median(it->second));
+        l += line;
+      }
+      os << l << "\n";
+    }
+    std::map<std::pair<std::vector<std::string>, std::string>, std::vector<double>> readings;
+    for (const auto& r : rows) {
+      if (text_at(r, "algorithm") != "flash") continue;
+      const auto k = input(r);
+      if (!real.count(k) || !real[k].count("sdpa_flash")) continue;
+      readings[{k, str(r, "policy") + " " + str(r, "rounding") + " " + str(r, "block_q") + "x" + str(r, "block_kv") +
+                       " " + str(r, "loop_order")}]
+          .push_back(real_at(r, "max_abs"));
+    }
+    if (!readings.empty()) {
+      std::snprintf(line, sizeof line, "%-12s %-9s %-6s %6s %5s %6s %-32s %13s %13s %8s  %s\n", "sweep", "pass",
+                    "format", "N", "d", "causal", "reading (policy rounding tiles order)", "reading max|d|",
+                    "sdpa_flash", "real/rd", "verdict");
+      os << "microbench: which emulated reading reproduces the real flash kernel's error (within 2x: sdpa_flash <= 2x "
+            "the reading's and the reading's <= 2x sdpa_flash's; FlashAttention's rule, medians over trials)\n"
+         << line;
+      for (const auto& [key, errs] : readings) {
+        const auto& [k, reading] = key;
+        const double rd = median(errs), fl = median(real[k]["sdpa_flash"]);
+        std::snprintf(line, sizeof line, "%-12s %-9s %-6s %6s %5s %6s %-32s %13.3e %13.3e %8.2f  %s\n", k[0].c_str(),
+                      k[1].c_str(), k[2].c_str(), k[3].c_str(), k[4].c_str(), k[5].c_str(), reading.c_str(), rd, fl,
+                      rd > 0 ? fl / rd : std::nan(""), to_string(within_2x(fl, rd)));
+        os << line;
+      }
+    }
+  }
+  return os.str();
+}
+
+// Every sweep that runs CUDA work: our kernels (devices lists "cuda") or the framework's. Checked on
+// every rank before any work: each must see a device, and the device must hold the flash tiles of
+// every CUDA point (else UsageError, exit 2, on every rank, naming the grid file, the key and the
+// reason). Returns the device of this rank, its node-local rank modulo the devices it sees, made
+// current for our kernels; -1 when no sweep needs one.
+int cuda_preflight(const Study& st, const std::vector<SweepPoint>& points, mpi::Comm& world) {
+  const MicrobenchSweep* ours = nullptr;
+  const MicrobenchSweep* framework = nullptr;
+  for (const auto& sw : st.microbench.sweeps) {
+    if (!ours && lists(sw.devices, "cuda")) ours = &sw;
+    if (!framework && !sw.framework.empty()) framework = &sw;
+  }
+  if (!ours && !framework) return -1;
+  std::string why;
+  int count = 0;
+  if (ours) {
+#if FASTUDY_HAVE_CUDA_KERNELS
+    count = cuda::device_count(&why);
+#else
+    why = "this build has no CUDA kernels";  // load_study refuses it first
+    (void)points;
+#endif
+  }
+  if ((!ours || count > 0) && framework) {
+    if (sdpa_device_available(&why))
+      count = ours ? std::min(count, sdpa_device_count()) : sdpa_device_count();
+    else
+      count = 0;
+  }
+  const std::int64_t missing = world.allreduce_max(std::int64_t{count > 0 ? 0 : 1});
+  if (missing != 0) {
+    const MicrobenchSweep& sw = ours && (count == 0 || !framework) ? *ours : *framework;
+    const std::string key = &sw == ours ? "devices = [..., \"cuda\"]" : "framework";
+    throw UsageError(st.file + ": [microbench] sweep '" + sw.name + "': " + key + " needs a CUDA device, and " +
+                         (count > 0 ? std::string("another rank sees none")
+                                    : "rank " + std::to_string(world.rank()) + " sees none (" + why + ")"),
+                     "run on a machine with an NVIDIA GPU (nvidia-smi, CUDA_VISIBLE_DEVICES), or remove the key "
+                     "(configs/microbench.toml runs on the CPU)");
+  }
+  const int device = world.split_shared().rank() % count;
+#if FASTUDY_HAVE_CUDA_KERNELS
+  if (ours) {
+    cuda::set_device(device);
+    std::string sweep, why_tiles, hint;
+    std::set<std::tuple<int, int, int>> seen;
+    for (const auto& sp : points) {
+      if (!sp.cuda || !seen.insert({sp.point.block_q, sp.point.block_kv, sp.point.head_dim}).second) continue;
+      try {
+        cuda::check_flash_tiles(sp.point.block_q, sp.point.block_kv, sp.point.head_dim);
+      } catch (const UsageError& e) {
+        sweep = sp.sweep;
+        why_tiles = e.what();
+        hint = e.hint();
+        break;
+      }
+    }
+    if (world.allreduce_max(std::int64_t{why_tiles.empty() ? 0 : 1}) != 0) {
+      throw UsageError(st.file + ": [microbench] " +
+                           (why_tiles.empty() ? std::string("another rank's device cannot hold the CUDA kernels' tiles")
+                                              : "sweep '" + sweep + "': blocks (or sram) and head_dims with devices = "
+                                                "[..., \"cuda\"]: " + why_tiles),
+                       hint.empty() ? "use smaller block_q/block_kv for the CUDA kernels" : hint);
+    }
+  }
+#endif
+  return device;
+}
+
 }  // namespace
+
+std::string microbench_table::real_kernel_tables(const std::vector<Record>& rows, std::size_t& failed) {
+  return real_kernel_tables_of(rows, failed);
+}
 
 int job_microbench(JobContext& ctx) {
   const Study& st = *ctx.study;
@@ -472,6 +715,8 @@ int job_microbench(JobContext& ctx) {
                        "or set captured_step to a step with a checkpoint");
     }
   }
+
+  const int device = cuda_preflight(st, points, world);
 
   bool skip = false;
   on_root(world, [&] {
@@ -510,8 +755,24 @@ int job_microbench(JobContext& ctx) {
       policy = resolve_policy(st.attention, sp.point.policy, sp.point.format);
     const MicrobenchInputs* captured = nullptr;
     if (sp.point.distribution == "captured") captured = &captured_inputs(st, ctx.out_dir, *sp.source, capture_cache);
-    for (const auto& row : run_microbench_point(sp.point, policy, threads, captured))
-      encode(mine, i, record_of(sp.sweep, row));
+    std::vector<MicrobenchRow> rows;
+    if (!sp.framework.empty()) {
+      // The inputs rounded to the format (the pure reading's q, k, v and grad formats).
+      const MicrobenchRun run =
+          prepare_microbench_point(sp.point, make_policy("pure", sp.point.format), threads, captured);
+      for (const auto& backend : sp.framework) rows.push_back(microbench_sdpa_row(run, backend, device));
+    } else {
+      MicrobenchRun run;
+      rows = run_microbench_point(sp.point, policy, threads, captured, sp.cuda ? &run : nullptr);
+      if (sp.cuda) {
+#if FASTUDY_HAVE_CUDA_KERNELS
+        for (auto& r : cuda::microbench_cuda_rows(run)) rows.push_back(std::move(r));
+#else
+        throw std::logic_error("microbench: a CUDA point in a build without CUDA kernels");
+#endif
+      }
+    }
+    for (const auto& row : rows) encode(mine, i, record_of(sp.sweep, row));
     ++done;
     if (world.rank() == 0 && done >= next_report) {
       log::info("  microbench: rank 0 " + std::to_string(done) + "/" + std::to_string(mine_total));
@@ -529,6 +790,7 @@ int job_microbench(JobContext& ctx) {
     return kExitFailure;
   }
   std::vector<std::string> parts = world.gather(mine);
+  std::int64_t failed_checks = 0;
 
   on_root(world, [&] {
     std::vector<std::pair<std::uint64_t, Record>> records;
@@ -547,8 +809,18 @@ int job_microbench(JobContext& ctx) {
     write_h5(h5_path, rows, ctx.prov);
     atomic_write_sealed(csv_path, csv.str());
     print_summary(rows);
+    std::size_t failed = 0;
+    const std::string tables = real_kernel_tables_of(rows, failed);
+    if (!tables.empty()) log::info(tables);
+    failed_checks = static_cast<std::int64_t>(failed);
     log::info("microbench: wrote " + csv_path + " and " + h5_path + " (" + std::to_string(rows.size()) + " rows)");
   });
+  world.bcast(failed_checks);
+  if (failed_checks != 0) {
+    log::error("microbench: " + std::to_string(failed_checks) + " CUDA row(s) failed their check against our CPU "
+               "kernels (column check: DIFFERS or EXCEEDS BOUND in " + csv_path + ")");
+    return kExitFailure;
+  }
   return kExitOk;
 }
 

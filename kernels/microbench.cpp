@@ -5,6 +5,7 @@
 #include "kernels/microbench.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <string_view>
 
 #include "base/error.hpp"
@@ -43,21 +44,18 @@ std::vector<double> rounded(std::vector<double> x, Format f) {
   return x;
 }
 
-struct KernelResult {
-  std::vector<double> values;  // O, or dQ|dK|dV
-  AttentionStats stats;
-};
-
 template <class T>
-KernelResult run_kernel(const MicrobenchPoint& pt, const AttentionShape& shape, const AttentionParams& params,
-                        const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
-                        const std::vector<double>& dout) {
+MicrobenchKernelOutput run_kernel(const MicrobenchPoint& pt, const AttentionShape& shape, const AttentionParams& params,
+                                  const std::vector<double>& q, const std::vector<double>& k,
+                                  const std::vector<double>& v, const std::vector<double>& dout) {
   std::vector<T> qt(q.begin(), q.end()), kt(k.begin(), k.end()), vt(v.begin(), v.end()), o(q.size());
   std::vector<T> lse(static_cast<std::size_t>(shape.batch * shape.heads * shape.seq_len));
-  KernelResult r;
+  MicrobenchKernelOutput r;
   r.stats = attention_forward<T>(shape, params, qt.data(), kt.data(), vt.data(), o.data(), lse.data());
+  r.o.assign(o.begin(), o.end());
+  r.lse.assign(lse.begin(), lse.end());
   if (pt.pass == "forward") {
-    r.values.assign(o.begin(), o.end());
+    r.values = r.o;
     return r;
   }
   std::vector<T> dt(dout.begin(), dout.end()), dq(q.size()), dk(q.size()), dv(q.size());
@@ -196,14 +194,47 @@ double microbench_cost(const MicrobenchPoint& point) {
   return point.pass == "backward" ? 4.0 * work : work;
 }
 
-std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
-                                                const std::optional<PrecisionPolicy>& policy, int threads,
-                                                const MicrobenchInputs* captured) {
+Within2x within_2x(double real_error, double reading_error) {
+  if (real_error > 2.0 * reading_error) return Within2x::real_larger;
+  if (reading_error > 2.0 * real_error) return Within2x::reading_larger;
+  return Within2x::within;
+}
+
+const char* to_string(Within2x v) {
+  switch (v) {
+    case Within2x::within: return "within 2x";
+    case Within2x::real_larger: return "real > 2x reading";
+    case Within2x::reading_larger: return "reading > 2x real";
+  }
+  return "?";
+}
+
+void set_cpu_check(MicrobenchRow& row, const std::vector<double>& values, const std::vector<double>& cpu, bool promised,
+                   double bound) {
+  const ErrorMetrics d = error_metrics(values, cpu);
+  row.vs_cpu = row.point.pass == "backward" ? d.rel_l2 : d.max_abs;
+  if (promised) {
+    // Equal values (both converted exactly from the kernels' floats), compared bit for bit.
+    const bool equal = values.size() == cpu.size() &&
+                       std::memcmp(values.data(), cpu.data(), values.size() * sizeof(double)) == 0;
+    row.check = equal ? "bit-identical" : "DIFFERS";
+    row.check_bound = 0;
+  } else {
+    row.check = row.vs_cpu <= bound ? "within bound" : "EXCEEDS BOUND";
+    row.check_bound = bound;
+  }
+}
+
+MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::optional<PrecisionPolicy>& policy,
+                                       int threads, const MicrobenchInputs* captured) {
   if (point.pass != "forward" && point.pass != "backward") {
     throw Error("unknown microbench pass '" + point.pass + "'", "use forward or backward");
   }
-  PrecisionPolicy pol = policy ? *policy : make_policy(point.policy, point.format);
-  if (point.rounding) pol.rounding = *point.rounding;
+  MicrobenchRun run;
+  run.point = point;
+  run.policy = policy ? *policy : make_policy(point.policy, point.format);
+  if (point.rounding) run.policy.rounding = *point.rounding;
+  const PrecisionPolicy& pol = run.policy;
   const std::uint64_t rounding_seed = microbench_rounding_seed(point);
   MicrobenchInputs raw = microbench_inputs(point);
   if (point.distribution == "captured") {
@@ -216,62 +247,77 @@ std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
     raw.k = captured->k;
     raw.v = captured->v;
   }
-  const std::vector<double> q = rounded(raw.q, pol.q), k = rounded(raw.k, pol.k), v = rounded(raw.v, pol.v);
-  const std::vector<double> dout = rounded(raw.dout, pol.grad);
+  run.q = rounded(raw.q, pol.q);
+  run.k = rounded(raw.k, pol.k);
+  run.v = rounded(raw.v, pol.v);
+  run.dout = rounded(raw.dout, pol.grad);
+  run.shape = microbench_shape(point);
+  const AttentionShape& shape = run.shape;
 
-  const AttentionShape shape = microbench_shape(point);
-
-  std::vector<double> golden(q.size());
+  run.golden.resize(run.q.size());
   if (point.pass == "forward") {
-    attention_forward_reference(shape, q.data(), k.data(), v.data(), golden.data(), nullptr);
+    attention_forward_reference(shape, run.q.data(), run.k.data(), run.v.data(), run.golden.data(), nullptr);
   } else {
-    std::vector<double> dq(q.size()), dk(q.size()), dv(q.size());
-    attention_backward_reference(shape, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(), dv.data());
-    golden = dq;
-    golden.insert(golden.end(), dk.begin(), dk.end());
-    golden.insert(golden.end(), dv.begin(), dv.end());
+    std::vector<double> dq(run.q.size()), dk(run.q.size()), dv(run.q.size());
+    attention_backward_reference(shape, run.q.data(), run.k.data(), run.v.data(), run.dout.data(), dq.data(),
+                                 dk.data(), dv.data());
+    run.golden = dq;
+    run.golden.insert(run.golden.end(), dk.begin(), dk.end());
+    run.golden.insert(run.golden.end(), dv.begin(), dv.end());
   }
 
-  AttentionParams params;
-  params.policy = pol;
-  params.block_q = point.block_q;
-  params.block_kv = point.block_kv;
-  params.order = point.loop_order;
-  params.threads = threads;
-  params.rounding_seed = rounding_seed;
-  params.head_offset = 0;  // the point runs whole on one rank
-  auto run = [&](AttentionKind kind) {
-    params.attention = kind;
-    return needs_double(pol) ? run_kernel<double>(point, shape, params, q, k, v, dout)
-                             : run_kernel<float>(point, shape, params, q, k, v, dout);
-  };
-  const KernelResult flash = run(AttentionKind::flash);
-  const KernelResult baseline = run(AttentionKind::baseline);
+  run.params.policy = pol;
+  run.params.block_q = point.block_q;
+  run.params.block_kv = point.block_kv;
+  run.params.order = point.loop_order;
+  run.params.threads = threads;
+  run.params.rounding_seed = rounding_seed;
+  run.params.head_offset = 0;  // the point runs whole on one rank
+  run.float_buffers = !needs_double(pol);
+  run.repeated_max_rows = repeated_max_fraction(shape, pol, rounding_seed, run.q.data(), run.k.data());
+  return run;
+}
 
-  const double repeated = repeated_max_fraction(shape, pol, rounding_seed, q.data(), k.data());
-  const double u = unit_roundoff(point.format);
-  auto row = [&](const char* algorithm, const ErrorMetrics& d, const AttentionStats& st,
-                 const std::vector<double>& reference) {
-    MicrobenchRow r;
-    r.algorithm = algorithm;
-    r.point = point;
-    r.rounding = pol.rounding;
-    r.max_abs = d.max_abs;
-    r.mean_abs = d.mean_abs;
-    r.std_abs = d.std_abs;
-    r.rel_l2 = d.rel_l2;
-    r.rmse = d.rmse;
-    r.mean_signed = d.mean_signed;
-    const double magnitude = max_abs(reference);
-    r.max_ulp = magnitude > 0 ? d.max_abs / (u * magnitude) : 0.0;
-    r.repeated_max_rows = repeated;
-    r.rescales_per_row = st.rescales_per_row;
-    r.tiles_kv = st.tiles_kv;
-    return r;
+MicrobenchRow microbench_row(const MicrobenchRun& run, const std::string& algorithm, const std::vector<double>& values,
+                             const std::vector<double>& reference, const AttentionStats& stats) {
+  const ErrorMetrics d = error_metrics(values, reference);
+  MicrobenchRow r;
+  r.algorithm = algorithm;
+  r.point = run.point;
+  r.rounding = run.policy.rounding;
+  r.max_abs = d.max_abs;
+  r.mean_abs = d.mean_abs;
+  r.std_abs = d.std_abs;
+  r.rel_l2 = d.rel_l2;
+  r.rmse = d.rmse;
+  r.mean_signed = d.mean_signed;
+  const double magnitude = max_abs(reference);
+  r.max_ulp = magnitude > 0 ? d.max_abs / (unit_roundoff(run.point.format) * magnitude) : 0.0;
+  r.repeated_max_rows = run.repeated_max_rows;
+  r.rescales_per_row = stats.rescales_per_row;
+  r.tiles_kv = stats.tiles_kv;
+  return r;
+}
+
+std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
+                                                const std::optional<PrecisionPolicy>& policy, int threads,
+                                                const MicrobenchInputs* captured, MicrobenchRun* keep) {
+  MicrobenchRun run = prepare_microbench_point(point, policy, threads, captured);
+  auto cpu = [&](AttentionKind kind) {
+    AttentionParams params = run.params;
+    params.attention = kind;
+    return run.float_buffers ? run_kernel<float>(point, run.shape, params, run.q, run.k, run.v, run.dout)
+                             : run_kernel<double>(point, run.shape, params, run.q, run.k, run.v, run.dout);
   };
-  return {row("flash", error_metrics(flash.values, golden), flash.stats, golden),
-          row("baseline", error_metrics(baseline.values, golden), baseline.stats, golden),
-          row("flash_vs_baseline", error_metrics(flash.values, baseline.values), flash.stats, baseline.values)};
+  run.flash = cpu(AttentionKind::flash);
+  run.baseline = cpu(AttentionKind::baseline);
+  std::vector<MicrobenchRow> rows{
+      microbench_row(run, "flash", run.flash.values, run.golden, run.flash.stats),
+      microbench_row(run, "baseline", run.baseline.values, run.golden,
+                     run.baseline.stats),
+      microbench_row(run, "flash_vs_baseline", run.flash.values, run.baseline.values, run.flash.stats)};
+  if (keep != nullptr) *keep = std::move(run);
+  return rows;
 }
 
 }  // namespace fastudy

@@ -68,6 +68,16 @@ std::string tile_rule_names();
 // their accumulation error).
 // rescales_per_row and tiles_kv are the flash kernel's (AttentionStats) on flash rows, 0 and 1 on
 // baseline rows.
+//
+// Rows of other algorithms on the same inputs (the microbench job adds them, see README "Real kernels"):
+// "cuda_flash" / "cuda_baseline" (our CUDA kernels, kernels/cuda/microbench_cuda.hpp) and "sdpa_flash",
+// "sdpa_efficient", "sdpa_cudnn", "sdpa_math" (LibTorch's scaled_dot_product_attention, policy "native").
+// The check columns hold the CUDA rows' comparison with our CPU kernel of the same kind (check "-" and
+// vs_cpu = check_bound = 0 on every other row):
+//   check        "bit-identical" (the host twin promises equality and it holds), "DIFFERS" (promised,
+//                not equal), "within bound" (no promise; vs_cpu <= check_bound), "EXCEEDS BOUND";
+//   vs_cpu       max |CUDA - CPU| (forward) or the rel_l2 of CUDA against CPU (backward);
+//   check_bound  the bound vs_cpu is held to where bit identity is not promised (0 where it is).
 struct MicrobenchRow {
   std::string algorithm;
   MicrobenchPoint point;
@@ -77,7 +87,21 @@ struct MicrobenchRow {
   double repeated_max_rows = 0;
   double rescales_per_row = 0;
   std::int64_t tiles_kv = 0;
+  std::string check = "-";
+  double vs_cpu = 0, check_bound = 0;
 };
+
+// Whether a real kernel's error reproduces an emulated reading's, by FlashAttention's rule (its tests:
+// "FlashAttention's numerical error is at most twice the numerical error of a Pytorch implementation",
+// max|out - out_ref| <= 2 max|out_pt - out_ref|, out_ref the upcast reference) applied in both
+// directions: the real kernel's error at most twice the reading's (the rule, the reading as the
+// reference implementation) and the reading's at most twice the real kernel's (a reading that
+// overstates the error by more than 2x does not reproduce it either). Errors against the same fp64
+// golden value, same metric. Two zero errors agree; one zero and one not do not.
+enum class Within2x { within, real_larger, reading_larger };
+Within2x within_2x(double real_error, double reading_error);
+// "within 2x", "real > 2x reading", "reading > 2x real".
+const char* to_string(Within2x v);
 
 // "normal, uniform, outliers, sink"
 std::string distribution_names();
@@ -129,8 +153,49 @@ double microbench_cost(const MicrobenchPoint& point);
 // `threads` is passed to the kernels (AttentionParams::threads). A point of distribution "captured"
 // takes its Q, K, V from `captured` (each B*H*N*d values: see capture_attention_inputs in src/train)
 // and a normal dO from its seed.
+//
+// `keep`, when given, receives the point's prepared inputs, golden value and CPU kernel results, for
+// algorithms run on the same inputs and checked against them (MicrobenchRun).
+struct MicrobenchRun;
 std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
                                                 const std::optional<PrecisionPolicy>& policy = std::nullopt,
-                                                int threads = 1, const MicrobenchInputs* captured = nullptr);
+                                                int threads = 1, const MicrobenchInputs* captured = nullptr,
+                                                MicrobenchRun* keep = nullptr);
+
+// One kernel's outputs: O and lse of the forward pass, and `values` (O, or dQ|dK|dV on a backward
+// point) as the row compares them.
+struct MicrobenchKernelOutput {
+  std::vector<double> o, lse, values;
+  AttentionStats stats;
+};
+
+// A point prepared for its algorithms: the policy it runs (the point's rounding applied), the inputs
+// rounded to the policy's q, k, v and grad formats (as every kernel holds them), the fp64 golden value
+// on them (O, or dQ|dK|dV), the repeated-max fraction, and the CPU kernels' outputs where they ran.
+struct MicrobenchRun {
+  MicrobenchPoint point;
+  PrecisionPolicy policy;
+  AttentionShape shape;
+  AttentionParams params;  // the CPU kernels' (tiles, loop order, seed); `attention` set per kind
+  bool float_buffers = true;  // the CPU kernels ran on float (every step fp32 or narrower)
+  std::vector<double> q, k, v, dout, golden;
+  double repeated_max_rows = 0;
+  MicrobenchKernelOutput flash, baseline;  // empty until the CPU kernels ran
+};
+
+// Sets row's check columns (see MicrobenchRow) from `values` against our CPU kernel's `cpu`: with
+// `promised`, "bit-identical" or "DIFFERS" (check_bound 0); otherwise "within bound" or "EXCEEDS
+// BOUND" against `bound`. vs_cpu is max |d| (forward points) or rel_l2 (backward points).
+void set_cpu_check(MicrobenchRow& row, const std::vector<double>& values, const std::vector<double>& cpu, bool promised,
+                   double bound);
+
+// The inputs and golden value of a point (no kernel runs): what run_microbench_point starts from.
+MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::optional<PrecisionPolicy>& policy,
+                                       int threads, const MicrobenchInputs* captured);
+
+// A row of `algorithm` from its values against `reference` (the golden value, or another kernel's),
+// with the point's metrics (max_ulp in the point's format, repeated_max_rows) and `stats`.
+MicrobenchRow microbench_row(const MicrobenchRun& run, const std::string& algorithm, const std::vector<double>& values,
+                             const std::vector<double>& reference, const AttentionStats& stats);
 
 }  // namespace fastudy

@@ -13,13 +13,20 @@ Figures (each only when the data has what it needs; otherwise a line says what i
             as lines, non-square tiles as separate markers
 Table: flash/baseline ratio of max |d| (both against fp64) per pass, format, policy and rounding: the
 median over points of the per-point ratio, like the summary `fastudy microbench` prints.
+
+Real kernels (issue 13; only when the data has such rows, README "Real kernels"): the figures and the
+table above use the emulated rows alone (flash, baseline, flash_vs_baseline), and three tables follow:
+  our CUDA kernels (cuda_flash, cuda_baseline) against our CPU kernels: errors and the check column;
+  the framework's kernels (sdpa_flash, sdpa_efficient, sdpa_cudnn, sdpa_math) per input;
+  which emulated reading reproduces the real flash kernel's error: within_2x, FlashAttention's rule
+  both ways (kernels/microbench.hpp within_2x; `fastudy microbench` prints the same tables).
 """
 
 from collections import defaultdict
 
 import numpy as np
 
-from .doc import Section, Table, num, text
+from .doc import Bullets, Section, Table, num, text
 from .figures import COLOURS, KIND_COLOURS, format_key
 from .readers import MICROBENCH_FLOATS, MICROBENCH_INTS, MICROBENCH_OPTIONAL
 
@@ -33,6 +40,24 @@ READING_WORDS = {"pure": "every step in the format", "eager": "framework ops: fp
                  "tiles in the format", "mixed": "GPU kernels: fp32 accumulators and statistics"}
 ALGORITHMS = (("flash", "flash vs fp64"), ("baseline", "baseline vs fp64"), ("flash_vs_baseline", "flash vs baseline"))
 PASS_WORDS = {"forward": "forward (O)", "backward": "backward (dQ, dK, dV)"}
+EMULATED = {"flash", "baseline", "flash_vs_baseline"}  # our CPU kernels' rows: the emulated readings
+CUDA_ALGORITHMS = ("cuda_flash", "cuda_baseline")
+CHECK_PASSED = ("bit-identical", "within bound")
+
+
+def is_framework(algorithm):
+    return algorithm.startswith("sdpa_")
+
+
+def within_2x(real, reading):
+    """FlashAttention's rule (its tests: "FlashAttention's numerical error is at most twice the numerical error
+    of a Pytorch implementation") in both directions, as kernels/microbench.hpp within_2x: the real kernel's
+    error at most twice the reading's, and the reading's at most twice the real kernel's."""
+    if real > 2 * reading:
+        return "real > 2x reading"
+    if reading > 2 * real:
+        return "reading > 2x real"
+    return "within 2x"
 
 
 def typed_rows(table):
@@ -73,12 +98,114 @@ def build(data, figs):
         "value). Policies (readings, README \"Readings\"): `pure` runs every step in the format; `eager` models a "
         "framework-level re-implementation (each op in fp32, its output and the state flash keeps between key/value "
         "tiles in the format); `mixed` keeps fp32 accumulators and softmax statistics like real GPU kernels."))
+    real = [r for r in rows if r["algorithm"] not in EMULATED]
+    rows = [r for r in rows if r["algorithm"] in EMULATED]
     sec.blocks += formats_figure(rows, figs)
     sec.blocks.append(ratio_table(rows))
     sec.blocks += readings_figure(rows, figs)
     sec.blocks += seq_len_figure(rows, figs)
     sec.blocks += block_area_figure(rows, figs)
+    if real:
+        sec.blocks += real_kernel_blocks(rows, real)
     return sec
+
+
+def _median(values):
+    return float(np.median(values)) if values else float("nan")
+
+
+def real_kernel_blocks(emulated, real):
+    """The real-kernel tables (module docstring), from the emulated rows and the others."""
+    blocks = [text("Real kernels (README \"Real kernels\"): on the same rounded inputs as the emulated readings, "
+                   "our CUDA kernels and the framework's own attention (LibTorch's scaled_dot_product_attention, one "
+                   "backend at a time, in the format's native arithmetic: policy `native`), each against the same "
+                   "fp64 golden value.")]
+    cpu = {point_key(r) + (r["algorithm"],): r["max_abs"] for r in emulated if r["algorithm"] in ("flash", "baseline")}
+    acc = defaultdict(lambda: {"cuda": [], "cpu": [], "checks": defaultdict(int), "worst": 0.0})
+    for r in real:
+        if r["algorithm"] not in CUDA_ALGORITHMS:
+            continue
+        a = acc[(r["sweep"], r["pass"], r["format"], r["policy"], r["algorithm"])]
+        a["cuda"].append(r["max_abs"])
+        c = cpu.get(point_key(r) + (r["algorithm"][len("cuda_"):],))
+        if c is not None:
+            a["cpu"].append(c)
+        a["checks"][r["check"]] += 1
+        a["worst"] = max(a["worst"], r["vs_cpu"])
+    if acc:
+        out, failed = [], 0
+        for (sweep, ps, f, policy, alg), a in sorted(acc.items()):
+            bad = sum(n for c, n in a["checks"].items() if c not in CHECK_PASSED)
+            failed += bad
+            key = f"microbench.cuda.{sweep}.{ps}.{f}.{policy}.{alg}"
+            out.append([sweep, ps, f, policy, alg, num(_median(a["cuda"]), key + ".max_abs"),
+                        num(_median(a["cpu"]), key + ".cpu_max_abs"), str(a["checks"]["bit-identical"]),
+                        str(a["checks"]["within bound"]), num(bad, key + ".failed"), num(a["worst"], key + ".vs_cpu")])
+        blocks.append(Table(["sweep", "pass", "format", "policy", "algorithm", "CUDA max |d|", "CPU max |d|",
+                             "bit-identical", "within bound", "failed", "largest vs CPU"], out,
+                            caption="Our CUDA kernels against our CPU kernels on the same inputs (errors against fp64, "
+                                    "medians over points). Check: bit-identical where the host twin promises it (float "
+                                    "buffers, an FMA instruction set), otherwise within twice the check harness's "
+                                    "bound; vs CPU is max |d| (forward) or rel_l2 (backward)."))
+        if failed:
+            blocks.append(text(f"{failed} CUDA row(s) failed their check against the CPU kernels (column `check` of "
+                               "microbench.csv: DIFFERS or EXCEEDS BOUND).", kind="bad"))
+    # The framework's kernels per input, and the readings against sdpa_flash.
+    def inp(r):
+        return (r["sweep"], r["pass"], r["format"], r["seq_len"], r["head_dim"], r["causal"], r["distribution"])
+    fw = defaultdict(lambda: defaultdict(list))
+    for r in real:
+        if is_framework(r["algorithm"]):
+            fw[inp(r)][r["algorithm"]].append(r["max_abs"])
+    if not fw:
+        return blocks
+    backends = sorted({b for by in fw.values() for b in by})
+    blocks.append(Table(["sweep", "pass", "format", "N", "d", "causal"] + [f"{b} max |d|" for b in backends],
+                        [[k[0], k[1], k[2], str(k[3]), str(k[4]), "yes" if k[5] else "no"] +
+                         [num(_median(by[b])) if by.get(b) else "—" for b in backends]
+                         for k, by in sorted(fw.items())],
+                        caption="The framework's kernels (LibTorch SDPA, one backend each) against the fp64 golden "
+                                "value: max |d|, median over trials."))
+    readings = defaultdict(list)
+    for r in emulated:
+        k = inp(r)
+        if r["algorithm"] == "flash" and fw.get(k, {}).get("sdpa_flash"):
+            readings[(k, r["policy"], r["rounding"], f"{r['block_q']}x{r['block_kv']}", r["loop_order"])].append(
+                r["max_abs"])
+    if not readings:
+        blocks.append(text("No emulated flash rows share their inputs with sdpa_flash rows: add the readings to the "
+                           "sweep that lists framework (configs/gpu-microbench.toml).", kind="missing"))
+        return blocks
+    out = []
+    tally = defaultdict(lambda: [0, 0])  # (pass, format, reading) -> [inputs within 2x, inputs]
+    for (k, policy, rounding, tiles, order), errs in sorted(readings.items()):
+        rd, fl = _median(errs), _median(fw[k]["sdpa_flash"])
+        verdict = within_2x(fl, rd)
+        t = tally[(k[1], k[2], f"{policy} ({rounding}, {tiles}, {order})")]
+        t[0] += verdict == "within 2x"
+        t[1] += 1
+        key = f"microbench.real.{k[0]}.{k[1]}.{k[2]}.{k[3]}.{k[4]}.{int(k[5])}.{policy}.{rounding}.{tiles}.{order}"
+        out.append([k[0], k[1], k[2], str(k[3]), str(k[4]), "yes" if k[5] else "no",
+                    f"{policy} ({rounding}, {tiles}, {order})", num(rd, key + ".reading"), num(fl, key + ".sdpa_flash"),
+                    num(fl / rd if rd > 0 else float("nan"), key + ".ratio", suffix="x"), verdict])
+    blocks.append(Table(["sweep", "pass", "format", "N", "d", "causal", "reading (rounding, tiles, order)",
+                         "reading max |d|", "sdpa_flash max |d|", "real / reading", "verdict"], out,
+                        caption="Which emulated reading reproduces the real flash kernel's error: within 2x when "
+                                "sdpa_flash's error is at most twice the reading's (FlashAttention's rule, the reading "
+                                "as the reference implementation) and the reading's at most twice sdpa_flash's; "
+                                "medians over trials."))
+    items = []
+    for (ps, f) in sorted({(k[0], k[1]) for k in tally}):
+        best = sorted(((n, total, reading) for (p2, f2, reading), (n, total) in tally.items() if (p2, f2) == (ps, f)),
+                      key=lambda t: (-t[0] / t[1], t[2]))
+        parts = [x for n, total, reading in best
+                 for x in (f"`{reading}` ", num(n, f"microbench.real.within.{ps}.{f}.{reading}"), f"/{total}; ")]
+        parts[-1] = parts[-1][:-2]  # no separator after the last
+        items.append([f"{PASS_WORDS.get(ps, ps)}, {f}: "] + parts)
+    blocks.append(text("Inputs on which each reading reproduces sdpa_flash's error within 2x (pass, format; most "
+                       "first):"))
+    blocks.append(Bullets(items))
+    return blocks
 
 
 def format_sweep(rows):

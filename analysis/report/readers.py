@@ -33,7 +33,9 @@ MICROBENCH_FLOATS = ("max_abs", "mean_abs", "std_abs", "rel_l2", "rescales_per_r
 MICROBENCH_INTS = ("seq_len", "head_dim", "block_q", "block_kv", "causal", "trial", "tiles_kv")
 # Columns added later (issue 12), with the value an older microbench.csv without them stands for.
 MICROBENCH_OPTIONAL = {"rounding": "nearest", "sram": 0, "tile_rule": "blocks", "rmse": float("nan"),
-                       "mean_signed": float("nan"), "max_ulp": float("nan"), "repeated_max_rows": float("nan")}
+                       "mean_signed": float("nan"), "max_ulp": float("nan"), "repeated_max_rows": float("nan"),
+                       # issue 13: the CUDA rows' check against the CPU kernels ("-" on every other row)
+                       "check": "-", "vs_cpu": 0.0, "check_bound": 0.0}
 RANKING_FLOATS = ("w1_mean", "w1_min", "w1_max", "max_abs_mean", "slope")
 RANKING_INTS = ("pairs", "independent", "step")
 VERDICT_FLOATS = ("w1", "reference_w1", "end_ratio", "end_lo", "end_hi", "slope", "reference_slope", "slope_ratio",

@@ -216,22 +216,30 @@ void load(const void* in, float* out, std::int64_t n, cudaStream_t stream) {
   FASTUDY_CUDA_CHECK(cudaGetLastError());
 }
 
+}  // namespace
+
+std::size_t check_flash_tiles(std::int64_t br, std::int64_t bc, std::int64_t d) {
+  const std::size_t bytes = sizeof(float) * (2 * std::size_t(bc) * std::size_t(d) + std::size_t(br) * std::size_t(bc) +
+                                             std::size_t(br) * std::size_t(d));
+  int device = 0, optin = 0;
+  FASTUDY_CUDA_CHECK(cudaGetDevice(&device));
+  FASTUDY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > static_cast<std::size_t>(optin) || br > 1024) {
+    throw UsageError("flash tiles Br=" + std::to_string(br) + " Bc=" + std::to_string(bc) + " d=" + std::to_string(d) +
+                         " need " + std::to_string(bytes) + " bytes of shared memory and " + std::to_string(br) +
+                         " threads per block; this device allows " + std::to_string(optin) + " bytes and 1024 threads",
+                     "use smaller block_q/block_kv for the CUDA kernels");
+  }
+  return bytes;
+}
+
+namespace {
+
 template <class T, class R, LoopOrder Order>
 void launch_flash_forward(const TileHead& h, std::int64_t heads, const float* q, const float* k, const float* v, T* o,
                           float* lse, cudaStream_t stream) {
   const auto kernel = flash_forward_kernel<T, R, Order>;
-  const std::size_t bytes = sizeof(float) * (2 * std::size_t(h.bc) * h.d + std::size_t(h.br) * h.bc +
-                                             std::size_t(h.br) * h.d);
-  int device = 0, optin = 0;
-  FASTUDY_CUDA_CHECK(cudaGetDevice(&device));
-  FASTUDY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (bytes > static_cast<std::size_t>(optin) || h.br > 1024) {
-    throw UsageError("flash tiles Br=" + std::to_string(h.br) + " Bc=" + std::to_string(h.bc) + " d=" +
-                         std::to_string(h.d) + " need " + std::to_string(bytes) + " bytes of shared memory and " +
-                         std::to_string(h.br) + " threads per block; this device allows " + std::to_string(optin) +
-                         " bytes and 1024 threads",
-                     "use smaller block_q/block_kv for the CUDA kernels");
-  }
+  const std::size_t bytes = check_flash_tiles(h.br, h.bc, h.d);
   FASTUDY_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   const dim3 grid(static_cast<unsigned>((h.n + h.br - 1) / h.br), static_cast<unsigned>(heads));

@@ -10,6 +10,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "kernels/attention.hpp"
@@ -20,6 +22,11 @@ namespace fastudy::cuda {
 // cudaGetErrorString of the failure, or "no CUDA device" when the count is 0).
 int device_count(std::string* why = nullptr);
 bool device_available(std::string* why = nullptr);
+
+// The shared memory (bytes) the flash forward needs for tiles of br query rows and bc keys (both
+// already clipped to N) at head dim d on the current device; UsageError when it exceeds the device's
+// opt-in limit or br exceeds 1024 threads (the launch checks the same, so callers may check first).
+std::size_t check_flash_tiles(std::int64_t br, std::int64_t bc, std::int64_t d);
 
 // storage: the element type of q, k, v, o (fp32 -> float, fp16 -> __half, bf16 -> __nv_bfloat16).
 // params.policy must be a pure or mixed policy of fp32/fp16/bf16 (cuda_tile::tile_storage_format);

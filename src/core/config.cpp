@@ -16,7 +16,7 @@
 #include <toml++/toml.h>
 
 #include "base/number.hpp"
-#include "fastudy/version.hpp"  // FASTUDY_TORCH_CUDA, FASTUDY_TORCH_SDPA, FASTUDY_TORCH_VERSION
+#include "fastudy/version.hpp"  // FASTUDY_TORCH_SDPA, FASTUDY_TORCH_CUDA, FASTUDY_TORCH_VERSION, FASTUDY_CUDA_KERNELS
 #include "kernels/cuda/tile_dispatch.hpp"  // what the CUDA kernels run (host code, in every build)
 
 namespace fastudy {
@@ -99,6 +99,7 @@ std::vector<std::string> rounding_words() {
   return out;
 }
 const std::vector<std::string> kPasses{"forward", "backward"};
+const std::vector<std::string> kMicrobenchDevices{"cpu", "cuda"};  // [microbench] devices
 const std::vector<std::string> kMetrics{"w1", "w2", "max_abs", "mean_abs", "rel_l2"};
 std::vector<std::string> policy_step_names() {
   std::vector<std::string> out;
@@ -556,6 +557,8 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   mb.get("captured_layer", mc.captured_layer);
   mb.get("captured_batch", mc.captured_batch);
   mb.get("seed", mc.seed);
+  mb.get_words("devices", mc.devices, kMicrobenchDevices);
+  mb.get_words("framework", mc.framework, kSdpaKinds);
   require(mc.trials >= 1, mb, "trials", sec + "trials must be >= 1");
   require(mc.batch >= 1, mb, "batch", sec + "batch must be >= 1");
   require(mc.heads >= 1, mb, "heads", sec + "heads must be >= 1");
@@ -609,6 +612,9 @@ toml::table sweep_table(const MicrobenchSweep& mc) {
   t.insert("seed", static_cast<std::int64_t>(mc.seed));
   // Keys whose default is "none" appear only when set (an empty array does not parse back).
   if (!rnames.empty()) t.insert("roundings", to_array(rnames));
+  // The real-kernel keys only when set, so a grid without them keeps its hash.
+  if (mc.devices != std::vector<std::string>{"cpu"}) t.insert("devices", to_array(mc.devices));
+  if (!mc.framework.empty()) t.insert("framework", to_array(mc.framework));
   if (mc.sram.empty()) {
     t.insert("blocks", blocks);
   } else {
@@ -996,6 +1002,62 @@ void read_numerics(Section num, NumericsConfig& n, const ModelConfig& m) {
   num.finish();
 }
 
+// The real-kernel keys of a finished sweep (devices, framework; README "Real kernels"): what the kernels
+// cannot run (formats, policies, roundings), then what this build cannot run, refused at load. `own` is
+// the sweep's table, `base` [microbench] (a key the sweep inherits is reported where it was written).
+void check_real_kernels(Section& own, Section& base, const MicrobenchSweep& mc) {
+  auto at = [&](const std::string& key) -> Section& { return own.node(key) || !base.node(key) ? own : base; };
+  const std::string sec = "[" + own.name() + "] " + (own.name() == "microbench" ? "" : "'" + mc.name + "': ");
+  auto lists = [](const std::vector<std::string>& v, const char* x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  if (std::find(mc.devices.begin(), mc.devices.end(), "cpu") == mc.devices.end())
+    at("devices").fail("devices",
+                       sec + "devices must list \"cpu\": the CPU kernels are the reference the CUDA rows are "
+                             "checked against, and their rows are the emulated readings",
+                       "devices = [\"cpu\", \"cuda\"]");
+  if (lists(mc.devices, "cuda")) {
+    for (Format f : mc.formats)
+      if (f != Format::fp32 && f != Format::fp16 && f != Format::bf16)
+        at("formats").fail("formats", sec + "devices lists \"cuda\", and the CUDA kernels do not run " +
+                           std::string(to_string(f)) + " (they run fp32, fp16 and bf16)",
+                           "put the other formats in a sweep of their own without \"cuda\"");
+    for (const auto& p : mc.policies)
+      if (p != "pure" && p != "eager" && p != "mixed")
+        at("policies").fail("policies", sec + "devices lists \"cuda\", and the CUDA kernels do not run policy \"" + p +
+                            "\" (they run the readings pure, eager and mixed)",
+                            "put custom policies in a sweep of their own without \"cuda\"");
+    for (Rounding r : mc.roundings)
+      if (r != Rounding::nearest)
+        at("roundings").fail("roundings",
+                             sec + "devices lists \"cuda\", and the CUDA kernels round to nearest only (not " +
+                                 std::string(to_string(r)) + ")",
+                             "drop roundings, or put the other modes in a sweep of their own without \"cuda\"");
+    if (!FASTUDY_CUDA_KERNELS)
+      at("devices").fail("devices",
+                         sec + "devices lists \"cuda\", and this build has no CUDA kernels (it was configured "
+                               "without nvcc)",
+                         "build on a machine with the CUDA toolkit (README \"GPU\"), or remove \"cuda\"");
+  }
+  if (!mc.framework.empty()) {
+    for (Format f : mc.formats)
+      if (f != Format::fp16 && f != Format::bf16)
+        at("formats").fail("formats", sec + "framework kernels run at fp16 and bf16, and this sweep lists " +
+                           std::string(to_string(f)),
+                           "formats = [\"fp16\", \"bf16\"]; put the other formats in a sweep of their own");
+    if (!FASTUDY_TORCH_SDPA)
+      at("framework").fail("framework",
+                           sec + "framework kernels need LibTorch >= 2.3 (scaled_dot_product_attention with "
+                                 "selectable backends); this build links LibTorch " +
+                               std::string(FASTUDY_TORCH_VERSION),
+                           "build against a newer CUDA LibTorch (README \"GPU\"), or remove framework");
+    if (!FASTUDY_TORCH_CUDA)
+      at("framework").fail("framework", sec + "framework kernels run on the CUDA device, and this build's LibTorch " +
+                           std::string(FASTUDY_TORCH_VERSION) + " has no CUDA",
+                           "build against a CUDA LibTorch (README \"GPU\"), or remove framework");
+  }
+}
+
 void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::string>& policy_names,
                      const std::string& file) {
   MicrobenchSweep base;
@@ -1013,12 +1075,14 @@ void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::s
       Section ss(file, "microbench.sweeps", el.as_table(), el.source());
       ss.get("name", sw.name);
       read_sweep(ss, sw, policy_names);
+      check_real_kernels(ss, mb, sw);
       if (!names.insert(sw.name).second)
         ss.fail("name", "[[microbench.sweeps]] name \"" + sw.name + "\" is used twice", "give every sweep its own name");
       ss.finish();
       mbc.sweeps.push_back(std::move(sw));
     }
   } else {
+    check_real_kernels(mb, mb, base);
     mbc.sweeps.push_back(base);
   }
   mb.finish();

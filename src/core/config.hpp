@@ -171,6 +171,14 @@ struct MicrobenchSweep {
   int captured_layer = 0;               // 0-based block index
   std::int64_t captured_batch = 0;      // which global batch of the data stream (its data cursor)
   std::uint64_t seed = 7;
+  // Where our own kernels run (README "Real kernels"): "cpu" (always listed: the CPU kernels are the
+  // reference the CUDA rows are checked against) and "cuda" (adds cuda_flash and cuda_baseline rows;
+  // builds with the CUDA kernels, FASTUDY_CUDA_KERNELS, and a visible device).
+  std::vector<std::string> devices{"cpu"};
+  // The framework's real kernels on the same inputs, on the CUDA device: LibTorch's SDPA with one
+  // backend each ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math"), rows of policy "native"
+  // at the sweep's formats (fp16 and bf16 only); builds with a CUDA LibTorch >= 2.3.
+  std::vector<std::string> framework;
 };
 
 // [microbench] holds the defaults; each [[microbench.sweeps]] overrides some of them (e.g. the paper's

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include "fastudy/version.hpp"  // FASTUDY_CUDA_KERNELS, FASTUDY_TORCH_SDPA, FASTUDY_TORCH_CUDA
 #include "tests/cli/cli_util.hpp"
 
 using namespace fastudy::test;
@@ -60,6 +61,33 @@ TEST(Cli, BadConfigExitsTwoAndWritesNothing) {
     EXPECT_NE(r.output.find("did you mean `d_model`?"), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(out)) << job << " wrote " << out;
   }
+}
+
+// The real-kernel microbenchmark (README "Real kernels") where it cannot run: refused with exit 2 before
+// any work, naming the grid file, the key and the reason; nothing of the study is written.
+TEST(Cli, MicrobenchRealKernelsRefusedWhereTheyCannotRun) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string head = "[study]\nout = \"" + out + "\"\nphases = [\"microbench\"]\n[microbench]\n"
+                           "formats = [\"bf16\"]\npolicies = [\"mixed\"]\nseq_lens = [32]\nblocks = [[16, 16]]\n"
+                           "trials = 1\n";
+  const std::string cuda = dir.file("cuda.toml", head + "devices = [\"cpu\", \"cuda\"]\n");
+  RunResult r = run_fastudy("microbench " + cuda);
+  if (FASTUDY_CUDA_KERNELS && r.code == 0) GTEST_SKIP() << "a CUDA device is visible here: nothing to refuse";
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("cuda.toml"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("devices"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(FASTUDY_CUDA_KERNELS ? "needs a CUDA device, and rank 0 sees none" : "no CUDA kernels"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(out)) << out;
+
+  const std::string fw = dir.file("fw.toml", head + "framework = [\"sdpa_flash\"]\n");
+  r = run_fastudy("microbench " + fw);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("fw.toml"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("framework"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out)) << out;
 }
 
 TEST(Cli, BadConfigUnderMpiExitsTwoOnceWithoutHanging) {

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "fastudy/version.hpp"  // FASTUDY_TORCH_SDPA, FASTUDY_TORCH_CUDA, FASTUDY_CUDA_KERNELS
 #include "src/core/config.hpp"
 
 using namespace fastudy;
@@ -112,6 +113,21 @@ const BadCase kCases[] = {
      "must be > 0"},
     {"microbench_sweep_unknown_key", "[microbench]\n[[microbench.sweeps]]\nname = \"a\"\nseqlens = [1]\n", 4,
      "microbench.sweeps.seqlens", "did you mean `seq_lens`?"},
+    // The real-kernel keys (README "Real kernels"): what the kernels cannot run, in every build.
+    {"microbench_devices_without_cpu", "[microbench]\ndevices = [\"cuda\"]\n", 2, "microbench.devices",
+     "devices must list \"cpu\""},
+    {"microbench_unknown_device", "[microbench]\ndevices = [\"cpu\", \"gpu\"]\n", 2, "microbench.devices",
+     "allowed: cpu, cuda"},
+    {"microbench_unknown_framework", "[microbench]\nframework = [\"sdpa_flsh\"]\n", 2, "microbench.framework",
+     "did you mean `sdpa_flash`?"},
+    {"microbench_cuda_fp64", "[microbench]\nformats = [\"fp64\", \"bf16\"]\ndevices = [\"cpu\", \"cuda\"]\n", 2,
+     "microbench.formats", "the CUDA kernels do not run fp64"},
+    {"microbench_cuda_stochastic", "[microbench]\nformats = [\"bf16\"]\nroundings = [\"stochastic\"]\n"
+     "devices = [\"cpu\", \"cuda\"]\n", 3, "microbench.roundings", "round to nearest only"},
+    {"microbench_framework_fp32", "[microbench]\nformats = [\"fp32\", \"bf16\"]\nframework = [\"sdpa_flash\"]\n", 2,
+     "microbench.formats", "framework kernels run at fp16 and bf16"},
+    {"microbench_sweep_inherits_cuda", "[microbench]\ndevices = [\"cpu\", \"cuda\"]\n[[microbench.sweeps]]\n"
+     "name = \"low\"\nformats = [\"fp8_e4m3\"]\n", 5, "microbench.sweeps.formats", "'low': devices lists \"cuda\""},
     {"microbench_duplicate_sweep", "[[microbench.sweeps]]\nname = \"a\"\n[[microbench.sweeps]]\nname = \"a\"\n", 4,
      "microbench.sweeps.name", "used twice"},
     {"reduce_unknown_metric", "[reduce]\nmetrics = [\"w1\", \"wasserstein\"]\n", 2, "reduce.metrics",
@@ -169,5 +185,67 @@ TEST(BadConfigFile, MissingFileIsAConfigError) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/grid.toml"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("cannot open"), std::string::npos);
+  }
+}
+
+// What this build cannot run is refused at load (exit 2), naming the key; what it can run loads, and a
+// grid without the keys keeps its hash.
+TEST(RealKernelKeys, RefusedAtLoadWhereTheBuildLacksThem) {
+  const std::string fw = "[microbench]\nformats = [\"fp16\", \"bf16\"]\nframework = [\"sdpa_flash\", \"sdpa_math\"]\n";
+  if (!FASTUDY_TORCH_SDPA || !FASTUDY_TORCH_CUDA) {
+    try {
+      parse_study(fw, "bad.toml");
+      FAIL() << "framework kernels loaded in a build without a CUDA LibTorch with SDPA";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.key(), "microbench.framework") << e.what();
+      EXPECT_EQ(e.line(), 3) << e.what();
+      EXPECT_NE(std::string(e.what()).find(FASTUDY_TORCH_SDPA ? "has no CUDA" : "LibTorch >= 2.3"), std::string::npos)
+          << e.what();
+    }
+  } else {
+    const Study st = parse_study(fw, "ok.toml");
+    EXPECT_EQ(st.microbench.sweeps.at(0).framework, (std::vector<std::string>{"sdpa_flash", "sdpa_math"}));
+  }
+  const std::string cuda = "[microbench]\nformats = [\"bf16\"]\ndevices = [\"cpu\", \"cuda\"]\n";
+  if (!FASTUDY_CUDA_KERNELS) {
+    try {
+      parse_study(cuda, "bad.toml");
+      FAIL() << "devices = cuda loaded in a build without the CUDA kernels";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.key(), "microbench.devices") << e.what();
+      EXPECT_NE(std::string(e.what()).find("no CUDA kernels"), std::string::npos) << e.what();
+    }
+  } else {
+    const Study with = parse_study(cuda, "ok.toml");
+    EXPECT_EQ(with.microbench.sweeps.at(0).devices, (std::vector<std::string>{"cpu", "cuda"}));
+    const Study plain = parse_study("[microbench]\nformats = [\"bf16\"]\n", "ok.toml");
+    const Study cpu = parse_study("[microbench]\nformats = [\"bf16\"]\ndevices = [\"cpu\"]\n", "ok.toml");
+    EXPECT_EQ(plain.hash, cpu.hash);  // the default, spelled out: the same grid
+    EXPECT_NE(plain.hash, with.hash);
+    const Study again = parse_study(with.resolved_toml, "study.toml");  // the resolved TOML keeps the key
+    EXPECT_EQ(again.hash, with.hash);
+    EXPECT_EQ(again.microbench.sweeps.at(0).devices, (std::vector<std::string>{"cpu", "cuda"}));
+  }
+}
+
+// configs/gpu-microbench.toml (what scripts/gpu-check.sh runs): the comparison of README "Real kernels",
+// loadable where the build has the CUDA kernels and a CUDA LibTorch with SDPA, refused at load otherwise.
+TEST(RealKernelKeys, GpuMicrobenchConfig) {
+  const std::string path = std::string(FASTUDY_CONFIGS) + "/gpu-microbench.toml";
+  if (FASTUDY_CUDA_KERNELS && FASTUDY_TORCH_SDPA && FASTUDY_TORCH_CUDA) {
+    const Study st = load_study(path);
+    ASSERT_EQ(st.microbench.sweeps.size(), 1u);
+    const MicrobenchSweep& sw = st.microbench.sweeps[0];
+    EXPECT_EQ(sw.formats, (std::vector<Format>{Format::fp16, Format::bf16}));
+    EXPECT_EQ(sw.head_dims, (std::vector<int>{64, 128}));
+    EXPECT_EQ(sw.devices, (std::vector<std::string>{"cpu", "cuda"}));
+    EXPECT_EQ(sw.framework.size(), 4u);
+    return;
+  }
+  try {
+    load_study(path);
+    FAIL() << path << " loaded in a build without the CUDA kernels and a CUDA LibTorch with SDPA";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), FASTUDY_CUDA_KERNELS ? "microbench.framework" : "microbench.devices") << e.what();
   }
 }

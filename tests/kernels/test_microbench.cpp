@@ -344,5 +344,68 @@ TEST(Microbench, RoundingModeAndSeed) {
   EXPECT_EQ(run_microbench_point(own, zero)[0].rounding, Rounding::zero);
 }
 
+// FlashAttention's rule in both directions: the real kernel's error within [1/2, 2] of the reading's.
+TEST(Microbench, Within2xIsFlashAttentionsRuleBothWays) {
+  EXPECT_EQ(within_2x(1.5e-3, 1e-3), Within2x::within);          // real 1.5x the reading
+  EXPECT_EQ(within_2x(2e-3, 1e-3), Within2x::within);            // exactly 2x: FA's <=
+  EXPECT_EQ(within_2x(3e-3, 1e-3), Within2x::real_larger);       // real 3x the reading
+  EXPECT_EQ(within_2x(1e-3, 3e-3), Within2x::reading_larger);    // the reading overstates 3x
+  EXPECT_EQ(within_2x(0.6e-3, 1e-3), Within2x::within);
+  EXPECT_EQ(within_2x(0.0, 0.0), Within2x::within);              // both exact
+  EXPECT_EQ(within_2x(1e-9, 0.0), Within2x::real_larger);
+  EXPECT_EQ(within_2x(0.0, 1e-9), Within2x::reading_larger);
+  EXPECT_STREQ(to_string(Within2x::within), "within 2x");
+  EXPECT_STREQ(to_string(Within2x::real_larger), "real > 2x reading");
+}
+
+TEST(Microbench, CpuCheckIsBitIdentityWherePromisedElseTheBound) {
+  MicrobenchRow row;
+  row.point.pass = "forward";
+  const std::vector<double> cpu{1.0, -2.0, 0.5};
+  std::vector<double> same = cpu, near = cpu;
+  near[1] += 1e-6;
+  set_cpu_check(row, same, cpu, true, 0.0);
+  EXPECT_EQ(row.check, "bit-identical");
+  EXPECT_EQ(row.vs_cpu, 0.0);
+  set_cpu_check(row, near, cpu, true, 1.0);
+  EXPECT_EQ(row.check, "DIFFERS");  // promised: any difference fails, whatever the bound
+  EXPECT_EQ(row.check_bound, 0.0);
+  set_cpu_check(row, near, cpu, false, 2e-6);
+  EXPECT_EQ(row.check, "within bound");
+  EXPECT_NEAR(row.vs_cpu, 1e-6, 1e-15);  // max |d| on a forward point
+  EXPECT_EQ(row.check_bound, 2e-6);
+  set_cpu_check(row, near, cpu, false, 0.5e-6);
+  EXPECT_EQ(row.check, "EXCEEDS BOUND");
+  row.point.pass = "backward";  // vs_cpu is rel_l2 on a backward point
+  set_cpu_check(row, near, cpu, false, 1.0);
+  EXPECT_NEAR(row.vs_cpu, 1e-6 / std::sqrt(1.0 + 4.0 + 0.25), 1e-15);
+}
+
+// run_microbench_point's `keep` holds what its rows were computed from: the golden value and the CPU
+// kernels' outputs, so another algorithm on the same inputs is compared with the same numbers.
+TEST(Microbench, KeptRunReproducesTheRows) {
+  for (const char* pass : {"forward", "backward"}) {
+    MicrobenchPoint p = small_point();
+    p.pass = pass;
+    p.format = Format::bf16;
+    MicrobenchRun run;
+    const auto rows = run_microbench_point(p, std::nullopt, 1, nullptr, &run);
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_EQ(rows[0].check, "-");
+    EXPECT_TRUE(run.float_buffers);
+    const std::size_t n = run.q.size();
+    EXPECT_EQ(run.golden.size(), std::string(pass) == "forward" ? n : 3 * n);
+    EXPECT_EQ(run.flash.o.size(), n);
+    EXPECT_EQ(run.flash.lse.size(), n / 16);
+    const MicrobenchRow again = microbench_row(run, "flash", run.flash.values, run.golden, run.flash.stats);
+    EXPECT_EQ(again.max_abs, rows[0].max_abs) << pass;
+    EXPECT_EQ(again.max_ulp, rows[0].max_ulp) << pass;
+    EXPECT_EQ(again.tiles_kv, rows[0].tiles_kv) << pass;
+    // The inputs are the point's, rounded to bf16.
+    EXPECT_EQ(run.q, prepare_microbench_point(p, std::nullopt, 1, nullptr).q);
+    for (double x : run.q) EXPECT_EQ(round_to(Format::bf16, x), x);
+  }
+}
+
 }  // namespace
 }  // namespace fastudy

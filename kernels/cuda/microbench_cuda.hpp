@@ -1,0 +1,35 @@
+// Our CUDA attention kernels as algorithms of the microbenchmark (kernels/microbench.hpp): on the
+// inputs of a point whose CPU kernels ran, "cuda_flash" and "cuda_baseline" rows against the fp64
+// golden value, each checked against our CPU kernel of the same kind (MicrobenchRow's check columns).
+// Torch-free; host code compiled against the CUDA runtime headers (fastudy_kernels_cuda).
+//
+// What is promised (kernels/cuda/tile_reference.hpp, tests/gpu): the device kernels equal their host
+// twin bit for bit (O, dQ, dK, dV; lse only within an ulp, logf), and the host twin equals the CPU
+// kernels bit for bit when those ran on float buffers with an FMA instruction set (attention_isa_name()
+// not "generic"). So where both hold the check is bit identity; elsewhere the CUDA result must lie
+// within twice the check harness's bound (kernels/check.hpp: both results are within the bound of the
+// golden value, so their difference is within twice it): max |d| <= 2 forward_bound on forward points,
+// rel_l2 <= 2 backward_bound on backward points.
+//
+// Backward points run the device's backward from the CPU forward's O and lse (the device lse may
+// differ from the host's in the last bit), so the comparison is of the backward kernels alone.
+#pragma once
+
+#include <vector>
+
+#include "kernels/microbench.hpp"
+
+namespace fastudy::cuda {
+
+// Whether bit identity with the CPU kernels is promised for this run (see above).
+bool cpu_bit_identity_promised(const MicrobenchRun& run);
+
+// The two rows (cuda_flash, cuda_baseline) of a run filled by run_microbench_point(..., keep). The
+// policy must be one the CUDA kernels run (a pure, eager or mixed reading of fp32, fp16 or bf16,
+// rounding to nearest): UsageError otherwise. Runs on the current CUDA device (set_device).
+std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run);
+
+// Makes CUDA device `index` current for this thread (cudaSetDevice; CudaError when it fails).
+void set_device(int index);
+
+}  // namespace fastudy::cuda

@@ -16,8 +16,7 @@ namespace fastudy {
 namespace {
 
 SdpaBackend backend_of(const std::string& name) {
-  for (SdpaBackend b : {SdpaBackend::flash, SdpaBackend::efficient, SdpaBackend::cudnn, SdpaBackend::math})
-    if (name == to_string(b)) return b;
+  if (const std::optional<SdpaBackend> b = parse_sdpa_backend(name)) return *b;
   throw UsageError("unknown framework kernel '" + name + "'",
                    "use sdpa_flash, sdpa_efficient, sdpa_cudnn or sdpa_math");
 }

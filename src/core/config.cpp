@@ -307,14 +307,13 @@ struct GridAxis {
 const GridAxis kGridAxes[] = {
     {"attention", R"(["baseline", "flash"])", AxisType::word, AxisRole::optimisation, "baseline", false, "", [](const auto&) { return kAttentionKinds; }, 0, false,
      [](const std::string& x) {
-       return std::find(kSdpaKinds.begin(), kSdpaKinds.end(), x) == kSdpaKinds.end()
+       return !parse_sdpa_backend(x)
                   ? std::string()
                   : x + " is LibTorch's scaled_dot_product_attention, which needs LibTorch >= 2.3; this build links LibTorch " +
                         FASTUDY_TORCH_VERSION + " (build against a newer LibTorch: README \"GPU\")";
      },
      [](Variant& v, const std::string& x) {
-       const auto sdpa = std::find(kSdpaKinds.begin(), kSdpaKinds.end(), x);
-       v.sdpa = sdpa == kSdpaKinds.end() ? SdpaBackend::none : static_cast<SdpaBackend>(1 + (sdpa - kSdpaKinds.begin()));
+       v.sdpa = parse_sdpa_backend(x).value_or(SdpaBackend::none);
        if (v.sdpa == SdpaBackend::none) v.attention = *parse_attention_kind(x);
      }},
     {"arithmetic", R"(["emulated", "native"])", AxisType::word, AxisRole::optimisation, "emulated", false, "", [](const auto&) { return kArithmetics; }, 0, false, nullptr,
@@ -667,8 +666,11 @@ const std::vector<std::string>& known_axes() {
 const char* to_string(SdpaBackend b) {
   return b == SdpaBackend::none ? "" : kSdpaKinds[static_cast<std::size_t>(b) - 1].c_str();
 }
-bool have_sdpa() { return FASTUDY_TORCH_SDPA != 0; }
-const char* torch_version() { return FASTUDY_TORCH_VERSION; }
+std::optional<SdpaBackend> parse_sdpa_backend(std::string_view name) {
+  const auto it = std::find(kSdpaKinds.begin(), kSdpaKinds.end(), name);
+  if (it == kSdpaKinds.end()) return std::nullopt;
+  return static_cast<SdpaBackend>(1 + (it - kSdpaKinds.begin()));
+}
 const char* to_string(Device d) { return kDevices[static_cast<std::size_t>(d)].c_str(); }
 std::optional<Device> parse_device(std::string_view name) {
   for (std::size_t i = 0; i < kDevices.size(); ++i)

@@ -200,9 +200,8 @@ struct ReduceConfig {
 enum class SdpaBackend { none, flash, efficient, cudnn, math };
 // "sdpa_flash", ... ("" for none).
 const char* to_string(SdpaBackend b);
-// Whether this build's LibTorch has the SDPA kinds, and which LibTorch it is ("1.13.0").
-bool have_sdpa();
-const char* torch_version();
+// The SDPA kind named (never none); nullopt for any other name.
+std::optional<SdpaBackend> parse_sdpa_backend(std::string_view name);
 
 // One point of the grid: the axis values and the fully resolved configuration it trains with.
 struct Variant {

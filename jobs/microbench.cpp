@@ -157,6 +157,16 @@ std::vector<SweepPoint> expand_points(const Study& st) {
       captured_shape.heads = st.model.heads;
     }
     const MicrobenchSweep& sw = sw0.distribution == "captured" ? captured_shape : sw0;
+    // What every point of the sweep draws its inputs from.
+    auto set_inputs = [&sw](MicrobenchPoint& p) {
+      p.batch = sw.batch;
+      p.heads = sw.heads;
+      p.distribution = sw.distribution;
+      p.outlier_fraction = sw.outlier_fraction;
+      p.outlier_scale = sw.outlier_scale;
+      p.sink_logit = sw.sink_logit;
+      p.seed = sw.seed;
+    };
     std::vector<std::optional<Rounding>> roundings(sw.roundings.begin(), sw.roundings.end());
     if (roundings.empty()) roundings.push_back(std::nullopt);  // each policy's own
     for (const auto& pass : sw.passes)
@@ -183,13 +193,7 @@ std::vector<SweepPoint> expand_points(const Study& st) {
                         p.loop_order = order;
                         p.causal = causal;
                         p.trial = trial;
-                        p.batch = sw.batch;
-                        p.heads = sw.heads;
-                        p.distribution = sw.distribution;
-                        p.outlier_fraction = sw.outlier_fraction;
-                        p.outlier_scale = sw.outlier_scale;
-                        p.sink_logit = sw.sink_logit;
-                        p.seed = sw.seed;
+                        set_inputs(p);
                         pts.push_back({sw.name, p, &sw0, lists(sw.devices, "cuda"), {}});
                       }
     // The framework's kernels: one point per input (pass, format, shape, causal, trial), policy
@@ -211,13 +215,7 @@ std::vector<SweepPoint> expand_points(const Study& st) {
                   p.tile_rule = "native";
                   p.causal = causal;
                   p.trial = trial;
-                  p.batch = sw.batch;
-                  p.heads = sw.heads;
-                  p.distribution = sw.distribution;
-                  p.outlier_fraction = sw.outlier_fraction;
-                  p.outlier_scale = sw.outlier_scale;
-                  p.sink_logit = sw.sink_logit;
-                  p.seed = sw.seed;
+                  set_inputs(p);
                   pts.push_back({sw.name, p, &sw0, false, sw.framework});
                 }
   }

@@ -42,6 +42,7 @@
 #endif
 #include "src/io/checkpoint.hpp"
 #include "src/io/h5.hpp"
+#include "src/runtime/gpu.hpp"
 #include "src/runtime/mpi.hpp"
 #include "src/train/trainer.hpp"
 
@@ -624,8 +625,8 @@ std::string real_kernel_tables_of(const std::vector<Record>& rows, std::size_t& 
 // Every sweep that runs CUDA work: our kernels (devices lists "cuda") or the framework's. Checked on
 // every rank before any work: each must see a device, and the device must hold the flash tiles of
 // every CUDA point (else UsageError, exit 2, on every rank, naming the grid file, the key and the
-// reason). Returns the device of this rank, its node-local rank modulo the devices it sees, made
-// current for our kernels; -1 when no sweep needs one.
+// reason). Returns the device of this rank (select_gpu: the trainer's rule), made current; -1 when
+// no sweep needs one.
 int cuda_preflight(const Study& st, const std::vector<SweepPoint>& points, mpi::Comm& world) {
   const MicrobenchSweep* ours = nullptr;
   const MicrobenchSweep* framework = nullptr;
@@ -660,10 +661,9 @@ int cuda_preflight(const Study& st, const std::vector<SweepPoint>& points, mpi::
                      "run on a machine with an NVIDIA GPU (nvidia-smi, CUDA_VISIBLE_DEVICES), or remove the key "
                      "(configs/microbench.toml runs on the CPU)");
   }
-  const int device = world.split_shared().rank() % count;
+  const int device = select_gpu(world);  // the trainer's rule: node-local rank modulo the devices, made current
 #if FASTUDY_HAVE_CUDA_KERNELS
   if (ours) {
-    cuda::set_device(device);
     std::string sweep, why_tiles, hint;
     std::set<std::tuple<int, int, int>> seen;
     for (const auto& sp : points) {

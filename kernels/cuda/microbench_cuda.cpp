@@ -32,8 +32,6 @@ bool cpu_bit_identity_promised(const MicrobenchRun& run) {
   return run.float_buffers && attention_isa_name() != "generic";
 }
 
-void set_device(int index) { FASTUDY_CUDA_CHECK(cudaSetDevice(index)); }
-
 std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run) {
   cuda_tile::tile_storage_format(run.policy);  // UsageError naming the policy when the kernels lack it
   if (run.flash.values.empty() || run.baseline.values.empty())

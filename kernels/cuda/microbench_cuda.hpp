@@ -26,10 +26,7 @@ bool cpu_bit_identity_promised(const MicrobenchRun& run);
 
 // The two rows (cuda_flash, cuda_baseline) of a run filled by run_microbench_point(..., keep). The
 // policy must be one the CUDA kernels run (a pure, eager or mixed reading of fp32, fp16 or bf16,
-// rounding to nearest): UsageError otherwise. Runs on the current CUDA device (set_device).
+// rounding to nearest): UsageError otherwise. Runs on the current CUDA device.
 std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run);
-
-// Makes CUDA device `index` current for this thread (cudaSetDevice; CudaError when it fails).
-void set_device(int index);
 
 }  // namespace fastudy::cuda

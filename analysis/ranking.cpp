@@ -1,6 +1,8 @@
 // The ranking of deviation sources and the verdict: the implementation of analysis/ranking.hpp.
 #include "analysis/ranking.hpp"
 
+#include "base/hash.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,20 +16,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 using Pair = std::pair<std::size_t, std::size_t>;
-
-// SplitMix64: a tiny fixed generator, so the bootstrap gives the same interval on every platform.
-struct SplitMix64 {
-  std::uint64_t state;
-  std::uint64_t next() {
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  std::size_t below(std::size_t n) {  // uniform in [0, n)
-    return static_cast<std::size_t>((static_cast<unsigned __int128>(next()) * n) >> 64);
-  }
-};
 
 double mean_of(const std::vector<double>& x) {
   if (x.empty()) return kNaN;
@@ -261,7 +249,7 @@ std::vector<Group> Ranker::per_condition_groups(std::size_t x) const {
 void Ranker::bootstrap(const std::vector<double>& a, const std::vector<double>& b, double& lo, double& hi) {
   lo = hi = kNaN;
   if (a.empty() || b.empty() || opt_.bootstrap_resamples <= 0) return;
-  SplitMix64 rng{opt_.seed ^ (0x9e3779b97f4a7c15ull * ++stream_)};
+  SplitMix64 rng{opt_.seed ^ (kSplitMix64Gamma * ++stream_)};  // base/hash.hpp: the same bootstrap on every platform
   std::vector<double> ratios;
   ratios.reserve(static_cast<std::size_t>(opt_.bootstrap_resamples));
   for (int r = 0; r < opt_.bootstrap_resamples; ++r) {

@@ -9,26 +9,11 @@
 #include <string_view>
 
 #include "base/error.hpp"
+#include "base/hash.hpp"
 #include "kernels/check.hpp"
 
 namespace fastudy {
 namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-std::uint64_t fnv1a(std::string_view s) {
-  std::uint64_t h = 0xCBF29CE484222325ull;
-  for (char c : s) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001B3ull;
-  }
-  return h;
-}
 
 // A uniform double in [0, 1) from the top 53 bits.
 double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
@@ -123,7 +108,7 @@ std::uint64_t microbench_seed(const MicrobenchPoint& point) {
   h = splitmix64(h ^ static_cast<std::uint64_t>(point.trial));
   h = splitmix64(h ^ static_cast<std::uint64_t>(point.seq_len));
   h = splitmix64(h ^ static_cast<std::uint64_t>(point.head_dim));
-  return splitmix64(h ^ fnv1a(point.distribution));
+  return splitmix64(h ^ fnv1a64(point.distribution));
 }
 
 void generate_values(std::mt19937_64& rng, const std::string& distribution, double outlier_fraction,

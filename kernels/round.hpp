@@ -16,13 +16,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/hash.hpp"
+#include "base/host_device.hpp"
 #include "kernels/format.hpp"
 
-#if defined(__CUDACC__)
-#define FASTUDY_HD __host__ __device__
-#else
-#define FASTUDY_HD
-#endif
 
 namespace fastudy {
 
@@ -203,10 +200,7 @@ FASTUDY_HD inline std::uint32_t random_bits32(std::uint32_t key, std::uint32_t c
 // The key of a head's stream: a 64-bit mix (splitmix64's finaliser) of the seed and the global head
 // index, folded to 32 bits.
 FASTUDY_HD inline std::uint32_t random_stream_key(std::uint64_t seed, std::uint64_t head) {
-  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (head + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
+  const std::uint64_t z = splitmix64_mix(seed + kSplitMix64Gamma * (head + 1));
   return static_cast<std::uint32_t>(z ^ (z >> 32));
 }
 

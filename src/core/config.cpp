@@ -15,6 +15,7 @@
 
 #include <toml++/toml.h>
 
+#include "base/hash.hpp"
 #include "base/number.hpp"
 #include "fastudy/version.hpp"  // FASTUDY_TORCH_SDPA, FASTUDY_TORCH_CUDA, FASTUDY_TORCH_VERSION, FASTUDY_CUDA_KERNELS
 #include "kernels/cuda/tile_dispatch.hpp"  // what the CUDA kernels run (host code, in every build)
@@ -737,11 +738,7 @@ const std::vector<std::string>& known_phases() {
 }
 
 std::string content_hash(const std::string& text) {
-  std::uint64_t h = 14695981039346656037ULL;  // FNV-1a 64-bit offset basis
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;  // FNV prime
-  }
+  const std::uint64_t h = fnv1a64(text);
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;

@@ -21,6 +21,7 @@
 
 #include "base/atomic_file.hpp"
 #include "base/checksum.hpp"
+#include "base/hash.hpp"
 #include "base/log.hpp"
 #include "src/io/h5.hpp"
 
@@ -82,11 +83,6 @@ struct Item {
   std::string section;  // "" for a root dataset
   const NamedArray* array;
 };
-
-std::uint64_t fnv1a(const std::string& s, std::uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 // Everything the collective metadata calls depend on: must be equal on every rank of the group.
 std::string structure_of(const TrainState& s, const std::vector<Item>& items) {
@@ -220,7 +216,7 @@ void agree_on_state(const mpi::Comm& group, const std::string& path, const Train
   } catch (const UsageError& e) {
     invalid = e.what();
   }
-  const std::int64_t digest = static_cast<std::int64_t>(fnv1a(structure_of(s, items)) >> 1);
+  const std::int64_t digest = static_cast<std::int64_t>(fnv1a64(structure_of(s, items)) >> 1);
   std::int64_t agree[3] = {invalid.empty() ? 0 : 1, digest, -digest};
   group.allreduce_max(agree, 3);
   if (agree[0] != 0) {

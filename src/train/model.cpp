@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "base/error.hpp"
+#include "base/hash.hpp"
 #include "src/train/fixed_order.hpp"
 #include "src/train/rng.hpp"
 #include "src/train/sdpa.hpp"
@@ -226,7 +227,7 @@ void attention_backward_typed(const AttentionShape& shape, const AttentionParams
 // the layer index; forward and backward of a layer share it, the kernels split them).
 AttentionParams layer_params(const AttentionParams& step_params, std::int64_t layer) {
   AttentionParams p = step_params;
-  p.rounding_seed ^= 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(layer + 1);
+  p.rounding_seed ^= kSplitMix64Gamma * static_cast<std::uint64_t>(layer + 1);
   return p;
 }
 

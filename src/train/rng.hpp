@@ -12,30 +12,15 @@
 #include <cstdint>
 #include <string_view>
 
+#include "base/hash.hpp"
+
 namespace fastudy::train {
-
-inline std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// 64-bit FNV-1a: a stable key for a name.
-inline std::uint64_t fnv1a64(std::string_view s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 class Rng {
  public:
   Rng(std::uint64_t seed, std::uint64_t stream) {
-    std::uint64_t sm = seed ^ (0xD1B54A32D192ED03ull * (stream + 1));
-    for (auto& w : s_) w = splitmix64(sm);
+    SplitMix64 sm{seed ^ (0xD1B54A32D192ED03ull * (stream + 1))};
+    for (auto& w : s_) w = sm.next();
   }
 
   std::uint64_t next() {

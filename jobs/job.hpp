@@ -76,6 +76,9 @@ struct JobInfo {
 
 // The program's table (registry.cpp in fastudy-main, registry_lite.cpp in fastudy-lite) and lookup.
 const std::vector<JobInfo>& job_registry();
+// Registers the tensor-file readers that need this program's libraries (fastudy-main: torch.save
+// through LibTorch, src/train/torch_file.hpp; fastudy-lite: none). main() calls it first.
+void register_program_readers();
 const JobInfo* find_job(const std::string& name);
 // reduce, report, status and slurm: the jobs without the trainer (registry_common.cpp).
 std::vector<JobInfo> trainer_free_jobs();

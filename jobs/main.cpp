@@ -204,6 +204,7 @@ int main(int argc, char** argv) {
     return exec_beside_or_fail("fastudy-main", argv, environ);
   }
 #endif
+  register_program_readers();
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     print_global_help(argc < 2 ? std::cerr : std::cout);
     return argc < 2 ? kExitUsage : kExitOk;

@@ -1,8 +1,11 @@
 // The one table of jobs of fastudy-main: name, summary, usage, entry point and options. main()
 // dispatches through it. The jobs that never train come from registry_common.cpp.
 #include "jobs/job.hpp"
+#include "src/train/torch_file.hpp"
 
 namespace fastudy {
+
+void register_program_readers() { train::register_torch_save_reader(); }
 
 const std::vector<JobInfo>& job_registry() {
   static const std::vector<JobInfo> jobs = [] {

@@ -4,6 +4,8 @@
 
 namespace fastudy {
 
+void register_program_readers() {}  // torch.save files need LibTorch: fastudy-main
+
 const std::vector<JobInfo>& job_registry() {
   static const std::vector<JobInfo> jobs = trainer_free_jobs();
   return jobs;

@@ -1,5 +1,6 @@
 // Number format names, properties and the runtime-dispatched rounding (a switch over the inline
 // templates of kernels/round.hpp). Kernels that round in hot loops use round_to_format<F> directly.
+#include <cmath>
 #include <cstring>
 
 #include "kernels/format.hpp"
@@ -157,6 +158,49 @@ std::string rounding_names() {
   for (Rounding r : kAllRoundings) names += (names.empty() ? "" : ", ") + std::string(to_string(r));
   return names;
 }
+
+namespace {
+std::uint32_t bits_of(float x) {
+  std::uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+float float_of(std::uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+}  // namespace
+
+// binary16: sign 1, exponent 5 (bias 15), fraction 10. Subnormals are fraction * 2^-24; exponent 31 is
+// inf (fraction 0) or NaN (the fraction's top bit is the quiet bit, as in binary32; a signalling NaN
+// is returned quiet, as the hardware conversion does).
+float from_fp16_bits(std::uint16_t bits) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+  const std::uint32_t exponent = (bits >> 10) & 0x1fu, fraction = bits & 0x3ffu;
+  if (exponent == 0) {
+    const float magnitude = std::ldexp(static_cast<float>(fraction), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 0x1f)  // a NaN comes out quiet, as F16C's vcvtph2ps makes it
+    return float_of(sign | 0x7f800000u | (fraction << 13) | (fraction != 0 ? 0x00400000u : 0u));
+  return float_of(sign | ((exponent - 15 + 127) << 23) | (fraction << 13));
+}
+
+std::uint16_t to_fp16_bits(float value_in_fp16) {
+  const std::uint32_t b = bits_of(value_in_fp16);
+  const auto sign = static_cast<std::uint16_t>((b >> 16) & 0x8000u);
+  if (std::isnan(value_in_fp16)) return static_cast<std::uint16_t>(sign | 0x7e00u | ((b >> 13) & 0x1ffu));
+  if (std::isinf(value_in_fp16)) return static_cast<std::uint16_t>(sign | 0x7c00u);
+  const float magnitude = std::fabs(value_in_fp16);
+  if (magnitude < 0x1.0p-14f) return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(magnitude * 0x1.0p24f));
+  const std::uint32_t exponent = ((b >> 23) & 0xffu) - 127 + 15;
+  return static_cast<std::uint16_t>(sign | (exponent << 10) | ((b >> 13) & 0x3ffu));
+}
+
+// bfloat16 is the top half of binary32.
+float from_bf16_bits(std::uint16_t bits) { return float_of(static_cast<std::uint32_t>(bits) << 16); }
+std::uint16_t to_bf16_bits(float value_in_bf16) { return static_cast<std::uint16_t>(bits_of(value_in_bf16) >> 16); }
 
 float round_to(Format f, float x, Rounding r, std::uint32_t random) { return round_any_mode(f, x, r, random); }
 double round_to(Format f, double x, Rounding r, std::uint32_t random) { return round_any_mode(f, x, r, random); }

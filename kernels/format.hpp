@@ -38,6 +38,14 @@ double round_to(Format f, double x);
 void round_inplace(Format f, float* x, std::size_t n);
 void round_inplace(Format f, double* x, std::size_t n);
 
+// Stored 16-bit patterns (IEEE binary16, bfloat16: what files and frameworks hold) and their values,
+// exactly: every fp16 and bf16 value is a float. to_*_bits takes a value already in the format
+// (round_to first); its bits are the pattern with the same sign, exponent and fraction.
+float from_fp16_bits(std::uint16_t bits);
+float from_bf16_bits(std::uint16_t bits);
+std::uint16_t to_fp16_bits(float value_in_fp16);
+std::uint16_t to_bf16_bits(float value_in_bf16);
+
 // How a value is rounded into a narrower format.
 //   nearest     round to nearest, ties to even (IEEE default; what hardware conversions do).
 //   zero        truncation toward zero: drop the low bits. Every rounding shrinks |x|, so errors are

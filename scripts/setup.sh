@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install fastudy's dependencies from Debian's packages and build it (Release, CPU; CUDA parts too
 # when nvcc is found). Usage: scripts/setup.sh [BUILD_DIR]   (default: build)
-# Safe to run again: apt skips what is installed and the build is incremental.
+# FASTUDY_EXTRA_PACKAGES (space-separated) adds Debian packages to the same install (scripts/test.sh
+# uses it for what only the tests need). Safe to run again: apt skips what is installed and the build
+# is incremental.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build}
@@ -11,11 +13,13 @@ packages=(
   libtorch-dev libopenblas0-openmp            # LibTorch; OpenBLAS instead of the reference BLAS (~10x faster)
   libopenmpi-dev openmpi-bin                  # MPI
   libhdf5-openmpi-dev hdf5-tools zlib1g-dev   # parallel HDF5 (+ h5dump), zlib for checksums
-  libboost-program-options-dev libtomlplusplus-dev
+  libboost-program-options-dev libtomlplusplus-dev nlohmann-json3-dev   # CLI, grid.toml, safetensors headers
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-matplotlib python3-h5py python3-scipy python3-numpy   # plots, report, scipy cross-checks
 )
 
+# shellcheck disable=SC2206  # word splitting of the package list is intended
+packages+=(${FASTUDY_EXTRA_PACKAGES:-})
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

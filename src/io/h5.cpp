@@ -316,7 +316,34 @@ DType Dataset::dtype() const {
                 __FILE__, __LINE__);
 }
 
-void Dataset::transfer(void* buf, std::int64_t row0, std::int64_t rows, hid_t xfer, bool write) const {
+StoredType Dataset::stored_type() const {
+  Handle type(FASTUDY_H5(where_, H5Dget_type, id()), close_type);
+  StoredType t;
+  t.bytes = type_size(type.id(), where_);
+  const H5T_class_t cls = type_class(type.id(), where_);
+  if (cls == H5T_INTEGER) t.cls = StoredType::Class::integer;
+  if (cls == H5T_FLOAT) {
+    t.cls = StoredType::Class::floating;
+    std::size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+    FASTUDY_H5(where_, H5Tget_fields, type.id(), &spos, &epos, &esize, &mpos, &msize);
+    t.exponent_bits = static_cast<int>(esize);
+    t.mantissa_bits = static_cast<int>(msize);
+  }
+  return t;
+}
+
+void Dataset::read_all_converted(double* buf) const {
+  auto s = shape();
+  transfer(buf, 0, s.empty() ? 1 : s[0], H5P_DEFAULT, false, H5T_NATIVE_DOUBLE);
+}
+
+void Dataset::read_all_converted(float* buf) const {
+  auto s = shape();
+  transfer(buf, 0, s.empty() ? 1 : s[0], H5P_DEFAULT, false, H5T_NATIVE_FLOAT);
+}
+
+void Dataset::transfer(void* buf, std::int64_t row0, std::int64_t rows, hid_t xfer, bool write,
+                       hid_t converted_to) const {
   Handle file_space = space_of_dataset(id(), where_);
   std::vector<hsize_t> dims = dims_of(file_space.id(), where_);
   const std::int64_t total_rows = dims.empty() ? 1 : static_cast<std::int64_t>(dims[0]);
@@ -339,7 +366,7 @@ void Dataset::transfer(void* buf, std::int64_t row0, std::int64_t rows, hid_t xf
     FASTUDY_H5(where_, H5Sselect_hyperslab, file_space.id(), H5S_SELECT_SET, start.data(), nullptr,
                count.data(), nullptr);
   }
-  const hid_t mem_type = memory_type(dtype());
+  const hid_t mem_type = converted_to >= 0 ? converted_to : memory_type(dtype());
   if (write) {
     FASTUDY_H5(where_, H5Dwrite, id(), mem_type, mem_space.id(), file_space.id(), xfer, buf);
   } else {
@@ -397,6 +424,17 @@ std::vector<std::string> Group::children() const {
   std::vector<std::string> names;
   FASTUDY_H5(where_, H5Literate, id(), index, H5_ITER_INC, nullptr, collect_link_name, &names);
   return names;
+}
+
+Group::Kind Group::child_kind(const std::string& name) const {
+  Where w{where_.file, child_path(name)};
+  if (FASTUDY_H5(w, H5Oexists_by_name, id(), name.c_str(), H5P_DEFAULT) <= 0) return Kind::other;
+  const hid_t object = FASTUDY_H5(w, H5Oopen, id(), name.c_str(), H5P_DEFAULT);
+  const H5I_type_t type = H5Iget_type(object);
+  FASTUDY_H5(w, H5Oclose, object);
+  if (type == H5I_GROUP) return Kind::group;
+  if (type == H5I_DATASET) return Kind::dataset;
+  return Kind::other;
 }
 
 Dataset Group::create_dataset(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape) {

@@ -114,6 +114,16 @@ class Transfer {
   bool collective_ = false;
 };
 
+// The element type a dataset is stored with, as another program (h5py) may have written it: its class
+// and size, and for floating-point types the exponent and mantissa widths (IEEE half: 5 and 10,
+// bfloat16: 8 and 7, single: 8 and 23, double: 11 and 52).
+struct StoredType {
+  enum class Class : std::uint8_t { floating, integer, other } cls = Class::other;
+  std::size_t bytes = 0;
+  int exponent_bits = 0;
+  int mantissa_bits = 0;
+};
+
 class Dataset : public Attributed {
  public:
   std::vector<std::int64_t> shape() const;  // {} for a scalar dataset
@@ -125,6 +135,11 @@ class Dataset : public Attributed {
   void write_rows(const void* buf, std::int64_t row0, std::int64_t rows, const Transfer& xfer);
   void read_rows(void* buf, std::int64_t row0, std::int64_t rows, const Transfer& xfer) const;
   void read_all(void* buf) const;  // whole dataset, default transfer
+  StoredType stored_type() const;
+  // The whole dataset converted by HDF5 from its stored type (any floating-point or integer layout,
+  // fp16 included) to native double or float (round to nearest), default transfer.
+  void read_all_converted(double* buf) const;
+  void read_all_converted(float* buf) const;
   // Byte offset of the dataset's raw data in the file (H5Dget_offset): a contiguous dataset stores its
   // numel() * element size bytes there, in row-major order, in the file's (little-endian) type. -1
   // when there is no such block (no storage allocated yet, or not contiguous).
@@ -133,7 +148,9 @@ class Dataset : public Attributed {
  private:
   friend class Group;
   using Attributed::Attributed;
-  void transfer(void* buf, std::int64_t row0, std::int64_t rows, hid_t xfer, bool write) const;
+  // converted_to: the memory type to convert to (HDF5's conversion), or -1 for dtype()'s own.
+  void transfer(void* buf, std::int64_t row0, std::int64_t rows, hid_t xfer, bool write,
+                hid_t converted_to = -1) const;
 };
 
 class Group : public Attributed {
@@ -143,6 +160,9 @@ class Group : public Attributed {
   Group open_group(const std::string& name) const;
   bool has(const std::string& name) const;  // a direct child link of that name exists
   std::vector<std::string> children() const;  // creation order when tracked, else name order
+  // What the child link `name` points to (a soft or external link to nothing is `other`).
+  enum class Kind : std::uint8_t { group, dataset, other };
+  Kind child_kind(const std::string& name) const;
   // A contiguous dataset (no fill: every byte is written by the caller).
   Dataset create_dataset(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape);
   Dataset open_dataset(const std::string& name) const;

@@ -149,6 +149,46 @@ TEST(Format, Fp16MatchesF16c) {
   EXPECT_EQ(mismatches, 0u) << "first mismatch at fp32 pattern 0x" << std::hex << first_bad;
 }
 
+__attribute__((target("avx,f16c"))) float f16c_decode(std::uint16_t bits) {
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(static_cast<short>(bits))));
+}
+
+// Every one of the 65,536 binary16 patterns: the value equals the F16C instruction's conversion (NaN
+// payloads included), and encoding it gives the pattern back (NaN: a NaN of the same sign).
+TEST(Format, Fp16BitsDecodeLikeF16cAndRoundTrip) {
+  int decode_mismatches = 0, roundtrip_mismatches = 0;
+  const bool f16c = __builtin_cpu_supports("f16c");
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    const auto bits = static_cast<std::uint16_t>(b);
+    const float x = from_fp16_bits(bits);
+    if (f16c && bits_of(x) != bits_of(f16c_decode(bits))) ++decode_mismatches;
+    const std::uint16_t back = to_fp16_bits(x);
+    const bool nan = (bits & 0x7c00u) == 0x7c00u && (bits & 0x3ffu) != 0;
+    const bool ok = nan ? std::isnan(from_fp16_bits(back)) && (back & 0x8000u) == (bits & 0x8000u) : back == bits;
+    if (!ok) ++roundtrip_mismatches;
+    if (!nan) {
+      EXPECT_EQ(round_to(Format::fp16, x), x) << "pattern " << b << " is not an fp16 value";
+    }
+  }
+  EXPECT_EQ(decode_mismatches, 0);
+  EXPECT_EQ(roundtrip_mismatches, 0);
+  EXPECT_EQ(from_fp16_bits(0x3c00), 1.0f);
+  EXPECT_EQ(from_fp16_bits(0x0001), 0x1.0p-24f);  // the smallest subnormal
+  EXPECT_EQ(from_fp16_bits(0x7bff), 65504.0f);    // the largest finite value
+}
+
+// Every bf16 pattern: the value is the top half of a binary32 and encodes back to the same pattern.
+TEST(Format, Bf16BitsRoundTrip) {
+  int mismatches = 0;
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    const auto bits = static_cast<std::uint16_t>(b);
+    const float x = from_bf16_bits(bits);
+    if (bits_of(x) != b << 16 || to_bf16_bits(x) != bits) ++mismatches;
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(from_bf16_bits(0x3f80), 1.0f);
+}
+
 // c10::BFloat16's round_to_nearest_even (c10/util/BFloat16.h), re-typed: NaN -> 0x7FC0.
 std::uint16_t c10_round_to_nearest_even(float src) {
   if (std::isnan(src)) return UINT16_C(0x7FC0);

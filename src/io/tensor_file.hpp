@@ -1,0 +1,82 @@
+// Tensors in files that other programs wrote: what users' frameworks save (PyTorch, JAX, Hugging
+// Face), read without their code.
+//   safetensors  one file (an 8-byte little-endian header length, a JSON header naming each tensor's
+//                dtype, shape and byte range, then the raw buffers), mapped into memory and read in
+//                place; or a sharded checkpoint's `*.safetensors.index.json` (its `weight_map` names
+//                the shard of every tensor), read as one file.
+//   HDF5         as h5py writes it: every dataset is a tensor, groups are name prefixes ("a/b/c" is
+//                the tensor "a.b.c").
+//   others       readers registered by a higher layer (torch.save files: src/train/torch_file.cpp,
+//                through LibTorch), chosen by the file name's extension.
+// Every header is checked before any tensor is read: a truncated file, a header whose offsets point
+// past the end, overlap or disagree with the dtype and shape, or a shard the index names but that lacks
+// the tensor is a UsageError naming the file and the tensor.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/format.hpp"
+
+namespace fastudy::io {
+
+struct TensorEntry {
+  std::string name;
+  std::optional<Format> format;  // fp64, fp32, fp16 or bf16; nullopt for anything else (integers, fp8, ...)
+  std::string stored_type;       // the file's own word for the element type: "BF16", "F32", "I64", "float16"
+  std::vector<std::int64_t> shape;
+  std::uint64_t elements = 0;    // the product of shape (1 for a scalar)
+  std::string file;              // the file that holds the data (a shard of a sharded checkpoint)
+};
+
+// One file format's reader; a TensorFile holds one.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual const std::vector<TensorEntry>& tensors() const = 0;
+  // Every file the tensors come from (an index and its shards), for provenance.
+  virtual std::vector<std::string> files() const = 0;
+  // The elements of t (one of tensors()) in row-major order, converted: exact into double for every
+  // format; into float exact for fp32/fp16/bf16 and rounded to nearest for fp64.
+  virtual void read(const TensorEntry& t, double* out) const = 0;
+  virtual void read(const TensorEntry& t, float* out) const = 0;
+};
+
+class TensorFile {
+ public:
+  // Opens `path` by its name: *.safetensors, *.safetensors.index.json, *.h5 / *.hdf5, or an extension a
+  // reader was registered for. Throws UsageError naming the file for a missing, unreadable or damaged
+  // file and for an extension no reader knows.
+  static TensorFile open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  const std::vector<TensorEntry>& tensors() const { return source_->tensors(); }
+  const TensorEntry* find(std::string_view name) const;
+  std::vector<std::string> files() const { return source_->files(); }
+  // The sum over tensors of elements x the stored element size (what reading everything touches).
+  std::uint64_t data_bytes() const;
+  // Reads t into out (t.elements values). Throws UsageError naming the file and the tensor when t has
+  // no floating-point format fastudy reads (format is nullopt).
+  void read(const TensorEntry& t, double* out) const;
+  void read(const TensorEntry& t, float* out) const;
+
+ private:
+  TensorFile(std::string path, std::unique_ptr<TensorSource> source) : path_(std::move(path)), source_(std::move(source)) {}
+  std::string path_;
+  std::unique_ptr<TensorSource> source_;
+};
+
+// A reader for files whose name ends with `extension` (".pt"), registered by a layer that can read
+// them (one registration per extension; the last one wins).
+using TensorSourceOpener = std::function<std::unique_ptr<TensorSource>(const std::string& path)>;
+void register_tensor_format(const std::string& extension, TensorSourceOpener opener);
+
+// The bytes of one element of a stored format (fp64 8, fp32 4, fp16 and bf16 2).
+std::size_t stored_element_bytes(Format f);
+
+}  // namespace fastudy::io

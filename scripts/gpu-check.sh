@@ -313,6 +313,7 @@ have_config() {
 }
 from[boost]=packages; have_config 'boost_program_options-*/boost_program_options-config.cmake' && from[boost]=system
 from[tomlplusplus]=packages; have_config tomlplusplus/tomlplusplusConfig.cmake && from[tomlplusplus]=system
+from[nlohmann_json]=packages; have_config nlohmann_json/nlohmann_jsonConfig.cmake && from[nlohmann_json]=system
 from[gtest]=packages; have_config GTest/GTestConfig.cmake && from[gtest]=system
 from[benchmark]=packages; have_config benchmark/benchmarkConfig.cmake && from[benchmark]=system
 # Debian's parallel HDF5 is built against Debian's Open MPI: the two come together.
@@ -482,6 +483,7 @@ step_configure() {
     d=$(compgen -G "$cm/Boost-*" | head -1) && cmake_args+=("-DBoost_DIR=$d" -DBoost_NO_SYSTEM_PATHS=ON)
   fi
   [ "${from[tomlplusplus]}" = system ] || cmake_args+=("-Dtomlplusplus_DIR=$cm/tomlplusplus")
+  [ "${from[nlohmann_json]}" = system ] || cmake_args+=("-Dnlohmann_json_DIR=$deps_prefix/usr/share/cmake/nlohmann_json")
   [ "${from[gtest]}" = system ] || cmake_args+=("-DGTest_DIR=$cm/GTest")
   [ "${from[benchmark]}" = system ] || cmake_args+=("-Dbenchmark_DIR=$cm/benchmark")
   local arch=native
@@ -495,7 +497,7 @@ step_configure() {
     arch=90
   fi
   echo "found (CMakeCache.txt):"
-  grep -E '^(MPI_CXX_COMPILER|MPI_CXX_HEADER_DIR|MPI_mpi_LIBRARY|MPIEXEC_EXECUTABLE|HDF5_C_INCLUDE_DIR|HDF5_hdf5_LIBRARY_RELEASE|HDF5_C_LIBRARY_hdf5|Boost_DIR|boost_program_options_DIR|tomlplusplus_DIR|GTest_DIR|benchmark_DIR|Torch_DIR|FASTUDY_NCCL_INCLUDE_DIR|FASTUDY_NCCL_LIBRARY|CMAKE_CUDA_ARCHITECTURES|CMAKE_CUDA_COMPILER|FASTUDY_PYTHON):' \
+  grep -E '^(MPI_CXX_COMPILER|MPI_CXX_HEADER_DIR|MPI_mpi_LIBRARY|MPIEXEC_EXECUTABLE|HDF5_C_INCLUDE_DIR|HDF5_hdf5_LIBRARY_RELEASE|HDF5_C_LIBRARY_hdf5|Boost_DIR|boost_program_options_DIR|tomlplusplus_DIR|nlohmann_json_DIR|GTest_DIR|benchmark_DIR|Torch_DIR|FASTUDY_NCCL_INCLUDE_DIR|FASTUDY_NCCL_LIBRARY|CMAKE_CUDA_ARCHITECTURES|CMAKE_CUDA_COMPILER|FASTUDY_PYTHON):' \
     "$build/CMakeCache.txt" | sed 's/^/  /'
   local torch
   torch=$(grep -E '^Torch_DIR:' "$build/CMakeCache.txt" | cut -d= -f2)
@@ -708,7 +710,7 @@ fi
   echo "  CUDA:      nvcc ${nvcc:-none} $( [ -n "$nvcc" ] && "$nvcc" --version | sed -n 's/.*release \([^,]*\).*/\1/p'); torch.version.cuda ${torch_cuda:-none}"
   echo "  PyTorch:   ${torch_version:-none}; LibTorch: ${torch_prefix:-as CMake finds it}"
   deps_line=""
-  for k in mpi+hdf5 boost tomlplusplus gtest benchmark; do deps_line+="$k=${from[$k]} "; done
+  for k in mpi+hdf5 boost tomlplusplus nlohmann_json gtest benchmark; do deps_line+="$k=${from[$k]} "; done
   echo "  deps:      $deps_line${packages:+(packages: $packages)}"
   echo
   printf '  %-13s %-5s %6s  %s\n' step state secs note

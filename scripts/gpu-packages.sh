@@ -35,6 +35,7 @@ ROOTS=(
   libhdf5-openmpi-dev                    # parallel HDF5 (C API)
   libboost-program-options-dev           # Boost.Program_options
   libtomlplusplus-dev                    # toml++
+  nlohmann-json3-dev                     # nlohmann-json (safetensors headers; header-only)
   libgtest-dev libgmock-dev              # GoogleTest / GoogleMock
   libbenchmark-dev                       # Google Benchmark
   zlib1g-dev                             # zlib headers (checksums)

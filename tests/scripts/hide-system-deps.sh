@@ -19,7 +19,8 @@ L=/usr/lib/$1
 shift
 for d in $L/openmpi $L/pmix2 $L/hdf5 $L/hwloc /usr/include/hdf5 /usr/include/boost /usr/include/toml++ \
          /usr/include/gtest /usr/include/gmock /usr/include/benchmark /usr/share/openmpi /etc/openmpi \
-         $L/cmake/Boost-* $L/cmake/boost_* $L/cmake/tomlplusplus $L/cmake/GTest $L/cmake/benchmark; do
+         $L/cmake/Boost-* $L/cmake/boost_* $L/cmake/tomlplusplus $L/cmake/GTest $L/cmake/benchmark \
+         /usr/include/nlohmann /usr/share/cmake/nlohmann_json; do
   if [ -d "$d" ]; then mount -t tmpfs none "$d"; fi
 done
 for f in $L/libmpi*.so* $L/libopen-rte.so* $L/libopen-pal.so* $L/libhdf5_openmpi*.so* $L/libpmix.so* \

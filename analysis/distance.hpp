@@ -1,6 +1,7 @@
 // Distances between weight distributions: 1-D Wasserstein (W1, W2) and elementwise deviation
 // (max |a-b|, mean |a-b|, relative L2), in fp64, exact-summed so that results do not depend on how the
-// work was split. Free of LibTorch and MPI: the reduce job distributes, this file only computes.
+// work was split. Free of LibTorch and MPI: this file only computes (the distributed recipe over MPI is
+// analysis/sorted_exchange.hpp).
 //
 // Two layers:
 //  - one-shot functions with scipy's semantics, for a single pair of arbitrary arrays:

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "src/io/checkpoint.hpp"
+
 namespace fastudy {
 
 std::string human_bytes(double bytes) {
@@ -26,9 +28,7 @@ std::int64_t parameter_count(const ModelConfig& m) {
 }
 
 std::int64_t checkpoint_count(const TrainConfig& t) {
-  std::int64_t n = t.steps / t.checkpoint_every;
-  if (t.steps % t.checkpoint_every != 0) ++n;  // the final step is always saved
-  return n;
+  return static_cast<std::int64_t>(checkpoint_schedule(t.checkpoint_every, t.steps).size());
 }
 
 VariantEstimate estimate_variant(const Variant& v) {

@@ -52,6 +52,7 @@ inline double matmul_work_factor(const NumericsConfig& n) {
 }
 
 std::int64_t parameter_count(const ModelConfig& m);
+// The number of checkpoints a variant writes: the steps of checkpoint_schedule (src/io/checkpoint.hpp).
 std::int64_t checkpoint_count(const TrainConfig& t);
 VariantEstimate estimate_variant(const Variant& v);
 std::string human_bytes(double bytes);

@@ -1,23 +1,32 @@
-// The microbench job's rows as written (one cell per column of the schema kColumns in
-// jobs/microbench.cpp) and the real-kernel tables rank 0 prints from them (README "Real kernels"),
-// exposed for tests.
+// The microbench job's outputs, written on rank 0 from the rows of the schema in
+// microbench_columns.hpp (microbench_output.cpp):
+//   OUT/microbench.csv   one row per point and algorithm, with a provenance header
+//   OUT/microbench.h5    the same table as one dataset per column under /rows (text columns as
+//                        integer codes with a `labels` attribute, one label per line)
+// and the tables rank 0 prints: the flash/baseline summary and the real-kernel tables (README "Real
+// kernels"; exposed for tests).
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <string>
-#include <variant>
 #include <vector>
 
-#include "kernels/microbench.hpp"
+#include "jobs/microbench_columns.hpp"
+#include "src/core/provenance.hpp"
 
 namespace fastudy::microbench_table {
 
-using Cell = std::variant<std::string, std::int64_t, double>;
-using Record = std::vector<Cell>;  // one output row, a cell per column
+// The CSV and the HDF5 table of `rows` (in the order given), each written whole and sealed with its
+// checksum sidecar (base/atomic_file.hpp).
+void write_csv(const std::string& path, const std::vector<Record>& rows, const Provenance& prov);
+void write_h5(const std::string& path, const std::vector<Record>& rows, const Provenance& prov);
 
-// The output row of `r` in sweep `sweep`.
-Record record_of(const std::string& sweep, const MicrobenchRow& r);
+// The flash/baseline error ratios, both errors against the fp64 golden value, each the median over
+// points of the per-point ratio, of max |d| and of rel_l2:
+//   table 1: per sweep, pass, format, policy (reading) and rounding, with the median errors beside;
+//   table 2 (the readings question): per sweep, pass, policy, rounding, format and number of KV tiles,
+//            for every such group whose sweep covers two or more tile counts.
+std::string summary_tables(const std::vector<Record>& rows);
 
 // The real-kernel tables (errors max |d| against the fp64 golden value, medians over trials):
 //   our CUDA kernels against our CPU kernels: per sweep, pass, format, policy and kind, both errors,

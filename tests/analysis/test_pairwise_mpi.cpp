@@ -1,16 +1,21 @@
 // The distribution recipe of analysis/distance.hpp under mpirun (1, 2, 4 ranks): each rank accumulates
 // its block-aligned part of [0, n), the partials are combined by MPI_Allreduce (MPI_SUM on the int64
 // sums, MPI_MAX on the maxima), and the finalized V x V matrices must be bit-identical to the matrices
-// one process computes alone. A split at arbitrary cut points must agree to rounding level.
+// one process computes alone. A split at arbitrary cut points must agree to rounding level. The reduce
+// job's split tasks (analysis/sorted_exchange.hpp), through node-shared memory and through
+// MPI_Alltoallv, must give the partials of one process bit for bit.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "analysis/distance.hpp"
+#include "analysis/sorted_exchange.hpp"
 #include "src/runtime/mpi.hpp"
 #include "tests/analysis/pairwise_data.hpp"
 
@@ -98,6 +103,68 @@ TEST(PairwiseMpi, ArbitrarySplitAgreesToRoundingLevel) {
     EXPECT_EQ(got.pairs[k].max_abs, want.pairs[k].max_abs) << k;
     EXPECT_EQ(got.pairs[k].count, want.pairs[k].count) << k;
   }
+}
+
+// Every metric of two matrices bit for bit (NaN equal to NaN), and every count.
+void expect_bit_identical(const PairwiseMatrix& got, const PairwiseMatrix& want) {
+  ASSERT_EQ(got.pairs.size(), want.pairs.size());
+  for (std::size_t k = 0; k < got.pairs.size(); ++k) {
+    const PairMetrics &a = got.pairs[k], &b = want.pairs[k];
+    for (const auto field : {&PairMetrics::w1, &PairMetrics::w2, &PairMetrics::max_abs, &PairMetrics::mean_abs,
+                             &PairMetrics::rel_l2})
+      EXPECT_EQ(std::memcmp(&(a.*field), &(b.*field), sizeof(double)), 0) << k << ": " << a.*field << " vs " << b.*field;
+    EXPECT_EQ(a.count_sorted, b.count_sorted) << k;
+    EXPECT_EQ(a.count, b.count) << k;
+    EXPECT_EQ(a.nonfinite, b.nonfinite) << k;
+    EXPECT_EQ(a.nonfinite_sorted, b.nonfinite_sorted) << k;
+  }
+}
+
+// Split tasks of 5 variants (not a multiple of 2 or 4 ranks) in T, two sizes (the shared window grows
+// for the second), with and without the elementwise sums: combined over the ranks, the same partials
+// as local_partials on one process, and (elementwise) as the engine's own pairwise_matrix.
+template <class T>
+void check_split_tasks(bool shared_memory) {
+  if (shared_memory) unsetenv("FASTUDY_REDUCE_SHARED");
+  else setenv("FASTUDY_REDUCE_SHARED", "0", 1);
+  mpi::Comm world = mpi::Comm::world();
+  const std::size_t V = 5;
+  const Data small = make_data(V, 3 * kPairwiseBlock + 5), large = make_data(V, 9 * kPairwiseBlock + 777);
+  SortedExchange exchange(world, V, large.n);
+  if (!shared_memory || world.size() == 1) {
+    EXPECT_FALSE(exchange.shared());
+  }
+  for (const Data* d : {&small, &large}) {
+    std::vector<std::vector<T>> x;
+    for (const auto& v : d->x) x.emplace_back(v.begin(), v.end());
+    const VariantValues<T> values = [&x](std::size_t v, std::size_t begin, std::size_t end, T* dst) {
+      std::copy(x[v].begin() + static_cast<std::ptrdiff_t>(begin), x[v].begin() + static_cast<std::ptrdiff_t>(end), dst);
+    };
+    for (bool elementwise : {true, false}) {
+      SCOPED_TRACE("n = " + std::to_string(d->n) + (elementwise ? ", elementwise" : ", sorted only"));
+      PairwisePartials split = exchange.split_partials<T>(world, V, d->n, values, elementwise);
+      allreduce_partials(world, split);
+      split.set_has_w2(true);
+      const PairwisePartials local = local_partials<T>(V, d->n, values, elementwise);
+      expect_bit_identical(split.finalize(), local.finalize());
+      if (elementwise) {
+        std::vector<const T*> ptrs;
+        for (const auto& v : x) ptrs.push_back(v.data());
+        expect_bit_identical(local.finalize(), pairwise_matrix(ptrs, d->n));
+      }
+    }
+  }
+}
+
+TEST(SortedExchange, SplitTasksThroughSharedMemoryAreBitIdenticalToOneProcess) {
+  check_split_tasks<float>(true);
+  check_split_tasks<double>(true);
+}
+
+TEST(SortedExchange, SplitTasksThroughAlltoallvAreBitIdenticalToOneProcess) {
+  check_split_tasks<float>(false);
+  check_split_tasks<double>(false);
+  unsetenv("FASTUDY_REDUCE_SHARED");
 }
 
 }  // namespace

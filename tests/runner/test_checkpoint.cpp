@@ -1,5 +1,6 @@
 // Parallel-HDF5 checkpoints: bit-exact round trips, collective transfers, atomic writes, detection of
-// missing/truncated/corrupt/foreign files, the path helpers, and readability with h5dump.
+// missing/truncated/corrupt/foreign files, the path helpers, the checkpoint schedule, and readability
+// with h5dump.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -282,6 +283,19 @@ TEST(Checkpoint, MissingTruncatedCorruptAndForeignFilesAreClearErrors) {
     EXPECT_EQ(e.dataset(), "/params/blocks.0.attn.qkv.weight");
     EXPECT_NE(std::string(e.what()).find("checksum mismatch"), std::string::npos) << e.what();
   }
+}
+
+// Every `every` steps below the last, and the last step always (the trainer's rule; reduce and
+// `fastudy plan` read the same list).
+TEST(Checkpoint, ScheduleIsEveryNStepsAndTheLastStep) {
+  using Steps = std::vector<std::int64_t>;
+  EXPECT_EQ(checkpoint_schedule(2, 4), (Steps{2, 4}));
+  EXPECT_EQ(checkpoint_schedule(3, 10), (Steps{3, 6, 9, 10}));
+  EXPECT_EQ(checkpoint_schedule(1, 3), (Steps{1, 2, 3}));
+  EXPECT_EQ(checkpoint_schedule(5, 5), (Steps{5}));
+  EXPECT_EQ(checkpoint_schedule(50, 7), (Steps{7}));  // every > steps: the last step only
+  EXPECT_EQ(checkpoint_schedule(0, 7), (Steps{7}));   // no periodic checkpoints
+  EXPECT_EQ(checkpoint_schedule(4, 0), (Steps{}));
 }
 
 TEST(Checkpoint, TemporaryAndInvalidFilesAreNeverTakenAsValid) {

@@ -1,6 +1,7 @@
 // The dynamic scheduler: every task runs exactly once on one group whatever the ratio of tasks to
 // groups, failures and divergences are recorded and the study goes on, resume skips finished tasks,
-// status.csv round-trips, and `fastudy status` counts per state and axis value.
+// status.csv round-trips, and `fastudy status` counts per state and axis value. Also the static
+// largest-first deal of tasks to ranks (deal.hpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "base/checksum.hpp"
+#include "src/runtime/deal.hpp"
 #include "src/runtime/scheduler.hpp"
 #include "tests/runner/common.hpp"
 
@@ -183,6 +185,20 @@ TEST(Scheduler, LayoutErrorsBeforeAnythingRuns) {
   EXPECT_THROW(run_schedule(world, world.size() + 1, ids(2), never, dir + "/s.csv"), UsageError);
   EXPECT_THROW(run_schedule(world, 1, {"a", "b", "a"}, never, dir + "/s.csv"), UsageError);
   EXPECT_FALSE(std::filesystem::exists(dir + "/s.csv"));
+}
+
+// Largest first, each to the least loaded rank, ties to the lower rank and in task order. Worked by
+// hand for costs 2 5 1 3 2 3 on 2 ranks, in dealing order (cost, task -> rank, loads after):
+// 5, 1 -> 0 (5 0); 3, 3 -> 1 (5 3); 3, 5 -> 1 (5 6); 2, 0 -> 0 (7 6); 2, 4 -> 1 (7 8); 1, 2 -> 0 (8 8).
+TEST(Deal, LargestFirstToTheLeastLoadedRank) {
+  EXPECT_EQ(deal_largest_first({2, 5, 1, 3, 2, 3}, 2), (std::vector<int>{0, 0, 0, 1, 1, 1}));
+  // Equal costs go round-robin in task order; one rank takes everything; no tasks, no owners.
+  EXPECT_EQ(deal_largest_first({1, 1, 1, 1, 1}, 3), (std::vector<int>{0, 1, 2, 0, 1}));
+  EXPECT_EQ(deal_largest_first({4, 0, 9}, 1), (std::vector<int>{0, 0, 0}));
+  EXPECT_TRUE(deal_largest_first({}, 4).empty());
+  // More ranks than tasks: each task alone on the lowest ranks.
+  EXPECT_EQ(deal_largest_first({1, 2}, 4), (std::vector<int>{1, 0}));
+  EXPECT_THROW(deal_largest_first({1}, 0), std::invalid_argument);
 }
 
 TEST(Status, CsvRoundTripWithQuotingAndATable) {

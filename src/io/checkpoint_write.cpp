@@ -1,4 +1,5 @@
-// Checkpoint writer and readers over the HDF5 wrapper; see checkpoint.hpp for the file layout.
+// The checkpoint writer (write_checkpoint) over the HDF5 wrapper; see checkpoint.hpp for the file layout,
+// checkpoint_read.cpp for the readers and checkpoint_files.cpp for paths and the schedule.
 //
 // The collective write: every rank creates the same groups/datasets/attributes (collective metadata)
 // and writes rows [r*R/P, (r+1)*R/P) of each tensor with R rows on P ranks, with one collective
@@ -15,31 +16,25 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <iomanip>
-#include <regex>
 #include <sstream>
 
 #include "base/atomic_file.hpp"
 #include "base/checksum.hpp"
 #include "base/hash.hpp"
-#include "base/log.hpp"
+#include "src/io/checkpoint_format.hpp"
 #include "src/io/h5.hpp"
 
 namespace fastudy {
 namespace fs = std::filesystem;
 namespace {
 
+using checkpoint_format::crc_of;
+using checkpoint_format::kCrcAttr;
+using checkpoint_format::kLossHistory;
+
 constexpr const char* kSections[] = {"params", "optimizer", "extra"};
-constexpr const char* kLossHistory = "loss_history";
-constexpr const char* kCrcAttr = "crc32";
 const std::vector<std::string> kReservedAttrs = {"fastudy_format", "step", "data_cursor", "good_steps",
                                                  "loss_scale"};
-
-const char* kHintCorrupt =
-    "the file was damaged after it was written; delete it and resume: fastudy picks the newest valid "
-    "checkpoint of the variant";
-
-std::uint32_t crc_of(const std::byte* p, std::size_t n) { return crc32_update(0, p, n); }
 
 const bool kLittleEndianHost = [] {
   const std::uint16_t one = 1;
@@ -47,12 +42,6 @@ const bool kLittleEndianHost = [] {
   std::memcpy(&first, &one, 1);
   return first == 1;
 }();
-
-std::string hex32(std::uint32_t v) {
-  std::ostringstream s;
-  s << "0x" << std::hex << std::setw(8) << std::setfill('0') << v;
-  return s.str();
-}
 
 std::int64_t rows_of(const std::vector<std::int64_t>& shape) { return shape.empty() ? 1 : shape[0]; }
 
@@ -160,17 +149,6 @@ void remove_stale_tmp(const fs::path& final_path) {
   }
 }
 
-}  // namespace
-
-CheckpointError::CheckpointError(std::string file, std::string dataset, const std::string& problem,
-                                 std::string hint)
-    : Error("checkpoint '" + file + "'" + (dataset.empty() ? "" : ", dataset '" + dataset + "'") + ": " + problem,
-            std::move(hint)),
-      file_(std::move(file)),
-      dataset_(std::move(dataset)) {}
-
-// ---- write --------------------------------------------------------------------------------------
-//
 // write_checkpoint runs five phases; every rank of the group makes the same collective calls in the
 // same order. Each phase but the write ends with a collective that lets all ranks go on or throw
 // together; a failed HDF5 or MPI call inside the write throws h5::H5Error or mpi::MpiError.
@@ -179,8 +157,6 @@ CheckpointError::CheckpointError(std::string file, std::string dataset, const st
 //   write_temporary     HDF5 + allreduce the temporary file is complete, checksums stored, closed
 //   verify_temporary    allreduce_max    every rank's share reads back as written (options.verify)
 //   commit_temporary    bcast            rank 0 has renamed the temporary file over the checkpoint
-
-namespace {
 
 // The loss history as the float64 [steps] dataset /loss_history.
 NamedArray loss_history_array(const std::vector<double>& loss_history) {
@@ -439,349 +415,6 @@ CheckpointWriteStats write_checkpoint(const mpi::Comm& group, const std::string&
   stats.commit_seconds = seconds_since(phase);
   stats.seconds = seconds_since(t0);
   return stats;
-}
-
-// ---- read ---------------------------------------------------------------------------------------
-
-namespace {
-
-h5::File open_checked(const std::string& path, WholeFile whole = WholeFile::verify) {
-  if (!fs::exists(path)) {
-    throw CheckpointError(path, "", "no such file",
-                          "check the path; checkpoints live in OUT/checkpoints/<variant>/step_NNNNNNN.h5");
-  }
-  // Verify before you parse: HDF5 never sees a byte that differs from what fastudy wrote (a damaged
-  // file can crash or hang libhdf5, and root attributes such as data_cursor carry no crc32 of their own).
-  if (whole == WholeFile::verify) {
-    try {
-      verify_sealed(path, kHintCorrupt);
-    } catch (const IntegrityError& e) {
-      throw CheckpointError(path, "", e.problem(), kHintCorrupt);
-    }
-  }
-  if (!h5::File::is_hdf5(path)) {
-    throw CheckpointError(path, "", "not an HDF5 file (empty, truncated at the start or overwritten)",
-                          kHintCorrupt);
-  }
-  try {
-    h5::File f = h5::File::open(path, false, nullptr);
-    h5::Group root = f.root();
-    if (!root.has_attr("fastudy_format")) {
-      throw CheckpointError(path, "", "an HDF5 file without the fastudy_format attribute: not a fastudy checkpoint",
-                            "pass a file written by fastudy");
-    }
-    const std::string format = root.attr_string("fastudy_format");
-    if (format != kCheckpointFormat) {
-      throw CheckpointError(path, "", "format '" + format + "' is not the supported '" + kCheckpointFormat + "'",
-                            "read it with the fastudy version that wrote it, or rerun the training");
-    }
-    return f;
-  } catch (const h5::H5Error& e) {
-    const bool truncated = e.details().find("truncated") != std::string::npos;
-    throw CheckpointError(path, "", (truncated ? "truncated file (HDF5: " : "cannot be opened (HDF5: ") + e.details() + ")",
-                          kHintCorrupt);
-  }
-}
-
-NamedArray read_array(const h5::Group& g, const std::string& name, const std::string& label,
-                      const std::string& path) {
-  try {
-    h5::Dataset d = g.open_dataset(name);
-    NamedArray a;
-    a.name = name;
-    a.shape = d.shape();
-    a.dtype = d.dtype();
-    a.data.resize(static_cast<std::size_t>(a.numel()) * dtype_size(a.dtype));
-    if (!a.data.empty()) d.read_all(a.data.data());
-    if (!d.has_attr(kCrcAttr)) {
-      throw CheckpointError(path, label, "no crc32 attribute", "the file was not written by fastudy_io");
-    }
-    const auto stored = static_cast<std::uint32_t>(d.attr_int64(kCrcAttr));
-    const std::uint32_t actual = crc_of(a.data.data(), a.data.size());
-    if (stored != actual) {
-      throw CheckpointError(path, label,
-                            "checksum mismatch (stored crc32 " + hex32(stored) + ", data has " + hex32(actual) + ")",
-                            kHintCorrupt);
-    }
-    return a;
-  } catch (const h5::H5Error& e) {
-    throw CheckpointError(path, label, "cannot be read (" + e.details() + ")", kHintCorrupt);
-  }
-}
-
-std::vector<NamedArray> read_section(const h5::Group& root, const std::string& section, const std::string& path,
-                                     const std::vector<std::string>& only = {}) {
-  std::vector<NamedArray> out;
-  try {
-    if (!root.has(section)) {
-      throw CheckpointError(path, "/" + section, "group missing", kHintCorrupt);
-    }
-    h5::Group g = root.open_group(section);
-    const std::vector<std::string> names = g.children();
-    if (only.empty()) {
-      for (const auto& n : names) out.push_back(read_array(g, n, "/" + section + "/" + n, path));
-    } else {
-      for (const auto& n : only) {
-        if (std::find(names.begin(), names.end(), n) == names.end()) {
-          throw CheckpointError(path, "/" + section + "/" + n,
-                                "no such dataset (the file has " + std::to_string(names.size()) + " in /" + section +
-                                    ")",
-                                "list them with: h5dump -H " + path);
-        }
-        out.push_back(read_array(g, n, "/" + section + "/" + n, path));
-      }
-    }
-  } catch (const h5::H5Error& e) {
-    throw CheckpointError(path, "/" + section, "cannot be listed (" + e.details() + ")", kHintCorrupt);
-  }
-  return out;
-}
-
-// A flat byte encoding of a TrainState, for the broadcast of the collective read.
-class Writer {
- public:
-  template <class T> void put(const T& v) { raw(&v, sizeof v); }
-  void put(const std::string& s) { put<std::uint64_t>(s.size()); raw(s.data(), s.size()); }
-  void raw(const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); }
-  void put(const NamedArray& a) {
-    put(a.name);
-    put(static_cast<std::uint8_t>(a.dtype));
-    put<std::uint64_t>(a.shape.size());
-    for (auto d : a.shape) put(d);
-    put<std::uint64_t>(a.data.size());
-    raw(a.data.data(), a.data.size());
-  }
-  void put(const std::vector<NamedArray>& v) { put<std::uint64_t>(v.size()); for (const auto& a : v) put(a); }
-  std::string out;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::string& s) : in(s) {}
-  template <class T> T get() { T v; raw(&v, sizeof v); return v; }
-  void raw(void* p, std::size_t n) { std::memcpy(p, in.data() + at, n); at += n; }
-  std::string str() { std::string s(get<std::uint64_t>(), '\0'); raw(s.data(), s.size()); return s; }
-  NamedArray array() {
-    NamedArray a;
-    a.name = str();
-    a.dtype = static_cast<DType>(get<std::uint8_t>());
-    a.shape.resize(get<std::uint64_t>());
-    for (auto& d : a.shape) d = get<std::int64_t>();
-    a.data.resize(get<std::uint64_t>());
-    raw(a.data.data(), a.data.size());
-    return a;
-  }
-  std::vector<NamedArray> arrays() {
-    std::vector<NamedArray> v(get<std::uint64_t>());
-    for (auto& a : v) a = array();
-    return v;
-  }
-  const std::string& in;
-  std::size_t at = 0;
-};
-
-std::string encode(const TrainState& s) {
-  Writer w;
-  w.put(s.step);
-  w.put(s.data_cursor);
-  w.put(s.loss_scale);
-  w.put(s.good_steps);
-  w.put(s.params);
-  w.put(s.optimizer);
-  w.put(s.extra);
-  w.put<std::uint64_t>(s.loss_history.size());
-  w.raw(s.loss_history.data(), s.loss_history.size() * sizeof(double));
-  w.put<std::uint64_t>(s.attrs.size());
-  for (const auto& [k, v] : s.attrs) { w.put(k); w.put(v); }
-  return std::move(w.out);
-}
-
-TrainState decode(const std::string& bytes) {
-  Reader r(bytes);
-  TrainState s;
-  s.step = r.get<std::int64_t>();
-  s.data_cursor = r.get<std::int64_t>();
-  s.loss_scale = r.get<double>();
-  s.good_steps = r.get<std::int64_t>();
-  s.params = r.arrays();
-  s.optimizer = r.arrays();
-  s.extra = r.arrays();
-  s.loss_history.resize(r.get<std::uint64_t>());
-  r.raw(s.loss_history.data(), s.loss_history.size() * sizeof(double));
-  const auto n = r.get<std::uint64_t>();
-  for (std::uint64_t i = 0; i < n; ++i) {
-    std::string k = r.str();
-    s.attrs[k] = r.str();
-  }
-  return s;
-}
-
-}  // namespace
-
-namespace {
-void read_root_attrs(const h5::Group& root, const std::string& path, TrainState& s) {
-  try {
-    s.step = root.attr_int64("step");
-    s.data_cursor = root.attr_int64("data_cursor");
-    s.good_steps = root.attr_int64("good_steps");
-    s.loss_scale = root.attr_double("loss_scale");
-    for (const auto& name : root.string_attr_names()) {
-      if (name != "fastudy_format") s.attrs[name] = root.attr_string(name);
-    }
-  } catch (const h5::H5Error& e) {
-    throw CheckpointError(path, "/", "root attributes cannot be read (" + e.details() + ")", kHintCorrupt);
-  }
-}
-}  // namespace
-
-CheckpointInfo read_checkpoint_info(const std::string& path) {
-  h5::File f = open_checked(path);
-  TrainState s;
-  read_root_attrs(f.root(), path, s);
-  return CheckpointInfo{s.step, s.data_cursor, std::move(s.attrs)};
-}
-
-TrainState read_checkpoint(const std::string& path) {
-  h5::File f = open_checked(path);
-  TrainState s;
-  {
-    h5::Group root = f.root();
-    read_root_attrs(root, path, s);
-    s.params = read_section(root, "params", path);
-    s.optimizer = read_section(root, "optimizer", path);
-    s.extra = read_section(root, "extra", path);
-    NamedArray h = read_array(root, kLossHistory, std::string("/") + kLossHistory, path);
-    if (h.dtype != DType::f64 || h.shape.size() != 1) {
-      throw CheckpointError(path, std::string("/") + kLossHistory, "expected a 1-D float64 dataset", kHintCorrupt);
-    }
-    s.loss_history.resize(static_cast<std::size_t>(h.numel()));
-    if (!h.data.empty()) std::memcpy(s.loss_history.data(), h.data.data(), h.data.size());
-  }
-  return s;
-}
-
-TrainState read_checkpoint(const mpi::Comm& group, const std::string& path) {
-  std::string bytes, error, dataset, hint;
-  if (group.is_root()) {
-    try {
-      bytes = encode(read_checkpoint(path));
-    } catch (const CheckpointError& e) {
-      error = e.what();
-      dataset = e.dataset();
-      hint = e.hint();
-    }
-  }
-  group.bcast(error);
-  if (!error.empty()) {
-    group.bcast(dataset);
-    group.bcast(hint);
-    // The message already names the file and dataset; rebuild the same error on every rank.
-    const std::string prefix = "checkpoint '" + path + "'" + (dataset.empty() ? "" : ", dataset '" + dataset + "'") + ": ";
-    throw CheckpointError(path, dataset, error.substr(error.rfind(prefix, 0) == 0 ? prefix.size() : 0), hint);
-  }
-  group.bcast(bytes);
-  return decode(bytes);
-}
-
-std::vector<NamedArray> read_params(const std::string& path, const std::vector<std::string>& names, WholeFile whole) {
-  h5::File f = open_checked(path, whole);
-  h5::Group root = f.root();
-  return read_section(root, "params", path, names);
-}
-
-std::optional<std::string> checkpoint_problem(const std::string& path) {
-  try {
-    read_checkpoint(path);
-  } catch (const CheckpointError& e) {
-    return std::string(e.what());
-  }
-  return std::nullopt;
-}
-
-// ---- paths ----------------------------------------------------------------------------------------
-
-std::string checkpoint_dir(const std::string& out, const std::string& variant_id) {
-  return (fs::path(out) / "checkpoints" / variant_id).string();
-}
-
-std::string checkpoint_path(const std::string& out, const std::string& variant_id, std::int64_t step) {
-  if (step < 0 || step > 9999999) {
-    throw UsageError("checkpoint step " + std::to_string(step) + " does not fit the 7-digit file name");
-  }
-  std::ostringstream name;
-  name << "step_" << std::setw(7) << std::setfill('0') << step << ".h5";
-  return (fs::path(checkpoint_dir(out, variant_id)) / name.str()).string();
-}
-
-std::vector<std::int64_t> list_checkpoint_steps(const std::string& dir) {
-  static const std::regex pattern(R"(step_(\d{7})\.h5)");
-  std::vector<std::int64_t> steps;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    const std::string name = e.path().filename().string();
-    if (std::regex_match(name, m, pattern)) steps.push_back(std::stoll(m[1].str()));
-  }
-  std::sort(steps.begin(), steps.end());
-  return steps;
-}
-
-std::vector<std::int64_t> checkpoint_schedule(std::int64_t every, std::int64_t steps) {
-  std::vector<std::int64_t> out;
-  if (every > 0)
-    for (std::int64_t s = every; s < steps; s += every) out.push_back(s);
-  if (steps > 0) out.push_back(steps);
-  return out;
-}
-
-std::optional<CheckpointDamage> first_damaged_checkpoint(const std::string& out, const std::string& variant_id,
-                                                         const std::vector<std::int64_t>& schedule, std::int64_t upto) {
-  for (std::int64_t s : schedule) {
-    if (s > upto) break;
-    const std::string path = checkpoint_path(out, variant_id, s);
-    if (auto problem = checksum_problem(path)) return CheckpointDamage{s, path, *problem};
-  }
-  return std::nullopt;
-}
-
-std::vector<std::string> remove_checkpoints_from(const std::string& out, const std::string& variant_id,
-                                                 std::int64_t from) {
-  std::vector<std::string> removed;
-  for (std::int64_t s : list_checkpoint_steps(checkpoint_dir(out, variant_id))) {
-    if (s < from) continue;
-    const std::string path = checkpoint_path(out, variant_id, s);
-    std::error_code ec;
-    fs::remove(path, ec);
-    remove_checksum(path);
-    removed.push_back(path);
-  }
-  return removed;
-}
-
-std::optional<CheckpointRef> latest_valid_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
-  auto report = [&](const std::string& line) {
-    if (skipped) {
-      skipped->push_back(line);
-    } else {
-      log::warn("skipping " + line);
-    }
-  };
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.path().filename().string().find(".h5.tmp.") != std::string::npos) {
-      report(e.path().string() + ": temporary file of an interrupted checkpoint write");
-    }
-  }
-  std::vector<std::int64_t> steps = list_checkpoint_steps(dir);
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    const std::string path = (fs::path(dir) / fs::path(checkpoint_path("", "", *it)).filename()).string();
-    if (auto problem = checkpoint_problem(path)) {
-      report(path + ": " + *problem);
-      continue;
-    }
-    return CheckpointRef{*it, path};
-  }
-  return std::nullopt;
 }
 
 }  // namespace fastudy

@@ -1,0 +1,119 @@
+// The files `fastudy reduce` writes (reduce_output.hpp): the deviation matrices as HDF5 and CSV, the
+// axes, the ranking, the verdict and the fp64 twins as CSV.
+#include "jobs/reduce_output.hpp"
+
+#include <sstream>
+
+#include "base/checksum.hpp"
+#include "base/number.hpp"
+#include "src/io/h5.hpp"
+
+namespace fastudy {
+
+void write_deviation_h5(const std::string& path, const ReducePlan& plan, const TaskResults& results,
+                        const Provenance& prov) {
+  const std::size_t V = plan.variants.size();
+  const std::int64_t v64 = static_cast<std::int64_t>(V);
+  atomic_write_sealed_with(path, [&](const std::string& tmp) {
+    h5::File f = h5::File::create(tmp, nullptr);
+    h5::Group root = f.root();
+    root.set_attr("format", std::string("fastudy-deviation/1"));
+    root.set_attr("provenance", prov.header());
+    root.set_attr("config_hash", prov.config_hash);
+    std::string ids, axes, left;
+    for (const auto* v : plan.variants) {
+      ids += v->id + "\n";
+      for (std::size_t a = 0; a < v->axes.size(); ++a) axes += (a ? "," : "") + v->axes[a].first + "=" + v->axes[a].second;
+      axes += "\n";
+    }
+    for (const auto& l : plan.left_out) left += l + "\n";
+    root.set_attr("variants", ids);
+    root.set_attr("variant_axes", axes);
+    root.set_attr("left_out", left);
+    h5::Transfer xfer(f);
+    h5::Group steps = root.create_group("steps");
+    std::size_t task = 0;
+    for (auto s : plan.steps) {
+      h5::Group sg = steps.create_group(std::to_string(s));
+      sg.set_attr("step", static_cast<std::int64_t>(s));
+      for (const auto& t : plan.tensors) {
+        h5::Group tg = sg.create_group(t);
+        const std::vector<double>& m = results[task++];
+        for (int k = 0; k < kMetrics; ++k)
+          tg.create_dataset(kMetricNames[k], DType::f64, {v64, v64}).write_rows(m.data() + static_cast<std::size_t>(k) * V * V, 0, v64, xfer);
+      }
+    }
+    f.close();
+  });
+}
+
+void write_deviation_csv(const std::string& path, const ReducePlan& plan, const TaskResults& results,
+                         const Provenance& prov) {
+  const std::size_t V = plan.variants.size(), T = plan.tensors.size();
+  std::ostringstream csv;
+  csv << prov.header() << "step,tensor,variant_a,variant_b,w1,w2,max_abs,mean_abs,rel_l2\n";
+  for (std::size_t si = 0; si < plan.steps.size(); ++si)
+    for (std::size_t t = 0; t < T; ++t) {
+      const auto& m = results[si * T + t];
+      for (std::size_t i = 0; i < V; ++i)
+        for (std::size_t j = i + 1; j < V; ++j) {
+          csv << plan.steps[si] << ',' << plan.tensors[t] << ',' << plan.variants[i]->id << ',' << plan.variants[j]->id;
+          for (int k = 0; k < kMetrics; ++k) csv << ',' << number_text(m[(static_cast<std::size_t>(k) * V + i) * V + j]);
+          csv << '\n';
+        }
+    }
+  atomic_write_sealed(path, csv.str());
+}
+
+void write_axes_csv(const std::string& path, const std::vector<RankingAxis>& axes, const Provenance& prov) {
+  std::ostringstream ax;
+  ax << prov.header() << "axis,role,baseline,replicate,values\n";
+  for (const auto& a : axes) {
+    ax << a.name << ',' << source_role_name(a.role) << ',' << (a.baseline.empty() ? a.values.front() : a.baseline)
+       << ',' << (a.replicate ? 1 : 0) << ',';
+    for (std::size_t k = 0; k < a.values.size(); ++k) ax << (k ? ";" : "") << a.values[k];
+    ax << '\n';
+  }
+  atomic_write_sealed(path, ax.str());
+}
+
+void write_ranking_csv(const std::string& path, const Ranking& ranking, const Provenance& prov) {
+  std::ostringstream rc;
+  rc << prov.header()
+     << "axis,role,condition,value_a,value_b,pairs,independent,step,w1_mean,w1_min,w1_max,max_abs_mean,slope\n";
+  for (const auto& r : ranking.rows)
+    rc << r.axis << ',' << source_role_name(r.role) << ',' << r.condition << ',' << r.value_a << ',' << r.value_b << ','
+       << r.pairs << ',' << r.independent << ',' << r.step << ',' << number_text(r.w1_mean) << ','
+       << number_text(r.w1_min) << ',' << number_text(r.w1_max) << ',' << number_text(r.max_abs_mean) << ','
+       << number_text(r.slope) << '\n';
+  for (const auto& n : ranking.notes) rc << "# note: " << n << '\n';
+  atomic_write_sealed(path, rc.str());
+}
+
+void write_verdict_csv(const std::string& path, const Ranking& ranking, const Provenance& prov) {
+  std::ostringstream vc;
+  vc << prov.header()
+     << "axis,baseline,value,condition,reference,reference_pair,pairs,independent,reference_pairs,"
+        "reference_independent,step,w1,reference_w1,end_ratio,end_lo,end_hi,slope,reference_slope,slope_ratio,"
+        "slope_lo,slope_hi,informative,noise_w1,measure,comparison,verdict\n";
+  for (const auto& c : ranking.comparisons)
+    vc << c.axis << ',' << c.baseline << ',' << c.value << ',' << c.condition << ',' << c.reference << ','
+       << c.reference_pair << ',' << c.pairs << ',' << c.independent << ',' << c.reference_pairs << ','
+       << c.reference_independent << ',' << c.step << ',' << number_text(c.w1) << ',' << number_text(c.reference_w1)
+       << ',' << number_text(c.end_ratio) << ',' << number_text(c.end_lo) << ',' << number_text(c.end_hi) << ','
+       << number_text(c.slope) << ',' << number_text(c.reference_slope) << ',' << number_text(c.slope_ratio) << ','
+       << number_text(c.slope_lo) << ',' << number_text(c.slope_hi) << ',' << (c.informative ? 1 : 0) << ','
+       << number_text(c.noise_w1) << ',' << c.measure << ',' << c.comparison << ',' << c.verdict << '\n';
+  atomic_write_sealed(path, vc.str());
+}
+
+void write_twins_csv(const std::string& path, const Ranking& ranking, const Provenance& prov) {
+  std::ostringstream tw;
+  tw << prov.header() << "variant,twin,precision,step,w1,max_abs\n";
+  for (const auto& t : ranking.twins)
+    tw << t.variant << ',' << t.twin << ',' << t.precision << ',' << t.step << ',' << number_text(t.w1) << ','
+       << number_text(t.max_abs) << '\n';
+  atomic_write_sealed(path, tw.str());
+}
+
+}  // namespace fastudy

@@ -26,52 +26,58 @@ bool exact_in(Format f) {
 
 // f(rounding object) with the object's mode and flags set from the policy.
 template <class T, class Rd, class F>
-void call_with(Rd rd, const PrecisionPolicy& p, F&& f) {
-  rd.mode = p.rounding;
-  rd.exact_running_sum = exact_in<T>(p.stats_running);
-  rd.exact_running_o = exact_in<T>(p.o_running);
+void call_with(Rd rd, const PrecisionPolicy& policy, F&& f) {
+  rd.mode = policy.rounding;
+  rd.exact_running_sum = exact_in<T>(policy.stats_running);
+  rd.exact_running_o = exact_in<T>(policy.o_running);
   f(rd);
 }
 
-// The three readings of storage format S: pure <S, S, S>, eager <S, fp32, S>, mixed <S, fp32, fp32>.
-template <class T, Format S, class F>
-void dispatch_classes(Format c, Format r, F&& f, const PrecisionPolicy& p) {
-  if (c == S && r == S) return call_with<T>(StaticRounding<T, S, S, S>{}, p, f);
-  if (c == Format::fp32 && r == S) return call_with<T>(StaticRounding<T, S, Format::fp32, S>{}, p, f);
-  if (c == Format::fp32 && r == Format::fp32) return call_with<T>(StaticRounding<T, S, Format::fp32, Format::fp32>{}, p, f);
-  call_with<T>(RuntimeRounding<T>{p}, p, f);
+// The three readings of storage format Storage: pure <Storage, Storage, Storage>, eager
+// <Storage, fp32, Storage>, mixed <Storage, fp32, fp32>.
+template <class T, Format Storage, class F>
+void dispatch_classes(Format in_op, Format state, F&& f, const PrecisionPolicy& policy) {
+  if (in_op == Storage && state == Storage)
+    return call_with<T>(StaticRounding<T, Storage, Storage, Storage>{}, policy, f);
+  if (in_op == Format::fp32 && state == Storage)
+    return call_with<T>(StaticRounding<T, Storage, Format::fp32, Storage>{}, policy, f);
+  if (in_op == Format::fp32 && state == Format::fp32)
+    return call_with<T>(StaticRounding<T, Storage, Format::fp32, Format::fp32>{}, policy, f);
+  call_with<T>(RuntimeRounding<T>{policy}, policy, f);
 }
 
-// Storage steps uniform in S, in-op steps uniform in C and state steps uniform in R (every preset) take
-// a compile-time rounding object; any other policy the runtime one.
+// Storage steps in one format, in-op steps in one and state steps in one (every preset) take a
+// compile-time rounding object; any other policy the runtime one.
 template <class T, class F>
-void dispatch_rounding(const PrecisionPolicy& p, F&& f) {
-  const auto n = [](Format x) { return normalise_for<T>(x); };
-  const Format s = n(p.q), c = n(p.accum), r = n(p.o_running);
-  const bool uniform = n(p.k) == s && n(p.v) == s && n(p.s) == s && n(p.p) == s && n(p.o) == s &&
-                       n(p.grad) == s && n(p.stats) == c && n(p.softmax) == c && n(p.division) == c &&
-                       n(p.stats_running) == r && n(p.rescale) == r && n(p.exp_arg) == r;
-  if (!uniform) return call_with<T>(RuntimeRounding<T>{p}, p, f);
+void dispatch_rounding(const PrecisionPolicy& policy, F&& f) {
+  const auto norm = [](Format x) { return normalise_for<T>(x); };
+  const Format storage = norm(policy.q), in_op = norm(policy.accum), state = norm(policy.o_running);
+  const bool uniform = norm(policy.k) == storage && norm(policy.v) == storage && norm(policy.s) == storage &&
+                       norm(policy.p) == storage && norm(policy.o) == storage && norm(policy.grad) == storage &&
+                       norm(policy.stats) == in_op && norm(policy.softmax) == in_op &&
+                       norm(policy.division) == in_op && norm(policy.stats_running) == state &&
+                       norm(policy.rescale) == state && norm(policy.exp_arg) == state;
+  if (!uniform) return call_with<T>(RuntimeRounding<T>{policy}, policy, f);
   if constexpr (std::is_same_v<T, double>) {
     // Double buffers serve fp64 (the trainer's fp64 runs, the microbenchmark's fp64 points); other
     // policies on them take the runtime path, which keeps the compile time of each ISA build down.
-    if (s == Format::fp64 && c == Format::fp64 && r == Format::fp64)
-      return call_with<T>(StaticRounding<T, Format::fp64, Format::fp64, Format::fp64>{}, p, f);
-    return call_with<T>(RuntimeRounding<T>{p}, p, f);
+    if (storage == Format::fp64 && in_op == Format::fp64 && state == Format::fp64)
+      return call_with<T>(StaticRounding<T, Format::fp64, Format::fp64, Format::fp64>{}, policy, f);
+    return call_with<T>(RuntimeRounding<T>{policy}, policy, f);
   }
-  switch (s) {
+  switch (storage) {
     case Format::fp64:
     case Format::fp32:
-      if (c == Format::fp32 && r == Format::fp32)
-        return call_with<T>(StaticRounding<T, Format::fp32, Format::fp32, Format::fp32>{}, p, f);
+      if (in_op == Format::fp32 && state == Format::fp32)
+        return call_with<T>(StaticRounding<T, Format::fp32, Format::fp32, Format::fp32>{}, policy, f);
       break;
-    case Format::tf32: return dispatch_classes<T, Format::tf32>(c, r, f, p);
-    case Format::fp16: return dispatch_classes<T, Format::fp16>(c, r, f, p);
-    case Format::bf16: return dispatch_classes<T, Format::bf16>(c, r, f, p);
-    case Format::fp8_e4m3: return dispatch_classes<T, Format::fp8_e4m3>(c, r, f, p);
-    case Format::fp8_e5m2: return dispatch_classes<T, Format::fp8_e5m2>(c, r, f, p);
+    case Format::tf32: return dispatch_classes<T, Format::tf32>(in_op, state, f, policy);
+    case Format::fp16: return dispatch_classes<T, Format::fp16>(in_op, state, f, policy);
+    case Format::bf16: return dispatch_classes<T, Format::bf16>(in_op, state, f, policy);
+    case Format::fp8_e4m3: return dispatch_classes<T, Format::fp8_e4m3>(in_op, state, f, policy);
+    case Format::fp8_e5m2: return dispatch_classes<T, Format::fp8_e5m2>(in_op, state, f, policy);
   }
-  call_with<T>(RuntimeRounding<T>{p}, p, f);
+  call_with<T>(RuntimeRounding<T>{policy}, policy, f);
 }
 
 template <class T>
@@ -81,16 +87,16 @@ void forward_heads(const AttentionShape& shape, const AttentionParams& params, c
   dispatch_rounding<T>(params.policy, [&](const auto& rd) {
     Workspace<T> ws;
     for (std::int64_t head = head_begin; head < head_end; ++head) {
-      const std::int64_t off = head * h.n * h.d;
+      const std::int64_t offset = head * h.n * h.d;
       rd.start_head(params.rounding_seed, static_cast<std::uint64_t>(params.head_offset + head));
       T* lse_head = lse ? lse + head * h.n : nullptr;
-      load_inputs(rd, h, q + off, k + off, v + off, ws);
+      load_inputs(rd, h, q + offset, k + offset, v + offset, ws);
       if (params.attention == AttentionKind::baseline) {
-        baseline_forward(rd, h, ws, o + off, lse_head);
+        baseline_forward(rd, h, ws, o + offset, lse_head);
       } else if (params.order == LoopOrder::kv_outer) {
-        flash_forward_kv_outer(rd, h, ws, o + off, lse_head);
+        flash_forward_kv_outer(rd, h, ws, o + offset, lse_head);
       } else {
-        flash_forward_q_outer(rd, h, ws, o + off, lse_head);
+        flash_forward_q_outer(rd, h, ws, o + offset, lse_head);
       }
     }
   });
@@ -104,14 +110,16 @@ void backward_heads(const AttentionShape& shape, const AttentionParams& params, 
   dispatch_rounding<T>(params.policy, [&](const auto& rd) {
     BackwardWorkspace<T> ws;
     for (std::int64_t head = head_begin; head < head_end; ++head) {
-      const std::int64_t off = head * h.n * h.d;
+      const std::int64_t offset = head * h.n * h.d;
       // The backward's own stream: the forward's seed with its top bit flipped.
-      rd.start_head(params.rounding_seed ^ (std::uint64_t{1} << 63), static_cast<std::uint64_t>(params.head_offset + head));
+      rd.start_head(params.rounding_seed ^ (std::uint64_t{1} << 63),
+                    static_cast<std::uint64_t>(params.head_offset + head));
       if (params.attention == AttentionKind::baseline) {
-        baseline_backward(rd, h, q + off, k + off, v + off, dout + off, ws, dq + off, dk + off, dv + off);
+        baseline_backward(rd, h, q + offset, k + offset, v + offset, dout + offset, ws, dq + offset, dk + offset,
+                          dv + offset);
       } else {
-        flash_backward(rd, h, q + off, k + off, v + off, o + off, lse + head * h.n, dout + off, ws, dq + off,
-                       dk + off, dv + off);
+        flash_backward(rd, h, q + offset, k + offset, v + offset, o + offset, lse + head * h.n, dout + offset, ws,
+                       dq + offset, dk + offset, dv + offset);
       }
     }
   });

@@ -66,7 +66,8 @@ struct RandomStream {
   FASTUDY_INLINE uvec_t<T> scalar_lanes(std::uint32_t offset, std::uint32_t stride) const {
     using UV = uvec_t<T>;
     UV idx;
-    for (int i = 0; i < kLanes<T>; ++i) idx[i] = static_cast<std::uint32_t>(offset + static_cast<std::uint32_t>(i) * stride);
+    for (int i = 0; i < kLanes<T>; ++i)
+      idx[i] = static_cast<std::uint32_t>(offset + static_cast<std::uint32_t>(i) * stride);
     idx += counter;
     return hash_lanes(idx);
   }

@@ -50,7 +50,8 @@ FASTUDY_INLINE vec_t<T> round_lanes(vec_t<T> x, Rounding mode, const RandomStrea
 #endif
       return r;
     }
-    return round_vec_mode<F, T>(x, mode, mode == Rounding::stochastic ? rng.scalar_lanes<T>(offset, stride) : uvec_t<T>{});
+    return round_vec_mode<F, T>(x, mode,
+                                mode == Rounding::stochastic ? rng.scalar_lanes<T>(offset, stride) : uvec_t<T>{});
   }
 }
 
@@ -77,49 +78,49 @@ struct RoundingState {
 };
 
 // Rounding object with compile-time formats, one per step class (PrecisionPolicy, kernels/attention.hpp):
-// storage steps (q, k, v, s, p, o, grad) in S, in-op steps (accum, stats, softmax, division) in C,
-// state steps (stats_running, rescale, o_running, exp_arg) in R. pure is <f, f, f>, eager <f, fp32, f>,
-// mixed <f, fp32, fp32>.
-template <class T, Format S, Format C, Format R>
+// storage steps (q, k, v, s, p, o, grad) in Storage, in-op steps (accum, stats, softmax, division) in
+// InOp, state steps (stats_running, rescale, o_running, exp_arg) in State. pure is <f, f, f>, eager
+// <f, fp32, f>, mixed <f, fp32, fp32>.
+template <class T, Format Storage, Format InOp, Format State>
 struct StaticRounding : RoundingState {
   template <Format F, class X> FASTUDY_INLINE X round(X x) const { return round_any<F, T>(x, mode, rng); }
-  template <class X> FASTUDY_INLINE X q(X x) const { return round<S>(x); }
-  template <class X> FASTUDY_INLINE X k(X x) const { return round<S>(x); }
-  template <class X> FASTUDY_INLINE X v(X x) const { return round<S>(x); }
-  template <class X> FASTUDY_INLINE X s(X x) const { return round<S>(x); }
-  template <class X> FASTUDY_INLINE X p(X x) const { return round<S>(x); }
-  template <class X> FASTUDY_INLINE X o(X x) const { return round<S>(x); }
-  template <class X> FASTUDY_INLINE X grad(X x) const { return round<S>(x); }
-  template <class X> FASTUDY_INLINE X accum(X x) const { return round<C>(x); }
-  template <class X> FASTUDY_INLINE X stats(X x) const { return round<C>(x); }
-  template <class X> FASTUDY_INLINE X softmax(X x) const { return round<C>(x); }
-  template <class X> FASTUDY_INLINE X division(X x) const { return round<C>(x); }
-  template <class X> FASTUDY_INLINE X stats_running(X x) const { return round<R>(x); }
-  template <class X> FASTUDY_INLINE X rescale(X x) const { return round<R>(x); }
-  template <class X> FASTUDY_INLINE X o_running(X x) const { return round<R>(x); }
-  template <class X> FASTUDY_INLINE X exp_arg(X x) const { return round<R>(x); }
-  template <StepId St>
+  template <class X> FASTUDY_INLINE X q(X x) const { return round<Storage>(x); }
+  template <class X> FASTUDY_INLINE X k(X x) const { return round<Storage>(x); }
+  template <class X> FASTUDY_INLINE X v(X x) const { return round<Storage>(x); }
+  template <class X> FASTUDY_INLINE X s(X x) const { return round<Storage>(x); }
+  template <class X> FASTUDY_INLINE X p(X x) const { return round<Storage>(x); }
+  template <class X> FASTUDY_INLINE X o(X x) const { return round<Storage>(x); }
+  template <class X> FASTUDY_INLINE X grad(X x) const { return round<Storage>(x); }
+  template <class X> FASTUDY_INLINE X accum(X x) const { return round<InOp>(x); }
+  template <class X> FASTUDY_INLINE X stats(X x) const { return round<InOp>(x); }
+  template <class X> FASTUDY_INLINE X softmax(X x) const { return round<InOp>(x); }
+  template <class X> FASTUDY_INLINE X division(X x) const { return round<InOp>(x); }
+  template <class X> FASTUDY_INLINE X stats_running(X x) const { return round<State>(x); }
+  template <class X> FASTUDY_INLINE X rescale(X x) const { return round<State>(x); }
+  template <class X> FASTUDY_INLINE X o_running(X x) const { return round<State>(x); }
+  template <class X> FASTUDY_INLINE X exp_arg(X x) const { return round<State>(x); }
+  template <StepId Step>
   static constexpr Format format_of() {
-    if constexpr (St == StepId::q || St == StepId::k || St == StepId::v || St == StepId::s || St == StepId::p ||
-                  St == StepId::o || St == StepId::grad) {
-      return S;
-    } else if constexpr (St == StepId::accum || St == StepId::stats || St == StepId::softmax ||
-                         St == StepId::division) {
-      return C;
+    if constexpr (Step == StepId::q || Step == StepId::k || Step == StepId::v || Step == StepId::s ||
+                  Step == StepId::p || Step == StepId::o || Step == StepId::grad) {
+      return Storage;
+    } else if constexpr (Step == StepId::accum || Step == StepId::stats || Step == StepId::softmax ||
+                         Step == StepId::division) {
+      return InOp;
     } else {
-      return R;
+      return State;
     }
   }
-  // Step St on a scalar (the same as q(x), k(x), ...).
-  template <StepId St, class X> FASTUDY_INLINE X step(X x) const { return round<format_of<St>()>(x); }
-  // Whether a scalar rounding of step St takes a random draw.
-  template <StepId St> FASTUDY_INLINE bool draws() const {
-    return mode == Rounding::stochastic && !round_is_identity<format_of<St>(), T>();
+  // Step `Step` on a scalar (the same as q(x), k(x), ...).
+  template <StepId Step, class X> FASTUDY_INLINE X step(X x) const { return round<format_of<Step>()>(x); }
+  // Whether a scalar rounding of step `Step` takes a random draw.
+  template <StepId Step> FASTUDY_INLINE bool draws() const {
+    return mode == Rounding::stochastic && !round_is_identity<format_of<Step>(), T>();
   }
-  // Step St lane by lane, as kLanes scalar calls taking the draws offset + i * stride (round_lanes).
-  template <StepId St>
+  // Step `Step` lane by lane, as kLanes scalar calls taking the draws offset + i * stride (round_lanes).
+  template <StepId Step>
   FASTUDY_INLINE vec_t<T> lanes(vec_t<T> x, std::uint32_t offset, std::uint32_t stride) const {
-    return round_lanes<format_of<St>(), T>(x, mode, rng, offset, stride);
+    return round_lanes<format_of<Step>(), T>(x, mode, rng, offset, stride);
   }
 };
 
@@ -154,9 +155,9 @@ struct RuntimeRounding : RoundingState {
   template <class X> X rescale(X x) const { return apply(policy.rescale, x); }
   template <class X> X o_running(X x) const { return apply(policy.o_running, x); }
   template <class X> X exp_arg(X x) const { return apply(policy.exp_arg, x); }
-  template <StepId St>
+  template <StepId Step>
   Format format_of() const {
-    switch (St) {
+    switch (Step) {
       case StepId::q: return policy.q;
       case StepId::k: return policy.k;
       case StepId::v: return policy.v;
@@ -175,13 +176,13 @@ struct RuntimeRounding : RoundingState {
     }
     return policy.q;
   }
-  template <StepId St, class X> X step(X x) const { return apply(format_of<St>(), x); }
+  template <StepId Step, class X> X step(X x) const { return apply(format_of<Step>(), x); }
   // Every rounding takes a draw in stochastic mode here (apply), whatever the format.
-  template <StepId St> bool draws() const { return mode == Rounding::stochastic; }
-  template <StepId St>
+  template <StepId Step> bool draws() const { return mode == Rounding::stochastic; }
+  template <StepId Step>
   vec_t<T> lanes(vec_t<T> x, std::uint32_t offset, std::uint32_t stride) const {
     const uvec_t<T> bits = mode == Rounding::stochastic ? rng.scalar_lanes<T>(offset, stride) : uvec_t<T>{};
-    const Format f = format_of<St>();
+    const Format f = format_of<Step>();
     for (int i = 0; i < kLanes<T>; ++i)
       x[i] = round_to(f, static_cast<T>(x[i]), mode, static_cast<std::uint32_t>(bits[i]));
     return x;
@@ -213,18 +214,18 @@ FASTUDY_INLINE V round_exp_arg(const R& rd, V x) {
   return keep_neg_inf(x, rd.exp_arg(x));
 }
 
-// dst[i] = step St of src[i] for i < n, with the results and random draws of the scalar loop
-// `for i: dst[i] = rd.step<St>(src[i])` (whole vectors lane by lane, the tail one by one).
-template <StepId St, class T, class R>
+// dst[i] = step `Step` of src[i] for i < n, with the results and random draws of the scalar loop
+// `for i: dst[i] = rd.step<Step>(src[i])` (whole vectors lane by lane, the tail one by one).
+template <StepId Step, class T, class R>
 void round_run(const R& rd, const T* src, T* dst, std::int64_t n) {
   constexpr int L = kLanes<T>;
-  const std::uint32_t draws = rd.template draws<St>() ? 1 : 0;
+  const std::uint32_t draws = rd.template draws<Step>() ? 1 : 0;
   std::int64_t i = 0;
   for (; i + L <= n; i += L) {
-    vstore(dst + i, rd.template lanes<St>(vload(src + i), 0, draws));
+    vstore(dst + i, rd.template lanes<Step>(vload(src + i), 0, draws));
     rd.rng.skip(draws * L);
   }
-  for (; i < n; ++i) dst[i] = rd.template step<St>(src[i]);
+  for (; i < n; ++i) dst[i] = rd.template step<Step>(src[i]);
 }
 
 }  // namespace

@@ -74,9 +74,9 @@
 // FA-1 (kv_outer; Algorithm 1 of FlashAttention; per KV tile j, per Q block):
 //   S = s(Q_i K_j^T * scale);  m~ = stats_running(rowmax S);  P~ = p(exp(exp_arg(S - m~)))
 //   l~ = stats_running(rowsum P~)  (in-op stats);  m_new = stats_running(max(m, m~))
-//   a = rescale(exp(exp_arg(m - m_new))),  b = rescale(exp(exp_arg(m~ - m_new)))
-//   l_new = stats_running(stats_running(a l) + stats_running(b l~))
-//   O = o_running(division(o_running(o_running(a l O) + o_running(b o_running(P~ V_j))) / l_new))
+//   alpha = rescale(exp(exp_arg(m - m_new))),  beta = rescale(exp(exp_arg(m~ - m_new)))
+//   l_new = stats_running(stats_running(alpha l) + stats_running(beta l~))
+//   O = o_running(division(o_running(o_running(alpha l O) + o_running(beta o_running(P~ V_j))) / l_new))
 //   end: O = o(O), lse = stats_running(m + log l)
 // When the running sum or O is exact in the container (stats_running / o_running at least as wide:
 // mixed, as GPU kernels keep them in fp32 registers), FA-2 adds a tile's P and P.V straight into them

@@ -27,14 +27,14 @@ FASTUDY_INLINE void score_block(const R& rd, const T* k, std::int64_t d, const T
 #pragma GCC unroll 16
     for (int rv = 0; rv < RV; ++rv) acc[cb][rv] = V{};
   for (std::int64_t t = 0; t < d; ++t) {
-    V qv[RV];
+    V q_vecs[RV];
 #pragma GCC unroll 16
-    for (int rv = 0; rv < RV; ++rv) qv[rv] = vload(qt + t * ldq + rv * L);
+    for (int rv = 0; rv < RV; ++rv) q_vecs[rv] = vload(qt + t * ldq + rv * L);
 #pragma GCC unroll 16
     for (int cb = 0; cb < CB; ++cb) {
-      const V b = splat(k[cb * d + t]);
+      const V factor = splat(k[cb * d + t]);
 #pragma GCC unroll 16
-      for (int rv = 0; rv < RV; ++rv) acc[cb][rv] = rd.accum(madd(b, qv[rv], acc[cb][rv]));
+      for (int rv = 0; rv < RV; ++rv) acc[cb][rv] = rd.accum(madd(factor, q_vecs[rv], acc[cb][rv]));
     }
   }
 #pragma GCC unroll 16
@@ -46,33 +46,35 @@ FASTUDY_INLINE void score_block(const R& rd, const T* k, std::int64_t d, const T
     }
 }
 
-// St[c * ldst + r] = s(scale * (K_c . Q_r)) for c < bc and r < brp (a multiple of the lane count):
+// St[c * ldst + r] = s(scale * (K_c . Q_r)) for c < bc and r < br_padded (a multiple of the lane count):
 // the transposed score tile. K is row-major [bc, d]; Qt is Q transposed, Qt[t * ldq + r]. With
 // kAsScore false, the plain dot products K_c . Q_r (accum, no scale, no s), as the backward's dP.
 template <bool kAsScore = true, class T, class R>
 void score_tile(const R& rd, const T* k, std::int64_t d, const T* qt, std::int64_t ldq, std::int64_t bc,
-                std::int64_t brp, T scale, T* st, std::int64_t ldst) {
+                std::int64_t br_padded, T scale, T* st, std::int64_t ldst) {
   constexpr int L = kLanes<T>;
   constexpr int CB = kBlockRows, RV = kBlockVecs;
   std::int64_t c = 0;
   for (; c + CB <= bc; c += CB) {
     std::int64_t r = 0;
-    for (; r + RV * L <= brp; r += RV * L)
+    for (; r + RV * L <= br_padded; r += RV * L)
       score_block<CB, RV, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
-    for (; r < brp; r += L) score_block<CB, 1, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
+    for (; r < br_padded; r += L)
+      score_block<CB, 1, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
   }
   for (; c < bc; ++c) {
     std::int64_t r = 0;
-    for (; r + RV * L <= brp; r += RV * L)
+    for (; r + RV * L <= br_padded; r += RV * L)
       score_block<1, RV, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
-    for (; r < brp; r += L) score_block<1, 1, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
+    for (; r < br_padded; r += L)
+      score_block<1, 1, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
   }
 }
 
 // An RB x TV block of Out += P.V: rows rb < RB, head-dim vectors tv < TV, the sum over c in order.
-// The factor of row rb and term c is pt[c * ldp + rb], or pt[rb * ldp + c] with kRowsOfP.
+// The factor of row rb and term c is p[c * ldp + rb], or p[rb * ldp + c] with kRowsOfP.
 template <int RB, int TV, bool kRowsOfP, class T, class R>
-FASTUDY_INLINE void pv_block(const R& rd, const T* pt, std::int64_t ldp, const T* vm, std::int64_t dp,
+FASTUDY_INLINE void pv_block(const R& rd, const T* p, std::int64_t ldp, const T* v, std::int64_t d_padded,
                              std::int64_t bc, T* out, std::int64_t ldo) {
   using V = vec_t<T>;
   constexpr int L = kLanes<T>;
@@ -82,14 +84,14 @@ FASTUDY_INLINE void pv_block(const R& rd, const T* pt, std::int64_t ldp, const T
 #pragma GCC unroll 16
     for (int tv = 0; tv < TV; ++tv) acc[rb][tv] = vload(out + rb * ldo + tv * L);
   for (std::int64_t c = 0; c < bc; ++c) {
-    V vv[TV];
+    V v_vecs[TV];
 #pragma GCC unroll 16
-    for (int tv = 0; tv < TV; ++tv) vv[tv] = vload(vm + c * dp + tv * L);
+    for (int tv = 0; tv < TV; ++tv) v_vecs[tv] = vload(v + c * d_padded + tv * L);
 #pragma GCC unroll 16
     for (int rb = 0; rb < RB; ++rb) {
-      const V b = splat(kRowsOfP ? pt[rb * ldp + c] : pt[c * ldp + rb]);
+      const V factor = splat(kRowsOfP ? p[rb * ldp + c] : p[c * ldp + rb]);
 #pragma GCC unroll 16
-      for (int tv = 0; tv < TV; ++tv) acc[rb][tv] = rd.accum(madd(b, vv[tv], acc[rb][tv]));
+      for (int tv = 0; tv < TV; ++tv) acc[rb][tv] = rd.accum(madd(factor, v_vecs[tv], acc[rb][tv]));
     }
   }
 #pragma GCC unroll 16
@@ -98,36 +100,42 @@ FASTUDY_INLINE void pv_block(const R& rd, const T* pt, std::int64_t ldp, const T
     for (int tv = 0; tv < TV; ++tv) vstore(out + rb * ldo + tv * L, acc[rb][tv]);
 }
 
-// Out[r * ldo + t] = accum-sequence of Out[r][t] + sum_c Pt[c * ldp + r] * Vm[c * dp + t], for r < br
-// and t < dp (a multiple of the lane count), c in order. With kRowsOfP the factors are read as
-// P[r * ldp + c] (the same products in the same order: no transposed copy needed).
+// Out[r * ldo + t] = accum-sequence of Out[r][t] + sum_c P[c * ldp + r] * V[c * d_padded + t], for
+// r < br and t < d_padded (a multiple of the lane count), c in order: p holds P transposed. With
+// kRowsOfP the factors are read as P[r * ldp + c] (the same products in the same order: no
+// transposed copy needed).
 template <bool kRowsOfP = false, class T, class R>
-void pv_tile(const R& rd, const T* pt, std::int64_t ldp, const T* vm, std::int64_t dp, std::int64_t bc,
+void pv_tile(const R& rd, const T* p, std::int64_t ldp, const T* v, std::int64_t d_padded, std::int64_t bc,
              std::int64_t br, T* out, std::int64_t ldo) {
   constexpr int L = kLanes<T>;
   constexpr int RB = kBlockRows, TV = kBlockVecs;
   const std::int64_t row_step = kRowsOfP ? ldp : 1;
   std::int64_t r = 0;
   for (; r + RB <= br; r += RB) {
-    const T* a = pt + r * row_step;
+    const T* p_rows = p + r * row_step;
     std::int64_t t = 0;
-    for (; t + TV * L <= dp; t += TV * L) pv_block<RB, TV, kRowsOfP>(rd, a, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
-    for (; t < dp; t += L) pv_block<RB, 1, kRowsOfP>(rd, a, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
+    for (; t + TV * L <= d_padded; t += TV * L)
+      pv_block<RB, TV, kRowsOfP>(rd, p_rows, ldp, v + t, d_padded, bc, out + r * ldo + t, ldo);
+    for (; t < d_padded; t += L)
+      pv_block<RB, 1, kRowsOfP>(rd, p_rows, ldp, v + t, d_padded, bc, out + r * ldo + t, ldo);
   }
   for (; r < br; ++r) {
-    const T* a = pt + r * row_step;
+    const T* p_rows = p + r * row_step;
     std::int64_t t = 0;
-    for (; t + TV * L <= dp; t += TV * L) pv_block<1, TV, kRowsOfP>(rd, a, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
-    for (; t < dp; t += L) pv_block<1, 1, kRowsOfP>(rd, a, ldp, vm + t, dp, bc, out + r * ldo + t, ldo);
+    for (; t + TV * L <= d_padded; t += TV * L)
+      pv_block<1, TV, kRowsOfP>(rd, p_rows, ldp, v + t, d_padded, bc, out + r * ldo + t, ldo);
+    for (; t < d_padded; t += L)
+      pv_block<1, 1, kRowsOfP>(rd, p_rows, ldp, v + t, d_padded, bc, out + r * ldo + t, ldo);
   }
 }
 
 // Sets St[c][r] = -inf where key j0 + c comes after query i0 + r (causal masking).
 template <class T>
-void mask_tile(T* st, std::int64_t ldst, std::int64_t bc, std::int64_t brp, std::int64_t j0, std::int64_t i0) {
+void mask_tile(T* st, std::int64_t ldst, std::int64_t bc, std::int64_t br_padded, std::int64_t j0,
+               std::int64_t i0) {
   for (std::int64_t c = 0; c < bc; ++c) {
     const std::int64_t first_masked = std::max<std::int64_t>(0, j0 + c - i0);  // rows r < j0 + c - i0
-    for (std::int64_t r = 0; r < std::min(first_masked, brp); ++r) st[c * ldst + r] = kNegInf<T>;
+    for (std::int64_t r = 0; r < std::min(first_masked, br_padded); ++r) st[c * ldst + r] = kNegInf<T>;
   }
 }
 

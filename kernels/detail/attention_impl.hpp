@@ -30,15 +30,16 @@
 //               attention_common.cpp). When its storage, in-op and state steps are each in one format,
 //               a line in dispatch_classes (dispatch.hpp) gives it a StaticRounding; any other policy
 //               runs on RuntimeRounding, with the same results, only slower.
-//   a step      a PrecisionPolicy member and its kPolicySteps row (kernels/attention.hpp); in
-//               rounding.hpp a StepId value and a method of the same name in StaticRounding (with its
-//               class in format_of) and RuntimeRounding (and its format_of case); its class in the
-//               uniformity test of dispatch_rounding; then rd.<step>(x) where the kernels round it, a
-//               line in the op decomposition below, and the twin in TileRounding
-//               (kernels/cuda/tile_math.hpp, tile_dispatch.hpp).
-//   a kernel    a function of (rd, Head, Workspace, o, lse) in forward.hpp built from the tiles, its
-//               branch in forward_heads (dispatch.hpp) and its lines in the op decomposition below; a
-//               backward likewise in backward.hpp and backward_heads.
+//   a step      a PrecisionPolicy member, its kPolicySteps row (kernels/attention.hpp) and its format
+//               in each preset (make_policy); in rounding.hpp a StepId value and a method of the same
+//               name in StaticRounding (with its class in format_of) and RuntimeRounding (and its
+//               format_of case); its class in the uniformity test of dispatch_rounding; then
+//               rd.<step>(x) where the kernels round it, a line in the op decomposition below, and the
+//               twin in TileRounding (kernels/cuda/tile_math.hpp, tile_dispatch.hpp).
+//   a kernel    a function of (rd, Head, Workspace, o, lse) in forward.hpp built from the tiles, the
+//               value that names it (AttentionKind or LoopOrder, kernels/attention.hpp), its branch in
+//               forward_heads (dispatch.hpp) and its lines in the op decomposition below; a backward
+//               likewise in backward.hpp and backward_heads.
 //   an ISA      an attention_isa_*.cpp defining the three macros, its branches in madd (vec.hpp) and
 //               round_vec (round_vec.hpp) where it has an instruction for them, its entry in
 //               attention_isa.hpp and select_isa (kernels/attention.cpp).

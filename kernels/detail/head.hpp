@@ -22,8 +22,12 @@ struct Head {
 
 template <class T>
 struct Workspace {
-  std::vector<T> qt, k, v, st, o, m, l, alpha, pv;
-  std::vector<T> q_rows;  // load_inputs: a buffer of rounded Q rows
+  std::vector<T> qt, k, v;     // the rounded inputs: Q^T [d, qt_stride], K [N, d], V [N, d_padded]
+  std::vector<T> st;           // the tile S^T [Bc, Br padded] (baseline: [N, N padded]), then P^T
+  std::vector<T> o, m, l;      // O [rows, d_padded], row max and row sum (flash: the running ones)
+  std::vector<T> alpha;        // q_outer: the rescale factors of the current tile
+  std::vector<T> pv;           // a tile's P.V [Br, d_padded] where it is an op of its own
+  std::vector<T> q_rows;       // load_inputs: a buffer of rounded Q rows
   std::vector<T> beta, alpha_l, l_new, m_tile;  // kv_outer only: per-row factors of the current tile
 };
 

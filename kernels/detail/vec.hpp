@@ -100,9 +100,11 @@ FASTUDY_INLINE V madd(V a, V b, V c) {
 #endif
 }
 
+// The sentinel of a masked score and of the row max of a row that has seen no key yet.
 template <class T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
+// x rounded up to a multiple of m (rows and columns padded to whole vectors).
 inline std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 
 }  // namespace

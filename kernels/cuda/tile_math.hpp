@@ -155,29 +155,29 @@ struct RowState {
 template <class R>
 FASTUDY_HD inline void flash_q_outer_tile(float* s, int bc, const float* v, int ldv, int d, bool rescale_o,
                                           RowState& st, float* o) {
-  float mt = neg_inf();
-  for (int c = 0; c < bc; ++c) mt = max_of(mt, s[c]);
-  const float m_new = round_running_max<R>(max_of(st.m, mt));
+  float m_tile = neg_inf();
+  for (int c = 0; c < bc; ++c) m_tile = max_of(m_tile, s[c]);
+  const float m_new = round_running_max<R>(max_of(st.m, m_tile));
   const float m_safe = m_new == neg_inf() ? 0.0f : m_new;  // keeps exp(-inf - m) = 0, never NaN
   const float alpha = R::rescale(exp_f32(round_exp_arg<R>(st.m - m_safe)));
-  float lsum;
+  float l_new;
   if (R::kExactState) {
-    lsum = R::stats(alpha * st.l);
+    l_new = R::stats(alpha * st.l);
     for (int c = 0; c < bc; ++c) {
       const float p = R::p(exp_f32(round_exp_arg<R>(s[c] - m_safe)));
       s[c] = p;
-      lsum = R::stats(lsum + p);
+      l_new = R::stats(l_new + p);
     }
   } else {
-    float lt = 0.0f;
+    float l_tile = 0.0f;
     for (int c = 0; c < bc; ++c) {
       const float p = R::p(exp_f32(round_exp_arg<R>(s[c] - m_safe)));
       s[c] = p;
-      lt = R::stats(lt + p);
+      l_tile = R::stats(l_tile + p);
     }
-    lsum = R::stats_running(R::stats_running(alpha * st.l) + R::stats_running(lt));
+    l_new = R::stats_running(R::stats_running(alpha * st.l) + R::stats_running(l_tile));
   }
-  st.l = lsum;
+  st.l = l_new;
   st.m = m_new;
   if (rescale_o)
     for (int t = 0; t < d; ++t) o[t] = R::o_running(alpha * o[t]);
@@ -200,31 +200,31 @@ FASTUDY_HD inline float flash_q_outer_finish(const RowState& st, const float* o,
 }
 
 // ---- FA-1 (kv_outer): one tile of one row, O re-normalised (FA-1 Algorithm 1, line 12) -----------
-// m~ = rowmax(S), P~ = p(exp(S - m~)), l~ = rowsum(P~), m_new = max(m, m~), a = exp(m - m_new),
-// b = exp(m~ - m_new), l_new = a l + b l~, O = (a l O + b P~V) / l_new. Returns whether the row saw a
+// m~ = rowmax(S), P~ = p(exp(S - m~)), l~ = rowsum(P~), m_new = max(m, m~), alpha = exp(m - m_new),
+// beta = exp(m~ - m_new), l_new = alpha l + beta l~, O = (alpha l O + beta P~V) / l_new. Returns whether the row saw a
 // key of this tile (a rescale happened).
 template <class R>
 FASTUDY_HD inline bool flash_kv_outer_tile(float* s, int bc, const float* v, int ldv, int d, RowState& st,
                                            float* o) {
-  float mt = neg_inf();
-  for (int c = 0; c < bc; ++c) mt = max_of(mt, s[c]);
-  mt = round_running_max<R>(mt);
-  if (mt == neg_inf()) return false;  // the row sees no key of this tile: nothing to update
-  float lt = 0.0f;
+  float m_tile = neg_inf();
+  for (int c = 0; c < bc; ++c) m_tile = max_of(m_tile, s[c]);
+  m_tile = round_running_max<R>(m_tile);
+  if (m_tile == neg_inf()) return false;  // the row sees no key of this tile: nothing to update
+  float l_tile = 0.0f;
   for (int c = 0; c < bc; ++c) {
-    const float p = R::p(exp_f32(round_exp_arg<R>(s[c] - mt)));
+    const float p = R::p(exp_f32(round_exp_arg<R>(s[c] - m_tile)));
     s[c] = p;
-    lt = R::stats(lt + p);
+    l_tile = R::stats(l_tile + p);
   }
-  const float m_new = round_running_max<R>(max_of(st.m, mt));
-  const float a = R::rescale(exp_f32(round_exp_arg<R>(st.m - m_new)));
-  const float b = R::rescale(exp_f32(round_exp_arg<R>(mt - m_new)));
-  const float al = R::stats_running(a * st.l);
-  const float l_new = R::stats_running(al + R::stats_running(b * R::stats_running(lt)));
+  const float m_new = round_running_max<R>(max_of(st.m, m_tile));
+  const float alpha = R::rescale(exp_f32(round_exp_arg<R>(st.m - m_new)));
+  const float beta = R::rescale(exp_f32(round_exp_arg<R>(m_tile - m_new)));
+  const float alpha_l = R::stats_running(alpha * st.l);
+  const float l_new = R::stats_running(alpha_l + R::stats_running(beta * R::stats_running(l_tile)));
   for (int t = 0; t < d; ++t) {
     float pv = 0.0f;
     for (int c = 0; c < bc; ++c) pv = R::accum(fmaf(s[c], v[static_cast<std::int64_t>(c) * ldv + t], pv));
-    const float num = R::o_running(R::o_running(al * o[t]) + R::o_running(b * R::o_running(pv)));
+    const float num = R::o_running(R::o_running(alpha_l * o[t]) + R::o_running(beta * R::o_running(pv)));
     o[t] = R::o_running(R::division(num / l_new));
   }
   st.m = m_new;
@@ -274,28 +274,28 @@ FASTUDY_HD inline void axpy(float a, const float* x, float* y, int d) {
 }
 
 // One row of the baseline backward, as the CPU kernels do it: p holds the raw score dots q_i.k_j and dp
-// the dots dO_i.v_j for j < jn on entry; on exit p holds P_i (softmax recomputed from the scores,
+// the dots dO_i.v_j for j < j_end on entry; on exit p holds P_i (softmax recomputed from the scores,
 // normalised) and dp holds dS_i = grad(P (dP - D_i)) with D_i = sum_j P_ij dP_ij (accum, j in order).
 template <class R>
-FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t jn, float scale) {
+FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t j_end, float scale) {
   float m = neg_inf();
-  for (std::int64_t j = 0; j < jn; ++j) {
+  for (std::int64_t j = 0; j < j_end; ++j) {
     p[j] = R::s(p[j] * scale);
     m = m < p[j] ? p[j] : m;  // std::max
   }
   m = R::stats(m);
   float l = 0.0f;
-  for (std::int64_t j = 0; j < jn; ++j) {
+  for (std::int64_t j = 0; j < j_end; ++j) {
     const float x = p[j] - m;
     p[j] = R::softmax(exp_f32(x == neg_inf() ? x : R::softmax(x)));
     l = R::stats(l + p[j]);
   }
-  float di = 0.0f;
-  for (std::int64_t j = 0; j < jn; ++j) {
+  float d_i = 0.0f;
+  for (std::int64_t j = 0; j < j_end; ++j) {
     p[j] = R::p(R::division(p[j] / l));
-    di = R::accum(fmaf(p[j], dp[j], di));
+    d_i = R::accum(fmaf(p[j], dp[j], d_i));
   }
-  for (std::int64_t j = 0; j < jn; ++j) dp[j] = R::grad(p[j] * (dp[j] - di));
+  for (std::int64_t j = 0; j < j_end; ++j) dp[j] = R::grad(p[j] * (dp[j] - d_i));
 }
 
 }  // namespace fastudy::cuda_tile

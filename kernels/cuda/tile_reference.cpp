@@ -114,14 +114,14 @@ void baseline_backward_head(const TileHead& h, const float* q, const float* k, c
   const auto dor = rounded<R>(dout, nd, R::grad);
   std::vector<float> p(h.n * h.n, 0.0f), ds(h.n * h.n, 0.0f), dqa(nd, 0.0f), dka(nd, 0.0f), dva(nd, 0.0f);
   for (std::int64_t i = 0; i < h.n; ++i) {  // one device thread of the softmax-backward kernel
-    const std::int64_t jn = h.causal ? i + 1 : h.n;
+    const std::int64_t j_end = h.causal ? i + 1 : h.n;
     float* pi = p.data() + i * h.n;
     float* dsi = ds.data() + i * h.n;
-    for (std::int64_t j = 0; j < jn; ++j) {
+    for (std::int64_t j = 0; j < j_end; ++j) {
       pi[j] = dot<R>(qr.data() + i * h.d, kr.data() + j * h.d, 1, h.d);
       dsi[j] = dot<R>(dor.data() + i * h.d, vr.data() + j * h.d, 1, h.d);
     }
-    baseline_backward_row<R>(pi, dsi, jn, h.scale);
+    baseline_backward_row<R>(pi, dsi, j_end, h.scale);
   }
   for (std::int64_t j = 0; j < h.n; ++j) {  // one device thread of the dK/dV kernel
     for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {
@@ -130,8 +130,8 @@ void baseline_backward_head(const TileHead& h, const float* q, const float* k, c
     }
   }
   for (std::int64_t i = 0; i < h.n; ++i) {  // one device thread of the dQ kernel
-    const std::int64_t jn = h.causal ? i + 1 : h.n;
-    for (std::int64_t j = 0; j < jn; ++j) axpy<R>(ds[i * h.n + j], kr.data() + j * h.d, dqa.data() + i * h.d, h.d);
+    const std::int64_t j_end = h.causal ? i + 1 : h.n;
+    for (std::int64_t j = 0; j < j_end; ++j) axpy<R>(ds[i * h.n + j], kr.data() + j * h.d, dqa.data() + i * h.d, h.d);
   }
   store_gradients<R>(h, dqa, dka, dva, dq, dk, dv);
 }

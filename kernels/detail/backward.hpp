@@ -1,0 +1,253 @@
+// The backward kernels of one head: flash_backward and baseline_backward, with their workspace, the
+// rounded copies of the inputs and the store of the gradients (op decomposition in
+// kernels/detail/attention_impl.hpp).
+//
+// Flash: FA-2 order (outer KV tiles, inner Q blocks), on tiles with the forward's register-blocked
+// products: S^T and dP^T by score_tile, P = p(exp(S - lse)) from the saved lse, D_i = dO_i . O_i,
+// dS = grad(P (dP - D)), then dV_j += P^T dO_i, dK_j += dS^T Q_i, dQ_i += dS K_j by pv_tile. Every
+// gradient element accumulates the same products in the same order as a row-by-row loop over queries
+// i (dV, dK: i ascending; dQ: keys j ascending), masked entries adding P = 0 exactly.
+// Baseline: row by row over the queries i, vectorised over the keys j (with K and V transposed) and
+// over the head dim t; P recomputed in full from q and k as in the forward pass, materialised
+// [N, N], D_i = sum_j P_ij dP_ij (the textbook softmax backward).
+#pragma once
+
+#include "kernels/detail/exp.hpp"
+#include "kernels/detail/head.hpp"
+#include "kernels/detail/rounding.hpp"
+#include "kernels/detail/tiles.hpp"
+
+namespace fastudy {
+namespace {
+
+template <class T>
+struct BackwardWorkspace {
+  std::vector<T> q, k, dout;  // the rounded inputs, [N, d_padded]
+  std::vector<T> kt, vt;      // K^T and V^T, [d, kt_stride]
+  std::vector<T> dq, dk, dv;  // the gradients' accumulators, [N, d_padded]
+  std::vector<T> delta, lse;  // flash: D_i = dO_i . O_i and the saved lse of each row, [qt_stride]
+  std::vector<T> p, ds;       // P and dS: flash's tiles [Bc, Br padded], baseline's rows [N, N padded]
+  std::vector<T> scratch;     // V rounded [N, d_padded] while loading, then flash's rounded O row
+  std::vector<T> qt, dout_t, k_packed, v_packed;  // flash: Q^T, dO^T [d, qt_stride]; K, V [N, d]
+};
+
+// The row length of K^T and V^T in the backward pass: a KV tile starting anywhere reads whole
+// vectors, up to round_up(Bc) keys past its start.
+template <class T>
+std::int64_t backward_kt_stride(const Head<T>& h) {
+  return round_up(h.n, kLanes<T>) + round_up(h.bc, kLanes<T>);
+}
+
+template <class T, class R>
+void load_backward_inputs(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, const T* dout,
+                          BackwardWorkspace<T>& ws) {
+  const std::int64_t kt_stride = backward_kt_stride(h);
+  ws.q.assign(h.n * h.d_padded, T(0));
+  ws.k.assign(h.n * h.d_padded, T(0));
+  ws.dout.assign(h.n * h.d_padded, T(0));
+  ws.kt.assign(h.d * kt_stride, T(0));
+  ws.vt.assign(h.d * kt_stride, T(0));
+  // Element by element, q, k, v then grad (the scalar order of the draws): whole vectors of a row
+  // lane by lane, each step's lanes taking its draws of the interleaved sequence.
+  constexpr int L = kLanes<T>;
+  const std::uint32_t k_offset = rd.template draws<StepId::q>() ? 1 : 0;
+  const std::uint32_t v_offset = k_offset + (rd.template draws<StepId::k>() ? 1 : 0);
+  const std::uint32_t grad_offset = v_offset + (rd.template draws<StepId::v>() ? 1 : 0);
+  const std::uint32_t stride = grad_offset + (rd.template draws<StepId::grad>() ? 1 : 0);
+  ws.scratch.resize(h.n * h.d_padded);
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    const std::int64_t packed = i * h.d, padded = i * h.d_padded;  // row i in [N, d] and [N, d_padded]
+    std::int64_t t = 0;
+    for (; t + L <= h.d; t += L) {
+      vstore(ws.q.data() + padded + t, rd.template lanes<StepId::q>(vload(q + packed + t), 0, stride));
+      vstore(ws.k.data() + padded + t, rd.template lanes<StepId::k>(vload(k + packed + t), k_offset, stride));
+      vstore(ws.scratch.data() + padded + t,
+             rd.template lanes<StepId::v>(vload(v + packed + t), v_offset, stride));
+      vstore(ws.dout.data() + padded + t,
+             rd.template lanes<StepId::grad>(vload(dout + packed + t), grad_offset, stride));
+      rd.rng.skip(stride * L);
+    }
+    for (; t < h.d; ++t) {
+      ws.q[padded + t] = rd.q(q[packed + t]);
+      ws.k[padded + t] = rd.k(k[packed + t]);
+      ws.scratch[padded + t] = rd.v(v[packed + t]);
+      ws.dout[padded + t] = rd.grad(dout[packed + t]);
+    }
+  }
+  transpose(ws.k.data(), h.d_padded, h.n, h.d, ws.kt.data(), kt_stride);
+  transpose(ws.scratch.data(), h.d_padded, h.n, h.d, ws.vt.data(), kt_stride);
+  ws.dq.assign(h.n * h.d_padded, T(0));
+  ws.dk.assign(h.n * h.d_padded, T(0));
+  ws.dv.assign(h.n * h.d_padded, T(0));
+}
+
+// row[j] = accum-sequence over t of a[t] * bt[t * ldb + j0 + j], for j < cols (a multiple of the lanes).
+template <class T, class R>
+FASTUDY_INLINE void row_dot(const R& rd, const T* a, const T* bt, std::int64_t ldb, std::int64_t d,
+                            std::int64_t j0, std::int64_t cols, T* row) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  for (std::int64_t j = 0; j < cols; j += L) {
+    V acc{};
+    for (std::int64_t t = 0; t < d; ++t) acc = rd.accum(madd(splat(a[t]), vload(bt + t * ldb + j0 + j), acc));
+    vstore(row + j, acc);
+  }
+}
+
+// y[t] = accum(y[t] + a * x[t]) for t < d_padded.
+template <class T, class R>
+FASTUDY_INLINE void axpy(const R& rd, T a, const T* x, T* y, std::int64_t d_padded) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  const V a_vec = splat(a);
+  for (std::int64_t t = 0; t < d_padded; t += L) vstore(y + t, rd.accum(madd(a_vec, vload(x + t), vload(y + t))));
+}
+
+template <class T, class R>
+void store_gradients(const R& rd, const Head<T>& h, BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
+  // Element by element dQ, dK then dV (the scalar order of the draws), whole vectors lane by lane.
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  const std::uint32_t stride = rd.template draws<StepId::grad>() ? 3 : 0, draw = stride / 3;
+  const V scale = splat(h.scale);
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    const std::int64_t packed = i * h.d, padded = i * h.d_padded;  // row i in [N, d] and [N, d_padded]
+    std::int64_t t = 0;
+    for (; t + L <= h.d; t += L) {
+      vstore(dq + packed + t, rd.template lanes<StepId::grad>(vload(ws.dq.data() + padded + t) * scale, 0, stride));
+      vstore(dk + packed + t, rd.template lanes<StepId::grad>(vload(ws.dk.data() + padded + t) * scale, draw, stride));
+      vstore(dv + packed + t, rd.template lanes<StepId::grad>(vload(ws.dv.data() + padded + t), 2 * draw, stride));
+      rd.rng.skip(stride * L);
+    }
+    for (; t < h.d; ++t) {
+      dq[packed + t] = rd.grad(ws.dq[padded + t] * h.scale);
+      dk[packed + t] = rd.grad(ws.dk[padded + t] * h.scale);
+      dv[packed + t] = rd.grad(ws.dv[padded + t]);
+    }
+  }
+}
+
+template <class T, class R>
+void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, const T* o, const T* lse,
+                    const T* dout, BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  load_backward_inputs(rd, h, q, k, v, dout, ws);
+  const std::int64_t kt_stride = backward_kt_stride(h);
+  // The tiles' layouts of the rounded inputs: Q^T and dO^T [d, qt_stride] (zero padded), K and V
+  // [N, d].
+  ws.qt.assign(h.d * h.qt_stride, T(0));
+  ws.dout_t.assign(h.d * h.qt_stride, T(0));
+  ws.k_packed.resize(h.n * h.d);
+  ws.v_packed.resize(h.n * h.d);
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    for (std::int64_t t = 0; t < h.d; ++t) {
+      ws.qt[t * h.qt_stride + i] = ws.q[i * h.d_padded + t];
+      ws.dout_t[t * h.qt_stride + i] = ws.dout[i * h.d_padded + t];
+      ws.k_packed[i * h.d + t] = ws.k[i * h.d_padded + t];
+      ws.v_packed[i * h.d + t] = ws.vt[t * kt_stride + i];
+    }
+  }
+  // lse and D per row, zero padded so a block's padding lanes read in bounds (their results are
+  // never summed).
+  ws.delta.assign(h.qt_stride, T(0));
+  ws.lse.assign(h.qt_stride, T(0));
+  // A row's o roundings first (as whole vectors) where the accumulation takes no draws between them.
+  const bool o_first = !rd.template draws<StepId::accum>();
+  T* o_row = ws.scratch.data();  // free after load_backward_inputs
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    T acc = 0;
+    if (o_first) {
+      round_run<StepId::o>(rd, o + i * h.d, o_row, h.d);
+      for (std::int64_t t = 0; t < h.d; ++t) acc = rd.accum(madd(ws.dout[i * h.d_padded + t], o_row[t], acc));
+    } else {
+      for (std::int64_t t = 0; t < h.d; ++t)
+        acc = rd.accum(madd(ws.dout[i * h.d_padded + t], rd.o(o[i * h.d + t]), acc));
+    }
+    ws.delta[i] = rd.stats_running(acc);
+    ws.lse[i] = lse[i];
+  }
+  const std::int64_t br_padded_max = round_up(h.br, L);
+  ws.p.resize(h.bc * br_padded_max);
+  ws.ds.resize(h.bc * br_padded_max);
+  for (std::int64_t j0 = 0; j0 < h.n; j0 += h.bc) {
+    const std::int64_t bc = std::min(h.bc, h.n - j0);
+    for (std::int64_t i0 = 0; i0 < h.n; i0 += h.br) {
+      const std::int64_t br = std::min(h.br, h.n - i0), br_padded = round_up(br, L);
+      if (h.causal && i0 + br - 1 < j0) continue;  // every row of the block precedes every key
+      T* p = ws.p.data();
+      T* ds = ws.ds.data();
+      score_tile(rd, ws.k_packed.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.qt_stride, bc, br_padded, h.scale, p,
+                 br_padded);
+      score_tile<false>(rd, ws.v_packed.data() + j0 * h.d, h.d, ws.dout_t.data() + i0, h.qt_stride, bc, br_padded,
+                        T(1), ds, br_padded);
+      if (h.causal && j0 + bc - 1 > i0) mask_tile(p, br_padded, bc, br_padded, j0, i0);
+      for (std::int64_t c = 0; c < bc; ++c) {
+        for (std::int64_t r = 0; r < br_padded; r += L) {
+          const V p_vec = rd.p(vexp(round_exp_arg(rd, vload(p + c * br_padded + r) - vload(ws.lse.data() + i0 + r))));
+          vstore(p + c * br_padded + r, p_vec);
+          vstore(ds + c * br_padded + r,
+                 rd.grad(p_vec * (vload(ds + c * br_padded + r) - vload(ws.delta.data() + i0 + r))));
+        }
+      }
+      // dV_j += P^T dO_i and dK_j += dS^T Q_i read the tiles [key][query] as rows of P and dS.
+      pv_tile<true>(rd, p, br_padded, ws.dout.data() + i0 * h.d_padded, h.d_padded, br, bc,
+                    ws.dv.data() + j0 * h.d_padded, h.d_padded);
+      pv_tile<true>(rd, ds, br_padded, ws.q.data() + i0 * h.d_padded, h.d_padded, br, bc,
+                    ws.dk.data() + j0 * h.d_padded, h.d_padded);
+      pv_tile(rd, ds, br_padded, ws.k.data() + j0 * h.d_padded, h.d_padded, bc, br, ws.dq.data() + i0 * h.d_padded,
+              h.d_padded);
+    }
+  }
+  store_gradients(rd, h, ws, dq, dk, dv);
+}
+
+template <class T, class R>
+void baseline_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, const T* dout,
+                       BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
+  constexpr int L = kLanes<T>;
+  load_backward_inputs(rd, h, q, k, v, dout, ws);
+  const std::int64_t kt_stride = backward_kt_stride(h), n_padded = round_up(h.n, L);
+  ws.p.assign(h.n * n_padded, T(0));
+  ws.ds.assign(h.n * n_padded, T(0));
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    const std::int64_t j_end = h.causal ? i + 1 : h.n;
+    T* p = ws.p.data() + i * n_padded;
+    T* ds = ws.ds.data() + i * n_padded;
+    row_dot(rd, ws.q.data() + i * h.d_padded, ws.kt.data(), kt_stride, h.d, std::int64_t(0), n_padded, p);
+    row_dot(rd, ws.dout.data() + i * h.d_padded, ws.vt.data(), kt_stride, h.d, std::int64_t(0), n_padded, ds);
+    T m = kNegInf<T>;
+    for (std::int64_t j = 0; j < j_end; ++j) {
+      p[j] = rd.s(p[j] * h.scale);
+      m = std::max(m, p[j]);
+    }
+    m = rd.stats(m);
+    T l = 0;
+    for (std::int64_t j = 0; j < j_end; ++j) {
+      const T x = p[j] - m;
+      p[j] = rd.softmax(sexp(rd.softmax(x)));
+      l = rd.stats(l + p[j]);
+    }
+    T d_i = 0;
+    for (std::int64_t j = 0; j < j_end; ++j) {
+      p[j] = rd.p(rd.division(p[j] / l));
+      d_i = rd.accum(madd(p[j], ds[j], d_i));
+    }
+    for (std::int64_t j = 0; j < n_padded; ++j) ds[j] = j < j_end ? rd.grad(p[j] * (ds[j] - d_i)) : T(0);
+    for (std::int64_t j = j_end; j < n_padded; ++j) p[j] = 0;
+  }
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    const std::int64_t j_end = h.causal ? i + 1 : h.n;
+    const T* p = ws.p.data() + i * n_padded;
+    const T* ds = ws.ds.data() + i * n_padded;
+    for (std::int64_t j = 0; j < j_end; ++j) {
+      axpy(rd, p[j], ws.dout.data() + i * h.d_padded, ws.dv.data() + j * h.d_padded, h.d_padded);
+      axpy(rd, ds[j], ws.q.data() + i * h.d_padded, ws.dk.data() + j * h.d_padded, h.d_padded);
+      axpy(rd, ds[j], ws.k.data() + j * h.d_padded, ws.dq.data() + i * h.d_padded, h.d_padded);
+    }
+  }
+  store_gradients(rd, h, ws, dq, dk, dv);
+}
+
+}  // namespace
+}  // namespace fastudy

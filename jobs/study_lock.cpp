@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +18,7 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "jobs/collective.hpp"
+#include "jobs/job.hpp"
 
 namespace fs = std::filesystem;
 
@@ -30,8 +32,9 @@ std::string host_name() {
   return buf;
 }
 
-// Field 22 of /proc/PID/stat (start time in clock ticks since boot), "" when unknown.
-std::string start_time_of(long pid) {
+// Field `n` (3 or more) of /proc/PID/stat, "" when unknown: 3 is the state (Z a zombie: killed, not
+// yet reaped; X dead), 22 the start time in clock ticks since boot.
+std::string proc_stat_field(long pid, int n) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string text;
   if (!in || !std::getline(in, text)) return "";
@@ -39,10 +42,12 @@ std::string start_time_of(long pid) {
   if (close == std::string::npos) return "";
   std::istringstream rest(text.substr(close + 1));
   std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i)
-    if (i == 22) return field;
+  for (int i = 3; i <= n && rest >> field; ++i)
+    if (i == n) return field;
   return "";
 }
+
+std::string start_time_of(long pid) { return proc_stat_field(pid, 22); }
 
 std::string utc_now() {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -95,6 +100,8 @@ bool holder_is_gone(const LockHolder& h, const std::string& my_host) {
   }
   if (pid <= 0) return false;
   if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  const std::string state = proc_stat_field(pid, 3);
+  if (state == "Z" || state == "X") return true;  // ended; only its exit status waits for its parent
   const std::string now = start_time_of(pid);
   return !h.start.empty() && !now.empty() && now != h.start;
 }
@@ -133,7 +140,16 @@ bool create_lock(const std::string& lock, const std::string& record) {
   return true;
 }
 
+// The command that removes `path` (a directory needs rm -r).
+std::string remove_command(const std::string& path, const struct stat& st) {
+  return std::string(S_ISDIR(st.st_mode) ? "rm -r " : "rm ") + shell_quote(path);
+}
+
 }  // namespace
+
+bool LockHolder::complete() const {
+  return !host.empty() && !pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos && pid[0] != '0';
+}
 
 std::string LockHolder::describe() const {
   return "pid " + (pid.empty() ? std::string("?") : pid) + " on host " + (host.empty() ? std::string("?") : host) +
@@ -150,8 +166,8 @@ StudyLock StudyLock::acquire(const std::string& out_dir, const std::string& comm
     if (ec) throw Error("cannot create output directory " + out.string() + ": " + ec.message(),
                         "check the path and permissions, or pass --out DIR");
     lock.created_dir_ = out.string();
-  } else if (fs::is_directory(out, ec) && !fs::exists(out / "study.toml", ec) && !fs::exists(out / kLockName, ec) &&
-             !fs::is_empty(out, ec)) {
+  } else if (fs::is_directory(out, ec) && !fs::exists(out / "study.toml", ec) &&
+             !fs::exists(fs::symlink_status(out / kLockName, ec)) && !fs::is_empty(out, ec)) {
     return lock;  // not a study: prepare_output refuses it, and nothing is written into it
   } else if (!fs::is_directory(out, ec)) {
     return lock;  // prepare_output names the problem
@@ -170,9 +186,25 @@ StudyLock StudyLock::acquire(const std::string& out_dir, const std::string& comm
       set_lock_to_release(path);
       return lock;
     }
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) continue;  // released meanwhile: try again
+    if (!S_ISREG(st.st_mode)) {
+      lock.release();
+      throw UsageError("the lock " + path + " is " + (S_ISLNK(st.st_mode) ? "a symbolic link" : "not a regular file") +
+                           ", so fastudy did not write it and cannot tell who holds the study",
+                       "if no fastudy job writes " + out.string() + ", remove it (" + remove_command(path, st) +
+                           ") and run again");
+    }
     const auto text = read_file(path);
     if (!text) continue;  // released meanwhile: try again
     const LockHolder holder = parse_record(*text);
+    if (!holder.complete()) {
+      lock.release();
+      throw UsageError("the lock " + path + " is unreadable (" + (text->empty() ? std::string("empty") : "not a record of host, pid and command") +
+                           "), so fastudy cannot tell whether a job still writes the study",
+                       "if no fastudy job writes " + out.string() + ", remove it (" + remove_command(path, st) +
+                           ") and run again");
+    }
     if (!holder_is_gone(holder, host)) {
       lock.release();
       if (holder.host != host && !holder.host.empty())

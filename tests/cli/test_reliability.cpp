@@ -223,7 +223,8 @@ TEST(Integrity, ByteFlipsAndTamperingAreNamedAndResumeRepairs) {
   spit(a + "/status.csv", flip16(status, status.size() / 2));
   RunResult r = run_fastudy("train " + grid + " --out " + a + " --resume");
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("setting it aside"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("set aside as " + a + "/status.csv.set-aside-1"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(a + "/status.csv.set-aside-1"));
   r = run_fastudy("status " + a);
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("4 variants: 4 done"), std::string::npos) << r.output;
@@ -526,4 +527,157 @@ TEST(Slurm, PrintedCommandsAreShellQuotedAndQuotesRefusedInOutput) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("a quote"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(quoted));
+}
+
+namespace {
+
+// Field `n` of /proc/PID/stat (3: the state, 22: the start time), "" when the process is gone.
+std::string proc_stat_field(long pid, int n) {
+  const std::string text = slurp("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return "";
+  std::istringstream rest(text.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= n && rest >> field; ++i)
+    if (i == n) return field;
+  return "";
+}
+
+}  // namespace
+
+// Issue 28, item 13: a lock that is no record fastudy wrote (empty, garbage, a symbolic link) is
+// refused as unreadable with the command that removes it, and is never cleared; a holder that is a
+// zombie (ended, not yet reaped) is gone and its lock is taken over.
+TEST(Lock, UnreadableLocksAreNamedNeverClearedAndZombieHoldersAreGone) {
+  TempDir dir;
+  const std::string a = (dir / "a").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 2, 2));
+  const std::string lock = a + "/fastudy.lock";
+  ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
+  struct Case {
+    std::string name, what;
+    std::function<void()> make;
+  };
+  const std::string target = dir.file("elsewhere.txt", "host=x\npid=1\ncommand=y\n");
+  for (const Case& c : {Case{"empty", "is unreadable (empty)", [&] { spit(lock, ""); }},
+                        Case{"garbage", "is unreadable (not a record of host, pid and command)", [&] { spit(lock, "\x01\x02garbage\n"); }},
+                        Case{"no pid", "is unreadable", [&] { spit(lock, "host=" + host_name() + "\npid=abc\n"); }},
+                        Case{"symlink", "is a symbolic link", [&] { fs::create_symlink(target, lock); }},
+                        Case{"dangling symlink", "is a symbolic link", [&] { fs::create_symlink(a + "/nowhere", lock); }}}) {
+    SCOPED_TRACE(c.name);
+    c.make();
+    const auto before = listing(a);
+    for (const std::string& args : {"train " + grid + " --resume", "reduce " + a}) {
+      const RunResult r = run_fastudy(args);
+      EXPECT_EQ(r.code, 2) << args << ": " << r.output;
+      EXPECT_NE(r.output.find("the lock " + lock + " " + c.what), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("remove it (rm '" + lock + "')"), std::string::npos) << r.output;
+      EXPECT_EQ(r.output.find("pid ?"), std::string::npos) << r.output;
+      EXPECT_EQ(listing(a), before) << args;
+    }
+    EXPECT_TRUE(fs::exists(fs::symlink_status(lock))) << "the lock was cleared";
+    fs::remove(lock);
+  }
+  EXPECT_EQ(slurp(target), "host=x\npid=1\ncommand=y\n");
+
+  // A zombie holder: the process has ended (state Z) but is not reaped, so kill(pid, 0) still
+  // succeeds and its start time still matches.
+  const pid_t zombie = spawn_fastudy({"--version"});
+  ASSERT_GT(zombie, 0);
+  ASSERT_TRUE(wait_until([&] { return proc_stat_field(zombie, 3) == "Z"; }, -1)) << "the child never became a zombie";
+  const std::string start = proc_stat_field(zombie, 22);
+  ASSERT_FALSE(start.empty());
+  ASSERT_EQ(::kill(zombie, 0), 0) << "a zombie answers kill(pid, 0)";
+  spit(lock, "host=" + host_name() + "\npid=" + std::to_string(zombie) + "\nstart=" + start +
+                 "\nsince=2026-01-01T00:00:00Z\ncommand=fastudy train held.toml\n");
+  const RunResult r = run_fastudy("train " + grid + " --resume");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("taking over the lock of " + a + " left by a job that is gone: pid " + std::to_string(zombie)),
+            std::string::npos) << r.output;
+  EXPECT_EQ(exit_code_of(zombie), 0);
+  EXPECT_FALSE(fs::exists(lock));
+}
+
+// Issue 28, item 13: usage mistakes are named before anything runs or is written (exit 2).
+TEST(Usage, UnknownJobMissingStudyAndBadGracePeriodAreNamed) {
+  TempDir dir;
+  const std::string a = (dir / "a").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 2, 2));
+  RunResult r = run_fastudy("trian " + grid);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown job 'trian'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the jobs are run, plan, microbench, train, reduce, report, status, slurm"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("positional"), std::string::npos) << r.output;
+
+  for (const char* job : {"status", "reduce", "report"}) {
+    r = run_fastudy(std::string(job) + " " + a);
+    EXPECT_EQ(r.code, 2) << job << ": " << r.output;
+    EXPECT_NE(r.output.find(a + " does not exist"), std::string::npos) << job << ": " << r.output;
+    EXPECT_EQ(r.output.find("grid file'"), std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(fs::exists(a));
+
+  for (const char* value : {"abc", "-1", "1.5", "86400", "", "99999999999999999999"}) {
+    r = run_command("FASTUDY_STOP_GRACE_S='" + std::string(value) + "' " + FASTUDY_EXE + " train " + grid);
+    EXPECT_EQ(r.code, 2) << value << ": " << r.output;
+    EXPECT_NE(r.output.find("FASTUDY_STOP_GRACE_S = '" + std::string(value) + "' is not a number of seconds"),
+              std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(a)) << value;
+  }
+  r = run_command("FASTUDY_STOP_GRACE_S=0 " + std::string(FASTUDY_EXE) + " status " + grid);
+  EXPECT_NE(r.output.find("no status file"), std::string::npos) << r.output;  // 0 is accepted
+}
+
+// Issue 28, item 10: a status.csv that cannot be read back (a directory in its place, malformed
+// rows under a valid checksum) is set aside, never deleted, and --resume rebuilds it, under MPI too.
+TEST(Resume, StatusCsvReplacedByADirectoryIsSetAsideAndRebuilt) {
+  TempDir dir;
+  const std::string a = (dir / "a").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 2, 2));
+  ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
+  const std::string status = a + "/status.csv";
+  fs::remove(status);
+  fs::create_directories(status);
+  spit(status + "/note.txt", "mine");
+  RunResult r = run_fastudy_mpi(2, "train " + grid + " --resume");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(status + ": not a regular file; set aside as " + status + ".set-aside-1"), std::string::npos) << r.output;
+  EXPECT_EQ(slurp(status + ".set-aside-1/note.txt"), "mine");
+  EXPECT_TRUE(fs::exists(status + ".set-aside-1.crc"));  // the sidecar went with it
+  EXPECT_FALSE(checksum_problem(status).has_value());
+  r = run_fastudy("status " + a);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("4 variants: 4 done"), std::string::npos) << r.output;
+
+  // Malformed rows with a checksum that matches them: read back, refused, set aside, rebuilt.
+  spit(status, "variant,state,step,loss,wall_time_s,reason\nbaseline-fp32,done\n");
+  write_checksum(status);
+  r = run_fastudy("status " + a);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("expected 6 fields"), std::string::npos) << r.output;
+  r = run_fastudy("train " + grid + " --resume");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("set aside as " + status + ".set-aside-2"), std::string::npos) << r.output;
+  EXPECT_EQ(run_fastudy("status " + a).code, 0);
+}
+
+// Issue 28, item 11: -q never hides why a job failed.
+TEST(Quiet, AFailedVariantIsAnErrorLineUnderQuiet) {
+  TempDir dir;
+  const std::string a = (dir / "a").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 2, 2));
+  ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
+  // Another variant's checkpoint in flash-fp32's place: that variant fails on --resume.
+  for (const auto& e : fs::directory_iterator(checkpoint_dir(a, "flash-fp32"))) fs::remove(e.path());
+  for (const char* name : {"step_0000002.h5", "step_0000002.h5.crc"})
+    fs::copy_file(checkpoint_dir(a, "baseline-fp32") + "/" + name, checkpoint_dir(a, "flash-fp32") + "/" + name);
+  for (const std::string& args : {"train " + grid + " --resume -q", grid + " --resume -q"}) {
+    const RunResult r = run_fastudy(args);
+    EXPECT_EQ(r.code, 1) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("error: "), std::string::npos) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("flash-fp32 failed at step 0: checkpoint"), std::string::npos) << args << ": " << r.output;
+  }
+  const RunResult r = run_fastudy("status " + a + " -q");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("error: 1 of 4 variants failed or diverged"), std::string::npos) << r.output;
 }

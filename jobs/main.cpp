@@ -93,7 +93,7 @@ bool looks_like_job_name(const std::vector<std::string>& args) {
 Parsed parse_command_line(int argc, char** argv) {
   Parsed p;
   std::vector<std::string> args(argv + 1, argv + argc);
-  for (int i = 0; i < argc; ++i) p.opts.command_line += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) p.opts.command_line += (i ? " " : "") + shell_word(argv[i]);
   std::string name = "run";
   if (!args.empty() && find_job(args[0])) {
     name = args[0];

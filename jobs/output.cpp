@@ -1,4 +1,7 @@
 // The output directory policy: create, refuse, resume or start over; atomic text files.
+#include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <fstream>
 #include <filesystem>
 #include <sstream>
@@ -23,9 +26,36 @@ bool file_exists(const std::string& path) {
 }
 
 std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  const bool control = std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  if (!control) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  }
+  // bash's $'...': every byte that is not plain printable text as \xHH, so the word is one line.
+  static const char* const kHex = "0123456789abcdef";
+  std::string q = "$'";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\'' || c == '\\') {
+      q += '\\';
+      q += c;
+    } else if (u < 0x20 || u == 0x7f) {
+      q += "\\x";
+      q += kHex[u >> 4];
+      q += kHex[u & 15];
+    } else {
+      q += c;
+    }
+  }
   return q + "'";
+}
+
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || (c != '\0' && std::strchr("_@%+=:,./-", c) != nullptr);
+  });
+  return plain ? s : shell_quote(s);
 }
 
 std::string read_text_file(const std::string& path) {

@@ -59,8 +59,9 @@ po::options_description common_options() {
   d.add_options()("help,h", "show this help")("out,o", po::value<std::string>(),
                                                "output directory (overrides [study] out)")(
       "resume", "continue the study in an existing output directory")(
-      "force", "start over in an existing output directory (its outputs are deleted); with --resume, accept a "
-               "changed grid")("quiet,q", "print errors only")("verbose,v", "print debug lines");
+      "force", "redo this job in an existing study: first delete the files it wrote there (`run`: every file "
+               "fastudy wrote), as OUT/fastudy.manifest lists them, never other files; with --resume, accept a "
+               "changed grid (its changed variants train again)")("quiet,q", "print errors only")("verbose,v", "print debug lines");
   return d;
 }
 
@@ -259,7 +260,10 @@ int main(int argc, char** argv) {
       JobContext ctx = make_context(parsed);
       if (auto scope = preflight_scope(ctx, 1, 1)) preflight(*ctx.study, *scope);
       StudyLock lock;
-      if (parsed.job->writes_study) lock = StudyLock::acquire(ctx.out_dir, ctx.opts.command_line);
+      if (parsed.job->writes_study) {
+        lock = StudyLock::acquire(ctx.out_dir, ctx.opts.command_line);
+        open_study(ctx);
+      }
       return said_why(parsed.opts.command, parsed.job->run(ctx));
     } catch (const SilentExit& e) {
       return e.code();
@@ -316,7 +320,12 @@ int main(int argc, char** argv) {
   try {
     if (auto scope = preflight_scope(*ctx, world.size(), on_host))
       on_root(world, [&] { preflight(*ctx->study, *scope); });
-    if (parsed.job->writes_study) on_root(world, [&] { lock = StudyLock::acquire(ctx->out_dir, ctx->opts.command_line); });
+    if (parsed.job->writes_study) {
+      on_root(world, [&] {
+        lock = StudyLock::acquire(ctx->out_dir, ctx->opts.command_line);
+        open_study(*ctx);
+      });
+    }
   } catch (const SilentExit& e) {
     return e.code();
   }

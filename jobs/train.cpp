@@ -19,6 +19,7 @@
 
 #include "base/checksum.hpp"
 #include "base/log.hpp"
+#include "base/manifest.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
@@ -172,6 +173,16 @@ int job_train(JobContext& ctx) {
     check_layout(world.size(), st.train.ranks_per_variant);
     variants = select_variants(st, ctx.opts.variants);
     prepare_output(ctx);
+    // Registered before anything of theirs is written: a kill at any moment leaves no file unlisted.
+    std::vector<manifest::Entry> files;
+    for (const auto* v : variants) {
+      const std::string vdir = "variants/" + v->id;
+      files.push_back({manifest::Kind::dir, "train", vdir});
+      files.push_back({manifest::Kind::file, "train", vdir + "/train_log.csv"});
+      files.push_back({manifest::Kind::file, "train", vdir + "/shadow.csv"});
+      files.push_back({manifest::Kind::checkpoints, "train", "checkpoints/" + v->id});
+    }
+    manifest::add(out, files);
     if (ctx.opts.resume) {
       repair_for_resume(out, variants, status_path);
     } else if (fs::exists(fs::symlink_status(status_path))) {
@@ -239,7 +250,12 @@ int job_train(JobContext& ctx) {
                 "checkpoint " + path + " was written with another configuration (hash " + s.attrs["config_hash"] +
                     "); pass --resume --force to retrain it"};
       } else if (group.rank() == 0) {
-        for (const auto& e : fs::directory_iterator(cdir)) fs::remove(e.path());
+        // --resume --force: the variant trains from scratch; only its checkpoints go (files of
+        // fastudy's checkpoint names, base/manifest.hpp), nothing else in the folder.
+        const manifest::Entry own{manifest::Kind::checkpoints, "train", "checkpoints/" + v.id};
+        for (const auto& e : fs::directory_iterator(cdir))
+          if (e.is_regular_file() && !e.is_symlink() && manifest::covers(own, own.path + "/" + e.path().filename().string()))
+            fs::remove(e.path());
       }
     }
     if (resume && resume->step >= v.train.steps) {

@@ -886,3 +886,56 @@ TEST(Force, MicrobenchForceKeepsTheCheckpoints) {
   EXPECT_TRUE(fs::exists(out + "/status.csv"));
   EXPECT_NE(slurp(out + "/microbench.csv"), before);  // written again (its header names the new command)
 }
+
+// Issue 28, item 12: the renderer writes into a staging folder; a stop signal (the terminal's SIGINT)
+// while it runs leaves the study as it was: no new plot in report_files/, no report.html, no staging
+// folder, and the message that says nothing was written is then true.
+TEST(Signals, SigintDuringTheReportWritesNothing) {
+  // The stand-in writes a plot into the folder it was given (--into DIR) before it says it is ready.
+  FakeRenderer fake("[ \"$5\" = --into ] && mkdir -p \"$6/report_files\" && echo png > \"$6/report_files/new.png\"");
+  // fastudy with its output in a file, to read its message.
+  const std::string log = (fake.dir / "report.log").string();
+  std::vector<std::string> args{FASTUDY_EXE, "report", fake.out};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, FASTUDY_EXE, &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  ASSERT_TRUE(wait_until([&] { return fs::exists(fake.ready); }, pid)) << "the renderer never started";
+  const std::string staged = fake.out + "/report.staging/report_files/new.png";
+  ASSERT_TRUE(fs::exists(staged)) << "the renderer was not given the staging folder";  // the fault is in place
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  EXPECT_EQ(exit_code_of(pid), 1);
+  const std::string output = slurp(log);
+  EXPECT_NE(output.find("stopped by a signal"), std::string::npos) << output;
+  EXPECT_NE(output.find("nothing was written"), std::string::npos) << output;
+  EXPECT_FALSE(fs::exists(fake.out + "/report_files/new.png"));
+  EXPECT_FALSE(fs::exists(fake.out + "/report.staging"));
+  EXPECT_FALSE(fs::exists(fake.out + "/report.html"));
+  EXPECT_FALSE(fs::exists(fake.out + "/fastudy.lock"));
+}
+
+// Issue 28, item 12: after kill -9 of `fastudy report`, its renderer does not go on writing: the kernel
+// ends it with its parent (PR_SET_PDEATHSIG). The stand-in renderer never ends by itself, so only that
+// can stop it. The staging folder it leaves is fastudy's (listed in the manifest): the next report or
+// --force removes it.
+TEST(Signals, KillNineOfTheReportEndsItsRenderer) {
+  FakeRenderer fake("");
+  const pid_t pid = spawn_fastudy({"report", fake.out});
+  ASSERT_TRUE(wait_until([&] { return fs::exists(fake.ready); }, pid)) << "the renderer never started";
+  const long child = fake.child();
+  ASSERT_FALSE(process_ended(child)) << "the renderer ended before fastudy was killed";
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_EQ(exit_code_of(pid), 128 + SIGKILL);
+  EXPECT_TRUE(wait_until([&] { return process_ended(child); }, -1)) << "the renderer outlived fastudy";
+  const auto listed = manifest::read(fake.out);
+  ASSERT_TRUE(listed.has_value());
+  EXPECT_TRUE(std::any_of(listed->begin(), listed->end(), [](const manifest::Entry& e) {
+    return e.path == "report.staging" && e.kind == manifest::Kind::scratch;
+  }));
+}

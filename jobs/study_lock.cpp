@@ -115,9 +115,11 @@ bool create_lock(const std::string& lock, const std::string& record) {
     out << record;
     out.flush();
     if (!out) {
+      const int err = errno;
       std::error_code ec;
       fs::remove(tmp, ec);
-      throw Error("cannot write " + tmp + " (disk full?)", "free space on the file system and run again");
+      throw Error("cannot write the lock " + lock + ": " + std::strerror(err) + file_system_note(lock),
+                  "free space on that file system (or choose another --out) and run again");
     }
   }
   const int rc = ::link(tmp.c_str(), lock.c_str());

@@ -17,6 +17,7 @@
 #include "base/atomic_file.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
+#include "base/proc.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 
@@ -30,21 +31,6 @@ std::string host_name() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
   return buf;
-}
-
-// Field `n` (3 or more) of /proc/PID/stat, "" when unknown: 3 is the state (Z a zombie: killed, not
-// yet reaped; X dead), 22 the start time in clock ticks since boot.
-std::string proc_stat_field(long pid, int n) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  if (!in || !std::getline(in, text)) return "";
-  const std::size_t close = text.rfind(')');  // the command name may hold spaces and parentheses
-  if (close == std::string::npos) return "";
-  std::istringstream rest(text.substr(close + 1));
-  std::string field;
-  for (int i = 3; i <= n && rest >> field; ++i)
-    if (i == n) return field;
-  return "";
 }
 
 std::string start_time_of(long pid) { return proc_stat_field(pid, 22); }

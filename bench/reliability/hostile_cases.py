@@ -31,31 +31,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-GRID = """[study]
-name = "hostile"
-out = "{out}"
-phases = ["train", "reduce"]
-[grid]
-attention = ["baseline", "flash"]
-precision = ["fp32", "bf16"]
-[model]
-vocab = 32
-d_model = 16
-heads = 2
-layers = 1
-seq_len = 16
-mlp_ratio = 2
-[data]
-span_len = 4
-[train]
-steps = 4
-batch = 4
-warmup = 2
-checkpoint_every = 2
-[attention]
-block_q = 8
-block_kv = 8
-"""
+# The tiny study of byte_flips.py (4 variants, train and reduce, a few seconds).
+from byte_flips import GRID, data_rows  # noqa: E402  (this script's folder is on the path)
+
 MARKERS = re.compile(r"^(pwned.*|M[0-9])$")  # files an injected command would create
 
 
@@ -116,10 +94,6 @@ def tree(root, skip=()):
                 data = p.read_bytes()
                 found[str(p)] = ("file", len(data), hashlib.sha256(data).hexdigest())
     return found
-
-
-def data_rows(path):
-    return [l for l in Path(path).read_text().splitlines() if not l.startswith("#")]
 
 
 def execute(e, timeout):
@@ -221,7 +195,7 @@ def slurm_hostile_paths(c):
     gdir = c.dir / "g\nid>pwned\n$(touch M1)`touch M2`;touch M3 'q\" \\"
     gdir.mkdir()
     grid = gdir / "grid.toml"
-    grid.write_text(GRID.format(out="unused").replace('name = "hostile"', 'name = "n\\nid>pwned2\\n$(touch${IFS}M4)`touch${IFS}M5`"'))
+    grid.write_text(GRID.format(out="unused").replace('name = "flips"', 'name = "n\\nid>pwned2\\n$(touch${IFS}M4)`touch${IFS}M5`"'))
     out = c.dir / "o$(touch${IFS}M6)`touch${IFS}M7`;touch${IFS}M8"
     run, stub = c.dir / "run", c.dir / "bin"
     run.mkdir()

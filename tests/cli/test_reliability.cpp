@@ -24,6 +24,7 @@
 
 #include "base/checksum.hpp"
 #include "base/manifest.hpp"
+#include "base/proc.hpp"
 #include "fastudy/version.hpp"  // FASTUDY_TORCH_CUDA, FASTUDY_TORCH_SDPA, FASTUDY_TORCH_VERSION
 #include "src/io/checkpoint.hpp"
 #include "tests/cli/cli_util.hpp"
@@ -300,11 +301,8 @@ struct FakeRenderer {
 
 // True once `pid` is gone or a zombie (the orphaned renderer waits for init to reap it).
 bool process_ended(long pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  if (!in || !std::getline(in, text)) return true;
-  const auto close = text.rfind(')');
-  return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
+  const std::string state = proc_stat_field(pid, 3);
+  return state.empty() || state == "Z" || state == "X";
 }
 
 }  // namespace
@@ -531,22 +529,6 @@ TEST(Slurm, PrintedCommandsAreShellQuotedAndQuotesRefusedInOutput) {
   EXPECT_NE(r.output.find("a quote"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(quoted));
 }
-
-namespace {
-
-// Field `n` of /proc/PID/stat (3: the state, 22: the start time), "" when the process is gone.
-std::string proc_stat_field(long pid, int n) {
-  const std::string text = slurp("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = text.rfind(')');
-  if (close == std::string::npos) return "";
-  std::istringstream rest(text.substr(close + 1));
-  std::string field;
-  for (int i = 3; i <= n && rest >> field; ++i)
-    if (i == n) return field;
-  return "";
-}
-
-}  // namespace
 
 // Issue 28, item 13: a lock that is no record fastudy wrote (empty, garbage, a symbolic link) is
 // refused as unreadable with the command that removes it, and is never cleared; a holder that is a
@@ -895,17 +877,8 @@ TEST(Signals, SigintDuringTheReportWritesNothing) {
   FakeRenderer fake("[ \"$5\" = --into ] && mkdir -p \"$6/report_files\" && echo png > \"$6/report_files/new.png\"");
   // fastudy with its output in a file, to read its message.
   const std::string log = (fake.dir / "report.log").string();
-  std::vector<std::string> args{FASTUDY_EXE, "report", fake.out};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, FASTUDY_EXE, &fa, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
+  const pid_t pid = spawn_logged({FASTUDY_EXE, "report", fake.out}, log);
+  ASSERT_GT(pid, 0);
   ASSERT_TRUE(wait_until([&] { return fs::exists(fake.ready); }, pid)) << "the renderer never started";
   const std::string staged = fake.out + "/report.staging/report_files/new.png";
   ASSERT_TRUE(fs::exists(staged)) << "the renderer was not given the staging folder";  // the fault is in place

@@ -310,21 +310,12 @@ TEST(SlurmCli, ScriptForwardsTheSignalAndRequeues) {
   // checkpoint exists, waits for the shell to end and returns its output.
   const auto run_and_signal = [&](int sig, const std::string& log_name) {
     const std::string log = dir.str() + "/" + log_name;
-    std::vector<std::string> args{"/usr/bin/env", "PATH=" + bin.string() + ":/usr/bin:/bin", "SLURM_JOB_ID=42",
-                                  "SLURM_NTASKS=1", "bash", script};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
     const int before = checkpoints();
-    pid_t pid = -1;
-    const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    EXPECT_EQ(rc, 0);
-    if (rc != 0) return std::string();
+    const pid_t pid = spawn_logged({"/usr/bin/env", "PATH=" + bin.string() + ":/usr/bin:/bin", "SLURM_JOB_ID=42",
+                                    "SLURM_NTASKS=1", "bash", script},
+                                   log);
+    EXPECT_GT(pid, 0);
+    if (pid <= 0) return std::string();
     int status = 0;
     bool ended = false;
     while (checkpoints() <= before) {

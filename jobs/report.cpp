@@ -3,7 +3,7 @@
 //
 // The renderer is the Python package analysis/report (matplotlib, numpy, h5py from Debian's
 // python3-* packages). This job finds an interpreter and the package, checks that the modules import,
-// runs `PYTHON -B REPORT_DIR OUT --quiet --into OUT/report.staging` (fork and exec, no shell, so no
+// runs `PYTHON -B REPORT_DIR OUT --quiet --into OUT/report.staging` (vfork and exec, no shell, so no
 // quoting of paths; the child dies with fastudy), moves the finished report into place and turns a
 // failure into a fastudy::Error with a hint, leaving nothing new behind. Under MPI (`fastudy run`)
 // only rank 0 renders.
@@ -105,7 +105,7 @@ std::string executable_path(const std::string& name) {
 // Runs argv (argv[0] searched on PATH when it has no '/'); returns the exit code, or 128 + signal.
 // With `output` set, the child's stdout and stderr are captured into it instead of inherited.
 // The child never outlives fastudy: a stop signal is forwarded to it (collective.cpp), and the kernel
-// kills it when fastudy dies in any way, kill -9 included (PR_SET_PDEATHSIG, set between fork and exec;
+// kills it when fastudy dies in any way, kill -9 included (PR_SET_PDEATHSIG, set between vfork and exec;
 // a parent gone before that is caught by getppid()).
 int run_process(const std::vector<std::string>& args, std::string* output) {
   const std::string exe = executable_path(args[0]);
@@ -121,9 +121,11 @@ int run_process(const std::vector<std::string>& args, std::string* output) {
   if (::pipe2(exec_fd, O_CLOEXEC) != 0) throw Error(std::string("pipe() failed: ") + std::strerror(errno));
   if (stop_signal_received()) throw Error("stopped by a signal before " + args[0] + " started", "run it again");
   const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
+  // vfork, as posix_spawn does: no copy of a large process's page tables, and no fork() under MPI
+  // transports that register memory. The child shares the parent's memory until exec: plain system
+  // calls only, on values prepared above.
+  const pid_t pid = ::vfork();
   if (pid == 0) {
-    // The child: async-signal-safe calls only until exec.
     if (output) {
       ::dup2(pipe_fd[1], STDOUT_FILENO);
       ::dup2(pipe_fd[1], STDERR_FILENO);
@@ -131,14 +133,9 @@ int run_process(const std::vector<std::string>& args, std::string* output) {
       ::close(pipe_fd[1]);
     }
     ::close(exec_fd[0]);
-    int err = 0;
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) {
-      err = ESRCH;
-    } else {
-      ::execve(exe.c_str(), argv.data(), environ);
-      err = errno;
-    }
-    const ssize_t ignored = ::write(exec_fd[1], &err, sizeof err);
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && ::getppid() == parent) ::execve(exe.c_str(), argv.data(), environ);
+    const int child_errno = ::getppid() == parent ? errno : ESRCH;
+    const ssize_t ignored = ::write(exec_fd[1], &child_errno, sizeof child_errno);
     (void)ignored;
     ::_exit(127);
   }
@@ -148,7 +145,7 @@ int run_process(const std::vector<std::string>& args, std::string* output) {
   if (pid < 0) {
     ::close(exec_fd[0]);
     if (output) ::close(pipe_fd[0]);
-    throw Error(std::string("cannot start ") + args[0] + ": fork() failed: " + std::strerror(fork_errno));
+    throw Error(std::string("cannot start ") + args[0] + ": vfork() failed: " + std::strerror(fork_errno));
   }
   set_child_to_stop(pid);
   if (stop_signal_received()) ::kill(pid, SIGTERM);

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <functional>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -189,10 +191,9 @@ bool covers(const Entry& entry, const std::string& rel) {
   return false;
 }
 
-Removal remove(const std::string& out_dir, const std::set<std::string>& jobs) {
+Removal remove(const std::string& out_dir, const std::function<bool(const Entry&)>& chosen) {
   const fs::path out(out_dir);
   std::vector<Entry> entries = read(out_dir).value_or(std::vector<Entry>{});
-  const auto chosen = [&](const Entry& e) { return jobs.empty() || jobs.count(e.job) > 0; };
   Removal r;
   std::error_code ec;
   const auto remove_file = [&](const std::string& rel) {

@@ -24,8 +24,8 @@
 // that is not what fastudy writes there (a symbolic link, a directory where a file was), is kept.
 #pragma once
 
+#include <functional>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -64,11 +64,11 @@ struct Removal {
   std::vector<std::string> removed;  // paths relative to OUT, files first, then directories
   std::vector<std::string> kept;     // listed names that held something fastudy does not write there
 };
-// Deletes what the entries of `jobs` name (every entry when `jobs` is empty): files, then the
-// directories left empty, deepest first; the entries of those jobs whose paths are gone are dropped
-// from the manifest. Never follows a symbolic link, never removes OUT. The caller has read() the
-// manifest first (a missing or damaged one is its decision to refuse).
-Removal remove(const std::string& out, const std::set<std::string>& jobs);
+// Deletes what the `chosen` entries name (e.g. those of one job): files, then the directories left
+// empty, deepest first; chosen entries whose paths are gone are dropped from the manifest. Never
+// follows a symbolic link, never removes OUT. The caller has read() the manifest first (a missing or
+// damaged one is its decision to refuse).
+Removal remove(const std::string& out, const std::function<bool(const Entry&)>& chosen);
 
 // Files and directories under OUT that no entry covers (the manifest, its sidecar and their
 // temporaries excepted), relative, sorted; symbolic links are listed, never followed.

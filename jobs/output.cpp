@@ -5,7 +5,6 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <set>
 #include <filesystem>
 #include <sstream>
 
@@ -206,10 +205,23 @@ void open_study(JobContext& ctx) {
     }
     if (!listed) throw no_manifest(out);
     const bool all = ctx.opts.command == "run";
-    const manifest::Removal r = manifest::remove(out, all ? std::set<std::string>{} : std::set<std::string>{ctx.opts.command});
-    log::info("--force: deleted " + std::to_string(r.removed.size()) + " file(s) and folder(s) that `" +
-              (all ? std::string("fastudy") : ctx.opts.command) + "` wrote in " + out + " (listed in " +
-              manifest::path_of(out) + ")");
+    // `train --variant V --force`: only those variants' files; the others' results and the study's
+    // state stay, and the job continues the study (as --resume) with those variants from scratch.
+    const std::vector<std::string> only = ctx.opts.command == "train" ? ctx.opts.variants : std::vector<std::string>{};
+    const auto of_variant = [&](const manifest::Entry& e) {
+      return std::any_of(only.begin(), only.end(), [&](const std::string& id) {
+        for (const std::string& dir : {"variants/" + id, "checkpoints/" + id})
+          if (e.path == dir || e.path.rfind(dir + "/", 0) == 0) return true;
+        return false;
+      });
+    };
+    const manifest::Removal r = manifest::remove(
+        out, [&](const manifest::Entry& e) { return all || (e.job == ctx.opts.command && (only.empty() || of_variant(e))); });
+    std::string whose = all ? std::string("fastudy") : ctx.opts.command;
+    for (std::size_t i = 0; i < only.size(); ++i) whose += (i ? ", " : " --variant ") + only[i];
+    log::info("--force: deleted " + std::to_string(r.removed.size()) + " file(s) and folder(s) that `" + whose +
+              "` wrote in " + out + " (listed in " + manifest::path_of(out) + ")");
+    if (!only.empty()) ctx.opts.resume = true;
     for (const auto& k : r.kept) log::warn("--force: kept " + (fs::path(out) / k).string() + ": it is not what fastudy wrote there");
     std::vector<std::string> theirs;
     for (const auto& rel : manifest::unlisted(out, manifest::read(out).value_or(std::vector<manifest::Entry>{})))

@@ -912,3 +912,26 @@ TEST(Signals, KillNineOfTheReportEndsItsRenderer) {
     return e.path == "report.staging" && e.kind == manifest::Kind::scratch;
   }));
 }
+
+// Issue 28, item 2: `train --variant V --force` redoes V only: its files go, the other variants'
+// checkpoints stay byte for byte (they are not trained again), and the study goes on.
+TEST(Force, TrainOneVariantForceKeepsTheOthers) {
+  TempDir dir;
+  const std::string a = (dir / "a").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 4, 2));
+  ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
+  const auto clean = final_state(a, "flash-fp32", 4);
+  std::map<std::string, std::map<std::string, std::string>> others;
+  for (const char* id : {"baseline-fp32", "baseline-bf16", "flash-bf16"}) others[id] = contents(checkpoint_dir(a, id));
+  spit(checkpoint_dir(a, "flash-fp32") + "/mine.txt", "mine");
+  const RunResult r = run_fastudy("train " + grid + " --variant flash-fp32 --force");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("--force: deleted 6 file(s) and folder(s) that `train --variant flash-fp32` wrote"), std::string::npos)
+      << r.output;
+  for (const auto& [id, files] : others) EXPECT_EQ(contents(checkpoint_dir(a, id)), files) << id;
+  EXPECT_EQ(final_state(a, "flash-fp32", 4), clean);
+  EXPECT_EQ(slurp(checkpoint_dir(a, "flash-fp32") + "/mine.txt"), "mine");
+  const RunResult s = run_fastudy("status " + a);
+  EXPECT_EQ(s.code, 0) << s.output;
+  EXPECT_NE(s.output.find("4 variants: 4 done"), std::string::npos) << s.output;
+}

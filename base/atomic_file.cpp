@@ -76,7 +76,8 @@ void atomic_write(const std::string& path, std::string_view bytes, bool durable)
       [&](const std::string& tmp) {
         const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0)
-          throw Error("cannot create " + tmp + ": " + std::strerror(errno), "check that the directory exists and is writable");
+          throw Error("cannot create " + tmp + ": " + std::strerror(errno),
+                      "check that the directory exists and is writable");
         std::size_t done = 0;
         int err = 0;
         while (done < bytes.size() && err == 0) {

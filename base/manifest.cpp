@@ -102,9 +102,11 @@ std::vector<Entry> parse(const std::string& text, const std::string& file) {
     std::istringstream words(line);
     std::string kind, job, encoded, extra;
     words >> kind >> job >> encoded;
-    const auto known = std::find_if(std::begin(kKinds), std::end(kKinds), [&](const auto& k) { return kind == k.word; });
+    const auto known =
+        std::find_if(std::begin(kKinds), std::end(kKinds), [&](const auto& k) { return kind == k.word; });
     const auto path = decode(encoded);
-    const bool job_ok = !job.empty() && std::all_of(job.begin(), job.end(), [](char c) { return std::islower(static_cast<unsigned char>(c)); });
+    const bool job_ok = !job.empty() && std::all_of(job.begin(), job.end(),
+                                                    [](char c) { return std::islower(static_cast<unsigned char>(c)); });
     if (known == std::end(kKinds) || !job_ok || !path || !inside(*path) || (words >> extra))
       throw Error(file + ":" + std::to_string(n) + ": not an entry fastudy writes: " + line, kHint);
     entries.push_back({known->kind, job, *path});
@@ -140,9 +142,7 @@ bool step_file_name(const std::string& name) {
 
 }  // namespace
 
-bool Entry::operator<(const Entry& o) const {
-  return std::tie(path, kind, job) < std::tie(o.path, o.kind, o.job);
-}
+bool Entry::operator<(const Entry& o) const { return std::tie(path, kind, job) < std::tie(o.path, o.kind, o.job); }
 bool Entry::operator==(const Entry& o) const { return kind == o.kind && job == o.job && path == o.path; }
 
 std::string path_of(const std::string& out) { return (fs::path(out) / kName).string(); }
@@ -166,7 +166,8 @@ void add(const std::string& out, const std::vector<Entry>& entries) {
       if (listed) all.insert(listed->begin(), listed->end());
     } catch (const Error& e) {
       const std::string aside = set_aside(file);
-      log::warn(std::string(e.what()) + "; set aside as " + aside + ": the files it listed are never deleted by --force");
+      log::warn(std::string(e.what()) + "; set aside as " + aside +
+                ": the files it listed are never deleted by --force");
       all.clear();
     }
   }
@@ -179,14 +180,19 @@ void add(const std::string& out, const std::vector<Entry>& entries) {
 bool covers(const Entry& entry, const std::string& rel) {
   const std::string& p = entry.path;
   if (rel == p) return true;
-  const auto starts = [&](const std::string& prefix) { return rel.size() > prefix.size() && rel.compare(0, prefix.size(), prefix) == 0; };
+  const auto starts = [&](const std::string& prefix) {
+    return rel.size() > prefix.size() && rel.compare(0, prefix.size(), prefix) == 0;
+  };
   switch (entry.kind) {
     case Kind::file:
       return rel == p + kChecksumSuffix || starts(p + ".tmp.") || starts(p + kChecksumSuffix + ".tmp.");
-    case Kind::dir: return false;
+    case Kind::dir:
+      return false;
     case Kind::checkpoints:
-      return starts(p + "/") && rel.find('/', p.size() + 1) == std::string::npos && step_file_name(rel.substr(p.size() + 1));
-    case Kind::scratch: return starts(p + "/");
+      return starts(p + "/") && rel.find('/', p.size() + 1) == std::string::npos &&
+             step_file_name(rel.substr(p.size() + 1));
+    case Kind::scratch:
+      return starts(p + "/");
   }
   return false;
 }
@@ -209,8 +215,10 @@ Removal remove(const std::string& out_dir, const std::function<bool(const Entry&
       for (const auto& child : fs::directory_iterator(parent, ec)) {
         const std::string rel = (prefix.empty() ? fs::path() : fs::path(prefix)) / child.path().filename();
         if (!covers(e, rel)) continue;
-        if (type_of(child.path()) == S_IFREG) remove_file(rel);
-        else r.kept.push_back(rel);
+        if (type_of(child.path()) == S_IFREG)
+          remove_file(rel);
+        else
+          r.kept.push_back(rel);
       }
       continue;
     }
@@ -221,8 +229,10 @@ Removal remove(const std::string& out_dir, const std::function<bool(const Entry&
       continue;
     }
     if (e.kind == Kind::scratch) {
-      for (auto it = fs::recursive_directory_iterator(target, ec); it != fs::recursive_directory_iterator(); it.increment(ec))
-        if (!it->is_directory(ec) || it->is_symlink(ec)) r.removed.push_back(it->path().lexically_relative(out).string());
+      for (auto it = fs::recursive_directory_iterator(target, ec); it != fs::recursive_directory_iterator();
+           it.increment(ec))
+        if (!it->is_directory(ec) || it->is_symlink(ec))
+          r.removed.push_back(it->path().lexically_relative(out).string());
       fs::remove_all(target, ec);  // never follows a symbolic link inside it
       r.removed.push_back(e.path);
       continue;
@@ -230,14 +240,17 @@ Removal remove(const std::string& out_dir, const std::function<bool(const Entry&
     for (const auto& child : fs::directory_iterator(target, ec)) {
       const std::string rel = e.path + "/" + child.path().filename().string();
       if (!covers(e, rel)) continue;
-      if (type_of(child.path()) == S_IFREG) remove_file(rel);
-      else r.kept.push_back(rel);
+      if (type_of(child.path()) == S_IFREG)
+        remove_file(rel);
+      else
+        r.kept.push_back(rel);
     }
   }
   // Directories left empty, deepest first.
   std::vector<std::string> dirs;
   for (const auto& e : entries)
-    if (chosen(e) && (e.kind == Kind::dir || e.kind == Kind::checkpoints) && reached_directly(out, e.path)) dirs.push_back(e.path);
+    if (chosen(e) && (e.kind == Kind::dir || e.kind == Kind::checkpoints) && reached_directly(out, e.path))
+      dirs.push_back(e.path);
   std::sort(dirs.begin(), dirs.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
   for (const auto& d : dirs)
     if (type_of(out / d) == S_IFDIR && ::rmdir((out / d).c_str()) == 0) r.removed.push_back(d);
@@ -253,7 +266,8 @@ std::vector<std::string> unlisted(const std::string& out_dir, const std::vector<
   const fs::path out(out_dir);
   std::vector<std::string> found;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(out, ec); it != fs::recursive_directory_iterator(); it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(out, ec); it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
     const std::string rel = it->path().lexically_relative(out).string();
     if (covers(Entry{Kind::file, "", kName}, rel)) continue;  // the manifest, its sidecar, their temporaries
     const bool listed = std::any_of(entries.begin(), entries.end(), [&](const Entry& e) { return covers(e, rel); });

@@ -52,8 +52,9 @@ unsigned stop_grace_seconds() {
                       text.find_first_not_of("0123456789") == std::string::npos;
   const unsigned long v = digits ? std::stoul(text) : 0;
   if (!digits || v >= 86400)
-    throw UsageError("FASTUDY_STOP_GRACE_S = '" + text + "' is not a number of seconds from 0 to 86399",
-                     "set it to the seconds a stopping job may take to checkpoint (default 60; 0: no deadline), or unset it");
+    throw UsageError(
+        "FASTUDY_STOP_GRACE_S = '" + text + "' is not a number of seconds from 0 to 86399",
+        "set it to the seconds a stopping job may take to checkpoint (default 60; 0: no deadline), or unset it");
   return static_cast<unsigned>(v);
 }
 

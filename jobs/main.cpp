@@ -61,7 +61,8 @@ po::options_description common_options() {
       "resume", "continue the study in an existing output directory")(
       "force", "redo this job in an existing study: first delete the files it wrote there (`run`: every file "
                "fastudy wrote), as OUT/fastudy.manifest lists them, never other files; with --resume, accept a "
-               "changed grid (its changed variants train again)")("quiet,q", "print errors only")("verbose,v", "print debug lines");
+               "changed grid (its changed variants train again)")(
+      "quiet,q", "print warnings and errors only (a failure always says why)")("verbose,v", "print debug lines");
   return d;
 }
 

@@ -30,7 +30,8 @@ bool file_exists(const std::string& path) {
 }
 
 std::string shell_quote(const std::string& s) {
-  const bool control = std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  const bool control =
+      std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
   if (!control) {
     std::string q = "'";
     for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -200,8 +201,10 @@ void open_study(JobContext& ctx) {
     try {
       listed = manifest::read(out);
     } catch (const Error& e) {
-      throw UsageError(std::string("--force: ") + e.what() + "; fastudy cannot tell the files it wrote from others and deletes nothing",
-                       "restore " + manifest::path_of(out) + ", or remove the study's files yourself, or choose another --out");
+      throw UsageError(
+          std::string("--force: ") + e.what() +
+              "; fastudy cannot tell the files it wrote from others and deletes nothing",
+          "restore " + manifest::path_of(out) + ", or remove the study's files yourself, or choose another --out");
     }
     if (!listed) throw no_manifest(out);
     const bool all = ctx.opts.command == "run";
@@ -215,14 +218,16 @@ void open_study(JobContext& ctx) {
         return false;
       });
     };
-    const manifest::Removal r = manifest::remove(
-        out, [&](const manifest::Entry& e) { return all || (e.job == ctx.opts.command && (only.empty() || of_variant(e))); });
+    const manifest::Removal r = manifest::remove(out, [&](const manifest::Entry& e) {
+      return all || (e.job == ctx.opts.command && (only.empty() || of_variant(e)));
+    });
     std::string whose = all ? std::string("fastudy") : ctx.opts.command;
     for (std::size_t i = 0; i < only.size(); ++i) whose += (i ? ", " : " --variant ") + only[i];
     log::info("--force: deleted " + std::to_string(r.removed.size()) + " file(s) and folder(s) that `" + whose +
               "` wrote in " + out + " (listed in " + manifest::path_of(out) + ")");
     if (!only.empty()) ctx.opts.resume = true;
-    for (const auto& k : r.kept) log::warn("--force: kept " + (fs::path(out) / k).string() + ": it is not what fastudy wrote there");
+    for (const auto& k : r.kept)
+      log::warn("--force: kept " + (fs::path(out) / k).string() + ": it is not what fastudy wrote there");
     std::vector<std::string> theirs;
     for (const auto& rel : manifest::unlisted(out, manifest::read(out).value_or(std::vector<manifest::Entry>{})))
       if (!is_lock_file(rel) && (theirs.empty() || rel.rfind(theirs.back() + "/", 0) != 0)) theirs.push_back(rel);

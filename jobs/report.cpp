@@ -110,7 +110,8 @@ std::string executable_path(const std::string& name) {
 int run_process(const std::vector<std::string>& args, std::string* output) {
   const std::string exe = executable_path(args[0]);
   if (exe.empty())
-    throw Error("cannot start " + args[0] + ": not found on PATH", std::string("install Python 3 and the plotting modules: ") + kInstallHint);
+    throw Error("cannot start " + args[0] + ": not found on PATH",
+                std::string("install Python 3 and the plotting modules: ") + kInstallHint);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -160,7 +161,8 @@ int run_process(const std::vector<std::string>& args, std::string* output) {
     }
     set_child_to_stop(0);
     throw Error("cannot start " + args[0] + ": " + std::strerror(exec_errno),
-                exec_errno == ENOENT ? std::string("install Python 3 and the plotting modules: ") + kInstallHint : std::string());
+                exec_errno == ENOENT ? std::string("install Python 3 and the plotting modules: ") + kInstallHint
+                                     : std::string());
   }
   if (output) {
     char buf[4096];
@@ -236,8 +238,11 @@ void publish(const fs::path& out, const fs::path& staging) {
   const std::vector<manifest::Entry> listed = manifest::read(out.string()).value_or(std::vector<manifest::Entry>{});
   for (const auto& e : fs::directory_iterator(files)) {
     const std::string name = e.path().filename().string(), rel = "report_files/" + name;
-    const bool ours = std::any_of(listed.begin(), listed.end(), [&](const manifest::Entry& m) { return m.job == "report" && manifest::covers(m, rel); });
-    if (ours && e.is_regular_file() && !e.is_symlink() && !std::binary_search(plots.begin(), plots.end(), name)) fs::remove(e.path());
+    const bool ours = std::any_of(listed.begin(), listed.end(), [&](const manifest::Entry& m) {
+      return m.job == "report" && manifest::covers(m, rel);
+    });
+    if (ours && e.is_regular_file() && !e.is_symlink() && !std::binary_search(plots.begin(), plots.end(), name))
+      fs::remove(e.path());
   }
   for (const auto& name : plots) fs::rename(staging / "report_files" / name, files / name);
   fs::rename(staging / "report.md", out / "report.md");
@@ -266,7 +271,8 @@ void render(const std::string& out_dir) {
   manifest::add(out_dir, report_entries({}));
   if (fs::exists(fs::symlink_status(staging, ec))) {
     if (!fs::is_directory(fs::symlink_status(staging, ec)))
-      throw Error(staging.string() + " exists and is not the folder fastudy makes there", "move it away and run the report again");
+      throw Error(staging.string() + " exists and is not the folder fastudy makes there",
+                  "move it away and run the report again");
     fs::remove_all(staging, ec);  // left by a report that was killed (never follows a symbolic link in it)
   }
   if (!fs::create_directory(staging, ec))

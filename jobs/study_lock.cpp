@@ -188,10 +188,11 @@ StudyLock StudyLock::acquire(const std::string& out_dir, const std::string& comm
     const LockHolder holder = parse_record(*text);
     if (!holder.complete()) {
       lock.release();
-      throw UsageError("the lock " + path + " is unreadable (" + (text->empty() ? std::string("empty") : "not a record of host, pid and command") +
-                           "), so fastudy cannot tell whether a job still writes the study",
-                       "if no fastudy job writes " + out.string() + ", remove it (" + remove_command(path, st) +
-                           ") and run again");
+      throw UsageError(
+          "the lock " + path + " is unreadable (" +
+              (text->empty() ? std::string("empty") : "not a record of host, pid and command") +
+              "), so fastudy cannot tell whether a job still writes the study",
+          "if no fastudy job writes " + out.string() + ", remove it (" + remove_command(path, st) + ") and run again");
     }
     if (!holder_is_gone(holder, host)) {
       lock.release();

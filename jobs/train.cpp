@@ -352,7 +352,8 @@ int job_train(JobContext& ctx) {
     log::error("  " + row.variant + " " + to_string(row.state) + " at step " + std::to_string(row.step) +
                (row.reason.empty() ? std::string() : ": " + row.reason));
   }
-  if (named > kNamed) log::error("  ... and " + std::to_string(named - kNamed) + " more (fastudy status " + shell_quote(out) + ")");
+  if (named > kNamed)
+    log::error("  ... and " + std::to_string(named - kNamed) + " more (fastudy status " + shell_quote(out) + ")");
   return kExitFailure;
 }
 

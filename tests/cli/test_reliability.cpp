@@ -27,6 +27,7 @@
 #include "base/proc.hpp"
 #include "fastudy/version.hpp"  // FASTUDY_TORCH_CUDA, FASTUDY_TORCH_SDPA, FASTUDY_TORCH_VERSION
 #include "src/io/checkpoint.hpp"
+#include "tests/cli/checkpoint_util.hpp"
 #include "tests/cli/cli_util.hpp"
 
 using namespace fastudy;
@@ -652,10 +653,9 @@ TEST(Quiet, AFailedVariantIsAnErrorLineUnderQuiet) {
   const std::string a = (dir / "a").string();
   const std::string grid = dir.file("g.toml", tiny_grid(a, 2, 2));
   ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
-  // Another variant's checkpoint in flash-fp32's place: that variant fails on --resume.
-  for (const auto& e : fs::directory_iterator(checkpoint_dir(a, "flash-fp32"))) fs::remove(e.path());
-  for (const char* name : {"step_0000002.h5", "step_0000002.h5.crc"})
-    fs::copy_file(checkpoint_dir(a, "baseline-fp32") + "/" + name, checkpoint_dir(a, "flash-fp32") + "/" + name);
+  // flash-fp32's checkpoint says it was trained with another configuration: that variant fails on
+  // --resume (without --force, which would retrain it).
+  retag(checkpoint_path(a, "flash-fp32", 2), "config_hash", "00000000deadbeef");
   for (const std::string& args : {"train " + grid + " --resume -q", grid + " --resume -q"}) {
     const RunResult r = run_fastudy(args);
     EXPECT_EQ(r.code, 1) << args << ": " << r.output;

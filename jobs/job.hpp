@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/quote.hpp"  // shell_quote, shell_word: the words of the commands jobs print and write
 #include "src/core/config.hpp"
 #include "src/core/provenance.hpp"
 
@@ -120,12 +121,5 @@ std::string read_text_file(const std::string& path);
 // The hint of a study.toml that does not match its checksum (OUT/study.toml.crc).
 extern const char* const kStudyTomlHint;
 bool file_exists(const std::string& path);
-// A word a shell reads back as `s`, on one line, for commands printed to paste and for scripts:
-// '...' with ' written as '\'' (POSIX); when `s` holds a control character (a newline), bash's
-// $'...' with it as \xHH instead, so that no quoted word ever spans lines (a comment stays one line).
-std::string shell_quote(const std::string& s);
-// `s` as is when it is a plain word (letters, digits and _@%+=:,./-), else shell_quote(s): the words
-// of a command line as it is recorded (provenance, the lock, the sbatch script's "Regenerate:").
-std::string shell_word(const std::string& s);
 
 }  // namespace fastudy

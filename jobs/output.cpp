@@ -1,8 +1,6 @@
 // The output directory policy: create, refuse, resume, or redo a job (--force: only the files fastudy
-// wrote, as its manifest lists them); shell quoting of the commands fastudy prints and writes.
+// wrote, as its manifest lists them).
 #include <algorithm>
-#include <cctype>
-#include <cstring>
 #include <fstream>
 #include <optional>
 #include <filesystem>
@@ -27,40 +25,6 @@ const char* const kStudyTomlHint =
 bool file_exists(const std::string& path) {
   std::error_code ec;
   return fs::exists(path, ec);
-}
-
-std::string shell_quote(const std::string& s) {
-  const bool control =
-      std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
-  if (!control) {
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-  }
-  // bash's $'...': every byte that is not plain printable text as \xHH, so the word is one line.
-  static const char* const kHex = "0123456789abcdef";
-  std::string q = "$'";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '\'' || c == '\\') {
-      q += '\\';
-      q += c;
-    } else if (u < 0x20 || u == 0x7f) {
-      q += "\\x";
-      q += kHex[u >> 4];
-      q += kHex[u & 15];
-    } else {
-      q += c;
-    }
-  }
-  return q + "'";
-}
-
-std::string shell_word(const std::string& s) {
-  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || (c != '\0' && std::strchr("_@%+=:,./-", c) != nullptr);
-  });
-  return plain ? s : shell_quote(s);
 }
 
 std::string read_text_file(const std::string& path) {
@@ -88,11 +52,11 @@ bool empty_but_lock(const fs::path& dir) {
 void write_variants_csv(const fs::path& out, const Study& st) {
   std::ostringstream os;
   os << "variant,hash";
-  for (const auto& axis : st.axes) os << ',' << axis.first;
+  for (const auto& axis : st.axes) os << ',' << csv_field(axis.first);
   os << '\n';
   for (const auto& v : st.variants) {
-    os << v.id << ',' << v.hash;
-    for (const auto& [axis, value] : v.axes) os << ',' << value;
+    os << csv_field(v.id) << ',' << v.hash;
+    for (const auto& [axis, value] : v.axes) os << ',' << csv_field(value);
     os << '\n';
   }
   atomic_write_sealed((out / "variants.csv").string(), os.str());

@@ -36,33 +36,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kIds[] = {"baseline-fp32", "baseline-bf16", "flash-fp32", "flash-bf16"};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
 // 16 bytes from `at` (clamped to the file) inverted: never equal to the original.
 std::string flip16(std::string bytes, std::size_t at) {
   at = std::min(at, bytes.size() - std::min<std::size_t>(16, bytes.size()));
   for (std::size_t i = at; i < std::min(bytes.size(), at + 16); ++i) bytes[i] = static_cast<char>(~bytes[i]);
   return bytes;
-}
-
-std::map<std::string, std::string> final_state(const std::string& out, const std::string& id, std::int64_t step) {
-  TrainState s = read_checkpoint(checkpoint_path(out, id, step));
-  std::map<std::string, std::string> m;
-  for (const auto* group : {&s.params, &s.optimizer})
-    for (const auto& a : *group) m[a.name] = std::string(reinterpret_cast<const char*>(a.data.data()), a.data.size());
-  m["#data_cursor"] = std::to_string(s.data_cursor);
-  return m;
 }
 
 // Every path under dir, relative, sorted.

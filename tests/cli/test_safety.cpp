@@ -4,6 +4,7 @@
 // (status, reduce, report, the microbenchmark's captured inputs) and repaired by --resume to the
 // clean run's result.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "base/quote.hpp"
 #include "src/io/checkpoint.hpp"
 #include "tests/cli/checkpoint_util.hpp"
 #include "tests/cli/cli_util.hpp"
@@ -20,15 +22,6 @@ using namespace fastudy::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-const char* kIds[] = {"baseline-fp32", "baseline-bf16", "flash-fp32", "flash-bf16"};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // The rows of a CSV without its provenance header (which names the command).
 std::string data_rows(const std::string& path) {
@@ -45,30 +38,18 @@ void copy_checkpoint(const std::string& from, const std::string& to) {
     fs::copy_file(from + suffix, to + suffix, fs::copy_options::overwrite_existing);
 }
 
-// A variant's final checkpoint as its tensors' bytes and its data cursor (the file's bytes differ
-// between runs: HDF5 metadata).
-using State = std::map<std::string, std::string>;
-State final_state(const std::string& out, const std::string& id) {
-  const TrainState s = read_checkpoint(checkpoint_path(out, id, 4));
-  State m;
-  for (const auto* group : {&s.params, &s.optimizer})
-    for (const auto& a : *group) m[a.name] = std::string(reinterpret_cast<const char*>(a.data.data()), a.data.size());
-  m["#data_cursor"] = std::to_string(s.data_cursor);
-  return m;
-}
-
 struct Study {
   TempDir dir;
   std::string out, grid;
   std::string verdict;                                // verdict.csv's rows of the clean run
-  std::map<std::string, State> final_states;          // the final checkpoint of every variant
+  std::map<std::string, std::map<std::string, std::string>> final_states;  // the final checkpoint of every variant
   Study() {
     out = (dir / "a").string();
     grid = dir.file("g.toml", tiny_grid(out, 4, 2));
     const RunResult r = run_fastudy(grid + " -q");
     EXPECT_EQ(r.code, 0) << r.output;
     verdict = data_rows(out + "/verdict.csv");
-    for (const char* id : kIds) final_states[id] = final_state(out, id);
+    for (const char* id : kIds) final_states[id] = final_state(out, id, 4);
   }
   // status, reduce and report each exit 1 with an error line naming `path` and `what`.
   void readers_refuse(const std::string& path, const std::string& what) const {
@@ -86,7 +67,7 @@ struct Study {
     RunResult r = run_fastudy("train " + grid + " --resume");
     EXPECT_EQ(r.code, 0) << r.output;
     EXPECT_NE(r.output.find("requeue " + requeued + ": checkpoint of step"), std::string::npos) << r.output;
-    for (const char* id : kIds) EXPECT_TRUE(final_state(out, id) == final_states.at(id)) << id;
+    for (const char* id : kIds) EXPECT_TRUE(final_state(out, id, 4) == final_states.at(id)) << id;
     r = run_fastudy("reduce " + out + " -q");
     EXPECT_EQ(r.code, 0) << r.output;
     EXPECT_EQ(data_rows(out + "/verdict.csv"), verdict);
@@ -133,5 +114,48 @@ TEST(CheckpointIdentity, AVariantWhoseCheckpointsAllHaveAnotherConfigurationFail
   EXPECT_EQ(slurp(checkpoint_path(s.out, "flash-fp32", 2)), before);
   r = run_fastudy("train " + s.grid + " --resume --force -q");
   EXPECT_EQ(r.code, 0) << r.output;
-  for (const char* id : kIds) EXPECT_TRUE(final_state(s.out, id) == s.final_states.at(id)) << id;
+  for (const char* id : kIds) EXPECT_TRUE(final_state(s.out, id, 4) == s.final_states.at(id)) << id;
+}
+
+// Issue 28, item 9: a grid path with a newline (and a comma and a quote) leaves every CSV fastudy
+// writes readable: its provenance lines stay one line each, every row has the header's fields.
+TEST(CsvFiles, AGridPathWithANewlineLeavesEveryCsvReadable) {
+  TempDir dir;
+  const std::string gdir = (dir / "g\nx,\"y").string(), out = (dir / "out").string();
+  fs::create_directories(gdir);
+  const std::string grid = gdir + "/grid.toml";
+  spit(grid, tiny_grid(out, 2, 2));
+  const std::string log = (dir / "log").string();
+  const pid_t pid = spawn_logged({FASTUDY_EXE, grid, "-q"}, log);  // no shell: the path as it is
+  int status = -1;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(log);
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(out)) {
+    if (e.path().extension() != ".csv") continue;
+    ++files;
+    const std::string text = slurp(e.path().string());
+    std::size_t at = 0, header = 0;
+    int grid_lines = 0;
+    while (at < text.size()) {
+      const std::size_t eol = text.find('\n', at);
+      const std::string line = text.substr(at, eol - at);
+      if (line.rfind('#', 0) == 0) {
+        EXPECT_TRUE(line.rfind("# fastudy ", 0) == 0 || line.find(": ") != std::string::npos) << e.path() << ": " << line;
+        grid_lines += line.rfind("# grid: ", 0) == 0;
+        at = eol + 1;
+        continue;
+      }
+      const std::size_t fields = csv_split_record(text, at).size();
+      if (header == 0) header = fields;
+      EXPECT_EQ(fields, header) << e.path() << ": " << line;
+    }
+    if (e.path().filename() != "status.csv" && e.path().filename() != "variants.csv") {
+      EXPECT_EQ(grid_lines, 1) << e.path();
+    }
+  }
+  EXPECT_GE(files, 7);
+  const RunResult r = run_fastudy("status " + out);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(slurp(out + "/verdict.csv").find("# grid: " + shell_word(grid) + "\n"), std::string::npos);
 }

@@ -264,6 +264,32 @@ def retag(path, **attrs):
     reseal(path)
 
 
+def csv_problems(out):
+    """Every CSV of a study read back as the report reads it: '#' lines and rows of the header's width."""
+    import csv
+    import io
+    problems = []
+    for path in sorted(Path(out).glob("*.csv")):
+        lines = [l for l in path.read_text().split("\n") if l]
+        body = [l for l in lines if not l.startswith("#")]
+        rows = list(csv.reader(io.StringIO("\n".join(body))))
+        if any(len(r) != len(rows[0]) for r in rows):
+            problems.append(f"{path.name}: rows of another width than the header")
+        if path.name not in ("status.csv", "variants.csv") and sum(l.startswith("# grid: ") for l in lines) != 1:
+            problems.append(f"{path.name}: the '# grid:' header is not one line")
+    return problems
+
+
+def grid_path_newline(c):
+    """A grid in a folder whose name holds a newline, a comma and a quote: the study runs, and every CSV's
+    provenance header stays one line per key (the same verdict)."""
+    gdir = c.dir / 'g\nx,"y'
+    gdir.mkdir()
+    grid = gdir / "grid.toml"
+    grid.write_text(GRID.format(out=c.out))
+    return Expect([c.fastudy, grid, "-q"], (0,), c.out, verdict_same=True, check=lambda r: csv_problems(c.out))
+
+
 def quiet_failed_variant(c):
     """-q with a variant that fails (its checkpoints say they were trained with another configuration, and
     --resume without --force does not retrain it): exit 1 and an error line."""
@@ -451,6 +477,7 @@ CASES = [
     (3, "slurm-out-with-newline", slurm_out_with_newline),
     (10, "status-csv-directory", status_csv_directory),
     (11, "quiet-failed-variant", quiet_failed_variant),
+    (9, "grid-path-newline", grid_path_newline),
     (7, "step-copied-status", checkpoint_case("status", "flash-fp32", 2, "flash-fp32", 4, "at step 2, not variant")),
     (7, "step-copied-reduce", checkpoint_case("reduce", "flash-fp32", 2, "flash-fp32", 4, "at step 2, not variant")),
     (7, "step-copied-resume", checkpoint_case("resume", "flash-fp32", 2, "flash-fp32", 4, "")),

@@ -159,3 +159,27 @@ TEST(CsvFiles, AGridPathWithANewlineLeavesEveryCsvReadable) {
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(slurp(out + "/verdict.csv").find("# grid: " + shell_word(grid) + "\n"), std::string::npos);
 }
+
+// Issue 28, item 8 (readers): the report shows only results computed for the study as study.toml
+// describes it: an output whose recorded configuration hash is another (a stale verdict, deviation.h5 of
+// another configuration) is named, and nothing is rendered.
+TEST(CheckpointIdentity, TheReportRefusesResultsOfAnotherConfiguration) {
+  Study s;
+  ::setenv("FASTUDY_PYTHON", "/bin/true", 1);
+  const std::string verdict = s.out + "/verdict.csv", text = slurp(verdict);
+  const std::size_t at = text.find("# config_hash: ") + 15;
+  spit(verdict, text.substr(0, at) + "00000000deadbeef" + text.substr(text.find('\n', at)));
+  write_checksum(verdict);
+  RunResult r = run_fastudy("report " + s.out);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find(verdict + " was written for configuration 00000000deadbeef"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("hint: compute it again: fastudy reduce"), std::string::npos) << r.output;
+  spit(verdict, text);
+  write_checksum(verdict);
+  retag(s.out + "/deviation.h5", "config_hash", "00000000deadbeef");
+  r = run_fastudy("report " + s.out);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("deviation.h5 was written for configuration 00000000deadbeef"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(s.out + "/report.html"));
+  ::unsetenv("FASTUDY_PYTHON");
+}

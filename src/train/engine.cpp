@@ -16,7 +16,7 @@
 
 #include "base/cpu.hpp"
 #include "base/error.hpp"
-#include "src/runtime/reducer.hpp"
+#include "src/train/dp_reduce.hpp"
 #include "src/train/rng.hpp"
 
 namespace fastudy {

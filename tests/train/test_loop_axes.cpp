@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "src/runtime/reducer.hpp"
 #include "src/train/data.hpp"
+#include "src/train/dp_reduce.hpp"
 #include "src/train/engine.hpp"
 #include "src/train/model.hpp"
 #include "tests/train/tiny.hpp"

@@ -150,14 +150,14 @@ std::vector<SweepPoint> expand_points(const Study& st) {
   for (const auto& sw0 : st.microbench.sweeps) {
     // A captured sweep has the shape of the model's attention on one batch of the variant.
     MicrobenchSweep captured_shape;
-    if (sw0.distribution == "captured") {
+    if (sw0.distribution == InputDistribution::captured) {
       captured_shape = sw0;
       captured_shape.seq_lens = {st.model.seq_len};
       captured_shape.head_dims = {st.model.d_model / st.model.heads};
       captured_shape.batch = captured_variant(st, sw0).train.batch;
       captured_shape.heads = st.model.heads;
     }
-    const MicrobenchSweep& sw = sw0.distribution == "captured" ? captured_shape : sw0;
+    const MicrobenchSweep& sw = sw0.distribution == InputDistribution::captured ? captured_shape : sw0;
     // What every point of the sweep draws its inputs from.
     auto set_inputs = [&sw](MicrobenchPoint& p) {
       p.batch = sw.batch;
@@ -170,7 +170,7 @@ std::vector<SweepPoint> expand_points(const Study& st) {
     };
     std::vector<std::optional<Rounding>> roundings(sw.roundings.begin(), sw.roundings.end());
     if (roundings.empty()) roundings.push_back(std::nullopt);  // each policy's own
-    for (const auto& pass : sw.passes)
+    for (Pass pass : sw.passes)
       for (Format f : sw.formats)
         for (const auto& policy : sw.policies)
           for (const auto& rounding : roundings)
@@ -200,7 +200,7 @@ std::vector<SweepPoint> expand_points(const Study& st) {
     // The framework's kernels: one point per input (pass, format, shape, causal, trial), policy
     // "native" (the hardware's own arithmetic), no tiles of ours (block sizes 0, tile rule "native").
     if (!sw.framework.empty())
-      for (const auto& pass : sw.passes)
+      for (Pass pass : sw.passes)
         for (Format f : sw.formats)
           for (int n : sw.seq_lens)
             for (int d : sw.head_dims)
@@ -241,7 +241,8 @@ struct Column {
 const Column kColumns[] = {
     {"sweep", ColumnType::text, [](const std::string& sweep, const MicrobenchRow&) -> Cell { return sweep; }},
     {"algorithm", ColumnType::text, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.algorithm; }},
-    {"pass", ColumnType::text, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.point.pass; }},
+    {"pass", ColumnType::text,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::string(to_string(r.point.pass)); }},
     {"format", ColumnType::text,
      [](const std::string&, const MicrobenchRow& r) -> Cell { return std::string(to_string(r.point.format)); }},
     {"policy", ColumnType::text, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.point.policy; }},
@@ -268,7 +269,7 @@ const Column kColumns[] = {
     {"trial", ColumnType::integer,
      [](const std::string&, const MicrobenchRow& r) -> Cell { return std::int64_t{r.point.trial}; }},
     {"distribution", ColumnType::text,
-     [](const std::string&, const MicrobenchRow& r) -> Cell { return r.point.distribution; }},
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::string(to_string(r.point.distribution)); }},
     {"max_abs", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.max_abs; }},
     {"mean_abs", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.mean_abs; }},
     {"std_abs", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.std_abs; }},
@@ -704,7 +705,7 @@ int job_microbench(JobContext& ctx) {
   // Checked before anything is written: a captured sweep's variant, layer and checkpoint.
   const std::vector<SweepPoint> points = expand_points(st);
   for (const auto& sw : st.microbench.sweeps) {
-    if (sw.distribution != "captured") continue;
+    if (sw.distribution != InputDistribution::captured) continue;
     const std::string path = captured_checkpoint(st, ctx.out_dir, sw);
     if (!file_exists(path)) {
       throw UsageError("[microbench] sweep '" + sw.name + "': the checkpoint to capture Q, K, V from, " + path +
@@ -752,7 +753,8 @@ int job_microbench(JobContext& ctx) {
     if (st.attention.custom_policies.count(sp.point.policy))
       policy = resolve_policy(st.attention, sp.point.policy, sp.point.format);
     const MicrobenchInputs* captured = nullptr;
-    if (sp.point.distribution == "captured") captured = &captured_inputs(st, ctx.out_dir, *sp.source, capture_cache);
+    if (sp.point.distribution == InputDistribution::captured)
+      captured = &captured_inputs(st, ctx.out_dir, *sp.source, capture_cache);
     std::vector<MicrobenchRow> rows;
     if (!sp.framework.empty()) {
       // The inputs rounded to the format (the pure reading's q, k, v and grad formats).

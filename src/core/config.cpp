@@ -84,7 +84,6 @@ const std::vector<std::string> kLoopOrders{"kv_outer", "q_outer"};
 const std::vector<std::string> kDataKinds{"synthetic", "text", "tokens"};
 const std::vector<std::string> kSchedules{"cosine", "constant"};
 const std::vector<std::string> kAllreduceOrders{"rank", "ring", "tree"};
-const std::vector<std::string> kDistributions{"normal", "uniform", "outliers", "sink", "captured"};
 const std::vector<std::string> kTileRules{"paper", "swapped", "square"};
 const std::vector<std::string> kMatmuls{"fp32", "tf32", "bf16", "bf16x3"};
 const std::vector<std::string> kLayerNorms{"torch", "two_pass", "welford"};
@@ -94,12 +93,13 @@ template <class E>
 E word_to_enum(const std::vector<std::string>& words, const std::string& w) {  // w is one of words
   return static_cast<E>(std::find(words.begin(), words.end(), w) - words.begin());
 }
-std::vector<std::string> rounding_words() {
+// The words of an enum's values, in order (its name table read through to_string).
+template <class E, std::size_t N>
+std::vector<std::string> words(const E (&all)[N]) {
   std::vector<std::string> out;
-  for (Rounding r : kAllRoundings) out.emplace_back(to_string(r));
+  for (E e : all) out.emplace_back(to_string(e));
   return out;
 }
-const std::vector<std::string> kPasses{"forward", "backward"};
 const std::vector<std::string> kMicrobenchDevices{"cpu", "cuda"};  // [microbench] devices
 const std::vector<std::string> kMetrics{"w1", "w2", "max_abs", "mean_abs", "rel_l2"};
 std::vector<std::string> policy_step_names() {
@@ -495,7 +495,7 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   }
   mb.get_words("policies", mc.policies, policy_names);
   std::vector<std::string> roundings;
-  mb.get_words("roundings", roundings, rounding_words());
+  mb.get_words("roundings", roundings, words(kAllRoundings));
   if (!roundings.empty()) {
     mc.roundings.clear();
     for (const auto& r : roundings) mc.roundings.push_back(*parse_rounding(r));
@@ -544,11 +544,17 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
       mc.causal.push_back(c);
     }
   }
-  mb.get_words("passes", mc.passes, kPasses);
+  std::vector<std::string> passes;
+  mb.get_words("passes", passes, words(kAllPasses));
+  if (!passes.empty()) {
+    mc.passes.clear();
+    for (const auto& p : passes) mc.passes.push_back(*parse_pass(p));
+  }
   mb.get("trials", mc.trials);
   mb.get("batch", mc.batch);
   mb.get("heads", mc.heads);
-  mb.get("distribution", mc.distribution);
+  std::string distribution(to_string(mc.distribution));
+  mb.get("distribution", distribution);
   mb.get("outlier_fraction", mc.outlier_fraction);
   mb.get("outlier_scale", mc.outlier_scale);
   mb.get("sink_logit", mc.sink_logit);
@@ -562,15 +568,17 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   require(mc.trials >= 1, mb, "trials", sec + "trials must be >= 1");
   require(mc.batch >= 1, mb, "batch", sec + "batch must be >= 1");
   require(mc.heads >= 1, mb, "heads", sec + "heads must be >= 1");
-  require(std::find(kDistributions.begin(), kDistributions.end(), mc.distribution) != kDistributions.end(), mb,
-          "distribution", sec + "distribution = \"" + mc.distribution + "\" is unknown; allowed: " + join(kDistributions),
-          suggestion(mc.distribution, kDistributions));
+  const std::vector<std::string> distributions = words(kAllInputDistributions);
+  require(std::find(distributions.begin(), distributions.end(), distribution) != distributions.end(), mb,
+          "distribution", sec + "distribution = \"" + distribution + "\" is unknown; allowed: " + join(distributions),
+          suggestion(distribution, distributions));
+  mc.distribution = *parse_input_distribution(distribution);
   require(mc.outlier_fraction >= 0 && mc.outlier_fraction <= 1, mb, "outlier_fraction",
           sec + "outlier_fraction must be in [0, 1]");
   require(mc.outlier_scale > 0, mb, "outlier_scale", sec + "outlier_scale must be > 0");
   require(mc.sink_logit > 0, mb, "sink_logit", sec + "sink_logit must be > 0",
           "the logit of the sink key for every query, e.g. sink_logit = 10");
-  require(mc.distribution != "captured" || !mc.captured_variant.empty(), mb, "distribution",
+  require(mc.distribution != InputDistribution::captured || !mc.captured_variant.empty(), mb, "distribution",
           sec + "distribution = \"captured\" needs captured_variant (the variant whose checkpoint to read)",
           "add captured_variant = \"ID\" (and captured_step, captured_layer, captured_batch)");
   require(mc.captured_step >= 0, mb, "captured_step", sec + "captured_step must be >= 0 (0: the last step)");
@@ -595,11 +603,13 @@ toml::table sweep_table(const MicrobenchSweep& mc) {
                 {"head_dims", to_array(mc.head_dims)}};
   t.insert("loop_orders", to_array(onames));
   t.insert("causal", causal);
-  t.insert("passes", to_array(mc.passes));
+  std::vector<std::string> pnames;
+  for (Pass p : mc.passes) pnames.emplace_back(to_string(p));
+  t.insert("passes", to_array(pnames));
   t.insert("trials", mc.trials);
   t.insert("batch", mc.batch);
   t.insert("heads", mc.heads);
-  t.insert("distribution", mc.distribution);
+  t.insert("distribution", std::string(to_string(mc.distribution)));
   t.insert("outlier_fraction", mc.outlier_fraction);
   t.insert("outlier_scale", mc.outlier_scale);
   t.insert("sink_logit", mc.sink_logit);

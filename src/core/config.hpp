@@ -17,6 +17,7 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/format.hpp"
+#include "kernels/microbench.hpp"
 
 namespace fastudy {
 
@@ -155,11 +156,11 @@ struct MicrobenchSweep {
   std::vector<std::string> tile_rules{"paper"};
   std::vector<LoopOrder> loop_orders{LoopOrder::kv_outer, LoopOrder::q_outer};
   std::vector<bool> causal{false};
-  std::vector<std::string> passes{"forward"};  // forward, backward
+  std::vector<Pass> passes{Pass::forward};
   int trials = 2;
   int batch = 1;
   int heads = 2;
-  std::string distribution = "normal";  // normal | uniform | outliers | sink
+  InputDistribution distribution = InputDistribution::normal;
   double outlier_fraction = 0.001;      // outliers: N(0,1) + N(0, outlier_scale^2) * Bernoulli(outlier_fraction)
   double outlier_scale = 10.0;          //   (FA3's recipe: N(0, 100) on 0.1% of entries)
   double sink_logit = 10.0;             // sink: the logit of key 0 for every query

@@ -148,7 +148,7 @@ blocks = [[8, 16]]
   EXPECT_EQ(derived.roundings, (std::vector<Rounding>{Rounding::nearest, Rounding::stochastic}));
   EXPECT_EQ(derived.sram, (std::vector<int>{4096, 16384}));
   EXPECT_EQ(derived.tile_rules, (std::vector<std::string>{"paper", "swapped"}));
-  EXPECT_EQ(derived.distribution, "sink");
+  EXPECT_EQ(derived.distribution, InputDistribution::sink);
   EXPECT_EQ(derived.sink_logit, 12.0);
   const MicrobenchSweep& direct = st.microbench.sweeps[1];  // blocks here replace the inherited SRAM sizes
   EXPECT_TRUE(direct.sram.empty());

@@ -110,7 +110,7 @@ std::vector<std::string> preflight_problems(const Study& st, const PreflightScop
                          (ids.size() > 1 ? " (and " + std::to_string(ids.size() - 1) + " more)" : std::string()) + ": " +
                          problem);
     }
-    if (st.data.kind != "synthetic") {
+    if (st.data.kind != DataKind::synthetic) {
       try {
         const train::DataStream data(st.data, st.model);
         const std::int64_t per_rank = st.model.seq_len + 1;

@@ -69,36 +69,37 @@ std::string suggestion(const std::string& word, const std::vector<std::string>& 
   return "";
 }
 
-const std::vector<std::string> kSdpaKinds{"sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math"};  // SdpaBackend order, after none
-// fastudy's kernels, and LibTorch's SDPA backends where this build's LibTorch has them.
-const std::vector<std::string> kAttentionKinds = [] {
-  std::vector<std::string> kinds{"baseline", "flash"};
-  if (FASTUDY_TORCH_SDPA) kinds.insert(kinds.end(), kSdpaKinds.begin(), kSdpaKinds.end());
-  return kinds;
-}();
-const std::vector<std::string> kDevices{"auto", "cpu", "cuda"};
-const std::vector<std::string> kArithmetics{"emulated", "native"};
-const std::vector<std::string> kInits{"normal", "xavier_uniform", "kaiming_normal", "scaled"};
-const std::vector<std::string> kTrainFormats{"fp64", "fp32", "tf32", "bf16", "fp16"};
-const std::vector<std::string> kLoopOrders{"kv_outer", "q_outer"};
-const std::vector<std::string> kDataKinds{"synthetic", "text", "tokens"};
-const std::vector<std::string> kSchedules{"cosine", "constant"};
-const std::vector<std::string> kAllreduceOrders{"rank", "ring", "tree"};
-const std::vector<std::string> kTileRules{"paper", "swapped", "square"};
-const std::vector<std::string> kMatmuls{"fp32", "tf32", "bf16", "bf16x3"};
-const std::vector<std::string> kLayerNorms{"torch", "two_pass", "welford"};
-const std::vector<std::string> kGelus{"erf", "tanh"};
-const std::vector<std::string> kOnOff{"off", "on"};
-template <class E>
-E word_to_enum(const std::vector<std::string>& words, const std::string& w) {  // w is one of words
-  return static_cast<E>(std::find(words.begin(), words.end(), w) - words.begin());
-}
 // The words of an enum's values, in order (its name table read through to_string).
 template <class E, std::size_t N>
 std::vector<std::string> words(const E (&all)[N]) {
   std::vector<std::string> out;
   for (E e : all) out.emplace_back(to_string(e));
   return out;
+}
+
+const std::vector<std::string> kSdpaWords = words(kSdpaKinds);
+// fastudy's kernels, and LibTorch's SDPA backends where this build's LibTorch has them.
+const std::vector<std::string> kAttentionKinds = [] {
+  std::vector<std::string> kinds{"baseline", "flash"};
+  if (FASTUDY_TORCH_SDPA) kinds.insert(kinds.end(), kSdpaWords.begin(), kSdpaWords.end());
+  return kinds;
+}();
+const std::vector<std::string> kDevices = words(kAllDevices);
+const std::vector<std::string> kArithmetics = words(kAllArithmetics);
+const std::vector<std::string> kInits = words(kAllInitSchemes);
+const std::vector<std::string> kTrainFormats{"fp64", "fp32", "tf32", "bf16", "fp16"};
+const std::vector<std::string> kLoopOrders{"kv_outer", "q_outer"};
+const std::vector<std::string> kDataKinds = words(kAllDataKinds);
+const std::vector<std::string> kSchedules = words(kAllSchedules);
+const std::vector<std::string> kAllreduceOrders = words(kAllReduceOrders);
+const std::vector<std::string> kTileRules{"paper", "swapped", "square"};
+const std::vector<std::string> kMatmuls = words(kAllMatmulArithmetics);
+const std::vector<std::string> kLayerNorms = words(kAllLayerNormAlgorithms);
+const std::vector<std::string> kGelus = words(kAllGeluApproximations);
+const std::vector<std::string> kOnOff{"off", "on"};
+template <class E>
+E word_to_enum(const std::vector<std::string>& words, const std::string& w) {  // w is one of words
+  return static_cast<E>(std::find(words.begin(), words.end(), w) - words.begin());
 }
 const std::vector<std::string> kMicrobenchDevices{"cpu", "cuda"};  // [microbench] devices
 const std::vector<std::string> kMetrics{"w1", "w2", "max_abs", "mean_abs", "rel_l2"};
@@ -328,7 +329,7 @@ const GridAxis kGridAxes[] = {
     {"seed", R"([1, 2])", AxisType::integer, AxisRole::reference, "", true, "s", nullptr, 0, false, nullptr,
      [](Variant& v, const std::string& x) { v.seed = std::stoull(x); }},
     {"init", R"(["normal", "scaled"])", AxisType::word, AxisRole::setting, "", false, "", [](const auto&) { return kInits; }, 0, false, nullptr,
-     [](Variant& v, const std::string& x) { v.init = x; }},
+     [](Variant& v, const std::string& x) { v.init = word_to_enum<InitScheme>(kInits, x); }},
     {"data_seed", R"([3, 4])", AxisType::integer, AxisRole::setting, "", true, "d", nullptr, 0, false, nullptr,
      [](Variant& v, const std::string& x) { v.data.seed = std::stoull(x); }},
     {"policy", R"(["eager", "mixed"])", AxisType::word, AxisRole::optimisation, "", false, "", [](const auto& policies) { return policies; }, 0, false, nullptr,
@@ -361,7 +362,7 @@ const GridAxis kGridAxes[] = {
     {"dp_width", R"([1, 4])", AxisType::integer, AxisRole::optimisation, "1", false, "dp", nullptr, 1, false, nullptr,
      [](Variant& v, const std::string& x) { v.train.dp_width = std::stoi(x); }},
     {"allreduce", R"(["rank", "tree"])", AxisType::word, AxisRole::optimisation, "rank", false, "", [](const auto&) { return kAllreduceOrders; }, 0, false, nullptr,
-     [](Variant& v, const std::string& x) { v.train.allreduce = x; }},
+     [](Variant& v, const std::string& x) { v.train.allreduce = word_to_enum<ReduceOrder>(kAllreduceOrders, x); }},
     {"grad_accum", R"([1, 2])", AxisType::integer, AxisRole::optimisation, "1", false, "ga", nullptr, 1, false, nullptr,
      [](Variant& v, const std::string& x) { v.train.grad_accum = std::stoi(x); }},
     {"repeat", R"([0, 1])", AxisType::integer, AxisRole::noise, "0", true, "r", nullptr, 0, false, nullptr,
@@ -425,8 +426,11 @@ toml::table study_table(const Study& st) {
   return t;
 }
 toml::table data_table(const DataConfig& d) {
-  toml::table t{{"kind", d.kind}, {"path", d.path}, {"seed", static_cast<std::int64_t>(d.seed)}, {"span_len", d.span_len}};
-  if (d.kind == "tokens") t.insert("token_bytes", d.token_bytes);  // only where it applies: other hashes unchanged
+  toml::table t{{"kind", std::string(to_string(d.kind))},
+                {"path", d.path},
+                {"seed", static_cast<std::int64_t>(d.seed)},
+                {"span_len", d.span_len}};
+  if (d.kind == DataKind::tokens) t.insert("token_bytes", d.token_bytes);  // only where it applies: other hashes unchanged
   return t;
 }
 toml::table train_table(const TrainConfig& t) {
@@ -435,7 +439,7 @@ toml::table train_table(const TrainConfig& t) {
                      {"lr", t.lr},
                      {"min_lr", t.min_lr},
                      {"warmup", t.warmup},
-                     {"schedule", t.schedule},
+                     {"schedule", std::string(to_string(t.schedule))},
                      {"weight_decay", t.weight_decay},
                      {"beta1", t.beta1},
                      {"beta2", t.beta2},
@@ -452,7 +456,7 @@ toml::table train_table(const TrainConfig& t) {
   // The training-loop keys only where they differ from the default: other studies' text (and hashes,
   // and so their resume) unchanged.
   if (t.dp_width != 0) out.insert("dp_width", t.dp_width);
-  if (t.allreduce != "rank") out.insert("allreduce", t.allreduce);
+  if (t.allreduce != ReduceOrder::rank) out.insert("allreduce", std::string(to_string(t.allreduce)));
   if (t.grad_accum != 1) out.insert("grad_accum", t.grad_accum);
   if (t.repeat != 0) out.insert("repeat", t.repeat);
   if (t.arithmetic != Arithmetic::emulated) out.insert("arithmetic", std::string(to_string(t.arithmetic)));
@@ -564,7 +568,7 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   mb.get("captured_batch", mc.captured_batch);
   mb.get("seed", mc.seed);
   mb.get_words("devices", mc.devices, kMicrobenchDevices);
-  mb.get_words("framework", mc.framework, kSdpaKinds);
+  mb.get_words("framework", mc.framework, kSdpaWords);
   require(mc.trials >= 1, mb, "trials", sec + "trials must be >= 1");
   require(mc.batch >= 1, mb, "batch", sec + "batch must be >= 1");
   require(mc.heads >= 1, mb, "heads", sec + "heads must be >= 1");
@@ -674,21 +678,6 @@ const std::vector<std::string>& known_axes() {
   return axes;
 }
 
-const char* to_string(SdpaBackend b) {
-  return b == SdpaBackend::none ? "" : kSdpaKinds[static_cast<std::size_t>(b) - 1].c_str();
-}
-std::optional<SdpaBackend> parse_sdpa_backend(std::string_view name) {
-  const auto it = std::find(kSdpaKinds.begin(), kSdpaKinds.end(), name);
-  if (it == kSdpaKinds.end()) return std::nullopt;
-  return static_cast<SdpaBackend>(1 + (it - kSdpaKinds.begin()));
-}
-const char* to_string(Device d) { return kDevices[static_cast<std::size_t>(d)].c_str(); }
-std::optional<Device> parse_device(std::string_view name) {
-  for (std::size_t i = 0; i < kDevices.size(); ++i)
-    if (kDevices[i] == name) return static_cast<Device>(i);
-  return std::nullopt;
-}
-const char* to_string(Arithmetic a) { return kArithmetics[static_cast<std::size_t>(a)].c_str(); }
 std::string Variant::attention_name() const {
   return sdpa == SdpaBackend::none ? std::string(fastudy::to_string(attention)) : std::string(fastudy::to_string(sdpa));
 }
@@ -730,9 +719,6 @@ std::string device_problem(const Variant& v, Device device) {
   return "";
 }
 
-const char* to_string(MatmulArithmetic m) { return kMatmuls[static_cast<std::size_t>(m)].c_str(); }
-const char* to_string(LayerNormAlgorithm l) { return kLayerNorms[static_cast<std::size_t>(l)].c_str(); }
-const char* to_string(GeluApproximation g) { return kGelus[static_cast<std::size_t>(g)].c_str(); }
 
 bool NumericsConfig::is_default() const {
   const NumericsConfig d;
@@ -833,7 +819,8 @@ void read_model(Section model, ModelConfig& m) {
 }
 
 void read_data(Section data, DataConfig& d, const ModelConfig& m) {
-  data.get("kind", d.kind);
+  std::string kind(to_string(d.kind));
+  data.get("kind", kind);
   data.get("path", d.path);
   data.get("seed", d.seed);
   data.get("span_len", d.span_len);
@@ -841,15 +828,16 @@ void read_data(Section data, DataConfig& d, const ModelConfig& m) {
   require(d.token_bytes == 2 || d.token_bytes == 4, data, "token_bytes",
           "[data] token_bytes = " + std::to_string(d.token_bytes) + " is not a token width",
           "use 2 for uint16 ids (nanoGPT's train.bin) or 4 for uint32 ids");
-  require(d.kind == "tokens" || d.token_bytes == 2, data, "token_bytes",
+  require(parse_data_kind(kind) == DataKind::tokens || d.token_bytes == 2, data, "token_bytes",
           "[data] token_bytes applies to kind = \"tokens\" only", "remove token_bytes, or set kind = \"tokens\"");
-  require(std::find(kDataKinds.begin(), kDataKinds.end(), d.kind) != kDataKinds.end(), data, "kind",
-          "[data] kind = \"" + d.kind + "\" is unknown; allowed: " + join(kDataKinds), suggestion(d.kind, kDataKinds));
-  require(d.kind == "synthetic" || !d.path.empty(), data, "kind",
-          "[data] kind = \"" + d.kind + "\" needs a path", "add path = \"/path/to/file\"");
-  require(d.kind != "synthetic" || d.path.empty(), data, "path",
+  require(std::find(kDataKinds.begin(), kDataKinds.end(), kind) != kDataKinds.end(), data, "kind",
+          "[data] kind = \"" + kind + "\" is unknown; allowed: " + join(kDataKinds), suggestion(kind, kDataKinds));
+  d.kind = word_to_enum<DataKind>(kDataKinds, kind);
+  require(d.kind == DataKind::synthetic || !d.path.empty(), data, "kind",
+          "[data] kind = \"" + kind + "\" needs a path", "add path = \"/path/to/file\"");
+  require(d.kind != DataKind::synthetic || d.path.empty(), data, "path",
           "[data] path is set but kind = \"synthetic\" reads no file", "remove path, or set kind = \"text\" or \"tokens\"");
-  require(d.kind != "text" || m.vocab >= 256, data, "kind",
+  require(d.kind != DataKind::text || m.vocab >= 256, data, "kind",
           "[data] kind = \"text\" uses byte tokens, which need [model] vocab >= 256 (got " + std::to_string(m.vocab) + ")",
           "set vocab = 256");
   require(d.span_len >= 1 && d.span_len < m.seq_len, data, "span_len",
@@ -863,7 +851,8 @@ void read_train(Section train, TrainConfig& t) {
   train.get("lr", t.lr);
   train.get("min_lr", t.min_lr);
   train.get("warmup", t.warmup);
-  train.get("schedule", t.schedule);
+  std::string schedule(to_string(t.schedule));
+  train.get("schedule", schedule);
   train.get("weight_decay", t.weight_decay);
   train.get("beta1", t.beta1);
   train.get("beta2", t.beta2);
@@ -879,7 +868,8 @@ void read_train(Section train, TrainConfig& t) {
   train.get("loss_scale_window", t.loss_scale_window);
   const bool dp_given = train.node("dp_width") != nullptr;
   train.get("dp_width", t.dp_width);
-  train.get("allreduce", t.allreduce);
+  std::string allreduce(to_string(t.allreduce));
+  train.get("allreduce", allreduce);
   train.get("grad_accum", t.grad_accum);
   train.get("repeat", t.repeat);
   t.device = word_to_enum<Device>(kDevices, read_word(train, "device", kDevices, to_string(t.device)));
@@ -889,8 +879,9 @@ void read_train(Section train, TrainConfig& t) {
   require(t.lr > 0, train, "lr", "[train] lr must be > 0");
   require(t.min_lr >= 0 && t.min_lr <= t.lr, train, "min_lr", "[train] min_lr must be in [0, lr]");
   require(t.warmup >= 0 && t.warmup <= t.steps, train, "warmup", "[train] warmup must be in [0, steps]");
-  require(std::find(kSchedules.begin(), kSchedules.end(), t.schedule) != kSchedules.end(), train, "schedule",
-          "[train] schedule = \"" + t.schedule + "\" is unknown; allowed: " + join(kSchedules), suggestion(t.schedule, kSchedules));
+  require(std::find(kSchedules.begin(), kSchedules.end(), schedule) != kSchedules.end(), train, "schedule",
+          "[train] schedule = \"" + schedule + "\" is unknown; allowed: " + join(kSchedules), suggestion(schedule, kSchedules));
+  t.schedule = word_to_enum<Schedule>(kSchedules, schedule);
   require(t.weight_decay >= 0, train, "weight_decay", "[train] weight_decay must be >= 0");
   require(t.beta1 >= 0 && t.beta1 < 1, train, "beta1", "[train] beta1 must be in [0, 1)");
   require(t.beta2 >= 0 && t.beta2 < 1, train, "beta2", "[train] beta2 must be in [0, 1)");
@@ -910,9 +901,10 @@ void read_train(Section train, TrainConfig& t) {
   require(!dp_given || t.dp_width >= 1, train, "dp_width",
           "[train] dp_width = " + std::to_string(t.dp_width) + " must be >= 1 (the modelled data-parallel width)",
           "e.g. dp_width = 4; remove the key to average over the ranks_per_variant ranks as they are");
-  require(std::find(kAllreduceOrders.begin(), kAllreduceOrders.end(), t.allreduce) != kAllreduceOrders.end(), train,
-          "allreduce", "[train] allreduce = \"" + t.allreduce + "\" is not a reduction order; allowed: " + join(kAllreduceOrders),
-          suggestion(t.allreduce, kAllreduceOrders));
+  require(std::find(kAllreduceOrders.begin(), kAllreduceOrders.end(), allreduce) != kAllreduceOrders.end(), train,
+          "allreduce", "[train] allreduce = \"" + allreduce + "\" is not a reduction order; allowed: " + join(kAllreduceOrders),
+          suggestion(allreduce, kAllreduceOrders));
+  t.allreduce = word_to_enum<ReduceOrder>(kAllreduceOrders, allreduce);
   require(t.grad_accum >= 1, train, "grad_accum",
           "[train] grad_accum = " + std::to_string(t.grad_accum) + " must be >= 1 (micro-batches per shard)",
           "1 computes each shard's gradient in one pass");
@@ -1311,7 +1303,7 @@ void expand_variants(Study& st) {
                                            {"attention", var.attention_name()},
                                            {"precision", std::string(to_string(var.precision))},
                                            {"seed", static_cast<std::int64_t>(var.seed)},
-                                           {"init", var.init}}},
+                                           {"init", std::string(to_string(var.init))}}},
                    {"model", model_table(var.model)},
                    {"data", data_table(var.data)},
                    {"train", train_table(var.train)},
@@ -1360,8 +1352,8 @@ void check_loop_axes(const Study& st, const toml::table& root, const std::string
                              std::to_string(ranks),
              "each of a group's ranks computes dp_width / ranks_per_variant shards: set ranks_per_variant to a divisor "
              "of every dp_width (1 always works, and the scheduler still trains variants side by side)");
-    } else if (t.allreduce != "rank" && ranks > 1) {
-      fail("allreduce", "allreduce = \"" + t.allreduce + "\" orders the shards of dp_width, but dp_width is unset and the " +
+    } else if (t.allreduce != ReduceOrder::rank && ranks > 1) {
+      fail("allreduce", "allreduce = \"" + std::string(to_string(t.allreduce)) + "\" orders the shards of dp_width, but dp_width is unset and the " +
                             std::to_string(ranks) + " ranks of a group average through the MPI/NCCL allreduce (its own order)",
            "set [train] dp_width = " + std::to_string(ranks) + " (or a multiple) to model the data-parallel width and its order");
     }

@@ -4,20 +4,21 @@
 // with a ConfigError that names the file, line, column and key, and expands [grid] into variants:
 // the cross product of the axes, each with a stable readable id and a content hash of its resolved
 // configuration. This header stays free of toml++ and LibTorch: most files include it.
+//
+// The word-valued settings (device, schedule, allreduce, init, ...) are enums of settings.hpp.
 #pragma once
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "kernels/attention.hpp"
 #include "kernels/format.hpp"
 #include "kernels/microbench.hpp"
+#include "src/core/settings.hpp"
 
 namespace fastudy {
 
@@ -48,24 +49,12 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string kind = "synthetic";  // synthetic | text | tokens
+  DataKind kind = DataKind::synthetic;
   std::string path;                // text: any file (byte tokens); tokens: flat little-endian ids (nanoGPT layout)
   int token_bytes = 2;             // tokens: bytes per id, 2 (uint16, nanoGPT) or 4 (uint32)
   std::uint64_t seed = 1234;       // the data seed: fixed across variants unless it is a grid axis
   int span_len = 8;                // synthetic: length of the spans that repeat inside a sequence
 };
-
-// Where a variant trains ([train] device): auto = cuda when this build's LibTorch has CUDA and every
-// rank of the variant's group sees a GPU, else cpu. Not part of a variant's hash: a checkpoint written
-// on one device resumes on the other.
-enum class Device { auto_, cpu, cuda };
-const char* to_string(Device d);  // "auto", "cpu", "cuda"
-std::optional<Device> parse_device(std::string_view name);
-// [train] arithmetic: emulated = fp32 containers rounded by the precision policy (the trainer's
-// arithmetic, the same on every device); native = the hardware's own formats through the framework
-// (autocast: bf16/fp16 tensors and tensor cores on a GPU, bf16 on a CPU; TF32 matmuls for tf32).
-enum class Arithmetic { emulated, native };
-const char* to_string(Arithmetic a);  // "emulated", "native"
 
 struct TrainConfig {
   std::int64_t steps = 200;
@@ -73,7 +62,7 @@ struct TrainConfig {
   double lr = 3e-3;
   double min_lr = 3e-4;
   std::int64_t warmup = 20;
-  std::string schedule = "cosine";  // cosine | constant
+  Schedule schedule = Schedule::cosine;
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -87,7 +76,7 @@ struct TrainConfig {
   // 0 (unset): W = R, the physical ranks' gradients averaged by the group's allreduce backend (MPI or
   // NCCL, in the library's order) as before these axes existed.
   int dp_width = 0;
-  std::string allreduce = "rank";  // rank | ring | tree: the order of the W-shard sum
+  ReduceOrder allreduce = ReduceOrder::rank;  // the order of the W-shard sum
   int grad_accum = 1;              // k micro-batches per shard, loss/k each, gradients accumulated in order
   int repeat = 0;                  // the same variant again (noise axis): changes no arithmetic
   Device device = Device::auto_;   // where the variant trains (see Device); `--device` overrides it
@@ -121,9 +110,6 @@ struct AttentionConfig {
 // recomputation (src/train/model.hpp says exactly what each value computes). Each field is also a grid
 // axis (matmul, split_k, layernorm, gelu, recompute) with a declared baseline; the defaults are the
 // arithmetic the trainer has always used.
-enum class MatmulArithmetic { fp32, tf32, bf16, bf16x3 };
-enum class LayerNormAlgorithm { torch, two_pass, welford };
-enum class GeluApproximation { erf, tanh };
 struct NumericsConfig {
   MatmulArithmetic matmul = MatmulArithmetic::fp32;  // products of every linear layer, forward and backward
   int split_k = 1;               // reduction of every linear-layer matmul split into k contiguous parts
@@ -132,9 +118,6 @@ struct NumericsConfig {
   bool recompute = false;        // recompute each block's activations in the backward pass
   bool is_default() const;
 };
-const char* to_string(MatmulArithmetic m);   // "fp32", "tf32", "bf16", "bf16x3"
-const char* to_string(LayerNormAlgorithm l);  // "torch", "two_pass", "welford"
-const char* to_string(GeluApproximation g);   // "erf", "tanh"
 // The largest split_k a model allows: the shortest reduction any linear-layer matmul has (forward:
 // d_model; dX: d_model or vocab output features; dW: at least seq_len tokens of one sequence).
 int max_split_k(const ModelConfig& m);
@@ -195,15 +178,6 @@ struct ReduceConfig {
   bool whole_model = true;
 };
 
-// The framework's own attention as extra attention kinds: LibTorch's scaled_dot_product_attention with
-// one backend allowed at a time ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math"; builds
-// against LibTorch >= 2.3, FASTUDY_TORCH_SDPA). none: fastudy's own kernels (Variant::attention).
-enum class SdpaBackend { none, flash, efficient, cudnn, math };
-// "sdpa_flash", ... ("" for none).
-const char* to_string(SdpaBackend b);
-// The SDPA kind named (never none); nullopt for any other name.
-std::optional<SdpaBackend> parse_sdpa_backend(std::string_view name);
-
 // One point of the grid: the axis values and the fully resolved configuration it trains with.
 struct Variant {
   std::string id;  // e.g. "flash-bf16-s1-normal"
@@ -212,7 +186,7 @@ struct Variant {
   SdpaBackend sdpa = SdpaBackend::none;  // set: the framework's attention instead of `attention`
   Format precision = Format::fp32;
   std::uint64_t seed = 0;           // the init seed
-  std::string init = "normal";      // normal | xavier_uniform | kaiming_normal | scaled
+  InitScheme init = InitScheme::normal;
   ModelConfig model;
   DataConfig data;
   TrainConfig train;

@@ -1,4 +1,4 @@
-// The ordered shard sum of the modelled data-parallel width and its order names (dp_reduce.hpp).
+// The ordered shard sum of the modelled data-parallel width (dp_reduce.hpp).
 #include "src/train/dp_reduce.hpp"
 
 #include <algorithm>
@@ -8,23 +8,6 @@
 #include "base/error.hpp"
 
 namespace fastudy {
-
-std::optional<ReduceOrder> parse_reduce_order(std::string_view name) {
-  if (name == "rank") return ReduceOrder::rank;
-  if (name == "ring") return ReduceOrder::ring;
-  if (name == "tree") return ReduceOrder::tree;
-  return std::nullopt;
-}
-
-const char* to_string(ReduceOrder order) {
-  switch (order) {
-    case ReduceOrder::rank: return "rank";
-    case ReduceOrder::ring: return "ring";
-    case ReduceOrder::tree: return "tree";
-  }
-  return "rank";
-}
-
 namespace {
 
 template <class T>

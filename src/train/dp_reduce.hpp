@@ -1,5 +1,6 @@
 // The modelled data-parallel reduction ([train] dp_width and allreduce; README "Training-loop axes"):
-// the gradients of W data-parallel shards summed in a declared order (ReduceOrder), then divided by W, so that a variant's arithmetic is that of a W-rank run with that allreduce
+// the gradients of W data-parallel shards summed in a declared order (ReduceOrder, src/core/settings.hpp),
+// then divided by W, so that a variant's arithmetic is that of a W-rank run with that allreduce
 // algorithm whatever ranks compute it. Plain arithmetic on host buffers (no MPI, no LibTorch).
 //
 // Notation: g_s is shard s's gradient (s = 0..W-1, the data-parallel rank that computes it); fp addition
@@ -20,15 +21,10 @@
 #pragma once
 
 #include <cstddef>
-#include <optional>
-#include <string_view>
+
+#include "src/core/settings.hpp"
 
 namespace fastudy {
-
-enum class ReduceOrder { rank, ring, tree };
-// "rank", "ring", "tree"; nullopt for anything else.
-std::optional<ReduceOrder> parse_reduce_order(std::string_view name);
-const char* to_string(ReduceOrder order);
 
 // shards holds W buffers of n values, shard s at shards + s * n. Writes out[i] = (the sum of the W
 // values of element i in `order`) / W: a division (rounding once), none for W = 1. out must not overlap

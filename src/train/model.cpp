@@ -671,11 +671,7 @@ Gpt::Gpt(const ModelConfig& c, torch::Dtype dtype, torch::Device device) : confi
   add("lm_head.weight", {c.vocab, D});
 }
 
-void Gpt::init(const std::string& scheme, std::uint64_t seed) {
-  if (scheme != "normal" && scheme != "xavier_uniform" && scheme != "kaiming_normal" && scheme != "scaled") {
-    throw Error("init = \"" + scheme + "\" is not an init scheme",
-                "use normal, xavier_uniform, kaiming_normal or scaled");
-  }
+void Gpt::init(InitScheme scheme, std::uint64_t seed) {
   const double residual_scale = 1.0 / std::sqrt(2.0 * config_.layers);
   torch::NoGradGuard no_grad;
   for (auto& [name, tensor] : params_) {
@@ -690,15 +686,15 @@ void Gpt::init(const std::string& scheme, std::uint64_t seed) {
       // zeros
     } else if (name.rfind("ln_f.", 0) == 0 || name.find(".ln") != std::string::npos) {
       std::fill(values.begin(), values.end(), 1.0f);  // LayerNorm gain
-    } else if (embedding || scheme == "normal" || scheme == "scaled") {
+    } else if (embedding || scheme == InitScheme::normal || scheme == InitScheme::scaled) {
       double stddev = 0.02;
-      if (scheme == "scaled" && (ends_with("attn.proj.weight") || ends_with("mlp.proj.weight"))) {
+      if (scheme == InitScheme::scaled && (ends_with("attn.proj.weight") || ends_with("mlp.proj.weight"))) {
         stddev *= residual_scale;
       }
       for (auto& x : values) x = static_cast<float>(stddev * rng.normal());
     } else {
       const double fan_out = static_cast<double>(tensor.size(0)), fan_in = static_cast<double>(tensor.size(1));
-      if (scheme == "xavier_uniform") {
+      if (scheme == InitScheme::xavier_uniform) {
         const double a = std::sqrt(6.0 / (fan_in + fan_out));
         for (auto& x : values) x = static_cast<float>(a * (2.0 * rng.uniform() - 1.0));
       } else {  // kaiming_normal: fan_in mode, ReLU gain sqrt(2) (torch's default)

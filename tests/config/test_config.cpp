@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "src/core/config.hpp"
 
@@ -222,6 +224,40 @@ TEST(Config, ShippedConfigsLoad) {
     }
   EXPECT_LE(fewest, 4);
   EXPECT_GE(most, 256);
+}
+
+// The word-valued settings: each enum's words read back to their values, nothing else reads as one, and
+// the words are the ones grid.toml, the resolved TOML and the checkpoints have always written.
+namespace {
+template <class E, std::size_t N>
+void expect_words_round_trip(const E (&all)[N], std::optional<E> (*parse)(std::string_view)) {
+  for (E e : all) EXPECT_EQ(parse(to_string(e)), e) << to_string(e);
+  EXPECT_FALSE(parse("nonsense").has_value());
+  EXPECT_FALSE(parse("").has_value());
+}
+}  // namespace
+
+TEST(Settings, EveryWordReadsBackToItsValue) {
+  expect_words_round_trip(kAllDevices, parse_device);
+  expect_words_round_trip(kAllArithmetics, parse_arithmetic);
+  expect_words_round_trip(kAllSchedules, parse_schedule);
+  expect_words_round_trip(kAllReduceOrders, parse_reduce_order);
+  expect_words_round_trip(kAllDataKinds, parse_data_kind);
+  expect_words_round_trip(kAllInitSchemes, parse_init_scheme);
+  expect_words_round_trip(kAllMatmulArithmetics, parse_matmul_arithmetic);
+  expect_words_round_trip(kAllLayerNormAlgorithms, parse_layernorm_algorithm);
+  expect_words_round_trip(kAllGeluApproximations, parse_gelu_approximation);
+  expect_words_round_trip(kSdpaKinds, parse_sdpa_backend);
+  EXPECT_STREQ(to_string(Device::auto_), "auto");
+  EXPECT_STREQ(to_string(Schedule::constant), "constant");
+  EXPECT_STREQ(to_string(ReduceOrder::tree), "tree");
+  EXPECT_STREQ(to_string(DataKind::tokens), "tokens");
+  EXPECT_STREQ(to_string(InitScheme::xavier_uniform), "xavier_uniform");
+  EXPECT_STREQ(to_string(InitScheme::kaiming_normal), "kaiming_normal");
+  EXPECT_STREQ(to_string(LayerNormAlgorithm::two_pass), "two_pass");
+  EXPECT_STREQ(to_string(SdpaBackend::efficient), "sdpa_efficient");
+  EXPECT_STREQ(to_string(SdpaBackend::none), "");
+  EXPECT_FALSE(parse_sdpa_backend("").has_value());  // none is not a kind
 }
 
 TEST(Config, ContentHashIsFnv1a) {

@@ -30,7 +30,7 @@ Variant loop_variant(int dp_width, const std::string& order, int grad_accum) {
   v.train.batch = 8;
   v.train.grad_clip = 0.0;
   v.train.dp_width = dp_width;
-  v.train.allreduce = order;
+  v.train.allreduce = *parse_reduce_order(order);
   v.train.grad_accum = grad_accum;
   return v;
 }

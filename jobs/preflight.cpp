@@ -12,6 +12,7 @@
 #include "base/error.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
+#include "src/core/capabilities.hpp"
 #include "src/runtime/gpu.hpp"
 #include "src/runtime/scheduler.hpp"
 #include "src/train/data.hpp"

@@ -17,8 +17,8 @@
 
 #include "base/hash.hpp"
 #include "base/number.hpp"
-#include "fastudy/version.hpp"  // FASTUDY_TORCH_SDPA, FASTUDY_TORCH_CUDA, FASTUDY_TORCH_VERSION, FASTUDY_CUDA_KERNELS
-#include "kernels/cuda/tile_dispatch.hpp"  // what the CUDA kernels run (host code, in every build)
+#include "fastudy/version.hpp"  // FASTUDY_TORCH_SDPA, FASTUDY_TORCH_VERSION
+#include "src/core/capabilities.hpp"
 
 namespace fastudy {
 
@@ -682,44 +682,6 @@ std::string Variant::attention_name() const {
   return sdpa == SdpaBackend::none ? std::string(fastudy::to_string(attention)) : std::string(fastudy::to_string(sdpa));
 }
 
-std::string device_problem(const Variant& v, Device device) {
-  const TrainConfig& t = v.train;
-  const std::string precision(to_string(v.precision));
-  if (t.shadow_attention && v.sdpa != SdpaBackend::none) {
-    return "[train] shadow_attention compares fastudy's flash and baseline kernels; attention = " + v.attention_name() +
-           " is LibTorch's own (set shadow_attention = false for it)";
-  }
-  if (t.arithmetic == Arithmetic::native) {
-    const NumericsConfig& n = v.numerics;
-    if (n.matmul != MatmulArithmetic::fp32 || n.split_k != 1 || n.layernorm != LayerNormAlgorithm::torch) {
-      return "[numerics] matmul, split_k and layernorm are emulated arithmetic; arithmetic = native runs the "
-             "framework's own (keep their defaults, or use arithmetic = \"emulated\")";
-    }
-    if (device == Device::cpu && (v.precision == Format::fp16 || v.precision == Format::tf32)) {
-      return "arithmetic = native with precision " + precision + " needs a GPU (a CPU has no native " + precision +
-             " matmuls); use device = \"cuda\", precision bf16, or arithmetic = \"emulated\"";
-    }
-  }
-  if (device != Device::cuda) return "";
-  if (!FASTUDY_TORCH_CUDA) {
-    return std::string("device = \"cuda\" needs a CUDA LibTorch; this build links LibTorch ") + FASTUDY_TORCH_VERSION +
-           " without CUDA (build against PyTorch's LibTorch on a GPU machine: README \"GPU\")";
-  }
-  if (v.precision == Format::fp64) return "fp64 variants train on the CPU only (the CUDA kernels have no fp64)";
-  if (v.numerics.layernorm != LayerNormAlgorithm::torch) {
-    return std::string("[numerics] layernorm = ") + to_string(v.numerics.layernorm) + " runs on the CPU only";
-  }
-  if (v.sdpa == SdpaBackend::none) {
-    try {
-      cuda_tile::tile_storage_format(resolve_policy(v.attention_cfg, v.attention_cfg.policy, v.precision));
-    } catch (const UsageError& e) {
-      return e.what() + std::string(" (or train this variant with device = \"cpu\")");
-    }
-  }
-  return "";
-}
-
-
 bool NumericsConfig::is_default() const {
   const NumericsConfig d;
   return matmul == d.matmul && split_k == d.split_k && layernorm == d.layernorm && gelu == d.gelu &&
@@ -1004,59 +966,14 @@ void read_numerics(Section num, NumericsConfig& n, const ModelConfig& m) {
 }
 
 // The real-kernel keys of a finished sweep (devices, framework; README "Real kernels"): what the kernels
-// cannot run (formats, policies, roundings), then what this build cannot run, refused at load. `own` is
-// the sweep's table, `base` [microbench] (a key the sweep inherits is reported where it was written).
+// or this build cannot run (capabilities.hpp), refused at load. `own` is the sweep's table, `base`
+// [microbench] (a key the sweep inherits is reported where it was written).
 void check_real_kernels(Section& own, Section& base, const MicrobenchSweep& mc) {
-  auto at = [&](const std::string& key) -> Section& { return own.node(key) || !base.node(key) ? own : base; };
+  const std::optional<SweepProblem> problem = real_kernel_problem(mc);
+  if (!problem) return;
+  Section& at = own.node(problem->key) || !base.node(problem->key) ? own : base;
   const std::string sec = "[" + own.name() + "] " + (own.name() == "microbench" ? "" : "'" + mc.name + "': ");
-  auto lists = [](const std::vector<std::string>& v, const char* x) {
-    return std::find(v.begin(), v.end(), x) != v.end();
-  };
-  if (std::find(mc.devices.begin(), mc.devices.end(), "cpu") == mc.devices.end())
-    at("devices").fail("devices",
-                       sec + "devices must list \"cpu\": the CPU kernels are the reference the CUDA rows are "
-                             "checked against, and their rows are the emulated readings",
-                       "devices = [\"cpu\", \"cuda\"]");
-  if (lists(mc.devices, "cuda")) {
-    for (Format f : mc.formats)
-      if (f != Format::fp32 && f != Format::fp16 && f != Format::bf16)
-        at("formats").fail("formats", sec + "devices lists \"cuda\", and the CUDA kernels do not run " +
-                           std::string(to_string(f)) + " (they run fp32, fp16 and bf16)",
-                           "put the other formats in a sweep of their own without \"cuda\"");
-    for (const auto& p : mc.policies)
-      if (p != "pure" && p != "eager" && p != "mixed")
-        at("policies").fail("policies", sec + "devices lists \"cuda\", and the CUDA kernels do not run policy \"" + p +
-                            "\" (they run the readings pure, eager and mixed)",
-                            "put custom policies in a sweep of their own without \"cuda\"");
-    for (Rounding r : mc.roundings)
-      if (r != Rounding::nearest)
-        at("roundings").fail("roundings",
-                             sec + "devices lists \"cuda\", and the CUDA kernels round to nearest only (not " +
-                                 std::string(to_string(r)) + ")",
-                             "drop roundings, or put the other modes in a sweep of their own without \"cuda\"");
-    if (!FASTUDY_CUDA_KERNELS)
-      at("devices").fail("devices",
-                         sec + "devices lists \"cuda\", and this build has no CUDA kernels (it was configured "
-                               "without nvcc)",
-                         "build on a machine with the CUDA toolkit (README \"GPU\"), or remove \"cuda\"");
-  }
-  if (!mc.framework.empty()) {
-    for (Format f : mc.formats)
-      if (f != Format::fp16 && f != Format::bf16)
-        at("formats").fail("formats", sec + "framework kernels run at fp16 and bf16, and this sweep lists " +
-                           std::string(to_string(f)),
-                           "formats = [\"fp16\", \"bf16\"]; put the other formats in a sweep of their own");
-    if (!FASTUDY_TORCH_SDPA)
-      at("framework").fail("framework",
-                           sec + "framework kernels need LibTorch >= 2.3 (scaled_dot_product_attention with "
-                                 "selectable backends); this build links LibTorch " +
-                               std::string(FASTUDY_TORCH_VERSION),
-                           "build against a newer CUDA LibTorch (README \"GPU\"), or remove framework");
-    if (!FASTUDY_TORCH_CUDA)
-      at("framework").fail("framework", sec + "framework kernels run on the CUDA device, and this build's LibTorch " +
-                           std::string(FASTUDY_TORCH_VERSION) + " has no CUDA",
-                           "build against a CUDA LibTorch (README \"GPU\"), or remove framework");
-  }
+  at.fail(problem->key, sec + problem->message, problem->hint);
 }
 
 void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::string>& policy_names,

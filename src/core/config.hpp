@@ -5,7 +5,8 @@
 // the cross product of the axes, each with a stable readable id and a content hash of its resolved
 // configuration. This header stays free of toml++ and LibTorch: most files include it.
 //
-// The word-valued settings (device, schedule, allreduce, init, ...) are enums of settings.hpp.
+// The word-valued settings (device, schedule, allreduce, init, ...) are enums of settings.hpp; what a
+// device or this build can run is capabilities.hpp.
 #pragma once
 
 #include <cstdint>
@@ -197,14 +198,6 @@ struct Variant {
   const std::string& axis(const std::string& name) const;  // value of an axis ("" when absent)
   std::string attention_name() const;  // "baseline", "flash" or an SDPA kind
 };
-
-// Why variant v cannot train on `device` (cpu or cuda, resolved) in this build, or "" when it can:
-// a GPU needs a CUDA LibTorch, float containers (not fp64), LibTorch's LayerNorm and, for fastudy's
-// attention kinds, a policy the CUDA kernels run (kernels/cuda/tile_dispatch.hpp); native arithmetic
-// leaves the emulated [numerics] (matmul, split_k, layernorm) to the emulation, and runs fp16 and tf32
-// only on a GPU; shadow attention compares fastudy's two kernels, not an SDPA kind. The preflight asks
-// it before any work, the trainer again for the device it got.
-std::string device_problem(const Variant& v, Device device);
 
 struct Study {
   std::string file;                    // the grid.toml path it came from

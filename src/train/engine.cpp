@@ -16,6 +16,7 @@
 
 #include "base/cpu.hpp"
 #include "base/error.hpp"
+#include "src/core/capabilities.hpp"
 #include "src/train/dp_reduce.hpp"
 #include "src/train/rng.hpp"
 

@@ -6,7 +6,9 @@
 // configuration. This header stays free of toml++ and LibTorch: most files include it.
 //
 // The word-valued settings (device, schedule, allreduce, init, ...) are enums of settings.hpp; what a
-// device or this build can run is capabilities.hpp.
+// device or this build can run is capabilities.hpp. The implementation, by concern: config_read.cpp
+// (the sections of grid.toml), grid.cpp (the axis table and the expansion into variants),
+// resolved.cpp (the resolved TOML and its content hash), config.cpp (the small rest).
 #pragma once
 
 #include <cstdint>
@@ -241,7 +243,7 @@ const std::vector<std::string>& known_axes();
 enum class AxisRole { optimisation, reference, setting, noise };
 const char* axis_role_name(AxisRole role);  // "optimisation", "reference", "setting", "noise"
 
-// The grid axes, from the one table in config.cpp that drives their validation, expansion, ids and
+// The grid axes, from the one table in grid.cpp that drives their validation, expansion, ids and
 // resolved TOML: each axis's name, two allowed values as TOML (for help texts and tests), its role, its
 // declared baseline value ("": the first value the grid lists) and whether it is a replicate axis (an
 // independent draw such as the init or data seed: pairs that differ in another axis are grouped into

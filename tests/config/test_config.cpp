@@ -403,30 +403,3 @@ TEST(GridVary, VariesEachTableFromTheBaselineCrossedWithTheGrid) {
   ASSERT_EQ(again.variants.size(), st.variants.size());
   for (std::size_t i = 0; i < st.variants.size(); ++i) EXPECT_EQ(again.variants[i].hash, st.variants[i].hash);
 }
-
-TEST(GridVary, MistakesAreNamed) {
-  auto error_of = [](const std::string& grid) {
-    try {
-      parse_study("[model]\nseq_len = 32\n" + grid, "g.toml");
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(error_of("[grid]\nseed = [1]\n[[grid.vary]]\nseed = [2]\n").find("is in [grid] and in a [[grid.vary]]"),
-            std::string::npos);
-  EXPECT_NE(error_of("[grid]\nvary = [1]\n").find("grid.vary"), std::string::npos);
-  EXPECT_NE(error_of("[[grid.vary]]\n").find("empty"), std::string::npos);
-  const std::string unknown = error_of("[[grid.vary]]\nattention = [\"flesh\"]\n");
-  EXPECT_NE(unknown.find("g.toml:4"), std::string::npos) << unknown;
-  EXPECT_NE(unknown.find("grid.vary.attention"), std::string::npos) << unknown;
-  // Left-out baseline tokens make `flash` (attention) and `flash` (a custom policy) the same id.
-  const std::string twins = error_of(
-      "[attention.policies.flash]\npreset = \"eager\"\n[[grid.vary]]\nattention = [\"flash\"]\n"
-      "[[grid.vary]]\npolicy = [\"mixed\", \"flash\"]\n");
-  EXPECT_NE(twins.find("two variants get the id `flash`"), std::string::npos) << twins;
-  const std::string typo = error_of("[[grid.vary]]\nattentoin = [\"flash\"]\n");
-  EXPECT_NE(typo.find("g.toml:4:1: unknown grid axis `attentoin` in a [[grid.vary]] table"), std::string::npos) << typo;
-  EXPECT_NE(typo.find("did you mean `attention`?"), std::string::npos) << typo;
-}
-

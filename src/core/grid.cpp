@@ -65,10 +65,9 @@ const GridAxis kGridAxes[] = {
      .allowed = [](const auto&) { return attention_kinds(); },
      .unknown_hint =
          [](const std::string& x) {
-           return !parse_sdpa_backend(x)
-                      ? std::string()
-                      : x + " is LibTorch's scaled_dot_product_attention, which needs LibTorch >= 2.3; this build links "
-                            "LibTorch " + FASTUDY_TORCH_VERSION + " (build against a newer LibTorch: README \"GPU\")";
+           if (!parse_sdpa_backend(x)) return std::string();
+           return x + " is LibTorch's scaled_dot_product_attention, which needs LibTorch >= 2.3; this build "
+                      "links LibTorch " + FASTUDY_TORCH_VERSION + " (build against a newer LibTorch: README \"GPU\")";
          },
      .apply =
          [](Variant& v, const std::string& x) {
@@ -88,8 +87,8 @@ const GridAxis kGridAxes[] = {
      .allowed = [](const auto&) { return kTrainFormats; },
      .unknown_hint =
          [](const std::string& x) {
-           return x.rfind("fp8", 0) == 0 ? std::string("fp8 formats are for the microbenchmark only ([microbench] formats)")
-                                         : std::string();
+           if (x.rfind("fp8", 0) != 0) return std::string();
+           return std::string("fp8 formats are for the microbenchmark only ([microbench] formats)");
          },
      .apply = [](Variant& v, const std::string& x) { v.precision = *parse_format(x); }},
     {.name = "seed",

@@ -63,8 +63,8 @@ const char* to_string(MatmulArithmetic m);  // "fp32", "tf32", "bf16", "bf16x3"
 std::optional<MatmulArithmetic> parse_matmul_arithmetic(std::string_view name);
 
 enum class LayerNormAlgorithm { torch, two_pass, welford };
-inline constexpr LayerNormAlgorithm kAllLayerNormAlgorithms[] = {LayerNormAlgorithm::torch, LayerNormAlgorithm::two_pass,
-                                                                 LayerNormAlgorithm::welford};
+inline constexpr LayerNormAlgorithm kAllLayerNormAlgorithms[] = {
+    LayerNormAlgorithm::torch, LayerNormAlgorithm::two_pass, LayerNormAlgorithm::welford};
 const char* to_string(LayerNormAlgorithm l);  // "torch", "two_pass", "welford"
 std::optional<LayerNormAlgorithm> parse_layernorm_algorithm(std::string_view name);
 

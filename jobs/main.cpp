@@ -164,6 +164,7 @@ JobContext make_context(const Parsed& p) {
   } else {
     ctx.study = load_study(p.opts.target);
     ctx.out_dir = p.opts.out.empty() ? ctx.study->out : p.opts.out;
+    keep_study_record(ctx);
   }
   if (!p.opts.device.empty()) {
     // --device: where the variants run, not what they compute (no hash changes).

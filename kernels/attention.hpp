@@ -51,6 +51,8 @@ std::optional<FlashKernel> parse_flash_kernel(std::string_view name);
 // The backward pass is the autograd of the same ops. Flash kernels apply the scale as their code
 // does (framework: fused; fa2/fa3: folded into exp2), whatever this says.
 enum class ScalePlacement : std::uint8_t { fused, after, before };
+inline constexpr ScalePlacement kAllScalePlacements[] = {ScalePlacement::fused, ScalePlacement::after,
+                                                         ScalePlacement::before};
 std::string_view to_string(ScalePlacement s);
 std::optional<ScalePlacement> parse_scale_placement(std::string_view name);
 
@@ -64,6 +66,7 @@ std::optional<ScalePlacement> parse_scale_placement(std::string_view name);
 // With either, the caller hands the kernels unrounded values; only fp8 formats benefit (elsewhere
 // the scale moves values without changing their relative precision).
 enum class Quantization : std::uint8_t { none, head, block };
+inline constexpr Quantization kAllQuantizations[] = {Quantization::none, Quantization::head, Quantization::block};
 std::string_view to_string(Quantization q);
 std::optional<Quantization> parse_quantization(std::string_view name);
 
@@ -183,8 +186,6 @@ inline constexpr PolicyPreset kPolicyPresets[] = {
 };
 // The policy of `kind` under reading `preset` in format f; throws Error for an unknown preset.
 PrecisionPolicy make_policy(std::string_view preset, Format f, AttentionKind kind);
-// The flash kind's policy (transitional: callers that have not yet said which kind they run).
-PrecisionPolicy make_policy(std::string_view preset, Format f);
 // A reading's policies, one per attention kind.
 struct ReadingPolicies {
   PrecisionPolicy flash, baseline;

@@ -107,8 +107,6 @@ PrecisionPolicy make_policy(std::string_view preset, Format f, AttentionKind kin
                   "] in the grid file");
 }
 
-PrecisionPolicy make_policy(std::string_view preset, Format f) { return make_policy(preset, f, AttentionKind::flash); }
-
 ReadingPolicies make_reading(std::string_view preset, Format f) {
   return {make_policy(preset, f, AttentionKind::flash), make_policy(preset, f, AttentionKind::baseline)};
 }

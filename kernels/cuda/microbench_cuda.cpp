@@ -38,7 +38,7 @@ std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run) {
   cuda_tile::tile_storage_format(run.baseline_policy);
   if (run.flash.values.empty() || run.baseline.values.empty())
     throw Error("microbench_cuda_rows: the CPU kernels have not run on this point");
-  const bool backward = run.point.pass == "backward";
+  const bool backward = run.point.pass == Pass::backward;
   const double smag = score_magnitude(run.shape, run.q, run.k);
   const bool promised = cpu_bit_identity_promised(run);
   const DeviceBuffer<float> q = upload(run.q), k = upload(run.k), v = upload(run.v);

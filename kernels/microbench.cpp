@@ -4,6 +4,7 @@
 // B batch, H heads, N sequence, d head dim; tensors are [B, H, N, d].
 #include "kernels/microbench.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string_view>
@@ -208,6 +209,38 @@ void set_cpu_check(MicrobenchRow& row, const std::vector<double>& values, const 
     row.check = row.vs_cpu <= bound ? "within bound" : "EXCEEDS BOUND";
     row.check_bound = bound;
   }
+}
+
+const RealCode* find_real_code(std::string_view algorithm) {
+  for (const auto& c : kRealCode)
+    if (c.algorithm == algorithm) return &c;
+  return nullptr;
+}
+
+std::string real_code_names(std::string_view device) {
+  std::string names;
+  for (const auto& c : kRealCode)
+    if (c.device == device) names += (names.empty() ? "" : ", ") + std::string(c.algorithm);
+  return names;
+}
+
+void set_agreement(MicrobenchRow& row, const std::vector<double>& values, const std::vector<double>& reading,
+                   const std::string& reading_name) {
+  if (values.size() != reading.size()) {
+    throw Error("microbench: " + row.algorithm + " has " + std::to_string(values.size()) + " output elements and " +
+                reading_name + " " + std::to_string(reading.size()));
+  }
+  std::size_t identical = 0;
+  std::int64_t worst = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    // Both values are exact in the format (its outputs, converted to double exactly): equal doubles with
+    // the same sign bit are the same bits of the format.
+    identical += std::memcmp(&values[i], &reading[i], sizeof(double)) == 0;
+    worst = std::max(worst, ulp_distance(row.point.format, values[i], reading[i]));
+  }
+  row.vs_reading = reading_name;
+  row.bit_identical = values.empty() ? 1.0 : static_cast<double>(identical) / static_cast<double>(values.size());
+  row.max_ulp_vs = static_cast<double>(worst);
 }
 
 MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::optional<PrecisionPolicy>& policy,

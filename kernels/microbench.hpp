@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -72,6 +73,13 @@ std::string tile_rule_names();
 // Rows of other algorithms on the same inputs (the microbench job adds them, see README "Real kernels"):
 // "cuda_flash" / "cuda_baseline" (our CUDA kernels, kernels/cuda/microbench_cuda.hpp) and "sdpa_flash",
 // "sdpa_efficient", "sdpa_cudnn", "sdpa_math" (LibTorch's scaled_dot_product_attention, policy "native").
+// Rows of LibTorch's own ops on the CPU (jobs/microbench_torch.hpp): "torch_baseline",
+// "torch_baseline_before", "torch_flash" (kRealCode below), on the point's own inputs and policy.
+// The agreement columns compare a row of real code with the reading that claims to model it, on the same
+// inputs, element by element in the point's format ("-", 0, 0 on every other row; set_agreement):
+//   vs_reading     the reading and kind compared with ("eager flash": the policy's flash kernel);
+//   bit_identical  the fraction of output elements whose bits equal the reading's;
+//   max_ulp_vs     the largest difference in units in the last place of the format (ulp_distance).
 // The check columns hold the CUDA rows' comparison with our CPU kernel of the same kind (check "-" and
 // vs_cpu = check_bound = 0 on every other row):
 //   check        "bit-identical" (the host twin promises equality and it holds), "DIFFERS" (promised,
@@ -89,7 +97,53 @@ struct MicrobenchRow {
   std::int64_t tiles_kv = 0;
   std::string check = "-";
   double vs_cpu = 0, check_bound = 0;
+  std::string vs_reading = "-";
+  double bit_identical = 0, max_ulp_vs = 0;
 };
+
+// Real code a microbenchmark row can run beside the emulated readings (README "Real kernels"), one
+// entry each: the row's algorithm; where it runs ("cpu": LibTorch's ops, jobs/microbench_torch;
+// "cuda": LibTorch's SDPA, jobs/microbench_sdpa); the kind of attention it computes, so the reading's
+// kernel of that kind is what it is compared with; the reading that claims to model it ("" when none
+// does: then it is compared with no reading); and what it runs. A new framework algorithm is one row
+// here and its code in the jobs layer; the report and `fastudy --help` list them from the rows.
+struct RealCode {
+  std::string_view algorithm;
+  std::string_view device;
+  AttentionKind kind;
+  std::string_view reading;
+  std::string_view code;
+};
+inline constexpr RealCode kRealCode[] = {
+    {"torch_baseline", "cpu", AttentionKind::baseline, "eager",
+     "softmax((Q K^T) * scale) V as PyTorch users write it (nanoGPT): torch::matmul, a multiply by the scale as "
+     "a Python float, torch::softmax, torch::matmul, on the format's tensors on the CPU; backward by autograd"},
+    {"torch_baseline_before", "cpu", AttentionKind::baseline, "eager",
+     "softmax((Q * scale) K^T) V (PyTorch 1.13's SDPA math path, FlashAttention's attention_ref): the scale "
+     "applied to Q before torch::matmul; otherwise as torch_baseline"},
+    {"torch_flash", "cpu", AttentionKind::flash, "eager",
+     "FlashAttention-2 (q_outer) as a loop of LibTorch ops on the format's tensors on the CPU: per Q block and "
+     "KV tile S = (Q_i K_j^T) * scale, running max, exp, rescale alpha, running sum and O, final division; "
+     "backward: FA-2's Algorithm 2 as ops (KV tiles outer, P from the saved lse)"},
+    {"sdpa_flash", "cuda", AttentionKind::flash, "fa2",
+     "LibTorch's scaled_dot_product_attention, flash backend (the FlashAttention-2 CUDA kernel); autograd"},
+    {"sdpa_efficient", "cuda", AttentionKind::flash, "",
+     "LibTorch's scaled_dot_product_attention, memory-efficient backend (xFormers' CUDA kernel); autograd"},
+    {"sdpa_cudnn", "cuda", AttentionKind::flash, "",
+     "LibTorch's scaled_dot_product_attention, cuDNN backend (cuDNN's fused attention); autograd"},
+    {"sdpa_math", "cuda", AttentionKind::baseline, "",
+     "LibTorch's scaled_dot_product_attention, math backend (composite LibTorch ops on the GPU); autograd"},
+};
+// The entry of `algorithm`, or null.
+const RealCode* find_real_code(std::string_view algorithm);
+// The names of the entries on `device` ("cpu" or "cuda"), comma separated.
+std::string real_code_names(std::string_view device);
+
+// Sets row's agreement columns (see MicrobenchRow): `values` (the real code's output) against `reading`
+// (the reading's output on the same inputs, element by element), in the point's format; `reading_name`
+// names it ("eager flash"). Throws Error when the sizes differ.
+void set_agreement(MicrobenchRow& row, const std::vector<double>& values, const std::vector<double>& reading,
+                   const std::string& reading_name);
 
 // Whether a real kernel's error reproduces an emulated reading's, by FlashAttention's rule (its tests:
 // "FlashAttention's numerical error is at most twice the numerical error of a Pytorch implementation",

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "kernels/check.hpp"
 #include "kernels/microbench.hpp"
 
@@ -379,6 +380,47 @@ TEST(Microbench, CpuCheckIsBitIdentityWherePromisedElseTheBound) {
   row.point.pass = "backward";  // vs_cpu is rel_l2 on a backward point
   set_cpu_check(row, near, cpu, false, 1.0);
   EXPECT_NEAR(row.vs_cpu, 1e-6 / std::sqrt(1.0 + 4.0 + 0.25), 1e-15);
+}
+
+// The agreement columns: the fraction of elements with the same bits (+0 and -0 differ) and the largest
+// distance in ulps of the point's format; "-" and zeros on rows that were compared with no reading.
+TEST(Microbench, AgreementCountsIdenticalBitsAndUlps) {
+  MicrobenchRow row;
+  EXPECT_EQ(row.vs_reading, "-");
+  EXPECT_EQ(row.bit_identical, 0.0);
+  row.algorithm = "torch_flash";
+  row.point.format = Format::bf16;
+  const std::vector<double> reading{1.0, -2.0, 0.5, 0.0};
+  std::vector<double> values = reading;
+  set_agreement(row, values, reading, "eager flash");
+  EXPECT_EQ(row.vs_reading, "eager flash");
+  EXPECT_EQ(row.bit_identical, 1.0);
+  EXPECT_EQ(row.max_ulp_vs, 0.0);
+  values[1] = -2.0 - 0x1p-6;  // the next bf16 value below -2 (spacing 2^-6 in [2, 4))
+  values[3] = -0.0;           // the same value, other bits
+  set_agreement(row, values, reading, "eager flash");
+  EXPECT_EQ(row.bit_identical, 0.5);
+  EXPECT_EQ(row.max_ulp_vs, 1.0);
+  values[2] = 0.5 + 3 * 0x1p-8;  // three bf16 steps above 0.5
+  set_agreement(row, values, reading, "eager flash");
+  EXPECT_EQ(row.bit_identical, 0.25);
+  EXPECT_EQ(row.max_ulp_vs, 3.0);
+  EXPECT_THROW(set_agreement(row, {1.0}, reading, "eager flash"), Error);
+}
+
+// Every real code names its device and, where a reading claims to model it, a reading's name: the
+// CPU ones one of the presets.
+TEST(Microbench, RealCodeTable) {
+  for (const auto& c : kRealCode) {
+    EXPECT_TRUE(c.device == "cpu" || c.device == "cuda") << c.algorithm;
+    EXPECT_EQ(find_real_code(c.algorithm), &c);
+    EXPECT_FALSE(c.code.empty());
+    if (c.device == "cpu") {
+      EXPECT_TRUE(is_policy_preset(c.reading)) << c.algorithm;
+    }
+  }
+  EXPECT_EQ(find_real_code("flash"), nullptr);
+  EXPECT_EQ(real_code_names("cpu"), "torch_baseline, torch_baseline_before, torch_flash");
 }
 
 // run_microbench_point's `keep` holds what its rows were computed from: the golden value and the CPU

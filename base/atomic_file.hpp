@@ -31,6 +31,10 @@ void atomic_write(const std::string& path, std::string_view bytes, bool durable 
 void atomic_write_with(const std::string& path, const std::function<void(const std::string& tmp)>& write,
                        bool durable = false);
 
+// " (the file system mounted at /scratch has 12.0 KiB free)" for the file system that holds `path`'s
+// folder, for the messages of failed writes ("" when it cannot be told).
+std::string file_system_note(const std::string& path);
+
 // fsync(2) of a file or directory; throws an Error naming it.
 void fsync_path(const std::string& path);
 

@@ -199,6 +199,21 @@ void remove_checksum(const std::string& path) {
   fs::remove(checksum_path(path), ec);
 }
 
+std::string set_aside(const std::string& path) {
+  std::error_code ec;
+  std::string aside;
+  for (int n = 1;; ++n) {
+    aside = path + ".set-aside-" + std::to_string(n);
+    if (!fs::exists(fs::symlink_status(aside, ec)) && !fs::exists(fs::symlink_status(checksum_path(aside), ec))) break;
+  }
+  fs::rename(path, aside, ec);
+  if (ec)
+    throw Error("cannot move " + path + " aside to " + aside + ": " + ec.message(),
+                "move or remove it by hand (it is not read again), then run again");
+  if (fs::exists(fs::symlink_status(checksum_path(path), ec))) fs::rename(checksum_path(path), checksum_path(aside), ec);
+  return aside;
+}
+
 namespace {
 // The sidecar of a new version `sum` of `path`, written before the new version is renamed into place:
 // it also keeps the current version's line, so that every moment (old file, new sidecar; new file,

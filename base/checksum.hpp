@@ -78,6 +78,10 @@ std::string format_checksum(const FileSum& sum);  // the sidecar's line, newline
 void write_checksum(const std::string& path, bool durable = false);
 // Removes the sidecar of `path` (no error when there is none).
 void remove_checksum(const std::string& path);
+// Moves `path`, whatever it is (a damaged file, a directory someone put in its place), and its sidecar
+// to the first free name "<path>.set-aside-<n>" (and "<path>.set-aside-<n>.crc"); returns that name.
+// Nothing is deleted: what took a file's place may not be fastudy's. Throws Error when it cannot move.
+std::string set_aside(const std::string& path);
 
 // The sidecar of the finished `tmp`, then commit_file(tmp, path, durable).
 void commit_sealed(const std::string& tmp, const std::string& path, bool durable = false);

@@ -1,5 +1,6 @@
 #include "base/log.hpp"
 
+#include <iostream>
 #include <mutex>
 
 namespace fastudy::log {
@@ -7,6 +8,7 @@ namespace {
 Level g_level = Level::info;
 bool g_console = true;
 std::mutex g_mutex;
+int g_problems = 0;  // under g_mutex
 }  // namespace
 
 Level level() { return g_level; }
@@ -26,11 +28,17 @@ void debug(const std::string& line) {
 }
 void warn(const std::string& line) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  ++g_problems;
   std::cerr << "warning: " << line << '\n' << std::flush;
 }
 void error(const std::string& line) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  ++g_problems;
   std::cerr << "error: " << line << '\n' << std::flush;
+}
+int problems_printed() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_problems;
 }
 
 }  // namespace fastudy::log

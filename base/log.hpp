@@ -1,5 +1,7 @@
 // Console output with one verbosity setting: -q (errors only), default, -v (debug). Only the
-// process that owns the console (rank 0 of an MPI run) prints info lines; errors print everywhere.
+// process that owns the console (rank 0 of an MPI run) prints info lines; warnings and errors print
+// everywhere and at every level, so -q never hides why a job failed (main() checks it: a job that
+// exits non-zero without a warning or error line printed gets one).
 #pragma once
 
 #include <iostream>
@@ -20,5 +22,7 @@ void info(const std::string& line);
 void debug(const std::string& line);
 void warn(const std::string& line);   // always printed, prefixed "warning: "
 void error(const std::string& line);  // always printed, prefixed "error: "
+// How many warning and error lines this process has printed (warn, error, and print_error's).
+int problems_printed();
 
 }  // namespace fastudy::log

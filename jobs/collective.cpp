@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <string>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -42,12 +43,23 @@ extern "C" void on_stop_signal(int sig) {
 }
 }  // namespace
 
+unsigned stop_grace_seconds() {
+  const char* g = std::getenv("FASTUDY_STOP_GRACE_S");
+  if (g == nullptr) return 60;
+  const std::string text(g);
+  constexpr std::size_t kMaxDigits = 5;  // up to 86399 s: a day
+  const bool digits = !text.empty() && text.size() <= kMaxDigits &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  const unsigned long v = digits ? std::stoul(text) : 0;
+  if (!digits || v >= 86400)
+    throw UsageError(
+        "FASTUDY_STOP_GRACE_S = '" + text + "' is not a number of seconds from 0 to 86399",
+        "set it to the seconds a stopping job may take to checkpoint (default 60; 0: no deadline), or unset it");
+  return static_cast<unsigned>(v);
+}
+
 void install_stop_signals() {
-  if (const char* g = std::getenv("FASTUDY_STOP_GRACE_S")) {
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(g, &end, 10);
-    if (end != g && *end == '\0' && v < 86400) g_grace_s = static_cast<unsigned>(v);
-  }
+  g_grace_s = stop_grace_seconds();
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -85,6 +97,8 @@ void on_root(const mpi::Comm& world, const std::function<void()>& fn) {
   if (world.rank() == 0) {
     try {
       fn();
+    } catch (const SilentExit& e) {
+      code = e.code();  // already reported (by a child process that printed its own line)
     } catch (const std::exception& e) {
       code = print_error(e);
     }

@@ -11,7 +11,8 @@ namespace mpi {
 class Comm;
 }
 
-// An error that another rank has already reported: main() exits with code() and prints nothing.
+// An error that another rank (or a child process, such as the report's renderer) has already
+// reported: main() exits with code() and prints nothing.
 class SilentExit : public std::exception {
  public:
   explicit SilentExit(int code) : code_(code) {}
@@ -36,6 +37,9 @@ void on_root(const mpi::Comm& world, const std::function<void()>& fn);
 // the process at once even inside a library call, with exit code 143 (128 + SIGTERM): the child
 // process (set_child_to_stop) is killed and the study lock (set_lock_to_release) removed first.
 void install_stop_signals();
+// FASTUDY_STOP_GRACE_S in seconds (60 when unset); UsageError for anything but 0 to 86399. main()
+// checks it with the command line, before anything runs.
+unsigned stop_grace_seconds();
 bool stop_signal_received();
 // The process the first stop signal is forwarded to (SIGTERM) and the hard stop kills; 0: none.
 void set_child_to_stop(long pid);

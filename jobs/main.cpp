@@ -59,8 +59,10 @@ po::options_description common_options() {
   d.add_options()("help,h", "show this help")("out,o", po::value<std::string>(),
                                                "output directory (overrides [study] out)")(
       "resume", "continue the study in an existing output directory")(
-      "force", "start over in an existing output directory (its outputs are deleted); with --resume, accept a "
-               "changed grid")("quiet,q", "print errors only")("verbose,v", "print debug lines");
+      "force", "redo this job in an existing study: first delete the files it wrote there (`run`: every file "
+               "fastudy wrote), as OUT/fastudy.manifest lists them, never other files; with --resume, accept a "
+               "changed grid (its changed variants train again)")(
+      "quiet,q", "print warnings and errors only (a failure always says why)")("verbose,v", "print debug lines");
   return d;
 }
 
@@ -78,15 +80,30 @@ struct Parsed {
   bool quiet = false;
 };
 
+// Whether the first word of a command line without a job name was meant as one: a word that is no
+// option, names no file, has no '.' or '/' (as grid paths do) and is followed by another positional
+// word (`fastudy trian grid.toml`). `fastudy grid.toml` runs the grid.
+bool looks_like_job_name(const std::vector<std::string>& args) {
+  const std::string& first = args[0];
+  if (first.empty() || first[0] == '-' || first.find_first_of("./") != std::string::npos) return false;
+  std::error_code ec;
+  if (std::filesystem::exists(first, ec)) return false;
+  return std::any_of(args.begin() + 1, args.end(), [](const std::string& a) { return !a.empty() && a[0] != '-'; });
+}
+
 // Parse the command line; throws UsageError.
 Parsed parse_command_line(int argc, char** argv) {
   Parsed p;
   std::vector<std::string> args(argv + 1, argv + argc);
-  for (int i = 0; i < argc; ++i) p.opts.command_line += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) p.opts.command_line += (i ? " " : "") + shell_word(argv[i]);
   std::string name = "run";
   if (!args.empty() && find_job(args[0])) {
     name = args[0];
     args.erase(args.begin());
+  } else if (!args.empty() && looks_like_job_name(args)) {
+    std::string jobs;
+    for (const auto& j : job_registry()) jobs += (jobs.empty() ? "" : ", ") + j.name;
+    throw UsageError("unknown job '" + args[0] + "'", "the jobs are " + jobs + "; `fastudy --help` describes them");
   }
   p.job = find_job(name);
   p.opts.command = name;
@@ -118,6 +135,7 @@ Parsed parse_command_line(int argc, char** argv) {
   p.verbose = vm.count("verbose") > 0;
   if (vm.count("out")) p.opts.out = vm["out"].as<std::string>();
   if (p.quiet && p.verbose) throw UsageError("-q and -v contradict each other", "pass one of them");
+  stop_grace_seconds();  // a bad FASTUDY_STOP_GRACE_S is a usage error before anything runs
   if (p.opts.target.empty())
     throw UsageError("`fastudy " + name + "` needs " + (p.job->target_is_out ? "an output directory or a grid file" : "a grid file"),
                      "usage: " + p.job->usage);
@@ -130,6 +148,10 @@ JobContext make_context(const Parsed& p) {
   ctx.opts = p.opts;
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (p.job->target_is_out && !fs::exists(p.opts.target, ec))
+    throw UsageError(p.opts.target + " does not exist: `fastudy " + p.opts.command +
+                         "` takes a study's output directory or its grid file",
+                     "check the path: pass the directory the study was written to (its --out) or its grid file");
   if (fs::is_directory(p.opts.target, ec)) {
     if (!p.job->target_is_out)
       throw UsageError(p.opts.target + " is a directory; `fastudy " + p.opts.command + "` takes a grid file",
@@ -178,6 +200,16 @@ int finish_mpi(int code, StudyLock& lock) {
     std::cerr.flush();
     std::_Exit(code == kExitOk ? kExitFailure : code);
   }
+  return code;
+}
+
+// Quiet never hides why a job failed: every path to a non-zero exit prints an error or a warning
+// line, and a job that returns one without (a path that forgot) still gets a line, from the process
+// that owns the console.
+int said_why(const std::string& job, int code) {
+  if (code != kExitOk && log::owns_console() && log::problems_printed() == 0)
+    log::error("`fastudy " + job + "` ended with exit code " + std::to_string(code) +
+               " without naming a reason; run it again without -q (and with -v) to see its progress");
   return code;
 }
 
@@ -230,8 +262,13 @@ int main(int argc, char** argv) {
       JobContext ctx = make_context(parsed);
       if (auto scope = preflight_scope(ctx, 1, 1)) preflight(*ctx.study, *scope);
       StudyLock lock;
-      if (parsed.job->writes_study) lock = StudyLock::acquire(ctx.out_dir, ctx.opts.command_line);
-      return parsed.job->run(ctx);
+      if (parsed.job->writes_study) {
+        lock = StudyLock::acquire(ctx.out_dir, ctx.opts.command_line);
+        open_study(ctx);
+      }
+      return said_why(parsed.opts.command, parsed.job->run(ctx));
+    } catch (const SilentExit& e) {
+      return e.code();
     } catch (const std::exception& e) {
       return print_error(e);
     }
@@ -285,13 +322,18 @@ int main(int argc, char** argv) {
   try {
     if (auto scope = preflight_scope(*ctx, world.size(), on_host))
       on_root(world, [&] { preflight(*ctx->study, *scope); });
-    if (parsed.job->writes_study) on_root(world, [&] { lock = StudyLock::acquire(ctx->out_dir, ctx->opts.command_line); });
+    if (parsed.job->writes_study) {
+      on_root(world, [&] {
+        lock = StudyLock::acquire(ctx->out_dir, ctx->opts.command_line);
+        open_study(*ctx);
+      });
+    }
   } catch (const SilentExit& e) {
     return e.code();
   }
   log::info(ctx->prov.header());
   try {
-    return finish_mpi(parsed.job->run(*ctx), lock);
+    return finish_mpi(said_why(parsed.opts.command, parsed.job->run(*ctx)), lock);
   } catch (const SilentExit& e) {
     return finish_mpi(e.code(), lock);
   } catch (const std::exception& e) {

@@ -284,7 +284,8 @@ int job_microbench(JobContext& ctx) {
   std::int64_t skip_flag = skip ? 1 : 0;
   world.bcast(skip_flag);
   if (skip_flag) {
-    log::info("microbench: " + csv_path + " is complete for this grid; skipped (--force reruns it)");
+    log::info("microbench: " + csv_path + " is complete for this grid; skipped (`fastudy microbench GRID --out OUT "
+              "--force` computes it again, replacing only microbench.csv and microbench.h5)");
     return kExitOk;
   }
 

@@ -1,10 +1,17 @@
-// The output directory policy: create, refuse, resume or start over; atomic text files.
+// The output directory policy: create, refuse, resume, or redo a job (--force: only the files fastudy
+// wrote, as its manifest lists them); shell quoting of the commands fastudy prints and writes.
+#include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <fstream>
+#include <optional>
 #include <filesystem>
 #include <sstream>
 
 #include "base/atomic_file.hpp"
 #include "base/checksum.hpp"
+#include "base/log.hpp"
+#include "base/manifest.hpp"
 #include "base/error.hpp"
 #include "jobs/job.hpp"
 #include "jobs/study_lock.hpp"
@@ -15,7 +22,7 @@ namespace fastudy {
 
 const char* const kStudyTomlHint =
     "study.toml was changed or damaged after fastudy wrote it; restore it, or start the study again in "
-    "another --out (or with --force)";
+    "another --out (or with `fastudy GRID --out OUT --force`, which deletes only the files fastudy wrote there)";
 
 bool file_exists(const std::string& path) {
   std::error_code ec;
@@ -23,9 +30,37 @@ bool file_exists(const std::string& path) {
 }
 
 std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  const bool control =
+      std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  if (!control) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  }
+  // bash's $'...': every byte that is not plain printable text as \xHH, so the word is one line.
+  static const char* const kHex = "0123456789abcdef";
+  std::string q = "$'";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\'' || c == '\\') {
+      q += '\\';
+      q += c;
+    } else if (u < 0x20 || u == 0x7f) {
+      q += "\\x";
+      q += kHex[u >> 4];
+      q += kHex[u & 15];
+    } else {
+      q += c;
+    }
+  }
   return q + "'";
+}
+
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || (c != '\0' && std::strchr("_@%+=:,./-", c) != nullptr);
+  });
+  return plain ? s : shell_quote(s);
 }
 
 std::string read_text_file(const std::string& path) {
@@ -63,6 +98,51 @@ void write_variants_csv(const fs::path& out, const Study& st) {
   atomic_write_sealed((out / "variants.csv").string(), os.str());
 }
 
+// The files a job writes at fixed names in OUT, as manifest entries, registered before it runs
+// (train's per-variant files and the report's plots are added by those jobs, which know the names).
+// `run` writes those of every phase its grid enables; every job that prepares the study writes
+// study.toml, variants.csv and provenance.txt (job "study").
+std::vector<manifest::Entry> outputs_of(const std::string& job) {
+  using manifest::Kind;
+  static const std::vector<manifest::Entry> kOutputs = {
+      {Kind::file, "study", "study.toml"},          {Kind::file, "study", "variants.csv"},
+      {Kind::file, "study", "provenance.txt"},      {Kind::file, "microbench", "microbench.csv"},
+      {Kind::file, "microbench", "microbench.h5"},  {Kind::file, "train", "status.csv"},
+      {Kind::dir, "train", "checkpoints"},          {Kind::dir, "train", "variants"},
+      {Kind::file, "reduce", "deviation.h5"},       {Kind::file, "reduce", "deviation.csv"},
+      {Kind::file, "reduce", "axes.csv"},           {Kind::file, "reduce", "ranking.csv"},
+      {Kind::file, "reduce", "verdict.csv"},        {Kind::file, "reduce", "twins.csv"},
+      {Kind::file, "report", "report.html"},        {Kind::file, "report", "report.md"},
+      {Kind::dir, "report", "report_files"},        {Kind::scratch, "report", "report.staging"},
+      {Kind::file, "slurm", "fastudy.sbatch"}};
+  std::vector<manifest::Entry> out;
+  for (const auto& e : kOutputs)
+    if (e.job == job) out.push_back(e);
+  return out;
+}
+
+std::vector<manifest::Entry> job_outputs(const JobContext& ctx) {
+  std::vector<manifest::Entry> out = outputs_of("study");
+  std::vector<std::string> jobs{ctx.opts.command};
+  if (ctx.opts.command == "run") jobs = ctx.study->phases;
+  for (const auto& job : jobs)
+    for (auto& e : outputs_of(job)) out.push_back(std::move(e));
+  return out;
+}
+
+std::string force_meaning(const std::string& job) {
+  return job == "run" ? std::string("start the study over (deletes every file fastudy wrote there, nothing else)")
+                      : "redo `" + job + "` (deletes the files `" + job + "` wrote there, nothing else)";
+}
+
+UsageError no_manifest(const std::string& out) {
+  return UsageError("--force: " + out + " holds a study without " + manifest::kName +
+                        " (written before fastudy kept one, or study.toml is not fastudy's), so fastudy cannot tell "
+                        "the files it wrote from others and deletes nothing",
+                    "remove the study's files yourself if you mean to start over, or choose another --out; "
+                    "--resume continues the study and begins its manifest");
+}
+
 }  // namespace
 
 void prepare_output(JobContext& ctx) {
@@ -76,15 +156,14 @@ void prepare_output(JobContext& ctx) {
     throw UsageError("output path " + out.string() + " exists and is not a directory", "choose another --out");
 
   if (exists && !empty) {
-    if (!fs::exists(marker)) {
+    const bool listed = fs::exists(fs::symlink_status(manifest::path_of(out.string())));
+    if (!fs::exists(marker) && !(listed && ctx.opts.force)) {
       throw UsageError("output directory " + out.string() + " is not empty and holds no fastudy study (no study.toml)",
                        "choose another --out; fastudy never deletes files it did not write");
-    }
-    if (ctx.opts.force && !ctx.opts.resume) {
-      // Start over: remove what fastudy writes, then recreate.
-      for (const auto& entry : fs::directory_iterator(out))
-        if (!is_lock_file(entry.path())) fs::remove_all(entry.path(), ec);
-      if (ec) throw Error("cannot clear " + out.string() + ": " + ec.message());
+    } else if (ctx.opts.force && !ctx.opts.resume) {
+      // open_study has deleted what this job wrote before (or refused): only a study with a manifest
+      // gets here, and it is written again as a new one.
+      if (!manifest::read(out.string())) throw no_manifest(out.string());
     } else if (ctx.opts.resume) {
       Study previous = parse_study(read_sealed(marker.string(), kStudyTomlHint), marker.string());
       std::string changed;
@@ -97,21 +176,73 @@ void prepare_output(JobContext& ctx) {
                              " differs from the one in " + marker.string(),
                          "restore the grid, pass --force with --resume to retrain the changed variants from scratch, or "
                          "use another --out");
-      atomic_write_sealed(marker.string(), st.resolved_toml);
-      write_variants_csv(out, st);
-      atomic_write((out / "provenance.txt").string(), ctx.prov.header());
-      return;
     } else {
       throw UsageError("output directory " + out.string() + " already holds a study",
-                       "pass --resume to continue it, --force to start over (its outputs are deleted), or --out DIR");
+                       "pass --resume to continue it, --force to " + force_meaning(ctx.opts.command) + ", or --out DIR");
     }
   }
   fs::create_directories(out, ec);
   if (ec) throw Error("cannot create output directory " + out.string() + ": " + ec.message(),
                       "check the path and permissions, or pass --out DIR");
+  manifest::add(out.string(), job_outputs(ctx));
   atomic_write_sealed(marker.string(), st.resolved_toml);
   write_variants_csv(out, st);
   atomic_write((out / "provenance.txt").string(), ctx.prov.header());
+}
+
+void open_study(JobContext& ctx) {
+  const std::string out = ctx.out_dir;
+  std::error_code ec;
+  const bool study = fs::is_directory(out, ec) && (fs::exists(fs::path(out) / "study.toml", ec) ||
+                                                    fs::exists(fs::symlink_status(manifest::path_of(out), ec)));
+  if (!study) return;  // a new study: prepare_output writes its manifest; a folder that is none: refused there
+  if (ctx.opts.force && !ctx.opts.resume) {
+    std::optional<std::vector<manifest::Entry>> listed;
+    try {
+      listed = manifest::read(out);
+    } catch (const Error& e) {
+      throw UsageError(
+          std::string("--force: ") + e.what() +
+              "; fastudy cannot tell the files it wrote from others and deletes nothing",
+          "restore " + manifest::path_of(out) + ", or remove the study's files yourself, or choose another --out");
+    }
+    if (!listed) throw no_manifest(out);
+    const bool all = ctx.opts.command == "run";
+    // `train --variant V --force`: only those variants' files; the others' results and the study's
+    // state stay, and the job continues the study (as --resume) with those variants from scratch.
+    const std::vector<std::string> only = ctx.opts.command == "train" ? ctx.opts.variants : std::vector<std::string>{};
+    const auto of_variant = [&](const manifest::Entry& e) {
+      return std::any_of(only.begin(), only.end(), [&](const std::string& id) {
+        for (const std::string& dir : {"variants/" + id, "checkpoints/" + id})
+          if (e.path == dir || e.path.rfind(dir + "/", 0) == 0) return true;
+        return false;
+      });
+    };
+    const manifest::Removal r = manifest::remove(out, [&](const manifest::Entry& e) {
+      return all || (e.job == ctx.opts.command && (only.empty() || of_variant(e)));
+    });
+    std::string whose = all ? std::string("fastudy") : ctx.opts.command;
+    for (std::size_t i = 0; i < only.size(); ++i) whose += (i ? ", " : " --variant ") + only[i];
+    log::info("--force: deleted " + std::to_string(r.removed.size()) + " file(s) and folder(s) that `" + whose +
+              "` wrote in " + out + " (listed in " + manifest::path_of(out) + ")");
+    if (!only.empty()) ctx.opts.resume = true;
+    for (const auto& k : r.kept)
+      log::warn("--force: kept " + (fs::path(out) / k).string() + ": it is not what fastudy wrote there");
+    std::vector<std::string> theirs;
+    for (const auto& rel : manifest::unlisted(out, manifest::read(out).value_or(std::vector<manifest::Entry>{})))
+      if (!is_lock_file(rel) && (theirs.empty() || rel.rfind(theirs.back() + "/", 0) != 0)) theirs.push_back(rel);
+    if (!theirs.empty()) {
+      std::string names;
+      for (std::size_t i = 0; i < theirs.size() && i < 8; ++i) names += (i ? ", " : "") + theirs[i];
+      if (theirs.size() > 8) names += ", ...";
+      log::info("--force: kept " + std::to_string(theirs.size()) + " item(s) fastudy did not write: " + names);
+    }
+    manifest::add(out, job_outputs(ctx));  // what the job writes again
+    return;
+  }
+  // Only a study fastudy wrote (its study.toml matches its checksum) gets entries; anything else is
+  // refused by the job before it writes.
+  if (!checksum_problem((fs::path(out) / "study.toml").string())) manifest::add(out, job_outputs(ctx));
 }
 
 }  // namespace fastudy

@@ -3,28 +3,34 @@
 //
 // The renderer is the Python package analysis/report (matplotlib, numpy, h5py from Debian's
 // python3-* packages). This job finds an interpreter and the package, checks that the modules import,
-// runs `PYTHON -B REPORT_DIR OUT --quiet` with posix_spawn (no shell, so no quoting of paths) and turns
-// a failure into a fastudy::Error with a hint. Under MPI (`fastudy run`) only rank 0 renders.
+// runs `PYTHON -B REPORT_DIR OUT --quiet --into OUT/report.staging` (vfork and exec, no shell, so no
+// quoting of paths; the child dies with fastudy), moves the finished report into place and turns a
+// failure into a fastudy::Error with a hint, leaving nothing new behind. Under MPI (`fastudy run`)
+// only rank 0 renders.
 //
 // Interpreter: $FASTUDY_PYTHON, else the one CMake found (FASTUDY_PYTHON in fastudy/version.hpp,
 // /usr/bin/python3 when present), else /usr/bin/python3, else python3 on PATH.
 // Package: $FASTUDY_REPORT_DIR, else FASTUDY_SOURCE_DIR/analysis/report (a build tree), else
 // <prefix>/share/fastudy/report next to an installed bin/fastudy.
-#include <spawn.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "base/checksum.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
+#include "base/manifest.hpp"
 #include "fastudy/version.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
@@ -38,6 +44,10 @@ namespace fastudy {
 namespace {
 
 constexpr const char* kModules = "matplotlib numpy h5py";
+// The renderer's folder for a report being written (analysis/report/cli.py --into), inside OUT.
+constexpr const char* kStaging = "report.staging";
+// The renderer's exit code after it printed one line on a file it could not write (a full disk).
+constexpr int kRendererCannotWrite = 4;
 constexpr const char* kInstallHint =
     "apt-get install python3-matplotlib python3-h5py (Debian's modules are seen by /usr/bin/python3; "
     "set FASTUDY_PYTHON to another interpreter that has them)";
@@ -55,7 +65,7 @@ std::string env_or_empty(const char* name) {
 
 bool is_executable(const std::string& path) { return !path.empty() && ::access(path.c_str(), X_OK) == 0; }
 
-// The interpreter to run; a bare name ("python3") is searched on PATH by posix_spawnp.
+// The interpreter to run; a bare name ("python3") is searched on PATH (executable_path).
 std::string find_python() {
   for (const std::string& p : {env_or_empty("FASTUDY_PYTHON"), std::string(FASTUDY_PYTHON), std::string("/usr/bin/python3")})
     if (is_executable(p)) return p;
@@ -82,41 +92,80 @@ fs::path find_script() {
               "set FASTUDY_REPORT_DIR to the analysis/report directory of the fastudy sources");
 }
 
+// argv[0] as a path to execute: itself when it holds a '/', else the first executable of that name on
+// PATH; "" when there is none.
+std::string executable_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  std::stringstream dirs(env_or_empty("PATH"));
+  for (std::string d; std::getline(dirs, d, ':');)
+    if (!d.empty() && is_executable(d + "/" + name)) return d + "/" + name;
+  return "";
+}
+
 // Runs argv (argv[0] searched on PATH when it has no '/'); returns the exit code, or 128 + signal.
 // With `output` set, the child's stdout and stderr are captured into it instead of inherited.
+// The child never outlives fastudy: a stop signal is forwarded to it (collective.cpp), and the kernel
+// kills it when fastudy dies in any way, kill -9 included (PR_SET_PDEATHSIG, set between vfork and exec;
+// a parent gone before that is caught by getppid()).
 int run_process(const std::vector<std::string>& args, std::string* output) {
+  const std::string exe = executable_path(args[0]);
+  if (exe.empty())
+    throw Error("cannot start " + args[0] + ": not found on PATH",
+                std::string("install Python 3 and the plotting modules: ") + kInstallHint);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
 
-  int pipe_fd[2] = {-1, -1};
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (output) {
-    if (::pipe(pipe_fd) != 0) throw Error(std::string("pipe() failed: ") + std::strerror(errno));
-    posix_spawn_file_actions_addclose(&actions, pipe_fd[0]);
-    posix_spawn_file_actions_adddup2(&actions, pipe_fd[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, pipe_fd[1], STDERR_FILENO);
-    posix_spawn_file_actions_addclose(&actions, pipe_fd[1]);
-  }
-  pid_t pid = 0;
+  int pipe_fd[2] = {-1, -1}, exec_fd[2] = {-1, -1};
+  if (output && ::pipe(pipe_fd) != 0) throw Error(std::string("pipe() failed: ") + std::strerror(errno));
+  // Tells the parent why exec failed (an errno); closed by a successful exec (O_CLOEXEC).
+  if (::pipe2(exec_fd, O_CLOEXEC) != 0) throw Error(std::string("pipe() failed: ") + std::strerror(errno));
   if (stop_signal_received()) throw Error("stopped by a signal before " + args[0] + " started", "run it again");
-  const int rc = args[0].find('/') == std::string::npos
-                     ? posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ)
-                     : posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  // A stop signal is forwarded to the child (collective.cpp), so the renderer never outlives fastudy.
-  if (rc == 0) set_child_to_stop(pid);
-  if (rc == 0 && stop_signal_received()) ::kill(pid, SIGTERM);
+  const pid_t parent = ::getpid();
+  // vfork, as posix_spawn does: no copy of a large process's page tables, and no fork() under MPI
+  // transports that register memory. The child shares the parent's memory until exec: plain system
+  // calls only, on values prepared above.
+  const pid_t pid = ::vfork();
+  if (pid == 0) {
+    if (output) {
+      ::dup2(pipe_fd[1], STDOUT_FILENO);
+      ::dup2(pipe_fd[1], STDERR_FILENO);
+      ::close(pipe_fd[0]);
+      ::close(pipe_fd[1]);
+    }
+    ::close(exec_fd[0]);
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && ::getppid() == parent) ::execve(exe.c_str(), argv.data(), environ);
+    const int child_errno = ::getppid() == parent ? errno : ESRCH;
+    const ssize_t ignored = ::write(exec_fd[1], &child_errno, sizeof child_errno);
+    (void)ignored;
+    ::_exit(127);
+  }
+  const int fork_errno = errno;
+  ::close(exec_fd[1]);
   if (output) ::close(pipe_fd[1]);
-  if (rc != 0) {
+  if (pid < 0) {
+    ::close(exec_fd[0]);
     if (output) ::close(pipe_fd[0]);
-    throw Error("cannot start " + args[0] + ": " + std::strerror(rc),
-                rc == ENOENT ? std::string("install Python 3 and the plotting modules: ") + kInstallHint : std::string());
+    throw Error(std::string("cannot start ") + args[0] + ": vfork() failed: " + std::strerror(fork_errno));
+  }
+  set_child_to_stop(pid);
+  if (stop_signal_received()) ::kill(pid, SIGTERM);
+  int exec_errno = 0;
+  ssize_t n = 0;
+  while ((n = ::read(exec_fd[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+  }
+  ::close(exec_fd[0]);
+  if (n > 0) {
+    if (output) ::close(pipe_fd[0]);
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    set_child_to_stop(0);
+    throw Error("cannot start " + args[0] + ": " + std::strerror(exec_errno),
+                exec_errno == ENOENT ? std::string("install Python 3 and the plotting modules: ") + kInstallHint
+                                     : std::string());
   }
   if (output) {
     char buf[4096];
-    ssize_t n;
     while ((n = ::read(pipe_fd[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
       if (n > 0) output->append(buf, static_cast<std::size_t>(n));
     ::close(pipe_fd[0]);
@@ -128,9 +177,7 @@ int run_process(const std::vector<std::string>& args, std::string* output) {
       throw Error(std::string("waitpid() failed: ") + std::strerror(errno));
     }
   set_child_to_stop(0);
-  if (stop_signal_received())
-    throw Error("stopped by a signal: " + args[0] + " was stopped with it and nothing was written",
-                "run `fastudy report OUT` again");
+  if (stop_signal_received()) throw Error("stopped by a signal: " + args[0] + " was stopped with it", "run it again");
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
@@ -168,6 +215,41 @@ std::optional<std::string> report_modules_problem() {
 
 namespace {
 
+// The report's own files, registered in the manifest before they are written.
+std::vector<manifest::Entry> report_entries(const std::vector<std::string>& plots) {
+  std::vector<manifest::Entry> e{{manifest::Kind::scratch, "report", kStaging},
+                                 {manifest::Kind::dir, "report", "report_files"},
+                                 {manifest::Kind::file, "report", "report.html"},
+                                 {manifest::Kind::file, "report", "report.md"}};
+  for (const auto& name : plots) e.push_back({manifest::Kind::file, "report", "report_files/" + name});
+  return e;
+}
+
+// Moves a finished report from the staging folder into place: the new plots into report_files/ (the
+// plots of an earlier report that the new one does not have are deleted, files fastudy did not write
+// there are kept), then report.md and report.html; the staging folder is removed.
+void publish(const fs::path& out, const fs::path& staging) {
+  std::vector<std::string> plots;
+  for (const auto& e : fs::directory_iterator(staging / "report_files")) plots.push_back(e.path().filename().string());
+  std::sort(plots.begin(), plots.end());
+  manifest::add(out.string(), report_entries(plots));
+  const fs::path files = out / "report_files";
+  fs::create_directories(files);
+  const std::vector<manifest::Entry> listed = manifest::read(out.string()).value_or(std::vector<manifest::Entry>{});
+  for (const auto& e : fs::directory_iterator(files)) {
+    const std::string name = e.path().filename().string(), rel = "report_files/" + name;
+    const bool ours = std::any_of(listed.begin(), listed.end(), [&](const manifest::Entry& m) {
+      return m.job == "report" && manifest::covers(m, rel);
+    });
+    if (ours && e.is_regular_file() && !e.is_symlink() && !std::binary_search(plots.begin(), plots.end(), name))
+      fs::remove(e.path());
+  }
+  for (const auto& name : plots) fs::rename(staging / "report_files" / name, files / name);
+  fs::rename(staging / "report.md", out / "report.md");
+  fs::rename(staging / "report.html", out / "report.html");
+  fs::remove_all(staging);
+}
+
 void render(const std::string& out_dir) {
   std::error_code ec;
   if (!fs::is_directory(out_dir, ec))
@@ -182,12 +264,42 @@ void render(const std::string& out_dir) {
   const std::string python = find_python();
   const fs::path script = find_script();
   check_modules(python);
-  log::debug("report: " + python + " " + script.string() + " " + out_dir);
-  const int rc = run_process({python, "-B", script.string(), out_dir, "--quiet"}, nullptr);
-  if (rc != 0)
-    throw Error("the report renderer failed (exit code " + std::to_string(rc) + ")",
+
+  // The renderer writes into a staging folder of its own: a failure, a signal or a full disk leaves
+  // the report of before (or none) in place and nothing new beside it.
+  const fs::path out(out_dir), staging = out / kStaging;
+  manifest::add(out_dir, report_entries({}));
+  if (fs::exists(fs::symlink_status(staging, ec))) {
+    if (!fs::is_directory(fs::symlink_status(staging, ec)))
+      throw Error(staging.string() + " exists and is not the folder fastudy makes there",
+                  "move it away and run the report again");
+    fs::remove_all(staging, ec);  // left by a report that was killed (never follows a symbolic link in it)
+  }
+  if (!fs::create_directory(staging, ec))
+    throw Error("cannot create " + staging.string() + ": " + ec.message(), "check that the study directory is writable");
+  log::debug("report: " + python + " " + script.string() + " " + out_dir + " --into " + staging.string());
+  int rc = 0;
+  try {
+    rc = run_process({python, "-B", script.string(), out_dir, "--quiet", "--into", staging.string()}, nullptr);
+  } catch (const Error& e) {
+    fs::remove_all(staging, ec);
+    if (stop_signal_received())
+      throw Error(std::string(e.what()) + "; nothing was written (the report of before, if any, is unchanged)", e.hint());
+    throw;
+  }
+  if (rc != 0) {
+    fs::remove_all(staging, ec);
+    if (rc == kRendererCannotWrite) throw SilentExit(kExitFailure);  // it printed the one line naming the disk
+    throw Error("the report renderer failed (exit code " + std::to_string(rc) + "); nothing was written",
                 "its message is above; rerun it alone with: " + python + " " + script.string() + " " + out_dir);
-  const fs::path out(out_dir);
+  }
+  try {
+    publish(out, staging);
+  } catch (const std::exception& e) {
+    fs::remove_all(staging, ec);
+    throw Error(std::string("cannot move the report into place in ") + out_dir + ": " + e.what(),
+                "free space on the file system and run `fastudy report " + out_dir + "` again");
+  }
   log::info("report: " + (out / "report.html").string() + " (self-contained; open it in a browser)");
   log::info("report: " + (out / "report.md").string() + ", plots as PNG and SVG in " + (out / "report_files").string());
 }

@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 #include <string_view>
 #include <vector>
 
@@ -181,12 +182,14 @@ std::string sbatch_script(const JobContext& ctx, const std::string& grid, const 
   }
   const VariantEstimate first = estimate_variant(st.variants.front());
 
-  // The header on what the job will do, in place of the template's own comment.
+  // The header on what the job will do, in place of the template's own comment. Every value from the
+  // grid or the command line is a one-line shell word (shell_quote), so no name or path can end a
+  // comment line and put a command (or a line before the #SBATCH lines) into the script.
   std::ostringstream os;
-  os << "# fastudy sbatch script for study '" << st.name << "', written by fastudy slurm (fastudy "
+  os << "# fastudy sbatch script for study " << shell_quote(st.name) << ", written by fastudy slurm (fastudy "
      << ctx.prov.version << ").\n";
-  os << "#   grid:        " << grid << " (config hash " << st.hash << ")\n";
-  os << "#   output:      " << out << "\n";
+  os << "#   grid:        " << shell_quote(grid) << " (config hash " << st.hash << ")\n";
+  os << "#   output:      " << shell_quote(out) << "\n";
   os << "#   phases:      ";
   for (std::size_t i = 0; i < st.phases.size(); ++i) os << (i ? ", " : "") << st.phases[i];
   os << "\n#   variants:    " << st.variants.size() << " (" << grid_shape(st) << ")\n";
@@ -202,7 +205,10 @@ std::string sbatch_script(const JobContext& ctx, const std::string& grid, const 
   os << "# Submit: sbatch " << shell_quote(out + "/fastudy.sbatch") << "   Progress: fastudy status " << shell_quote(out)
      << "\n";
   os << "# Regenerate: " << ctx.opts.command_line << "\n";
-  return fill_sbatch_template(embedded::kSbatchTemplate, os.str(),
+  const std::string header = os.str();
+  for (std::size_t at = 0; at < header.size(); at = header.find('\n', at) + 1)
+    if (header[at] != '#') throw std::logic_error("fastudy slurm: a header line of the script is not a comment: " + header);
+  return fill_sbatch_template(embedded::kSbatchTemplate, header,
                               {{"STUDY", job_name_part(st.name)},
                                {"NODES", std::to_string(s.nodes)},
                                {"TASKS_PER_NODE", std::to_string(s.ntasks_per_node)},
@@ -325,10 +331,11 @@ int job_slurm(JobContext& ctx) {
   if (!ctx.out_dir.empty() && ctx.out_dir.back() == '/') ctx.out_dir.pop_back();
   const std::string& out = ctx.out_dir;
   // #SBATCH lines take no quoting (sbatch strips quotes and backslashes), and sbatch expands % in --output.
-  if (out.find_first_of(" \t\n%'\"\\") != std::string::npos)
-    throw UsageError("the output directory '" + out + "' contains a blank, a quote, a backslash or '%', which an #SBATCH "
-                     "--output line cannot hold",
-                     "choose an output directory without blanks, quotes, backslashes or '%' (--out DIR)");
+  const bool control = std::any_of(out.begin(), out.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  if (control || out.find_first_of(" %'\"\\") != std::string::npos)
+    throw UsageError("the output directory " + shell_quote(out) + " contains a blank, a control character (a newline), a "
+                     "quote, a backslash or '%', which an #SBATCH --output line cannot hold",
+                     "choose an output directory without blanks, control characters, quotes, backslashes or '%' (--out DIR)");
   const std::string text = sbatch_script(ctx, grid, out, limit);
 
   // The output directory gets study.toml like any phase's: the job's `--resume` and a later

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "base/error.hpp"
+#include "base/log.hpp"
 #include "jobs/job.hpp"
 #include "src/io/checkpoint.hpp"
 #include "src/runtime/status.hpp"
@@ -34,9 +35,12 @@ int job_status(JobContext& ctx) {
     row.reason = "recorded as done, but " + damage->path + ": " + damage->problem + "; repair: " + repair;
   }
   print_status(std::cout, rows, axes);
-  for (const auto& row : rows)
-    if (row.state == TaskState::failed || row.state == TaskState::diverged) return kExitFailure;
-  return kExitOk;
+  std::size_t bad = 0;
+  for (const auto& row : rows) bad += row.state == TaskState::failed || row.state == TaskState::diverged;
+  if (bad == 0) return kExitOk;
+  log::error(std::to_string(bad) + " of " + std::to_string(rows.size()) +
+             " variants failed or diverged (their reasons are in the table above)");
+  return kExitFailure;
 }
 
 }  // namespace fastudy

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,7 +17,9 @@
 #include "base/atomic_file.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
+#include "base/proc.hpp"
 #include "jobs/collective.hpp"
+#include "jobs/job.hpp"
 
 namespace fs = std::filesystem;
 
@@ -30,19 +33,7 @@ std::string host_name() {
   return buf;
 }
 
-// Field 22 of /proc/PID/stat (start time in clock ticks since boot), "" when unknown.
-std::string start_time_of(long pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  if (!in || !std::getline(in, text)) return "";
-  const std::size_t close = text.rfind(')');  // the command name may hold spaces and parentheses
-  if (close == std::string::npos) return "";
-  std::istringstream rest(text.substr(close + 1));
-  std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i)
-    if (i == 22) return field;
-  return "";
-}
+std::string start_time_of(long pid) { return proc_stat_field(pid, 22); }
 
 std::string utc_now() {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -95,6 +86,8 @@ bool holder_is_gone(const LockHolder& h, const std::string& my_host) {
   }
   if (pid <= 0) return false;
   if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  const std::string state = proc_stat_field(pid, 3);
+  if (state == "Z" || state == "X") return true;  // ended; only its exit status waits for its parent
   const std::string now = start_time_of(pid);
   return !h.start.empty() && !now.empty() && now != h.start;
 }
@@ -108,9 +101,11 @@ bool create_lock(const std::string& lock, const std::string& record) {
     out << record;
     out.flush();
     if (!out) {
+      const int err = errno;
       std::error_code ec;
       fs::remove(tmp, ec);
-      throw Error("cannot write " + tmp + " (disk full?)", "free space on the file system and run again");
+      throw Error("cannot write the lock " + lock + ": " + std::strerror(err) + file_system_note(lock),
+                  "free space on that file system (or choose another --out) and run again");
     }
   }
   const int rc = ::link(tmp.c_str(), lock.c_str());
@@ -133,7 +128,16 @@ bool create_lock(const std::string& lock, const std::string& record) {
   return true;
 }
 
+// The command that removes `path` (a directory needs rm -r).
+std::string remove_command(const std::string& path, const struct stat& st) {
+  return std::string(S_ISDIR(st.st_mode) ? "rm -r " : "rm ") + shell_quote(path);
+}
+
 }  // namespace
+
+bool LockHolder::complete() const {
+  return !host.empty() && !pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos && pid[0] != '0';
+}
 
 std::string LockHolder::describe() const {
   return "pid " + (pid.empty() ? std::string("?") : pid) + " on host " + (host.empty() ? std::string("?") : host) +
@@ -150,8 +154,8 @@ StudyLock StudyLock::acquire(const std::string& out_dir, const std::string& comm
     if (ec) throw Error("cannot create output directory " + out.string() + ": " + ec.message(),
                         "check the path and permissions, or pass --out DIR");
     lock.created_dir_ = out.string();
-  } else if (fs::is_directory(out, ec) && !fs::exists(out / "study.toml", ec) && !fs::exists(out / kLockName, ec) &&
-             !fs::is_empty(out, ec)) {
+  } else if (fs::is_directory(out, ec) && !fs::exists(out / "study.toml", ec) &&
+             !fs::exists(fs::symlink_status(out / kLockName, ec)) && !fs::is_empty(out, ec)) {
     return lock;  // not a study: prepare_output refuses it, and nothing is written into it
   } else if (!fs::is_directory(out, ec)) {
     return lock;  // prepare_output names the problem
@@ -170,9 +174,26 @@ StudyLock StudyLock::acquire(const std::string& out_dir, const std::string& comm
       set_lock_to_release(path);
       return lock;
     }
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) continue;  // released meanwhile: try again
+    if (!S_ISREG(st.st_mode)) {
+      lock.release();
+      throw UsageError("the lock " + path + " is " + (S_ISLNK(st.st_mode) ? "a symbolic link" : "not a regular file") +
+                           ", so fastudy did not write it and cannot tell who holds the study",
+                       "if no fastudy job writes " + out.string() + ", remove it (" + remove_command(path, st) +
+                           ") and run again");
+    }
     const auto text = read_file(path);
     if (!text) continue;  // released meanwhile: try again
     const LockHolder holder = parse_record(*text);
+    if (!holder.complete()) {
+      lock.release();
+      throw UsageError(
+          "the lock " + path + " is unreadable (" +
+              (text->empty() ? std::string("empty") : "not a record of host, pid and command") +
+              "), so fastudy cannot tell whether a job still writes the study",
+          "if no fastudy job writes " + out.string() + ", remove it (" + remove_command(path, st) + ") and run again");
+    }
     if (!holder_is_gone(holder, host)) {
       lock.release();
       if (holder.host != host && !holder.host.empty())

@@ -7,8 +7,10 @@
 //   host=node17  pid=4242  start=123456 (the process start time, /proc/PID/stat field 22)
 //   since=2026-11-23T11:05:00Z  command=fastudy train grid.toml --resume
 // A second writer is refused (UsageError, exit 2) with that record. A lock whose holder is gone is
-// stale: on the same host (no process PID, or one started at another time) it is taken over with a
-// warning; on another host fastudy cannot tell, so it refuses and says how to clear it.
+// stale: on the same host (no process PID, a zombie, or one started at another time) it is taken over
+// with a warning; on another host fastudy cannot tell, so it refuses and says how to clear it. A lock
+// that is no record (empty, garbage) or no regular file (a symbolic link) is refused as unreadable,
+// with the command that removes it: fastudy never clears what it cannot read.
 //
 // Shared file systems (NFS, Lustre, GPFS): link() and O_EXCL creation are atomic on the server for NFS
 // v3+ and on Lustre/GPFS, so two writers on different nodes cannot both take the lock. What is not
@@ -26,6 +28,7 @@ inline constexpr const char* kLockName = "fastudy.lock";
 struct LockHolder {
   std::string host, pid, start, since, command;
   std::string describe() const;  // "pid 4242 on node17 (fastudy train ...), since 2026-..."
+  bool complete() const;         // host and a positive pid: a record fastudy wrote
 };
 
 class StudyLock {

@@ -12,12 +12,14 @@
 #include <filesystem>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <sstream>
 
 #include <boost/program_options.hpp>
 
 #include "base/checksum.hpp"
 #include "base/log.hpp"
+#include "base/manifest.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
@@ -56,8 +58,9 @@ std::vector<const Variant*> select_variants(const Study& st, const std::vector<s
 }
 
 // Before a resumed schedule (rank 0 only), resume repairs:
-//  - a status.csv that does not match its checksum is set aside (the state of every variant is then
-//    rebuilt from its checkpoints by the schedule);
+//  - a status.csv that does not match its checksum or cannot be read back (a directory in its place,
+//    malformed rows) is set aside, never deleted (the state of every variant is then rebuilt from its
+//    checkpoints by the schedule);
 //  - every checkpoint of every variant is checked against its checksum (no HDF5); a variant with a
 //    missing or damaged one loses it and every later one, and trains again from the last good
 //    checkpoint before it (training resumes bit for bit, so the files come back the same);
@@ -66,14 +69,19 @@ std::vector<const Variant*> select_variants(const Study& st, const std::vector<s
 void repair_for_resume(const std::string& out, const std::vector<const Variant*>& variants,
                        const std::string& status_path) {
   std::vector<StatusRow> rows;
-  if (file_exists(status_path)) {
-    if (auto problem = checksum_problem(status_path)) {
-      log::warn(status_path + ": " + *problem + "; setting it aside, the state of every variant is rebuilt from its checkpoints");
-      std::error_code ec;
-      fs::remove(status_path, ec);
-      remove_checksum(status_path);
-    } else {
-      rows = read_status_csv(status_path);
+  if (fs::exists(fs::symlink_status(status_path))) {
+    std::optional<std::string> problem = checksum_problem(status_path);
+    if (!problem) {
+      try {
+        rows = read_status_csv(status_path);
+      } catch (const Error& e) {
+        problem = e.what();  // sealed, but not a status file fastudy can read back
+      }
+    }
+    if (problem) {
+      const std::string aside = set_aside(status_path);
+      log::warn(status_path + ": " + *problem + "; set aside as " + aside +
+                " (not read again), the state of every variant is rebuilt from its checkpoints");
     }
   }
   bool changed = false;
@@ -165,7 +173,22 @@ int job_train(JobContext& ctx) {
     check_layout(world.size(), st.train.ranks_per_variant);
     variants = select_variants(st, ctx.opts.variants);
     prepare_output(ctx);
-    if (ctx.opts.resume) repair_for_resume(out, variants, status_path);
+    // Registered before anything of theirs is written: a kill at any moment leaves no file unlisted.
+    std::vector<manifest::Entry> files;
+    for (const auto* v : variants) {
+      const std::string vdir = "variants/" + v->id;
+      files.push_back({manifest::Kind::dir, "train", vdir});
+      files.push_back({manifest::Kind::file, "train", vdir + "/train_log.csv"});
+      files.push_back({manifest::Kind::file, "train", vdir + "/shadow.csv"});
+      files.push_back({manifest::Kind::checkpoints, "train", "checkpoints/" + v->id});
+    }
+    manifest::add(out, files);
+    if (ctx.opts.resume) {
+      repair_for_resume(out, variants, status_path);
+    } else if (fs::exists(fs::symlink_status(status_path))) {
+      // Not resuming: the state starts afresh, and what holds status.csv's name is not read.
+      log::warn(status_path + " is set aside as " + set_aside(status_path) + " (not read again)");
+    }
   });
   if (world.rank() != 0) variants = select_variants(st, ctx.opts.variants);
 
@@ -227,7 +250,12 @@ int job_train(JobContext& ctx) {
                 "checkpoint " + path + " was written with another configuration (hash " + s.attrs["config_hash"] +
                     "); pass --resume --force to retrain it"};
       } else if (group.rank() == 0) {
-        for (const auto& e : fs::directory_iterator(cdir)) fs::remove(e.path());
+        // --resume --force: the variant trains from scratch; only its checkpoints go (files of
+        // fastudy's checkpoint names, base/manifest.hpp), nothing else in the folder.
+        const manifest::Entry own{manifest::Kind::checkpoints, "train", "checkpoints/" + v.id};
+        for (const auto& e : fs::directory_iterator(cdir))
+          if (e.is_regular_file() && !e.is_symlink() && manifest::covers(own, own.path + "/" + e.path().filename().string()))
+            fs::remove(e.path());
       }
     }
     if (resume && resume->step >= v.train.steps) {
@@ -305,12 +333,28 @@ int job_train(JobContext& ctx) {
   os << "train: " << res.done << " done, " << res.diverged << " diverged, " << res.failed << " failed";
   if (res.skipped) os << ", " << res.skipped << " already done";
   os << " in " << format_seconds(elapsed) << " (status: " << status_path << ")";
-  log::info(os.str());
   if (stop_signal_received()) {
+    log::info(os.str());
     log::warn("stopped by a signal; run the same command with --resume to continue");
     return kExitFailure;
   }
-  return res.all_done() ? kExitOk : kExitFailure;
+  if (res.all_done()) {
+    log::info(os.str());
+    return kExitOk;
+  }
+  // Exit 1: the variants that failed or diverged are error lines, which -q does not hide.
+  log::error(os.str());
+  constexpr std::size_t kNamed = 10;  // the rest are in status.csv
+  std::size_t named = 0;
+  for (const auto& row : res.rows) {
+    if (row.state != TaskState::failed && row.state != TaskState::diverged) continue;
+    if (++named > kNamed) continue;
+    log::error("  " + row.variant + " " + to_string(row.state) + " at step " + std::to_string(row.step) +
+               (row.reason.empty() ? std::string() : ": " + row.reason));
+  }
+  if (named > kNamed)
+    log::error("  ... and " + std::to_string(named - kNamed) + " more (fastudy status " + shell_quote(out) + ")");
+  return kExitFailure;
 }
 
 }  // namespace fastudy

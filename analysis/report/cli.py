@@ -1,17 +1,18 @@
-"""`python3 analysis/report OUT`: read a study's outputs and write OUT/report.html, OUT/report.md and
-OUT/report_files/ (PNG and SVG of every plot). Exit codes: 0 written; 1 failure (a section that
-failed is written as a note, the error printed); 2 usage error.
+"""`python3 analysis/report OUT [--into DIR]`: read a study's outputs and write report.html, report.md
+and report_files/ (PNG and SVG of every plot) into OUT, or into DIR (`fastudy report` passes a fresh
+staging folder and moves the finished report into OUT itself). Exit codes: 0 written; 1 failure (a
+section that failed is written as a note, the error printed); 2 usage error; 4 a file could not be
+written (a full disk: one line names the file and the file system, nothing else is printed).
 """
 
 import argparse
-import shutil
 import sys
 import traceback
 from pathlib import Path
 
 from . import deviation, microbench, provenance, training, verdict
 from .doc import Section, text
-from .figures import FigureWriter, style
+from .figures import FigureWriter, WriteError, style, write_text
 from .readers import load_study
 from .render import render_html, render_markdown
 
@@ -25,15 +26,24 @@ SECTIONS = (
 )
 
 
-def build_report(out_dir, errors=None):
-    """Render the report of the study in out_dir; returns (html path, markdown path). A section that
-    fails is replaced by a note with the error (appended to `errors` when given, else raised), so
-    one unexpected file does not cost the reader the rest of the report."""
+# The names the renderer gives its plots in report_files/ (an earlier report's are removed there
+# when it writes into OUT itself; other files are left alone).
+PLOT_SUFFIXES = (".png", ".svg")
+
+
+def build_report(out_dir, errors=None, into=None):
+    """Render the report of the study in out_dir into `into` (default out_dir); returns (html path,
+    markdown path). A section that fails is replaced by a note with the error (appended to `errors`
+    when given, else raised), so one unexpected file does not cost the reader the rest of the report;
+    a file that cannot be written raises WriteError."""
     out = Path(out_dir)
+    dest = Path(into) if into is not None else out
     data = load_study(out)
-    files = out / "report_files"
-    if files.exists():
-        shutil.rmtree(files)  # plots of an earlier report must not linger beside the new one
+    files = dest / "report_files"
+    if files.is_dir() and not files.is_symlink():
+        for old in files.iterdir():  # plots of an earlier report must not linger beside the new one
+            if old.suffix in PLOT_SUFFIXES and old.is_file() and not old.is_symlink():
+                old.unlink()
     figs = FigureWriter(files)
     sections = []
     with style():
@@ -41,6 +51,8 @@ def build_report(out_dir, errors=None):
         for title, anchor, build in SECTIONS:
             try:
                 sections.append(build(data, figs, state))
+            except WriteError:
+                raise
             except Exception as e:
                 if errors is None:
                     raise
@@ -56,22 +68,17 @@ def build_report(out_dir, errors=None):
                     "practices (another init seed, another training precision) already cause; sections 2–4 show the "
                     "evidence; section 5 how it was produced."]
     title = f"fastudy deviation-bound report: {name}"
-    html_path, md_path = out / "report.html", out / "report.md"
-    _write_atomic(html_path, render_html(title, subtitle, sections))
-    _write_atomic(md_path, render_markdown(title, subtitle, sections))
+    html_path, md_path = dest / "report.html", dest / "report.md"
+    write_text(md_path, render_markdown(title, subtitle, sections))
+    write_text(html_path, render_html(title, subtitle, sections))
     return html_path, md_path
-
-
-def _write_atomic(path, content):
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(content, encoding="utf-8")
-    tmp.replace(path)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="fastudy-report", description=__doc__.splitlines()[0])
     parser.add_argument("out", help="the study's output directory (OUT)")
     parser.add_argument("--quiet", action="store_true", help="print errors only (fastudy report prints the paths)")
+    parser.add_argument("--into", help="write the report into this folder instead of OUT (fastudy report's staging)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if not out.is_dir():
@@ -82,7 +89,11 @@ def main(argv=None):
               "hint: run a phase first, e.g. fastudy microbench GRID.toml --out OUT", file=sys.stderr)
         return 2
     errors = []
-    html_path, md_path = build_report(out, errors)
+    try:
+        html_path, md_path = build_report(out, errors, args.into)
+    except WriteError as e:
+        print(f"error: the report was not written: {e}", file=sys.stderr)
+        return 4
     if not args.quiet:
         print(f"report: {html_path}")
         print(f"report: {md_path} (plots in {out / 'report_files'})")

@@ -1,5 +1,6 @@
 """Figure output: every plot is written as PNG (embedded in report.html) and SVG (for papers) into
-OUT/report_files/, with one style (readable fonts, grid lines) applied through an rc context.
+report_files/, with one style (readable fonts, grid lines) applied through an rc context. A file that
+cannot be written raises WriteError, which stops the report (cli.py prints one line and exits 4).
 """
 
 import matplotlib
@@ -39,6 +40,42 @@ def format_key(f):
     return (FORMAT_ORDER.index(f) if f in FORMAT_ORDER else len(FORMAT_ORDER), f)
 
 
+class WriteError(Exception):
+    """A file of the report could not be written (a full disk, a quota, a read-only file system): the
+    report stops there, unlike a section that cannot be built (which becomes a note)."""
+
+    def __init__(self, path, error):
+        self.path, self.error = path, error
+        super().__init__(f"cannot write {path}: {error.strerror or error}{_free_space_note(path)}")
+
+
+def _free_space_note(path):
+    """' (the file system mounted at M has N free)' for the file system that holds path."""
+    import os
+    mount = os.path.abspath(os.path.dirname(str(path)) or ".")
+    while not os.path.ismount(mount) and os.path.dirname(mount) != mount:
+        mount = os.path.dirname(mount)
+    try:
+        st = os.statvfs(mount)
+    except OSError:
+        return ""
+    free = st.f_bavail * st.f_frsize
+    size = next(f"{free / 1024 ** k:.1f} {u}" for k, u in ((3, "GiB"), (2, "MiB"), (1, "KiB"), (0, "B"))
+                if free >= 1024 ** k or k == 0)
+    return f" (the file system mounted at {mount} has {size} free)"
+
+
+def write_text(path, content):
+    """Writes a text file whole (a temporary beside it, renamed over it); WriteError when it fails."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(content, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise WriteError(path, e) from None
+
+
 class FigureWriter:
     """Saves matplotlib figures under files_dir and returns doc.Figure blocks."""
 
@@ -55,7 +92,12 @@ class FigureWriter:
         png = self.files_dir / f"{name}.png"
         svg = self.files_dir / f"{name}.svg"
         fig.tight_layout()
-        fig.savefig(png, format="png", metadata={"Software": None})
-        fig.savefig(svg, format="svg", metadata={"Date": None, "Creator": None})
-        plt.close(fig)
+        try:
+            for path, fmt, meta in ((png, "png", {"Software": None}), (svg, "svg", {"Date": None, "Creator": None})):
+                try:
+                    fig.savefig(path, format=fmt, metadata=meta)
+                except OSError as e:
+                    raise WriteError(path, e) from None
+        finally:
+            plt.close(fig)
         return Figure(name, caption, png, svg)

@@ -80,6 +80,9 @@ class Coordinator {
       }
       rows.push_back(std::move(row));
     }
+    // Rows of variants this run does not schedule (train --variant) stay in status.csv as they were.
+    for (auto& r : old)
+      if (std::find(ids.begin(), ids.end(), r.variant) == ids.end()) others_.push_back(std::move(r));
     write();
   }
 
@@ -126,7 +129,13 @@ class Coordinator {
   }
 
   void write() {
-    write_status_csv(path_, rows);
+    if (others_.empty()) {
+      write_status_csv(path_, rows);
+      return;
+    }
+    std::vector<StatusRow> all = rows;
+    all.insert(all.end(), others_.begin(), others_.end());
+    write_status_csv(path_, all);
     dirty_ = false;
     last_write_ = now_s();
   }
@@ -155,6 +164,7 @@ class Coordinator {
   }
 
   std::string path_;
+  std::vector<StatusRow> others_;  // rows of status.csv for variants not scheduled now, kept as they are
   const ScheduleOptions& opt_;
   std::vector<double> start_;
   std::deque<int> queue_;

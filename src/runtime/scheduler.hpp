@@ -67,8 +67,8 @@ class Progress {
 };
 
 struct ScheduleOptions {
-  // Keep the states already in status.csv and skip tasks whose state is in skip_states; otherwise
-  // start every task from "queued".
+  // Keep the states already in status.csv and skip tasks whose state is in skip_states (rows of
+  // status.csv for other ids are kept as they are); otherwise start every task from "queued".
   bool resume = true;
   std::vector<TaskState> skip_states{TaskState::done};
   double status_interval_s = 1.0;    // rewrite status.csv for progress at most this often

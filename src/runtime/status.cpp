@@ -18,8 +18,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* kStatusHint =
-    "status.csv was changed or damaged after fastudy wrote it; delete it (and status.csv.crc) and run the train "
-    "phase with --resume: the state of every variant is rebuilt from its checkpoints";
+    "status.csv was changed or damaged after fastudy wrote it (or something else took its name); run the train "
+    "phase with --resume: it sets status.csv aside and rebuilds the state of every variant from its checkpoints";
 
 constexpr const char* kHeader = "variant,state,step,loss,wall_time_s,reason";
 constexpr TaskState kStates[] = {TaskState::queued, TaskState::running, TaskState::done, TaskState::diverged,
@@ -117,14 +117,14 @@ std::vector<StatusRow> parse_status_csv(const std::string& text, const std::stri
       std::size_t h = 0;
       if (split_record(kHeader, h) != f) {
         throw Error(path + ":1: not a fastudy status.csv (header is not '" + std::string(kHeader) + "')",
-                    "move the file away; fastudy rewrites it");
+                    "run the train phase with --resume: it sets the file aside and rebuilds it");
       }
       continue;
     }
     if (f.size() == 1 && f[0].empty()) continue;
     if (f.size() != 6) {
       throw Error(path + ":" + std::to_string(line) + ": expected 6 fields, found " + std::to_string(f.size()),
-                  "the file was edited by hand or damaged; delete it and rerun with --resume");
+                  "the file was edited by hand or damaged; run the train phase with --resume: it sets the file aside and rebuilds it");
     }
     try {
       StatusRow r;
@@ -138,7 +138,7 @@ std::vector<StatusRow> parse_status_csv(const std::string& text, const std::stri
       rows.push_back(std::move(r));
     } catch (const std::exception& e) {
       throw Error(path + ":" + std::to_string(line) + ": malformed row (" + e.what() + ")",
-                  "the file was edited by hand or damaged; delete it and rerun with --resume");
+                  "the file was edited by hand or damaged; run the train phase with --resume: it sets the file aside and rebuilds it");
     }
   }
   return rows;

@@ -1,4 +1,5 @@
-// Running the fastudy binary from a test: exit code and combined output; a tiny grid; a spawned run.
+// Running the fastudy binary from a test: exit code and combined output; a tiny grid; a spawned run
+// (its output dropped, or kept in a file).
 #pragma once
 
 #include <fcntl.h>
@@ -28,6 +29,22 @@ inline std::string tiny_grid(const std::string& out, int steps, int checkpoint_e
      << "[train]\nsteps = " << steps << "\nbatch = 4\nwarmup = 2\ncheckpoint_every = " << checkpoint_every << "\n"
      << "[attention]\nblock_q = 8\nblock_kv = 8\n";
   return os.str();
+}
+
+// Starts argv (argv[0] a path) with stdout and stderr into the file `log`; returns its pid (waitpid
+// it), or -1 when it cannot start.
+inline pid_t spawn_logged(std::vector<std::string> args, const std::string& log) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
 }
 
 // Starts fastudy with `args` and -q, its output to /dev/null; returns its pid (waitpid it).

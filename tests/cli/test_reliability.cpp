@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <algorithm>
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +23,8 @@
 #include <thread>
 
 #include "base/checksum.hpp"
+#include "base/manifest.hpp"
+#include "base/proc.hpp"
 #include "fastudy/version.hpp"  // FASTUDY_TORCH_CUDA, FASTUDY_TORCH_SDPA, FASTUDY_TORCH_VERSION
 #include "src/io/checkpoint.hpp"
 #include "tests/cli/cli_util.hpp"
@@ -223,7 +227,8 @@ TEST(Integrity, ByteFlipsAndTamperingAreNamedAndResumeRepairs) {
   spit(a + "/status.csv", flip16(status, status.size() / 2));
   RunResult r = run_fastudy("train " + grid + " --out " + a + " --resume");
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("setting it aside"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("set aside as " + a + "/status.csv.set-aside-1"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(a + "/status.csv.set-aside-1"));
   r = run_fastudy("status " + a);
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("4 variants: 4 done"), std::string::npos) << r.output;
@@ -296,11 +301,8 @@ struct FakeRenderer {
 
 // True once `pid` is gone or a zombie (the orphaned renderer waits for init to reap it).
 bool process_ended(long pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  if (!in || !std::getline(in, text)) return true;
-  const auto close = text.rfind(')');
-  return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
+  const std::string state = proc_stat_field(pid, 3);
+  return state.empty() || state == "Z" || state == "X";
 }
 
 }  // namespace
@@ -526,4 +528,410 @@ TEST(Slurm, PrintedCommandsAreShellQuotedAndQuotesRefusedInOutput) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("a quote"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(quoted));
+}
+
+// Issue 28, item 13: a lock that is no record fastudy wrote (empty, garbage, a symbolic link) is
+// refused as unreadable with the command that removes it, and is never cleared; a holder that is a
+// zombie (ended, not yet reaped) is gone and its lock is taken over.
+TEST(Lock, UnreadableLocksAreNamedNeverClearedAndZombieHoldersAreGone) {
+  TempDir dir;
+  const std::string a = (dir / "a").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 2, 2));
+  const std::string lock = a + "/fastudy.lock";
+  ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
+  struct Case {
+    std::string name, what;
+    std::function<void()> make;
+  };
+  const std::string target = dir.file("elsewhere.txt", "host=x\npid=1\ncommand=y\n");
+  for (const Case& c : {Case{"empty", "is unreadable (empty)", [&] { spit(lock, ""); }},
+                        Case{"garbage", "is unreadable (not a record of host, pid and command)", [&] { spit(lock, "\x01\x02garbage\n"); }},
+                        Case{"no pid", "is unreadable", [&] { spit(lock, "host=" + host_name() + "\npid=abc\n"); }},
+                        Case{"symlink", "is a symbolic link", [&] { fs::create_symlink(target, lock); }},
+                        Case{"dangling symlink", "is a symbolic link", [&] { fs::create_symlink(a + "/nowhere", lock); }}}) {
+    SCOPED_TRACE(c.name);
+    c.make();
+    const auto before = listing(a);
+    for (const std::string& args : {"train " + grid + " --resume", "reduce " + a}) {
+      const RunResult r = run_fastudy(args);
+      EXPECT_EQ(r.code, 2) << args << ": " << r.output;
+      EXPECT_NE(r.output.find("the lock " + lock + " " + c.what), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("remove it (rm '" + lock + "')"), std::string::npos) << r.output;
+      EXPECT_EQ(r.output.find("pid ?"), std::string::npos) << r.output;
+      EXPECT_EQ(listing(a), before) << args;
+    }
+    EXPECT_TRUE(fs::exists(fs::symlink_status(lock))) << "the lock was cleared";
+    fs::remove(lock);
+  }
+  EXPECT_EQ(slurp(target), "host=x\npid=1\ncommand=y\n");
+
+  // A zombie holder: the process has ended (state Z) but is not reaped, so kill(pid, 0) still
+  // succeeds and its start time still matches.
+  const pid_t zombie = spawn_fastudy({"--version"});
+  ASSERT_GT(zombie, 0);
+  ASSERT_TRUE(wait_until([&] { return proc_stat_field(zombie, 3) == "Z"; }, -1)) << "the child never became a zombie";
+  const std::string start = proc_stat_field(zombie, 22);
+  ASSERT_FALSE(start.empty());
+  ASSERT_EQ(::kill(zombie, 0), 0) << "a zombie answers kill(pid, 0)";
+  spit(lock, "host=" + host_name() + "\npid=" + std::to_string(zombie) + "\nstart=" + start +
+                 "\nsince=2026-01-01T00:00:00Z\ncommand=fastudy train held.toml\n");
+  const RunResult r = run_fastudy("train " + grid + " --resume");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("taking over the lock of " + a + " left by a job that is gone: pid " + std::to_string(zombie)),
+            std::string::npos) << r.output;
+  EXPECT_EQ(exit_code_of(zombie), 0);
+  EXPECT_FALSE(fs::exists(lock));
+}
+
+// Issue 28, item 13: usage mistakes are named before anything runs or is written (exit 2).
+TEST(Usage, UnknownJobMissingStudyAndBadGracePeriodAreNamed) {
+  TempDir dir;
+  const std::string a = (dir / "a").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 2, 2));
+  RunResult r = run_fastudy("trian " + grid);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown job 'trian'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the jobs are run, plan, microbench, train, reduce, report, status, slurm"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("positional"), std::string::npos) << r.output;
+
+  for (const char* job : {"status", "reduce", "report"}) {
+    r = run_fastudy(std::string(job) + " " + a);
+    EXPECT_EQ(r.code, 2) << job << ": " << r.output;
+    EXPECT_NE(r.output.find(a + " does not exist"), std::string::npos) << job << ": " << r.output;
+    EXPECT_EQ(r.output.find("grid file'"), std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(fs::exists(a));
+
+  for (const char* value : {"abc", "-1", "1.5", "86400", "", "99999999999999999999"}) {
+    r = run_command("FASTUDY_STOP_GRACE_S='" + std::string(value) + "' " + FASTUDY_EXE + " train " + grid);
+    EXPECT_EQ(r.code, 2) << value << ": " << r.output;
+    EXPECT_NE(r.output.find("FASTUDY_STOP_GRACE_S = '" + std::string(value) + "' is not a number of seconds"),
+              std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(a)) << value;
+  }
+  r = run_command("FASTUDY_STOP_GRACE_S=0 " + std::string(FASTUDY_EXE) + " status " + grid);
+  EXPECT_NE(r.output.find("no status file"), std::string::npos) << r.output;  // 0 is accepted
+}
+
+// Issue 28, item 10: a status.csv that cannot be read back (a directory in its place, malformed
+// rows under a valid checksum) is set aside, never deleted, and --resume rebuilds it, under MPI too.
+TEST(Resume, StatusCsvReplacedByADirectoryIsSetAsideAndRebuilt) {
+  TempDir dir;
+  const std::string a = (dir / "a").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 2, 2));
+  ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
+  const std::string status = a + "/status.csv";
+  fs::remove(status);
+  fs::create_directories(status);
+  spit(status + "/note.txt", "mine");
+  RunResult r = run_fastudy_mpi(2, "train " + grid + " --resume");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(status + ": not a regular file; set aside as " + status + ".set-aside-1"), std::string::npos) << r.output;
+  EXPECT_EQ(slurp(status + ".set-aside-1/note.txt"), "mine");
+  EXPECT_TRUE(fs::exists(status + ".set-aside-1.crc"));  // the sidecar went with it
+  EXPECT_FALSE(checksum_problem(status).has_value());
+  r = run_fastudy("status " + a);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("4 variants: 4 done"), std::string::npos) << r.output;
+
+  // Malformed rows with a checksum that matches them: read back, refused, set aside, rebuilt.
+  spit(status, "variant,state,step,loss,wall_time_s,reason\nbaseline-fp32,done\n");
+  write_checksum(status);
+  r = run_fastudy("status " + a);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("expected 6 fields"), std::string::npos) << r.output;
+  r = run_fastudy("train " + grid + " --resume");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("set aside as " + status + ".set-aside-2"), std::string::npos) << r.output;
+  EXPECT_EQ(run_fastudy("status " + a).code, 0);
+}
+
+// Issue 28, item 11: -q never hides why a job failed.
+TEST(Quiet, AFailedVariantIsAnErrorLineUnderQuiet) {
+  TempDir dir;
+  const std::string a = (dir / "a").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 2, 2));
+  ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
+  // Another variant's checkpoint in flash-fp32's place: that variant fails on --resume.
+  for (const auto& e : fs::directory_iterator(checkpoint_dir(a, "flash-fp32"))) fs::remove(e.path());
+  for (const char* name : {"step_0000002.h5", "step_0000002.h5.crc"})
+    fs::copy_file(checkpoint_dir(a, "baseline-fp32") + "/" + name, checkpoint_dir(a, "flash-fp32") + "/" + name);
+  for (const std::string& args : {"train " + grid + " --resume -q", grid + " --resume -q"}) {
+    const RunResult r = run_fastudy(args);
+    EXPECT_EQ(r.code, 1) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("error: "), std::string::npos) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("flash-fp32 failed at step 0: checkpoint"), std::string::npos) << args << ": " << r.output;
+  }
+  const RunResult r = run_fastudy("status " + a + " -q");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("error: 1 of 4 variants failed or diverged"), std::string::npos) << r.output;
+}
+
+namespace {
+
+// Every regular file and symbolic link under dir (relative) with its bytes (a link: "-> target").
+std::map<std::string, std::string> contents(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+    const std::string rel = e.path().lexically_relative(dir).string();
+    if (e.is_symlink()) m[rel] = "-> " + fs::read_symlink(e.path()).string();
+    else if (e.is_regular_file()) m[rel] = slurp(e.path().string());
+  }
+  return m;
+}
+
+}  // namespace
+
+// Issue 28, item 2: --force deletes only what fastudy wrote, as the study's manifest lists it. A
+// folder whose study.toml fastudy did not write (a fake, or the user's own grid with --out .), a study
+// without a manifest, and one whose manifest is damaged or lists a path outside the study are refused
+// (exit 2) and nothing in them changes.
+TEST(Force, RefusesWhatHasNoManifestAndDeletesNothing) {
+  TempDir dir;
+  const std::string fake = (dir / "fake").string();
+  fs::create_directories(fake + "/data");
+  spit(fake + "/study.toml", "[study]\nname = \"not fastudy's\"\n");
+  spit(fake + "/thesis.tex", "\\documentclass{article}");
+  spit(fake + "/data/x.csv", "1,2\n");
+  const std::string grid = dir.file("g.toml", tiny_grid(fake, 2, 2));
+  const auto fake_before = contents(fake);
+  for (const std::string& args : {"train " + grid + " --force", grid + " --force", "microbench " + grid + " --force",
+                                  "slurm " + grid + " --time 00:10:00 --force"}) {
+    const RunResult r = run_fastudy(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("holds a study without fastudy.manifest"), std::string::npos) << args << ": " << r.output;
+    EXPECT_EQ(contents(fake), fake_before) << args;
+  }
+
+  // `cd project && fastudy study.toml --out . --force`, the user's grid being called study.toml.
+  const std::string project = (dir / "project").string();
+  fs::create_directories(project + "/src");
+  spit(project + "/study.toml", tiny_grid("unused", 2, 2));
+  spit(project + "/README", "mine");
+  spit(project + "/src/main.c", "int main() {}");
+  const auto project_before = contents(project);
+  RunResult r = run_command("cd " + project + " && " + FASTUDY_EXE + " study.toml --out . --force");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("holds a study without fastudy.manifest"), std::string::npos) << r.output;
+  EXPECT_EQ(contents(project), project_before);
+
+  // A real study whose manifest is missing, damaged, or lists a path outside the study.
+  const std::string a = (dir / "a").string();
+  const std::string real = dir.file("r.toml", tiny_grid(a, 2, 2));
+  ASSERT_EQ(run_fastudy("train " + real + " -q").code, 0);
+  const std::string manifest = a + "/fastudy.manifest", outside = dir.file("outside.txt", "keep me");
+  const std::string text = slurp(manifest), side = slurp(checksum_path(manifest));
+  struct Case {
+    std::string name, message;
+    std::function<void()> make;
+  };
+  for (const Case& c : {Case{"missing", "holds a study without fastudy.manifest", [&] { fs::remove(manifest); }},
+                        Case{"damaged", "checksum mismatch", [&] { spit(manifest, flip16(text, text.size() / 2)); }},
+                        Case{"outside", "not an entry fastudy writes: file train ../outside.txt",
+                             [&] {
+                               spit(manifest, text + "file train ../outside.txt\n");
+                               write_checksum(manifest);
+                             }}}) {
+    SCOPED_TRACE(c.name);
+    c.make();
+    const auto before = contents(a);
+    r = run_fastudy("train " + real + " --force");
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("deletes nothing"), std::string::npos) << r.output;
+    EXPECT_EQ(contents(a), before);
+    EXPECT_EQ(slurp(outside), "keep me");
+    spit(manifest, text);
+    spit(checksum_path(manifest), side);
+  }
+}
+
+// Issue 28, item 2: --force means the same in every job: the files that job wrote (for `run`, every
+// file fastudy wrote) are deleted, as the manifest lists them, and nothing else: notes a user put in
+// the study, a symbolic link with a checkpoint's name, files of the other jobs. The study folder stays.
+// After every phase, the report and the sbatch script, the manifest covers every file fastudy wrote.
+TEST(Force, DeletesOnlyTheFilesTheJobWroteInEveryJob) {
+  TempDir dir;
+  const std::string a = (dir / "a").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 4, 2));
+  ASSERT_EQ(run_fastudy(grid + " -q").code, 0);  // train and reduce
+  ASSERT_EQ(run_fastudy("report " + a + " -q").code, 0);
+  ASSERT_EQ(run_fastudy("slurm " + grid + " --time 00:10:00 --resume -q").code, 0);
+  std::map<std::string, std::map<std::string, std::string>> clean;
+  for (const char* id : kIds) clean[id] = final_state(a, id, 4);
+
+  // Every file fastudy wrote is listed (a writer that forgets to register shows up here).
+  auto listed = manifest::read(a);
+  ASSERT_TRUE(listed.has_value());
+  EXPECT_EQ(manifest::unlisted(a, *listed), std::vector<std::string>{}) << "files fastudy wrote but did not list";
+
+  // The user's things inside the study.
+  const std::string outside = dir.file("outside.h5", "not a checkpoint");
+  const std::string cdir = checkpoint_dir(a, "flash-fp32");
+  spit(a + "/notes.txt", "my notes");
+  fs::create_directories(a + "/data");
+  spit(a + "/data/x.csv", "1\n");
+  spit(a + "/variants/flash-fp32/mine.txt", "mine");
+  spit(cdir + "/my_step.h5", "mine");
+  spit(a + "/report_files/figure_of_mine.pdf", "mine");
+  fs::create_symlink(outside, cdir + "/step_0000099.h5");
+  const auto theirs = [&] {
+    auto all = contents(a);
+    std::map<std::string, std::string> m;
+    for (const auto& [rel, bytes] : all)
+      if ((std::none_of(listed->begin(), listed->end(), [&](const manifest::Entry& e) { return manifest::covers(e, rel); }) &&
+           rel.rfind(manifest::kName, 0) != 0) ||
+          rel == "checkpoints/flash-fp32/step_0000099.h5")
+        m[rel] = bytes;
+    return m;
+  };
+  const auto user = theirs();
+  ASSERT_EQ(user.size(), 6u);
+  const auto of = [&](const std::string& job) {
+    std::set<std::string> files;
+    for (const auto& [rel, bytes] : contents(a))
+      if (std::any_of(listed->begin(), listed->end(), [&](const manifest::Entry& e) { return e.job == job && manifest::covers(e, rel); }) &&
+          !user.count(rel))
+        files.insert(rel);
+    return files;
+  };
+
+  // reduce --force: the reduce phase's files are deleted and written again; the checkpoints stay.
+  const auto checkpoints_before = contents(a + "/checkpoints");
+  spit(a + "/deviation.csv.tmp.dead-0", "left by a killed reduce");
+  RunResult r = run_fastudy("reduce " + a + " --force");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("--force: deleted 13 file(s) and folder(s) that `reduce` wrote"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(a + "/deviation.csv.tmp.dead-0"));
+  EXPECT_TRUE(fs::exists(a + "/deviation.csv"));
+  EXPECT_EQ(contents(a + "/checkpoints"), checkpoints_before);
+  EXPECT_EQ(theirs(), user);
+
+  // report --force: the plots of the report are deleted and written again; the user's pdf stays.
+  r = run_fastudy("report " + a + " --force -q");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(theirs(), user);
+  EXPECT_TRUE(fs::exists(a + "/report.html"));
+
+  // train --force under MPI: the train phase's files only; reduce's, the report's and the user's stay.
+  const auto reduce_files = of("reduce"), report_files = of("report");
+  r = run_fastudy_mpi(2, "train " + grid + " --force");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("that `train` wrote"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("kept 5 item(s) fastudy did not write: checkpoints/flash-fp32/my_step.h5, data, notes.txt, "
+                          "report_files/figure_of_mine.pdf, variants/flash-fp32/mine.txt"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("warning: --force: kept " + cdir + "/step_0000099.h5: it is not what fastudy wrote there"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(of("reduce"), reduce_files);
+  EXPECT_EQ(of("report"), report_files);
+  EXPECT_EQ(theirs(), user);
+  for (const char* id : kIds) EXPECT_EQ(final_state(a, id, 4), clean[id]) << id;
+  EXPECT_EQ(slurp(outside), "not a checkpoint");
+
+  // run --force: every file fastudy wrote, and only those; the study folder itself stays.
+  r = run_fastudy(grid + " --force");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("that `fastudy` wrote"), std::string::npos) << r.output;
+  EXPECT_EQ(theirs(), user);
+  EXPECT_FALSE(fs::exists(a + "/report.html")) << "run --force deletes the report of before";
+  EXPECT_FALSE(fs::exists(a + "/fastudy.sbatch"));
+  for (const char* id : kIds) EXPECT_EQ(final_state(a, id, 4), clean[id]) << id;
+  EXPECT_EQ(slurp(outside), "not a checkpoint");
+  // What the jobs wrote again is listed again: only the user's things are not.
+  ASSERT_EQ(run_fastudy("report " + a + " -q").code, 0);
+  listed = manifest::read(a);
+  ASSERT_TRUE(listed.has_value());
+  EXPECT_EQ(manifest::unlisted(a, *listed),
+            (std::vector<std::string>{"checkpoints/flash-fp32/my_step.h5", "data", "data/x.csv", "notes.txt",
+                                      "report_files/figure_of_mine.pdf", "variants/flash-fp32/mine.txt"}));
+}
+
+// Issue 28, item 2: microbench --force redoes the microbench (only its two files), never the
+// checkpoints; its "already complete" line names exactly what --force replaces.
+TEST(Force, MicrobenchForceKeepsTheCheckpoints) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("g.toml", grid_with(out, "kind = \"synthetic\"\n"));
+  ASSERT_EQ(run_fastudy(grid + " -q").code, 0);
+  const auto checkpoints = contents(out + "/checkpoints");
+  ASSERT_FALSE(checkpoints.empty());
+  RunResult r = run_fastudy("microbench " + grid + " --resume");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("replacing only microbench.csv and microbench.h5"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("--force reruns it"), std::string::npos) << r.output;
+  const std::string before = slurp(out + "/microbench.csv");
+  r = run_fastudy("microbench " + grid + " --force");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("--force: deleted 4 file(s) and folder(s) that `microbench` wrote"), std::string::npos) << r.output;
+  EXPECT_EQ(contents(out + "/checkpoints"), checkpoints);
+  EXPECT_TRUE(fs::exists(out + "/status.csv"));
+  EXPECT_NE(slurp(out + "/microbench.csv"), before);  // written again (its header names the new command)
+}
+
+// Issue 28, item 12: the renderer writes into a staging folder; a stop signal (the terminal's SIGINT)
+// while it runs leaves the study as it was: no new plot in report_files/, no report.html, no staging
+// folder, and the message that says nothing was written is then true.
+TEST(Signals, SigintDuringTheReportWritesNothing) {
+  // The stand-in writes a plot into the folder it was given (--into DIR) before it says it is ready.
+  FakeRenderer fake("[ \"$5\" = --into ] && mkdir -p \"$6/report_files\" && echo png > \"$6/report_files/new.png\"");
+  // fastudy with its output in a file, to read its message.
+  const std::string log = (fake.dir / "report.log").string();
+  const pid_t pid = spawn_logged({FASTUDY_EXE, "report", fake.out}, log);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(wait_until([&] { return fs::exists(fake.ready); }, pid)) << "the renderer never started";
+  const std::string staged = fake.out + "/report.staging/report_files/new.png";
+  ASSERT_TRUE(fs::exists(staged)) << "the renderer was not given the staging folder";  // the fault is in place
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  EXPECT_EQ(exit_code_of(pid), 1);
+  const std::string output = slurp(log);
+  EXPECT_NE(output.find("stopped by a signal"), std::string::npos) << output;
+  EXPECT_NE(output.find("nothing was written"), std::string::npos) << output;
+  EXPECT_FALSE(fs::exists(fake.out + "/report_files/new.png"));
+  EXPECT_FALSE(fs::exists(fake.out + "/report.staging"));
+  EXPECT_FALSE(fs::exists(fake.out + "/report.html"));
+  EXPECT_FALSE(fs::exists(fake.out + "/fastudy.lock"));
+}
+
+// Issue 28, item 12: after kill -9 of `fastudy report`, its renderer does not go on writing: the kernel
+// ends it with its parent (PR_SET_PDEATHSIG). The stand-in renderer never ends by itself, so only that
+// can stop it. The staging folder it leaves is fastudy's (listed in the manifest): the next report or
+// --force removes it.
+TEST(Signals, KillNineOfTheReportEndsItsRenderer) {
+  FakeRenderer fake("");
+  const pid_t pid = spawn_fastudy({"report", fake.out});
+  ASSERT_TRUE(wait_until([&] { return fs::exists(fake.ready); }, pid)) << "the renderer never started";
+  const long child = fake.child();
+  ASSERT_FALSE(process_ended(child)) << "the renderer ended before fastudy was killed";
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_EQ(exit_code_of(pid), 128 + SIGKILL);
+  EXPECT_TRUE(wait_until([&] { return process_ended(child); }, -1)) << "the renderer outlived fastudy";
+  const auto listed = manifest::read(fake.out);
+  ASSERT_TRUE(listed.has_value());
+  EXPECT_TRUE(std::any_of(listed->begin(), listed->end(), [](const manifest::Entry& e) {
+    return e.path == "report.staging" && e.kind == manifest::Kind::scratch;
+  }));
+}
+
+// Issue 28, item 2: `train --variant V --force` redoes V only: its files go, the other variants'
+// checkpoints stay byte for byte (they are not trained again), and the study goes on.
+TEST(Force, TrainOneVariantForceKeepsTheOthers) {
+  TempDir dir;
+  const std::string a = (dir / "a").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(a, 4, 2));
+  ASSERT_EQ(run_fastudy("train " + grid + " -q").code, 0);
+  const auto clean = final_state(a, "flash-fp32", 4);
+  std::map<std::string, std::map<std::string, std::string>> others;
+  for (const char* id : {"baseline-fp32", "baseline-bf16", "flash-bf16"}) others[id] = contents(checkpoint_dir(a, id));
+  spit(checkpoint_dir(a, "flash-fp32") + "/mine.txt", "mine");
+  const RunResult r = run_fastudy("train " + grid + " --variant flash-fp32 --force");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("--force: deleted 6 file(s) and folder(s) that `train --variant flash-fp32` wrote"), std::string::npos)
+      << r.output;
+  for (const auto& [id, files] : others) EXPECT_EQ(contents(checkpoint_dir(a, id)), files) << id;
+  EXPECT_EQ(final_state(a, "flash-fp32", 4), clean);
+  EXPECT_EQ(slurp(checkpoint_dir(a, "flash-fp32") + "/mine.txt"), "mine");
+  const RunResult s = run_fastudy("status " + a);
+  EXPECT_EQ(s.code, 0) << s.output;
+  EXPECT_NE(s.output.find("4 variants: 4 done"), std::string::npos) << s.output;
 }

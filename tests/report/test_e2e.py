@@ -6,6 +6,7 @@ the interpreter lacks the plotting modules.
 Run: FASTUDY_BIN=build/fastudy PYTHONPATH=analysis:tests/report /usr/bin/python3 -m unittest test_e2e
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -211,6 +212,39 @@ trials = 1
         self.assertIn("cannot import matplotlib", r.stderr)
         self.assertIn("apt-get install python3-matplotlib python3-h5py", r.stderr)
         self.assertFalse((out / "report.html").exists())
+
+    @unittest.skipUnless(os.geteuid() == 0 and shutil.which("unshare") and shutil.which("mount"),
+                         "a full disk is a small tmpfs in a private mount namespace: needs root, unshare and mount")
+    def test_full_disk_is_one_line_and_leaves_nothing_behind(self):
+        # Issue 28, item 12: the report on a file system with 48 KiB left (its plots and pages need more):
+        # one error line naming the file system, no traceback, and the study exactly as before (no
+        # report.html.tmp, no staging folder, the report of before untouched).
+        # Where the disk fills up first: in the renderer (a plot; 48 KiB left), or in fastudy's own first
+        # write, the manifest (one page left: the lock fits; the report's entries not yet listed).
+        out = self.dir / "out"
+        self.fastudy(self.grid, "--out", out)
+        helper = Path(__file__).resolve().parent / "full_disk.py"
+        for keep, extra, first_line in ((48 * 1024, [], "error: the report was not written: cannot write "),
+                                        (4096, ["--unlisted-report"], f"error: cannot write {self.dir}/mnt/study/fastudy.manifest")):
+            with self.subTest(keep=keep):
+                mount = self.dir / "mnt"
+                r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, str(helper),
+                                    os.environ["FASTUDY_BIN"], str(out), str(mount), str(keep), *extra],
+                                   capture_output=True, text=True, env=self.env, timeout=300)
+                if r.returncode == 77:
+                    self.skipTest(f"no tmpfs here: {r.stderr.strip()}")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                result = json.loads(r.stdout)
+                self.assertLess(result["free"], 64 * 1024, "the disk was not full")  # the fault is in place
+                self.assertEqual(result["code"], 1, result)
+                lines = [l for l in result["stderr"].strip().splitlines() if not l.startswith("hint: ")]
+                self.assertEqual(len(lines), 1, result["stderr"])
+                self.assertTrue(lines[0].startswith(first_line), lines[0])
+                self.assertIn("No space left on device", lines[0])
+                self.assertIn(f"(the file system mounted at {mount} has ", lines[0])
+                self.assertNotIn("Traceback", result["stderr"] + result["stdout"])
+                self.assertEqual(result["after"], result["before"])
+                self.assertIn("report.html", result["before"])  # the report of before is still there, unchanged
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 // The dynamic scheduler: every task runs exactly once on one group whatever the ratio of tasks to
-// groups, failures and divergences are recorded and the study goes on, resume skips finished tasks,
-// status.csv round-trips, and `fastudy status` counts per state and axis value. Also the static
-// largest-first deal of tasks to ranks (deal.hpp).
+// groups, failures and divergences are recorded and the study goes on, resume skips finished tasks
+// (and keeps the rows of tasks it does not schedule), status.csv round-trips, and `fastudy status`
+// counts per state and axis value. Also the static largest-first deal of tasks to ranks (deal.hpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -133,6 +133,18 @@ TEST(Scheduler, FailuresAreRecordedAndTheStudyGoesOnThenResumeSkipsDone) {
   fresh.resume = false;
   r = run_schedule(world, 1, ids(6), fn, csv, fresh);
   EXPECT_EQ(world.allreduce_sum(std::int64_t{calls}), 6);
+
+  // Resume of a subset (train --variant): the other tasks' rows stay in status.csv as they were, and
+  // only the subset is in the result.
+  const std::vector<std::string> all = ids(6);
+  r = run_schedule(world, 1, {all[2], all[4]}, fn, csv);
+  EXPECT_EQ(r.rows.size(), 2u);
+  EXPECT_EQ(r.skipped, 2);
+  if (world.rank() == 0) {
+    const std::vector<StatusRow> kept = read_status_csv(csv);
+    ASSERT_EQ(kept.size(), 6u);
+    for (const auto& row : kept) EXPECT_EQ(row.state, TaskState::done) << row.variant;
+  }
 }
 
 TEST(Scheduler, ProgressReachesStatusCsvWhileRunning) {

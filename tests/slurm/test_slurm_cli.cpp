@@ -310,21 +310,12 @@ TEST(SlurmCli, ScriptForwardsTheSignalAndRequeues) {
   // checkpoint exists, waits for the shell to end and returns its output.
   const auto run_and_signal = [&](int sig, const std::string& log_name) {
     const std::string log = dir.str() + "/" + log_name;
-    std::vector<std::string> args{"/usr/bin/env", "PATH=" + bin.string() + ":/usr/bin:/bin", "SLURM_JOB_ID=42",
-                                  "SLURM_NTASKS=1", "bash", script};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
     const int before = checkpoints();
-    pid_t pid = -1;
-    const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    EXPECT_EQ(rc, 0);
-    if (rc != 0) return std::string();
+    const pid_t pid = spawn_logged({"/usr/bin/env", "PATH=" + bin.string() + ":/usr/bin:/bin", "SLURM_JOB_ID=42",
+                                    "SLURM_NTASKS=1", "bash", script},
+                                   log);
+    EXPECT_GT(pid, 0);
+    if (pid <= 0) return std::string();
     int status = 0;
     bool ended = false;
     while (checkpoints() <= before) {
@@ -365,4 +356,98 @@ TEST(SlurmCli, ScriptForwardsTheSignalAndRequeues) {
   const std::string status = read_file(fs::path(out) / "status.csv");
   EXPECT_NE(status.find("s1,done,400"), std::string::npos) << status;
   EXPECT_NE(status.find("s2,done,400"), std::string::npos) << status;
+}
+
+namespace {
+
+// `s` as one sh word ('...' with ' written as '\''; a newline inside quotes is kept), for run_command.
+std::string sq(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The NUL-separated words of a file written by printf '%s\0' "$@".
+std::vector<std::string> nul_words(const fs::path& p) {
+  const std::string text = read_file(p);
+  std::vector<std::string> words;
+  std::string w;
+  for (char c : text) {
+    if (c == '\0') {
+      words.push_back(w);
+      w.clear();
+    } else {
+      w += c;
+    }
+  }
+  return words;
+}
+
+}  // namespace
+
+// Issue 28, item 3: everything fastudy writes into the script is a shell word or a validated value.
+// A grid path and a study name with newlines, $(...), backticks, quotes and ';', and an output
+// directory with $(...), backticks and ';' (what an #SBATCH line can hold): the script passes
+// `bash -n`, all its #SBATCH lines come before its first command, running it under bash (with a
+// stand-in srun that records its arguments) runs nothing else and hands fastudy the exact paths, and
+// its "Regenerate:" command reads back as the exact command line. No marker file is ever created.
+TEST(SlurmCli, HostilePathsAndNamesAreQuotedAndRunNothing) {
+  TempDir dir;
+  const fs::path run = dir / "run";  // the working directory of everything the test runs: markers land here
+  fs::create_directories(run);
+  const std::string hostile_dir = (dir / "g\nid>pwned\n$(touch M1)`touch M2`;touch M3 'q\" \\").string();
+  fs::create_directories(hostile_dir);
+  const std::string out = (dir / "o$(touch${IFS}M6)`touch${IFS}M7`;touch${IFS}M8").string();
+  std::string text = grid_text(out, 1);
+  text.replace(text.find("name = \"slurm-cli\""), 18, "name = \"n\\nid>pwned2\\n$(touch${IFS}M4)`touch${IFS}M5`;'\"");
+  const std::string grid = hostile_dir + "/grid.toml";
+  std::ofstream(grid) << text;
+  const std::vector<std::string> argv{FASTUDY_EXE, "slurm", grid, "--out", out, "--time", "00:10:00"};
+  std::string cmd = "cd " + sq(run.string()) + " &&";
+  for (const auto& a : argv) cmd += " " + sq(a);
+  RunResult r = run_command(cmd);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string script = out + "/fastudy.sbatch";
+  const std::string s = read_file(script);
+
+  // sbatch reads #SBATCH lines only up to the first line that is not a comment.
+  const auto last_sbatch = s.rfind("\n#SBATCH ");
+  ASSERT_NE(last_sbatch, std::string::npos);
+  std::istringstream lines(s.substr(0, last_sbatch + 1));
+  int n = 0;
+  for (std::string line; std::getline(lines, line); ++n) EXPECT_EQ(line.rfind('#', 0), 0u) << "line " << n + 1 << ": " << line;
+  EXPECT_GE(n, 15);
+  EXPECT_TRUE(has_line(s, "#SBATCH --output=" + out + "/slurm-%j.out")) << s;
+  EXPECT_EQ(run_command("cd " + sq(run.string()) + " && bash -n " + sq(script)).code, 0);
+
+  // Run it: srun records its arguments; nothing else may run.
+  const fs::path bin = dir / "bin";
+  fs::create_directories(bin);
+  std::ofstream(bin / "srun") << "#!/bin/bash\nprintf '%s\\0' \"$@\" > " << sq((dir / "srun.args").string()) << "\n";
+  fs::permissions(bin / "srun", fs::perms::owner_all);
+  r = run_command("cd " + sq(run.string()) + " && env PATH=" + sq(bin.string()) + ":/usr/bin:/bin SLURM_JOB_ID=7 bash " +
+                  sq(script));
+  EXPECT_EQ(r.code, 0) << r.output;
+  const std::vector<std::string> srun = nul_words(dir / "srun.args");
+  ASSERT_EQ(srun.size(), 8u) << r.output;
+  EXPECT_EQ(srun[3], "run");
+  EXPECT_EQ(srun[4], grid);
+  EXPECT_EQ(srun[5], "--out");
+  EXPECT_EQ(srun[6], out);
+  EXPECT_EQ(srun[7], "--resume");
+
+  // The "Regenerate:" comment is the command line as shell words.
+  const auto regen_at = s.find("\n# Regenerate: ");
+  ASSERT_NE(regen_at, std::string::npos);
+  const std::string regen = s.substr(regen_at + 15, s.find('\n', regen_at + 1) - regen_at - 15);
+  std::ofstream(dir / "regen.sh") << "printf '%s\\0' " << regen << " > " << sq((dir / "regen.args").string()) << "\n";
+  EXPECT_EQ(run_command("cd " + sq(run.string()) + " && bash " + sq((dir / "regen.sh").string())).code, 0);
+  EXPECT_EQ(nul_words(dir / "regen.args"), argv);
+
+  // No marker anywhere: not in the working directory, not beside the script or the grid.
+  EXPECT_TRUE(fs::is_empty(run)) << fs::directory_iterator(run)->path();
+  for (const auto& e : fs::recursive_directory_iterator(dir.str())) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(name.rfind("pwned", 0) != 0 && !(name.size() == 2 && name[0] == 'M')) << e.path();
+  }
 }

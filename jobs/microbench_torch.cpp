@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "base/error.hpp"
 #include "fastudy/version.hpp"
@@ -151,6 +153,31 @@ bool torch_cpu_runs(Format f, std::string* why) {
   }
   if (why != nullptr) *why = reason;
   return reason.empty();
+}
+
+std::string torch_cpu_machine() {
+  // at::show_config() lists the build, one "  - " line each: keep the CPU capability and oneDNN's version.
+  std::string parts;
+  std::istringstream config(at::show_config());
+  for (std::string line; std::getline(config, line);) {
+    const std::size_t dash = line.find("- ");
+    if (dash == std::string::npos) continue;
+    const std::string item = line.substr(dash + 2);
+    std::string kept;
+    if (item.rfind("CPU capability usage: ", 0) == 0) kept = "CPU capability " + item.substr(22);
+    else if (item.find("MKL-DNN") != std::string::npos || item.find("oneDNN") != std::string::npos)
+      kept = item.substr(0, item.find(" (Git Hash"));
+    if (!kept.empty()) parts += (parts.empty() ? "" : ", ") + kept;
+  }
+  std::string cpu = "an unknown CPU";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const std::size_t colon = line.find(':');
+    if (colon != std::string::npos && colon + 2 <= line.size()) cpu = line.substr(colon + 2);
+    break;
+  }
+  return "LibTorch " FASTUDY_TORCH_VERSION + (parts.empty() ? std::string() : " (" + parts + ")") + " on " + cpu;
 }
 
 TorchAttention torch_attention(const MicrobenchRun& run, const std::string& algorithm) {

@@ -37,6 +37,11 @@ struct TorchAttention {
 // cannot run on the CPU, an algorithm that is not a CPU one, or torch_flash at kv_outer.
 TorchAttention torch_attention(const MicrobenchRun& run, const std::string& algorithm);
 
+// Where LibTorch's CPU rows run, for the outputs' notes: "LibTorch 1.13.0 (CPU capability AVX2,
+// Intel(R) MKL-DNN v2.6.3) on Intel(R) Xeon(R) Processor" (LibTorch's own build description and the
+// CPU's model name; what decides its kernels' summation orders).
+std::string torch_cpu_machine();
+
 // The row of `algorithm`: torch_attention against the golden value, with its agreement with the
 // reading's kernel of the same kind on the same inputs (run.flash or run.baseline: they must have run),
 // named "<policy> <kind>".

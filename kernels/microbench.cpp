@@ -317,6 +317,19 @@ MicrobenchRow microbench_row(const MicrobenchRun& run, const std::string& algori
   return r;
 }
 
+std::vector<double> reading_values(const MicrobenchRun& run, std::string_view reading, AttentionKind kind,
+                                   int block_q, int block_kv, LoopOrder order) {
+  const PrecisionPolicy policy = make_policy(reading, run.point.format);
+  AttentionParams params = run.params;
+  params.attention = kind;
+  params.policy = policy;
+  params.block_q = block_q;
+  params.block_kv = block_kv;
+  params.order = order;
+  return needs_double(policy) ? run_kernel<double>(run.point, run.shape, params, run.q, run.k, run.v, run.dout).values
+                              : run_kernel<float>(run.point, run.shape, params, run.q, run.k, run.v, run.dout).values;
+}
+
 std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
                                                 const std::optional<PrecisionPolicy>& policy, int threads,
                                                 const MicrobenchInputs* captured, MicrobenchRun* keep) {

@@ -247,6 +247,13 @@ void set_cpu_check(MicrobenchRow& row, const std::vector<double>& values, const 
 MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::optional<PrecisionPolicy>& policy,
                                        int threads, const MicrobenchInputs* captured);
 
+// The output (O, or dQ|dK|dV on a backward point) of `reading`'s CPU kernel of `kind` on run's inputs,
+// with tiles block_q x block_kv and `order`: what a real kernel of that kind is compared with, on a point
+// prepared for another policy (the inputs must be exact in the reading's q, k, v and grad formats: as for
+// every reading at run's format). Throws Error for an unknown reading.
+std::vector<double> reading_values(const MicrobenchRun& run, std::string_view reading, AttentionKind kind,
+                                   int block_q, int block_kv, LoopOrder order);
+
 // A row of `algorithm` from its values against `reference` (the golden value, or another kernel's),
 // with the point's metrics (max_ulp in the point's format, repeated_max_rows) and `stats`.
 MicrobenchRow microbench_row(const MicrobenchRun& run, const std::string& algorithm, const std::vector<double>& values,

@@ -408,6 +408,28 @@ TEST(Microbench, AgreementCountsIdenticalBitsAndUlps) {
   EXPECT_THROW(set_agreement(row, {1.0}, reading, "eager flash"), Error);
 }
 
+// A reading's kernel on a point prepared for another policy gives that reading's own point's values.
+TEST(Microbench, ReadingValuesAreTheReadingsKernel) {
+  for (const char* pass : {"forward", "backward"}) {
+    MicrobenchPoint p = small_point();
+    p.pass = pass;
+    p.format = Format::bf16;
+    p.policy = "pure";
+    const MicrobenchRun pure = prepare_microbench_point(p, std::nullopt, 1, nullptr);
+    p.policy = "eager";
+    p.block_q = 8;
+    p.block_kv = 16;
+    MicrobenchRun eager;
+    run_microbench_point(p, std::nullopt, 1, nullptr, &eager);
+    EXPECT_EQ(reading_values(pure, "eager", AttentionKind::flash, 8, 16, p.loop_order), eager.flash.values) << pass;
+    EXPECT_EQ(reading_values(pure, "eager", AttentionKind::baseline, 8, 16, p.loop_order), eager.baseline.values);
+    EXPECT_NE(reading_values(pure, "eager", AttentionKind::flash, 16, 8, p.loop_order), eager.flash.values);
+  }
+  EXPECT_THROW(reading_values(prepare_microbench_point(small_point(), std::nullopt, 1, nullptr), "no_such_reading",
+                              AttentionKind::flash, 8, 8, LoopOrder::q_outer),
+               Error);
+}
+
 // Every real code names its device and, where a reading claims to model it, a reading's name: the
 // CPU ones one of the presets.
 TEST(Microbench, RealCodeTable) {

@@ -119,8 +119,8 @@ inline constexpr RealCode kRealCode[] = {
      "softmax((Q K^T) * scale) V as PyTorch users write it (nanoGPT): torch::matmul, a multiply by the scale as "
      "a Python float, torch::softmax, torch::matmul, on the format's tensors on the CPU; backward by autograd"},
     {"torch_baseline_before", "cpu", AttentionKind::baseline, "eager",
-     "softmax((Q * scale) K^T) V (PyTorch 1.13's SDPA math path, FlashAttention's attention_ref): the scale "
-     "applied to Q before torch::matmul; otherwise as torch_baseline"},
+     "softmax((Q * scale) K^T) V: the scale applied to Q before torch::matmul (the order of the FlashAttention "
+     "tests' attention_ref, which divides q by sqrt(d)); otherwise as torch_baseline"},
     {"torch_flash", "cpu", AttentionKind::flash, "eager",
      "FlashAttention-2 (q_outer) as a loop of LibTorch ops on the format's tensors on the CPU: per Q block and "
      "KV tile S = (Q_i K_j^T) * scale, running max, exp, rescale alpha, running sum and O, final division; "

@@ -137,7 +137,7 @@ struct Readings {
 void add_points(std::vector<SweepPoint>& pts, const MicrobenchSweep& sw, const MicrobenchSweep& source,
                 const Readings& readings, bool cuda, const std::vector<std::string>& framework,
                 const std::vector<std::string>& torch_cpu) {
-  for (const auto& pass : sw.passes)
+  for (Pass pass : sw.passes)
     for (Format f : sw.formats)
       for (const auto& policy : readings.policies)
         for (const auto& rounding : readings.roundings)
@@ -182,14 +182,14 @@ std::vector<SweepPoint> expand_points(const Study& st) {
   for (const auto& sw0 : st.microbench.sweeps) {
     // A captured sweep has the shape of the model's attention on one batch of the variant.
     MicrobenchSweep captured_shape;
-    if (sw0.distribution == "captured") {
+    if (sw0.distribution == InputDistribution::captured) {
       captured_shape = sw0;
       captured_shape.seq_lens = {st.model.seq_len};
       captured_shape.head_dims = {st.model.d_model / st.model.heads};
       captured_shape.batch = captured_variant(st, sw0).train.batch;
       captured_shape.heads = st.model.heads;
     }
-    const MicrobenchSweep& sw = sw0.distribution == "captured" ? captured_shape : sw0;
+    const MicrobenchSweep& sw = sw0.distribution == InputDistribution::captured ? captured_shape : sw0;
     // Our kernels: every policy, rounding, tile and loop order. The framework's kernels: one point per
     // input (pass, format, shape, causal, trial), policy "native" (the hardware's own arithmetic), no
     // tiles of ours (block sizes 0, tile rule "native").
@@ -226,7 +226,7 @@ std::vector<SweepPoint> expand_points(const Study& st) {
 // layer were checked by expand_points).
 void check_captured_checkpoints(const Study& st, const std::string& out_dir) {
   for (const auto& sw : st.microbench.sweeps) {
-    if (sw.distribution != "captured") continue;
+    if (sw.distribution != InputDistribution::captured) continue;
     const std::string path = captured_checkpoint(st, out_dir, sw);
     if (!file_exists(path)) {
       throw UsageError("[microbench] sweep '" + sw.name + "': the checkpoint to capture Q, K, V from, " + path +
@@ -253,7 +253,7 @@ std::vector<MicrobenchRow> point_rows(const Study& st, const std::string& out_di
   if (st.attention.custom_policies.count(sp.point.policy))
     policy = resolve_policy(st.attention, sp.point.policy, sp.point.format);
   const MicrobenchInputs* captured = nullptr;
-  if (sp.point.distribution == "captured") captured = &captured_inputs(st, out_dir, *sp.source, capture_cache);
+  if (sp.point.distribution == InputDistribution::captured) captured = &captured_inputs(st, out_dir, *sp.source, capture_cache);
   std::vector<MicrobenchRow> rows;
   if (!sp.framework.empty()) {
     // The inputs rounded to the format (the pure reading's q, k, v and grad formats).

@@ -16,7 +16,8 @@ namespace {
 const Column kColumns[] = {
     {"sweep", ColumnType::text, [](const std::string& sweep, const MicrobenchRow&) -> Cell { return sweep; }},
     {"algorithm", ColumnType::text, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.algorithm; }},
-    {"pass", ColumnType::text, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.point.pass; }},
+    {"pass", ColumnType::text,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::string(to_string(r.point.pass)); }},
     {"format", ColumnType::text,
      [](const std::string&, const MicrobenchRow& r) -> Cell { return std::string(to_string(r.point.format)); }},
     {"policy", ColumnType::text, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.point.policy; }},
@@ -43,7 +44,7 @@ const Column kColumns[] = {
     {"trial", ColumnType::integer,
      [](const std::string&, const MicrobenchRow& r) -> Cell { return std::int64_t{r.point.trial}; }},
     {"distribution", ColumnType::text,
-     [](const std::string&, const MicrobenchRow& r) -> Cell { return r.point.distribution; }},
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::string(to_string(r.point.distribution)); }},
     {"max_abs", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.max_abs; }},
     {"mean_abs", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.mean_abs; }},
     {"std_abs", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.std_abs; }},

@@ -18,7 +18,7 @@ std::string point_group(std::size_t index) {
   return name;
 }
 
-bool backward(const MicrobenchPoint& p) { return p.pass == "backward"; }
+bool backward(const MicrobenchPoint& p) { return p.pass == Pass::backward; }
 
 // The output tensors of a pass, in the order the rows concatenate them.
 std::vector<std::string> output_names(const MicrobenchPoint& p) {
@@ -50,11 +50,11 @@ SavedOutputs::SavedOutputs(const std::string& path, const std::vector<SavedPoint
     const MicrobenchPoint& p = points_[i].point;
     h5::Group g = root.create_group(point_group(i));
     g.set_attr("sweep", points_[i].sweep);
-    g.set_attr("pass", p.pass);
+    g.set_attr("pass", std::string(to_string(p.pass)));
     g.set_attr("format", std::string(to_string(p.format)));
     g.set_attr("policy", p.policy);
     g.set_attr("rounding", std::string(p.rounding ? to_string(*p.rounding) : "the policy's own"));
-    g.set_attr("distribution", p.distribution);
+    g.set_attr("distribution", std::string(to_string(p.distribution)));
     g.set_attr("loop_order", std::string(to_string(p.loop_order)));
     for (const auto& [name, value] : {std::pair<const char*, std::int64_t>{"seq_len", p.seq_len},
                                       {"head_dim", p.head_dim}, {"block_q", p.block_q}, {"block_kv", p.block_kv},

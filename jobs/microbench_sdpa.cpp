@@ -58,7 +58,7 @@ MicrobenchRow microbench_sdpa_row(const MicrobenchRun& run, const std::string& b
     return torch::from_blob(const_cast<double*>(x.data()), dims, torch::kFloat64).to(dev, dtype);
   };
   std::vector<double> values;
-  const bool backward = run.point.pass == "backward";
+  const bool backward = run.point.pass == Pass::backward;
   if (!backward) {
     const torch::NoGradGuard no_grad;
     append(values, train::sdpa_attention(tensor(run.q), tensor(run.k), tensor(run.v), b, s.causal));

@@ -199,7 +199,7 @@ TorchAttention torch_attention(const MicrobenchRun& run, const std::string& algo
   };
   Inputs in{tensor(run.q), tensor(run.k), tensor(run.v), tensor(run.dout),
             s.scale != 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim)), s.causal};
-  const bool backward = pt.pass == "backward";
+  const bool backward = pt.pass == Pass::backward;
   TorchAttention out;
   if (code->kind == AttentionKind::flash) {
     const std::int64_t bq = std::min<std::int64_t>(pt.block_q, s.seq_len);

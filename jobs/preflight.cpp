@@ -12,6 +12,7 @@
 #include "base/error.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
+#include "src/core/capabilities.hpp"
 #include "src/runtime/gpu.hpp"
 #include "src/runtime/scheduler.hpp"
 #include "src/train/data.hpp"
@@ -110,7 +111,7 @@ std::vector<std::string> preflight_problems(const Study& st, const PreflightScop
                          (ids.size() > 1 ? " (and " + std::to_string(ids.size() - 1) + " more)" : std::string()) + ": " +
                          problem);
     }
-    if (st.data.kind != "synthetic") {
+    if (st.data.kind != DataKind::synthetic) {
       try {
         const train::DataStream data(st.data, st.model);
         const std::int64_t per_rank = st.model.seq_len + 1;

@@ -40,7 +40,7 @@ MicrobenchKernelOutput run_kernel(const MicrobenchPoint& pt, const AttentionShap
   r.stats = attention_forward<T>(shape, params, qt.data(), kt.data(), vt.data(), o.data(), lse.data());
   r.o.assign(o.begin(), o.end());
   r.lse.assign(lse.begin(), lse.end());
-  if (pt.pass == "forward") {
+  if (pt.pass == Pass::forward) {
     r.values = r.o;
     return r;
   }
@@ -56,7 +56,36 @@ MicrobenchKernelOutput run_kernel(const MicrobenchPoint& pt, const AttentionShap
 
 }  // namespace
 
-std::string distribution_names() { return "normal, uniform, outliers, sink"; }
+std::string_view to_string(Pass p) {
+  switch (p) {
+    case Pass::forward: return "forward";
+    case Pass::backward: return "backward";
+  }
+  return "forward";
+}
+
+std::optional<Pass> parse_pass(std::string_view name) {
+  for (Pass p : kAllPasses)
+    if (to_string(p) == name) return p;
+  return std::nullopt;
+}
+
+std::string_view to_string(InputDistribution d) {
+  switch (d) {
+    case InputDistribution::normal: return "normal";
+    case InputDistribution::uniform: return "uniform";
+    case InputDistribution::outliers: return "outliers";
+    case InputDistribution::sink: return "sink";
+    case InputDistribution::captured: return "captured";
+  }
+  return "normal";
+}
+
+std::optional<InputDistribution> parse_input_distribution(std::string_view name) {
+  for (InputDistribution d : kAllInputDistributions)
+    if (to_string(d) == name) return d;
+  return std::nullopt;
+}
 
 std::string tile_rule_names() { return "paper, swapped, square"; }
 
@@ -109,10 +138,10 @@ std::uint64_t microbench_seed(const MicrobenchPoint& point) {
   h = splitmix64(h ^ static_cast<std::uint64_t>(point.trial));
   h = splitmix64(h ^ static_cast<std::uint64_t>(point.seq_len));
   h = splitmix64(h ^ static_cast<std::uint64_t>(point.head_dim));
-  return splitmix64(h ^ fnv1a64(point.distribution));
+  return splitmix64(h ^ fnv1a64(to_string(point.distribution)));
 }
 
-void generate_values(std::mt19937_64& rng, const std::string& distribution, double outlier_fraction,
+void generate_values(std::mt19937_64& rng, InputDistribution distribution, double outlier_fraction,
                      double outlier_scale, double* out, std::size_t n) {
   const double two_pi = 6.283185307179586476925286766559;
   auto normal = [&] {
@@ -120,22 +149,27 @@ void generate_values(std::mt19937_64& rng, const std::string& distribution, doub
     const double u2 = uniform01(rng);
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(two_pi * u2);
   };
-  if (distribution == "normal") {
-    for (std::size_t i = 0; i < n; ++i) out[i] = normal();
-  } else if (distribution == "uniform") {
-    const double half_width = std::sqrt(3.0);
-    for (std::size_t i = 0; i < n; ++i) out[i] = (2.0 * uniform01(rng) - 1.0) * half_width;
-  } else if (distribution == "outliers") {
-    for (std::size_t i = 0; i < n; ++i) {
-      const double x = normal();
-      const double z = normal();  // drawn for every value, so the stream does not depend on the mask
-      out[i] = uniform01(rng) < outlier_fraction ? x + outlier_scale * z : x;
+  switch (distribution) {
+    case InputDistribution::normal:
+    case InputDistribution::sink:
+      for (std::size_t i = 0; i < n; ++i) out[i] = normal();
+      return;
+    case InputDistribution::uniform: {
+      const double half_width = std::sqrt(3.0);
+      for (std::size_t i = 0; i < n; ++i) out[i] = (2.0 * uniform01(rng) - 1.0) * half_width;
+      return;
     }
-  } else if (distribution == "sink") {
-    for (std::size_t i = 0; i < n; ++i) out[i] = normal();
-  } else {
-    throw Error("unknown input distribution '" + distribution + "'", "use one of: " + distribution_names());
+    case InputDistribution::outliers:
+      for (std::size_t i = 0; i < n; ++i) {
+        const double x = normal();
+        const double z = normal();  // drawn for every value, so the stream does not depend on the mask
+        out[i] = uniform01(rng) < outlier_fraction ? x + outlier_scale * z : x;
+      }
+      return;
+    case InputDistribution::captured: break;
   }
+  throw Error("generate_values: distribution \"captured\" is not drawn",
+              "captured Q, K, V come from a checkpoint (prepare_microbench_point's `captured`)");
 }
 
 MicrobenchInputs microbench_inputs(const MicrobenchPoint& point) {
@@ -148,10 +182,11 @@ MicrobenchInputs microbench_inputs(const MicrobenchPoint& point) {
   for (std::vector<double>* x : {&in.q, &in.k, &in.v, &in.dout}) {
     x->resize(size);
     // captured: Q, K, V come from the caller (run_microbench_point); dO is normal.
-    const std::string& dist = point.distribution == "captured" ? std::string("normal") : point.distribution;
+    const InputDistribution dist =
+        point.distribution == InputDistribution::captured ? InputDistribution::normal : point.distribution;
     generate_values(rng, dist, point.outlier_fraction, point.outlier_scale, x->data(), size);
   }
-  if (point.distribution == "sink") {
+  if (point.distribution == InputDistribution::sink) {
     const std::int64_t n = point.seq_len, d = point.head_dim;
     const double key0 = point.sink_logit * std::sqrt(static_cast<double>(d));
     for (std::int64_t h = 0; h < static_cast<std::int64_t>(point.batch) * point.heads; ++h)
@@ -177,7 +212,7 @@ AttentionShape microbench_shape(const MicrobenchPoint& point) {
 double microbench_cost(const MicrobenchPoint& point) {
   const double n = static_cast<double>(point.seq_len);
   const double work = static_cast<double>(point.batch) * point.heads * n * n * point.head_dim;
-  return point.pass == "backward" ? 4.0 * work : work;
+  return point.pass == Pass::backward ? 4.0 * work : work;
 }
 
 Within2x within_2x(double real_error, double reading_error) {
@@ -198,7 +233,7 @@ const char* to_string(Within2x v) {
 void set_cpu_check(MicrobenchRow& row, const std::vector<double>& values, const std::vector<double>& cpu, bool promised,
                    double bound) {
   const ErrorMetrics d = error_metrics(values, cpu);
-  row.vs_cpu = row.point.pass == "backward" ? d.rel_l2 : d.max_abs;
+  row.vs_cpu = row.point.pass == Pass::backward ? d.rel_l2 : d.max_abs;
   if (promised) {
     // Equal values (both converted exactly from the kernels' floats), compared bit for bit.
     const bool equal = values.size() == cpu.size() &&
@@ -245,9 +280,6 @@ void set_agreement(MicrobenchRow& row, const std::vector<double>& values, const 
 
 MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::optional<PrecisionPolicy>& policy,
                                        int threads, const MicrobenchInputs* captured) {
-  if (point.pass != "forward" && point.pass != "backward") {
-    throw Error("unknown microbench pass '" + point.pass + "'", "use forward or backward");
-  }
   MicrobenchRun run;
   run.point = point;
   run.policy = policy ? *policy : make_policy(point.policy, point.format);
@@ -255,7 +287,7 @@ MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::
   const PrecisionPolicy& pol = run.policy;
   const std::uint64_t rounding_seed = microbench_rounding_seed(point);
   MicrobenchInputs raw = microbench_inputs(point);
-  if (point.distribution == "captured") {
+  if (point.distribution == InputDistribution::captured) {
     if (captured == nullptr || captured->q.size() != raw.q.size() || captured->k.size() != raw.q.size() ||
         captured->v.size() != raw.q.size()) {
       throw Error("microbench point: distribution \"captured\" needs the captured Q, K, V of the point's shape "
@@ -273,7 +305,7 @@ MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::
   const AttentionShape& shape = run.shape;
 
   run.golden.resize(run.q.size());
-  if (point.pass == "forward") {
+  if (point.pass == Pass::forward) {
     attention_forward_reference(shape, run.q.data(), run.k.data(), run.v.data(), run.golden.data(), nullptr);
   } else {
     std::vector<double> dq(run.q.size()), dk(run.q.size()), dv(run.q.size());

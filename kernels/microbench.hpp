@@ -19,8 +19,24 @@
 
 namespace fastudy {
 
+// Which pass of attention a point measures: the forward (O) or the backward (dQ, dK, dV).
+enum class Pass : std::uint8_t { forward, backward };
+inline constexpr Pass kAllPasses[] = {Pass::forward, Pass::backward};
+std::string_view to_string(Pass p);  // "forward", "backward"
+std::optional<Pass> parse_pass(std::string_view name);
+
+// Where a point's Q, K, V come from: drawn by generate_values (normal, uniform, outliers), normal with
+// an attention sink (sink, see microbench_inputs), or captured from a layer of the study's own model
+// (captured: the caller passes them; see prepare_microbench_point).
+enum class InputDistribution : std::uint8_t { normal, uniform, outliers, sink, captured };
+inline constexpr InputDistribution kAllInputDistributions[] = {InputDistribution::normal, InputDistribution::uniform,
+                                                               InputDistribution::outliers, InputDistribution::sink,
+                                                               InputDistribution::captured};
+std::string_view to_string(InputDistribution d);  // "normal", "uniform", "outliers", "sink", "captured"
+std::optional<InputDistribution> parse_input_distribution(std::string_view name);
+
 struct MicrobenchPoint {
-  std::string pass = "forward";  // forward | backward
+  Pass pass = Pass::forward;
   Format format = Format::fp32;
   std::string policy = "mixed";  // a reading (pure, eager, mixed) or a custom policy's name
   // The rounding mode every step of the policy uses; unset: the policy's own (nearest for a reading).
@@ -34,7 +50,7 @@ struct MicrobenchPoint {
   bool causal = false;
   int trial = 0;
   int batch = 1, heads = 2;
-  std::string distribution = "normal";  // normal | uniform | outliers | sink (see generate_values)
+  InputDistribution distribution = InputDistribution::normal;
   double outlier_fraction = 0.001, outlier_scale = 10.0;  // FA3's recipe (see generate_values)
   double sink_logit = 10.0;  // sink: the scaled logit of key 0 for every query (see microbench_inputs)
   std::uint64_t seed = 7;
@@ -157,9 +173,6 @@ Within2x within_2x(double real_error, double reading_error);
 // "within 2x", "real > 2x reading", "reading > 2x real".
 const char* to_string(Within2x v);
 
-// "normal, uniform, outliers, sink"
-std::string distribution_names();
-
 // The stochastic-rounding seed of a point: a hash of microbench_seed(point), so it depends on the
 // point alone (never on the MPI rank that computes it; a point runs whole on one rank, head_offset 0).
 std::uint64_t microbench_rounding_seed(const MicrobenchPoint& point);
@@ -178,8 +191,8 @@ std::uint64_t microbench_seed(const MicrobenchPoint& point);
 // [-sqrt 3, sqrt 3) (unit variance, like normal); outliers: FA3's recipe N(0, 1) + N(0, s^2) *
 // Bernoulli(p), s = outlier_scale, p = outlier_fraction (FA3's defaults p = 0.001, s = 10, i.e.
 // N(0, 100)): mean 0, variance 1 + p s^2. sink generates normal values (the sink is made by
-// microbench_inputs).
-void generate_values(std::mt19937_64& rng, const std::string& distribution, double outlier_fraction,
+// microbench_inputs). captured values are not drawn (Error).
+void generate_values(std::mt19937_64& rng, InputDistribution distribution, double outlier_fraction,
                      double outlier_scale, double* out, std::size_t n);
 
 // The point's unrounded fp64 inputs, in generation order Q, K, V, dO (dO is what the backward pass

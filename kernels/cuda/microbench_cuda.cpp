@@ -36,7 +36,7 @@ std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run) {
   cuda_tile::tile_storage_format(run.policy);  // UsageError naming the policy when the kernels lack it
   if (run.flash.values.empty() || run.baseline.values.empty())
     throw Error("microbench_cuda_rows: the CPU kernels have not run on this point");
-  const bool backward = run.point.pass == "backward";
+  const bool backward = run.point.pass == Pass::backward;
   const double smag = score_magnitude(run.shape, run.q, run.k);
   const double bound = backward ? 2.0 * backward_bound(run.policy, run.shape, Format::fp32, smag)
                                 : 2.0 * forward_bound(run.policy, run.shape, Format::fp32, smag, max_abs(run.v),

@@ -4,19 +4,24 @@
 // with a ConfigError that names the file, line, column and key, and expands [grid] into variants:
 // the cross product of the axes, each with a stable readable id and a content hash of its resolved
 // configuration. This header stays free of toml++ and LibTorch: most files include it.
+//
+// The word-valued settings (device, schedule, allreduce, init, ...) are enums of settings.hpp; what a
+// device or this build can run is capabilities.hpp. The implementation, by concern: config_read.cpp
+// (the sections of grid.toml), grid.cpp (the axis table and the expansion into variants),
+// resolved.cpp (the resolved TOML and its content hash), config.cpp (the small rest).
 #pragma once
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "kernels/attention.hpp"
 #include "kernels/format.hpp"
+#include "kernels/microbench.hpp"
+#include "src/core/settings.hpp"
 
 namespace fastudy {
 
@@ -47,24 +52,12 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string kind = "synthetic";  // synthetic | text | tokens
+  DataKind kind = DataKind::synthetic;
   std::string path;                // text: any file (byte tokens); tokens: flat little-endian ids (nanoGPT layout)
   int token_bytes = 2;             // tokens: bytes per id, 2 (uint16, nanoGPT) or 4 (uint32)
   std::uint64_t seed = 1234;       // the data seed: fixed across variants unless it is a grid axis
   int span_len = 8;                // synthetic: length of the spans that repeat inside a sequence
 };
-
-// Where a variant trains ([train] device): auto = cuda when this build's LibTorch has CUDA and every
-// rank of the variant's group sees a GPU, else cpu. Not part of a variant's hash: a checkpoint written
-// on one device resumes on the other.
-enum class Device { auto_, cpu, cuda };
-const char* to_string(Device d);  // "auto", "cpu", "cuda"
-std::optional<Device> parse_device(std::string_view name);
-// [train] arithmetic: emulated = fp32 containers rounded by the precision policy (the trainer's
-// arithmetic, the same on every device); native = the hardware's own formats through the framework
-// (autocast: bf16/fp16 tensors and tensor cores on a GPU, bf16 on a CPU; TF32 matmuls for tf32).
-enum class Arithmetic { emulated, native };
-const char* to_string(Arithmetic a);  // "emulated", "native"
 
 struct TrainConfig {
   std::int64_t steps = 200;
@@ -72,7 +65,7 @@ struct TrainConfig {
   double lr = 3e-3;
   double min_lr = 3e-4;
   std::int64_t warmup = 20;
-  std::string schedule = "cosine";  // cosine | constant
+  Schedule schedule = Schedule::cosine;
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -86,7 +79,7 @@ struct TrainConfig {
   // 0 (unset): W = R, the physical ranks' gradients averaged by the group's allreduce backend (MPI or
   // NCCL, in the library's order) as before these axes existed.
   int dp_width = 0;
-  std::string allreduce = "rank";  // rank | ring | tree: the order of the W-shard sum
+  ReduceOrder allreduce = ReduceOrder::rank;  // the order of the W-shard sum
   int grad_accum = 1;              // k micro-batches per shard, loss/k each, gradients accumulated in order
   int repeat = 0;                  // the same variant again (noise axis): changes no arithmetic
   Device device = Device::auto_;   // where the variant trains (see Device); `--device` overrides it
@@ -120,9 +113,6 @@ struct AttentionConfig {
 // recomputation (src/train/model.hpp says exactly what each value computes). Each field is also a grid
 // axis (matmul, split_k, layernorm, gelu, recompute) with a declared baseline; the defaults are the
 // arithmetic the trainer has always used.
-enum class MatmulArithmetic { fp32, tf32, bf16, bf16x3 };
-enum class LayerNormAlgorithm { torch, two_pass, welford };
-enum class GeluApproximation { erf, tanh };
 struct NumericsConfig {
   MatmulArithmetic matmul = MatmulArithmetic::fp32;  // products of every linear layer, forward and backward
   int split_k = 1;               // reduction of every linear-layer matmul split into k contiguous parts
@@ -131,9 +121,6 @@ struct NumericsConfig {
   bool recompute = false;        // recompute each block's activations in the backward pass
   bool is_default() const;
 };
-const char* to_string(MatmulArithmetic m);   // "fp32", "tf32", "bf16", "bf16x3"
-const char* to_string(LayerNormAlgorithm l);  // "torch", "two_pass", "welford"
-const char* to_string(GeluApproximation g);   // "erf", "tanh"
 // The largest split_k a model allows: the shortest reduction any linear-layer matmul has (forward:
 // d_model; dX: d_model or vocab output features; dW: at least seq_len tokens of one sequence).
 int max_split_k(const ModelConfig& m);
@@ -155,11 +142,11 @@ struct MicrobenchSweep {
   std::vector<std::string> tile_rules{"paper"};
   std::vector<LoopOrder> loop_orders{LoopOrder::kv_outer, LoopOrder::q_outer};
   std::vector<bool> causal{false};
-  std::vector<std::string> passes{"forward"};  // forward, backward
+  std::vector<Pass> passes{Pass::forward};
   int trials = 2;
   int batch = 1;
   int heads = 2;
-  std::string distribution = "normal";  // normal | uniform | outliers | sink
+  InputDistribution distribution = InputDistribution::normal;
   double outlier_fraction = 0.001;      // outliers: N(0,1) + N(0, outlier_scale^2) * Bernoulli(outlier_fraction)
   double outlier_scale = 10.0;          //   (FA3's recipe: N(0, 100) on 0.1% of entries)
   double sink_logit = 10.0;             // sink: the logit of key 0 for every query
@@ -194,15 +181,6 @@ struct ReduceConfig {
   bool whole_model = true;
 };
 
-// The framework's own attention as extra attention kinds: LibTorch's scaled_dot_product_attention with
-// one backend allowed at a time ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math"; builds
-// against LibTorch >= 2.3, FASTUDY_TORCH_SDPA). none: fastudy's own kernels (Variant::attention).
-enum class SdpaBackend { none, flash, efficient, cudnn, math };
-// "sdpa_flash", ... ("" for none).
-const char* to_string(SdpaBackend b);
-// The SDPA kind named (never none); nullopt for any other name.
-std::optional<SdpaBackend> parse_sdpa_backend(std::string_view name);
-
 // One point of the grid: the axis values and the fully resolved configuration it trains with.
 struct Variant {
   std::string id;  // e.g. "flash-bf16-s1-normal"
@@ -211,7 +189,7 @@ struct Variant {
   SdpaBackend sdpa = SdpaBackend::none;  // set: the framework's attention instead of `attention`
   Format precision = Format::fp32;
   std::uint64_t seed = 0;           // the init seed
-  std::string init = "normal";      // normal | xavier_uniform | kaiming_normal | scaled
+  InitScheme init = InitScheme::normal;
   ModelConfig model;
   DataConfig data;
   TrainConfig train;
@@ -222,14 +200,6 @@ struct Variant {
   const std::string& axis(const std::string& name) const;  // value of an axis ("" when absent)
   std::string attention_name() const;  // "baseline", "flash" or an SDPA kind
 };
-
-// Why variant v cannot train on `device` (cpu or cuda, resolved) in this build, or "" when it can:
-// a GPU needs a CUDA LibTorch, float containers (not fp64), LibTorch's LayerNorm and, for fastudy's
-// attention kinds, a policy the CUDA kernels run (kernels/cuda/tile_dispatch.hpp); native arithmetic
-// leaves the emulated [numerics] (matmul, split_k, layernorm) to the emulation, and runs fp16 and tf32
-// only on a GPU; shadow attention compares fastudy's two kernels, not an SDPA kind. The preflight asks
-// it before any work, the trainer again for the device it got.
-std::string device_problem(const Variant& v, Device device);
 
 struct Study {
   std::string file;                    // the grid.toml path it came from
@@ -273,7 +243,7 @@ const std::vector<std::string>& known_axes();
 enum class AxisRole { optimisation, reference, setting, noise };
 const char* axis_role_name(AxisRole role);  // "optimisation", "reference", "setting", "noise"
 
-// The grid axes, from the one table in config.cpp that drives their validation, expansion, ids and
+// The grid axes, from the one table in grid.cpp that drives their validation, expansion, ids and
 // resolved TOML: each axis's name, two allowed values as TOML (for help texts and tests), its role, its
 // declared baseline value ("": the first value the grid lists) and whether it is a replicate axis (an
 // independent draw such as the init or data seed: pairs that differ in another axis are grouped into

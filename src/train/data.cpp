@@ -15,9 +15,9 @@
 namespace fastudy::train {
 namespace {
 
-std::vector<char> read_file(const std::string& path, const std::string& kind) {
+std::vector<char> read_file(const std::string& path, DataKind kind) {
   if (path.empty()) {
-    throw Error("[data] kind = \"" + kind + "\" needs a file, but [data] path is empty",
+    throw Error("[data] kind = \"" + std::string(to_string(kind)) + "\" needs a file, but [data] path is empty",
                 "set [data] path = \"/path/to/file\", or use kind = \"synthetic\"");
   }
   std::error_code ec;
@@ -59,7 +59,7 @@ DataStream::DataStream(const DataConfig& data, const ModelConfig& model)
                 "fix [model] vocab and seq_len");
   }
   const std::int64_t need = seq_len_ + 1;
-  if (kind_ == "synthetic") {
+  if (kind_ == DataKind::synthetic) {
     if (span_len_ < 1) {
       throw Error("[data] span_len = " + std::to_string(span_len_) + " must be >= 1", "set [data] span_len = 8");
     }
@@ -69,7 +69,7 @@ DataStream::DataStream(const DataConfig& data, const ModelConfig& model)
     unigram_entropy_ = std::log(static_cast<double>(vocab_));
     return;
   }
-  if (kind_ == "text") {
+  if (kind_ == DataKind::text) {
     if (vocab_ < 256) {
       throw Error("[data] kind = \"text\" uses byte tokens (0..255), but [model] vocab = " + std::to_string(vocab_),
                   "set [model] vocab = 256 (or more) for text data");
@@ -77,7 +77,7 @@ DataStream::DataStream(const DataConfig& data, const ModelConfig& model)
     const std::vector<char> bytes = read_file(data.path, kind_);
     tokens_.resize(bytes.size());
     for (std::size_t i = 0; i < bytes.size(); ++i) tokens_[i] = static_cast<unsigned char>(bytes[i]);
-  } else if (kind_ == "tokens") {
+  } else {  // tokens
     const std::vector<char> bytes = read_file(data.path, kind_);
     const std::size_t w = data.token_bytes == 4 ? 4 : 2;
     const std::string type = w == 4 ? "uint32" : "uint16";
@@ -110,8 +110,6 @@ DataStream::DataStream(const DataConfig& data, const ModelConfig& model)
                         std::to_string(tokens_[i] + 1) + " or more)");
       }
     }
-  } else {
-    throw Error("[data] kind = \"" + kind_ + "\" is not a data source", "use synthetic, text or tokens");
   }
   if (static_cast<std::int64_t>(tokens_.size()) < need) {
     throw Error("data file '" + data.path + "' holds " + std::to_string(tokens_.size()) +
@@ -145,7 +143,7 @@ void DataStream::synthetic_sequence(std::int64_t index, std::int64_t* out) const
 }
 
 void DataStream::sequence(std::int64_t index, std::int64_t* out) const {
-  if (kind_ == "synthetic") {
+  if (kind_ == DataKind::synthetic) {
     synthetic_sequence(index, out);
     return;
   }

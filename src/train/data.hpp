@@ -31,7 +31,7 @@ namespace fastudy::train {
 class DataStream {
  public:
   // Loads and validates the source. Throws fastudy::Error (naming the file, with a hint) when a file
-  // is missing, unreadable, too short, or holds token ids >= vocab, or when the kind is unknown.
+  // is missing, unreadable, too short, or holds token ids >= vocab.
   DataStream(const DataConfig& data, const ModelConfig& model);
 
   // Tokens of global sequence `index`: seq_len + 1 values in [0, vocab).
@@ -55,7 +55,7 @@ class DataStream {
  private:
   void synthetic_sequence(std::int64_t index, std::int64_t* out) const;
 
-  std::string kind_;
+  DataKind kind_;
   std::uint64_t seed_;
   std::int64_t seq_len_;
   int vocab_;

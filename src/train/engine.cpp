@@ -16,7 +16,8 @@
 
 #include "base/cpu.hpp"
 #include "base/error.hpp"
-#include "src/runtime/reducer.hpp"
+#include "src/core/capabilities.hpp"
+#include "src/train/dp_reduce.hpp"
 #include "src/train/rng.hpp"
 
 namespace fastudy {
@@ -100,7 +101,7 @@ std::string format_double(double x) {
 
 double learning_rate(const TrainConfig& t, std::int64_t step) {
   if (t.warmup > 0 && step <= t.warmup) return t.lr * static_cast<double>(step) / static_cast<double>(t.warmup);
-  if (t.schedule == "constant") return t.lr;
+  if (t.schedule == Schedule::constant) return t.lr;
   const double span = static_cast<double>(std::max<std::int64_t>(1, t.steps - t.warmup));
   const double progress = std::clamp(static_cast<double>(step - t.warmup) / span, 0.0, 1.0);
   return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(3.141592653589793 * progress));
@@ -134,9 +135,6 @@ Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resu
   }
   const int threads = configure_torch_threads();
   const TrainConfig& t = v.train;
-  if (t.schedule != "cosine" && t.schedule != "constant") {
-    throw Error("[train] schedule = \"" + t.schedule + "\" is not a schedule", "use cosine or constant");
-  }
   if (hooks.world < 1 || hooks.rank < 0 || hooks.rank >= hooks.world) {
     throw Error("trainer hooks: rank " + std::to_string(hooks.rank) + " of " + std::to_string(hooks.world) +
                 " is not a position in a group");
@@ -161,9 +159,6 @@ Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resu
     throw Error("[train] grad_accum = " + std::to_string(t.grad_accum) + " does not divide the per-shard batch " +
                     std::to_string(t.batch / width),
                 "choose a grad_accum that divides batch / dp_width");
-  }
-  if (!parse_reduce_order(t.allreduce)) {
-    throw Error("[train] allreduce = \"" + t.allreduce + "\" is not a reduction order", "use rank, ring or tree");
   }
   if (t.dp_width > 0 && hooks.world > 1 && (!hooks.allgather_f32 || !hooks.allgather_f64)) {
     throw Error("trainer hooks: dp_width on a group of " + std::to_string(hooks.world) + " ranks needs allgather functions");
@@ -345,7 +340,7 @@ Engine::Step Engine::step() {
       hooks_.allgather_f64(own.data(), own.size(), losses.data());
     }
     flat = torch::empty({numel}, host);
-    const ReduceOrder order = *parse_reduce_order(t.allreduce);
+    const ReduceOrder order = t.allreduce;
     if (all.scalar_type() == torch::kDouble) {
       reduce_shards(order, all.data_ptr<double>(), width, static_cast<std::size_t>(numel), flat.data_ptr<double>());
     } else {
@@ -482,7 +477,7 @@ TrainState pack_state(const Variant& v, const Gpt& model, const std::vector<torc
   s.attrs["config_hash"] = v.hash;
   s.attrs["precision"] = std::string(to_string(v.precision));
   s.attrs["attention"] = std::string(to_string(v.attention));
-  s.attrs["init"] = v.init;
+  s.attrs["init"] = to_string(v.init);
   s.attrs["seed"] = std::to_string(v.seed);
   s.attrs["trainer_format"] = kTrainerFormat;
   s.attrs["device"] = params.front().second.device().str();  // where it was trained (resumes on any device)

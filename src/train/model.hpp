@@ -153,10 +153,12 @@ class Gpt {
  public:
   Gpt(const ModelConfig& config, torch::Dtype dtype, torch::Device device = torch::kCPU);
 
-  // Fill every parameter from the init seed with `scheme` (normal, xavier_uniform, kaiming_normal,
-  // scaled). Values are drawn in double, rounded to float (so fp32 and fp64 variants start equal), and
-  // stored in the container type. Throws fastudy::Error for an unknown scheme.
-  void init(const std::string& scheme, std::uint64_t seed);
+  // Fill every parameter from the init seed with `scheme`: biases 0, LayerNorm gains 1, embeddings
+  // N(0, 0.02^2); the other weights N(0, 0.02^2) (normal; scaled: the residual projections times
+  // 1/sqrt(2 layers)), U(-a, a) with a = sqrt(6 / (fan_in + fan_out)) (xavier_uniform), or
+  // N(0, 2 / fan_in) (kaiming_normal). Values are drawn in double, rounded to float (so fp32 and fp64
+  // variants start equal), and stored in the container type.
+  void init(InitScheme scheme, std::uint64_t seed);
 
   // Mean next-token cross-entropy of tokens [b, N+1] (int64): inputs [:, :N], targets [:, 1:].
   // `e` and `attention` must outlive the backward pass (recompute and the attention kernels use them).

@@ -4,7 +4,7 @@
 //
 // Builds whose LibTorch has no SDPA (Debian's 1.13; FASTUDY_TORCH_SDPA = 0 in fastudy/version.hpp)
 // compile this file too: sdpa_attention then throws fastudy::Error naming the LibTorch version, and
-// load_study already refuses the kinds with exit 2 (config.cpp, the `attention` axis).
+// load_study already refuses the kinds with exit 2 (src/core/grid.cpp, the `attention` axis).
 #pragma once
 
 #include <torch/torch.h>

@@ -18,6 +18,7 @@ struct BadCase {
   int line;              // expected line of the error
   const char* key;       // expected key (ConfigError::key())
   const char* fragment;  // expected text in the message
+  const char* also = "";  // a second expected text (e.g. the hint); "" for none
 };
 
 const BadCase kCases[] = {
@@ -152,6 +153,20 @@ const BadCase kCases[] = {
     {"grid_split_k_too_large", "[model]\nd_model = 8\nheads = 2\n[grid]\nsplit_k = [1, 16]\n", 5, "grid.split_k",
      "larger than the shortest reduction"},
     {"grid_unknown_recompute", "[grid]\nrecompute = [\"no\"]\n", 2, "grid.recompute", "allowed: off, on"},
+    // [[grid.vary]] tables
+    {"vary_axis_also_in_grid", "[grid]\nseed = [1]\n[[grid.vary]]\nseed = [2]\n", 4, "grid.vary.seed",
+     "is in [grid] and in a [[grid.vary]]"},
+    {"vary_not_tables", "[grid]\nvary = [1]\n", 2, "grid.vary", "`grid.vary` must be a list of tables"},
+    {"vary_empty_table", "[[grid.vary]]\n", 1, "grid.vary.", "a [[grid.vary]] table is empty"},
+    {"vary_unknown_value", "[[grid.vary]]\nattention = [\"flesh\"]\n", 2, "grid.vary.attention",
+     "`grid.vary.attention` has unknown value \"flesh\""},
+    // Left-out baseline tokens make `flash` (attention) and `flash` (a custom policy) the same id.
+    {"vary_twin_ids",
+     "[attention.policies.flash]\npreset = \"eager\"\n[[grid.vary]]\nattention = [\"flash\"]\n"
+     "[[grid.vary]]\npolicy = [\"mixed\", \"flash\"]\n",
+     0, "grid", "two variants get the id `flash`"},
+    {"vary_unknown_axis", "[[grid.vary]]\nattentoin = [\"flash\"]\n", 2, "grid.vary.attentoin",
+     "bad.toml:2:1: unknown grid axis `attentoin` in a [[grid.vary]] table", "did you mean `attention`?"},
 };
 
 }  // namespace
@@ -172,6 +187,9 @@ TEST_P(BadConfig, NamesFileLineAndKey) {
       EXPECT_NE(msg.find("bad.toml:" + std::to_string(c.line) + ":"), std::string::npos) << msg;
     }
     EXPECT_NE(msg.find(c.fragment), std::string::npos) << "message: " << msg << "\nexpected: " << c.fragment;
+    if (*c.also) {
+      EXPECT_NE(msg.find(c.also), std::string::npos) << "message: " << msg << "\nexpected: " << c.also;
+    }
   }
 }
 

@@ -26,7 +26,7 @@ class CudaMicrobench : public ::testing::Test {
   }
 };
 
-MicrobenchPoint point(const char* pass, Format f, const char* policy, bool causal) {
+MicrobenchPoint point(Pass pass, Format f, const char* policy, bool causal) {
   MicrobenchPoint p;
   p.pass = pass;
   p.format = f;
@@ -45,7 +45,7 @@ MicrobenchPoint point(const char* pass, Format f, const char* policy, bool causa
 // host twin promises it (float buffers, an FMA instruction set), else within twice the harness bound;
 // with bit identity, the rows' errors against the golden value are the CPU rows' exactly.
 TEST_F(CudaMicrobench, RowsAreCheckedAgainstTheCpuKernels) {
-  for (const char* pass : {"forward", "backward"})
+  for (Pass pass : kAllPasses)
     for (Format f : {Format::fp32, Format::fp16, Format::bf16})
       for (const char* policy : {"pure", "eager", "mixed"})
         for (bool causal : {false, true}) {
@@ -54,7 +54,7 @@ TEST_F(CudaMicrobench, RowsAreCheckedAgainstTheCpuKernels) {
           const std::vector<MicrobenchRow> cpu = run_microbench_point(p, std::nullopt, 1, nullptr, &run);
           const std::vector<MicrobenchRow> rows = cuda::microbench_cuda_rows(run);
           ASSERT_EQ(rows.size(), 2u);
-          const std::string what = std::string(pass) + " " + std::string(to_string(f)) + " " + policy +
+          const std::string what = std::string(to_string(pass)) + " " + std::string(to_string(f)) + " " + policy +
                                    (causal ? " causal" : "");
           EXPECT_EQ(rows[0].algorithm, "cuda_flash");
           EXPECT_EQ(rows[1].algorithm, "cuda_baseline");
@@ -83,7 +83,7 @@ TEST_F(CudaMicrobench, FlashTilesAreCheckedBeforeAnyLaunch) {
 
 // Checked before any CUDA call: runs without a device too.
 TEST(CudaMicrobenchApi, PoliciesTheKernelsLackAreAUsageError) {
-  MicrobenchPoint p = point("forward", Format::bf16, "mixed", false);
+  MicrobenchPoint p = point(Pass::forward, Format::bf16, "mixed", false);
   p.rounding = Rounding::stochastic;
   MicrobenchRun run;
   run_microbench_point(p, std::nullopt, 1, nullptr, &run);
@@ -94,7 +94,7 @@ TEST(CudaMicrobenchApi, PoliciesTheKernelsLackAreAUsageError) {
     EXPECT_NE(std::string(e.what()).find("not available in the CUDA attention kernels"), std::string::npos) << e.what();
   }
   MicrobenchRun fresh =
-      prepare_microbench_point(point("forward", Format::bf16, "mixed", false), std::nullopt, 1, nullptr);
+      prepare_microbench_point(point(Pass::forward, Format::bf16, "mixed", false), std::nullopt, 1, nullptr);
   EXPECT_THROW(cuda::microbench_cuda_rows(fresh), Error);  // the CPU kernels have not run
 }
 

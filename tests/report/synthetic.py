@@ -169,7 +169,7 @@ def write_reduce(out, attention_w1=1e-5, left_out=("flash-bf16-s2: loss is NaN a
     out.joinpath("twins.csv").write_text(PROVENANCE.format(phase="reduce") + "variant,twin,precision,step,w1,max_abs\n")
 
 
-# The roles of the synthetic grid's axes, as src/core/config.cpp declares them (axes.csv).
+# The roles of the synthetic grid's axes, as src/core/grid.cpp declares them (axes.csv).
 ROLES = {"attention": ("optimisation", "baseline", False), "precision": ("reference", "fp32", False),
          "seed": ("reference", "1", True), "repeat": ("noise", "1", True)}
 

@@ -15,6 +15,7 @@
 #include "base/error.hpp"
 #include "fastudy/version.hpp"  // FASTUDY_TORCH_CUDA
 #include "kernels/format.hpp"
+#include "src/core/capabilities.hpp"
 #include "src/train/engine.hpp"
 #include "src/train/model.hpp"
 #include "tests/train/tiny.hpp"

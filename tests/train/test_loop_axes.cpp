@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "src/runtime/reducer.hpp"
 #include "src/train/data.hpp"
+#include "src/train/dp_reduce.hpp"
 #include "src/train/engine.hpp"
 #include "src/train/model.hpp"
 #include "tests/train/tiny.hpp"
@@ -30,7 +30,7 @@ Variant loop_variant(int dp_width, const std::string& order, int grad_accum) {
   v.train.batch = 8;
   v.train.grad_clip = 0.0;
   v.train.dp_width = dp_width;
-  v.train.allreduce = order;
+  v.train.allreduce = *parse_reduce_order(order);
   v.train.grad_accum = grad_accum;
   return v;
 }

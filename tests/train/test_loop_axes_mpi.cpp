@@ -43,7 +43,7 @@ TEST(LoopAxesMpi, DpWidth4GivesTheSameWeightsOnAnyGroupSizeThatDividesIt) {
       v.train.batch = 8;
       v.train.steps = 4;
       v.train.dp_width = 4;
-      v.train.allreduce = order;
+      v.train.allreduce = *parse_reduce_order(order);
       v.train.grad_accum = accum;
       v.train.ranks_per_variant = world.size();
       const TrainState group = train_on(v, &world, root + "/group");

@@ -19,7 +19,7 @@ using microbench_table::Record;
 MicrobenchRow row(const char* algorithm, const char* policy, int n, int trial, double max_abs) {
   MicrobenchRow r;
   r.algorithm = algorithm;
-  r.point.pass = "forward";
+  r.point.pass = Pass::forward;
   r.point.format = Format::bf16;
   r.point.policy = policy;
   r.point.seq_len = n;

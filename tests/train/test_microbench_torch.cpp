@@ -20,8 +20,8 @@
 namespace fastudy {
 namespace {
 
-MicrobenchPoint point(const std::string& pass, Format f, int seq_len, int head_dim, int block_q, int block_kv,
-                      bool causal, const std::string& distribution = "normal") {
+MicrobenchPoint point(Pass pass, Format f, int seq_len, int head_dim, int block_q, int block_kv, bool causal,
+                      InputDistribution distribution = InputDistribution::normal) {
   MicrobenchPoint p;
   p.pass = pass;
   p.format = f;
@@ -51,14 +51,14 @@ const char* const kAlgorithms[] = {"torch_baseline", "torch_baseline_before", "t
 // the constant c; the backward's chain of products and sums adds a few such terms). 8 (N + d) u
 // covers them with room, and a wrong tile, mask or index is off by far more than that.
 TEST(MicrobenchTorch, Fp64IsTheGoldenValue) {
-  for (const char* pass : {"forward", "backward"})
+  for (Pass pass : kAllPasses)
     for (bool causal : {false, true}) {
       const MicrobenchPoint p = point(pass, Format::fp64, 50, 16, 16, 12, causal);  // tiles do not divide N
       const MicrobenchRun run = prepared(p);
       const double bound = 8.0 * (p.seq_len + p.head_dim) * unit_roundoff(Format::fp64);
       for (const char* a : kAlgorithms) {
         const MicrobenchRow row = microbench_torch_row(run, a);
-        EXPECT_LT(row.rel_l2, bound) << a << " " << pass << " causal " << causal;
+        EXPECT_LT(row.rel_l2, bound) << a << " " << to_string(pass) << " causal " << causal;
         EXPECT_EQ(row.algorithm, a);
         EXPECT_EQ(row.tiles_kv, std::string(a) == "torch_flash" ? 5 : 1);
       }
@@ -72,12 +72,12 @@ TEST(MicrobenchTorch, Fp64IsTheGoldenValue) {
 // lanes) and multiplies by the reciprocal of the sum: one P element one bf16 ulp apart moves the
 // elements of its output row that are small against the row's largest by a few of their own ulps.
 TEST(MicrobenchTorch, EagerForwardIsLibTorchsBitsOnNinetyNinePercent) {
-  for (const char* distribution : {"normal", "outliers"})
+  for (InputDistribution distribution : {InputDistribution::normal, InputDistribution::outliers})
     for (bool causal : {false, true}) {
-      const MicrobenchRun run = prepared(point("forward", Format::bf16, 256, 64, 64, 16, causal, distribution));
+      const MicrobenchRun run = prepared(point(Pass::forward, Format::bf16, 256, 64, 64, 16, causal, distribution));
       for (const char* a : kAlgorithms) {
         const MicrobenchRow row = microbench_torch_row(run, a);
-        EXPECT_GE(row.bit_identical, 0.99) << a << " " << distribution << " causal " << causal;
+        EXPECT_GE(row.bit_identical, 0.99) << a << " " << to_string(distribution) << " causal " << causal;
         EXPECT_EQ(row.vs_reading, std::string("eager ") + (std::string(a) == "torch_flash" ? "flash" : "baseline"));
       }
     }
@@ -87,14 +87,14 @@ TEST(MicrobenchTorch, EagerForwardIsLibTorchsBitsOnNinetyNinePercent) {
 // on one and two threads (the microbench runs them on the rank's threads).
 TEST(MicrobenchTorch, SameBitsOnOneAndTwoThreads) {
   const int threads = torch::get_num_threads();
-  for (const char* pass : {"forward", "backward"}) {
+  for (Pass pass : kAllPasses) {
     const MicrobenchRun run = prepared(point(pass, Format::bf16, 96, 32, 32, 16, true));
     for (const char* a : kAlgorithms) {
       torch::set_num_threads(1);
       const std::vector<double> one = torch_attention(run, a).values;
       torch::set_num_threads(2);
       const std::vector<double> two = torch_attention(run, a).values;
-      EXPECT_EQ(one, two) << a << " " << pass;
+      EXPECT_EQ(one, two) << a << " " << to_string(pass);
     }
   }
   torch::set_num_threads(threads);
@@ -112,10 +112,10 @@ TEST(MicrobenchTorch, RefusesWhatLibTorchCannotRunOnTheCpu) {
   }
   if (!torch_cpu_runs(Format::fp16, &why)) {
     EXPECT_NE(why.find("no fp16 matmul on the CPU"), std::string::npos) << why;
-    EXPECT_THROW(torch_attention(prepared(point("forward", Format::fp16, 16, 8, 8, 8, false)), "torch_flash"),
+    EXPECT_THROW(torch_attention(prepared(point(Pass::forward, Format::fp16, 16, 8, 8, 8, false)), "torch_flash"),
                  UsageError);
   }
-  MicrobenchPoint kv = point("forward", Format::bf16, 16, 8, 8, 8, false);
+  MicrobenchPoint kv = point(Pass::forward, Format::bf16, 16, 8, 8, 8, false);
   kv.loop_order = LoopOrder::kv_outer;
   EXPECT_THROW(torch_attention(prepared(kv), "torch_flash"), UsageError);  // FA-2's loop is q_outer
   EXPECT_NO_THROW(torch_attention(prepared(kv), "torch_baseline"));

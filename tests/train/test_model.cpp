@@ -117,8 +117,8 @@ TEST(Gpt, Fp64ModelMatchesFp32ModelToFp32Roundoff) {
   ModelConfig m;
   m.vocab = 16; m.d_model = 16; m.heads = 2; m.layers = 2; m.seq_len = 16; m.mlp_ratio = 2;
   Gpt g32(m, torch::kFloat), g64(m, torch::kDouble);
-  g32.init("normal", 9);
-  g64.init("normal", 9);
+  g32.init(InitScheme::normal, 9);
+  g64.init(InitScheme::normal, 9);
   AttentionSetup a32, a64;
   a32.params.policy = make_policy("pure", Format::fp32);
   a64.params.policy = make_policy("pure", Format::fp64);

@@ -1,0 +1,104 @@
+// What a device and this build can run (capabilities.hpp): device_problem for a variant's training,
+// real_kernel_problem for a microbenchmark sweep's real kernels.
+#include "src/core/capabilities.hpp"
+
+#include <algorithm>
+
+#include "base/error.hpp"
+#include "fastudy/version.hpp"  // FASTUDY_TORCH_SDPA, FASTUDY_TORCH_CUDA, FASTUDY_TORCH_VERSION, FASTUDY_CUDA_KERNELS
+#include "kernels/cuda/tile_dispatch.hpp"  // what the CUDA kernels run (host code, in every build)
+
+namespace fastudy {
+
+std::string device_problem(const Variant& v, Device device) {
+  const TrainConfig& t = v.train;
+  const std::string precision(to_string(v.precision));
+  if (t.shadow_attention && v.sdpa != SdpaBackend::none) {
+    return "[train] shadow_attention compares fastudy's flash and baseline kernels; attention = " + v.attention_name() +
+           " is LibTorch's own (set shadow_attention = false for it)";
+  }
+  if (t.arithmetic == Arithmetic::native) {
+    const NumericsConfig& n = v.numerics;
+    if (n.matmul != MatmulArithmetic::fp32 || n.split_k != 1 || n.layernorm != LayerNormAlgorithm::torch) {
+      return "[numerics] matmul, split_k and layernorm are emulated arithmetic; arithmetic = native runs the "
+             "framework's own (keep their defaults, or use arithmetic = \"emulated\")";
+    }
+    if (device == Device::cpu && (v.precision == Format::fp16 || v.precision == Format::tf32)) {
+      return "arithmetic = native with precision " + precision + " needs a GPU (a CPU has no native " + precision +
+             " matmuls); use device = \"cuda\", precision bf16, or arithmetic = \"emulated\"";
+    }
+  }
+  if (device != Device::cuda) return "";
+  if (!FASTUDY_TORCH_CUDA) {
+    return std::string("device = \"cuda\" needs a CUDA LibTorch; this build links LibTorch ") + FASTUDY_TORCH_VERSION +
+           " without CUDA (build against PyTorch's LibTorch on a GPU machine: README \"GPU\")";
+  }
+  if (v.precision == Format::fp64) return "fp64 variants train on the CPU only (the CUDA kernels have no fp64)";
+  if (v.numerics.layernorm != LayerNormAlgorithm::torch) {
+    return std::string("[numerics] layernorm = ") + to_string(v.numerics.layernorm) + " runs on the CPU only";
+  }
+  if (v.sdpa == SdpaBackend::none) {
+    try {
+      cuda_tile::tile_storage_format(resolve_policy(v.attention_cfg, v.attention_cfg.policy, v.precision));
+    } catch (const UsageError& e) {
+      return e.what() + std::string(" (or train this variant with device = \"cpu\")");
+    }
+  }
+  return "";
+}
+
+std::optional<SweepProblem> real_kernel_problem(const MicrobenchSweep& sw) {
+  auto lists = [](const std::vector<std::string>& v, const char* x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  if (!lists(sw.devices, "cpu"))
+    return SweepProblem{"devices",
+                        "devices must list \"cpu\": the CPU kernels are the reference the CUDA rows are checked "
+                        "against, and their rows are the emulated readings",
+                        "devices = [\"cpu\", \"cuda\"]"};
+  if (lists(sw.devices, "cuda")) {
+    for (Format f : sw.formats)
+      if (f != Format::fp32 && f != Format::fp16 && f != Format::bf16)
+        return SweepProblem{"formats",
+                            "devices lists \"cuda\", and the CUDA kernels do not run " + std::string(to_string(f)) +
+                                " (they run fp32, fp16 and bf16)",
+                            "put the other formats in a sweep of their own without \"cuda\""};
+    for (const auto& p : sw.policies)
+      if (p != "pure" && p != "eager" && p != "mixed")
+        return SweepProblem{"policies",
+                            "devices lists \"cuda\", and the CUDA kernels do not run policy \"" + p +
+                                "\" (they run the readings pure, eager and mixed)",
+                            "put custom policies in a sweep of their own without \"cuda\""};
+    for (Rounding r : sw.roundings)
+      if (r != Rounding::nearest)
+        return SweepProblem{"roundings",
+                            "devices lists \"cuda\", and the CUDA kernels round to nearest only (not " +
+                                std::string(to_string(r)) + ")",
+                            "drop roundings, or put the other modes in a sweep of their own without \"cuda\""};
+    if (!FASTUDY_CUDA_KERNELS)
+      return SweepProblem{"devices",
+                          "devices lists \"cuda\", and this build has no CUDA kernels (it was configured without "
+                          "nvcc)",
+                          "build on a machine with the CUDA toolkit (README \"GPU\"), or remove \"cuda\""};
+  }
+  if (!sw.framework.empty()) {
+    for (Format f : sw.formats)
+      if (f != Format::fp16 && f != Format::bf16)
+        return SweepProblem{"formats",
+                            "framework kernels run at fp16 and bf16, and this sweep lists " + std::string(to_string(f)),
+                            "formats = [\"fp16\", \"bf16\"]; put the other formats in a sweep of their own"};
+    if (!FASTUDY_TORCH_SDPA)
+      return SweepProblem{"framework",
+                          "framework kernels need LibTorch >= 2.3 (scaled_dot_product_attention with selectable "
+                          "backends); this build links LibTorch " + std::string(FASTUDY_TORCH_VERSION),
+                          "build against a newer CUDA LibTorch (README \"GPU\"), or remove framework"};
+    if (!FASTUDY_TORCH_CUDA)
+      return SweepProblem{"framework",
+                          "framework kernels run on the CUDA device, and this build's LibTorch " +
+                              std::string(FASTUDY_TORCH_VERSION) + " has no CUDA",
+                          "build against a CUDA LibTorch (README \"GPU\"), or remove framework"};
+  }
+  return std::nullopt;
+}
+
+}  // namespace fastudy

@@ -1,0 +1,508 @@
+// grid.toml -> Study: the strict reading of every section (one function per section of grid.toml),
+// the validation that spans keys, and parse_study/load_study, which run them in order and then expand
+// the grid (grid.cpp) and resolve the study (resolved.cpp).
+//
+// Validation that spans keys (d_model vs heads, block sizes vs seq_len) runs after a section's keys
+// are read, pointing at the offending key; the training-loop keys of every variant are checked after
+// the expansion (check_loop_axes). What this build cannot run is refused here too, at load, through
+// capabilities.hpp.
+#include "src/core/config.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "src/core/capabilities.hpp"
+#include "src/core/config_section.hpp"
+#include "src/core/grid.hpp"
+#include "src/core/resolved.hpp"
+
+namespace fastudy {
+
+using namespace config_detail;
+
+namespace {
+
+const std::vector<std::string> kTileRules{"paper", "swapped", "square"};
+const std::vector<std::string> kMicrobenchDevices{"cpu", "cuda"};  // [microbench] devices
+const std::vector<std::string> kMetrics{"w1", "w2", "max_abs", "mean_abs", "rel_l2"};
+
+std::vector<std::string> policy_step_names() {
+  std::vector<std::string> out;
+  for (const auto& step : kPolicySteps) out.emplace_back(step.name);
+  return out;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& preset : kPolicyPresets) names.emplace_back(preset.name);
+  return names;
+}
+
+void check_top_level(const toml::table& root, const std::string& file) {
+  const std::vector<std::string> sections{"study",   "grid",      "model",      "data",  "train",
+                                          "attention", "numerics", "microbench", "reduce"};
+  for (auto&& [k, v] : root) {
+    std::string key(k.str());
+    if (std::find(sections.begin(), sections.end(), key) == sections.end()) {
+      std::string hint = suggestion(key, sections);
+      if (hint.empty()) hint = "known sections: " + join(sections);
+      throw ConfigError(file, static_cast<int>(k.source().begin.line), static_cast<int>(k.source().begin.column), key,
+                        "unknown section or key `" + key + "` at the top level", hint);
+    }
+  }
+}
+
+void read_study(Section study, Study& st) {
+  study.get("name", st.name);
+  study.get("out", st.out);
+  study.get_words("phases", st.phases, known_phases());
+  study.get("memory_check", st.memory_check);
+  require(!st.name.empty() && st.name.find_first_of("/\\ \t") == std::string::npos, study, "name",
+          "[study] name \"" + st.name + "\" must be non-empty, without spaces or slashes", "use e.g. name = \"quick\"");
+  require(!st.out.empty(), study, "out", "[study] out must not be empty", "name the output directory, e.g. out = \"out/quick\"");
+  study.finish();
+}
+
+void read_model(Section model, ModelConfig& m) {
+  model.get("vocab", m.vocab);
+  model.get("d_model", m.d_model);
+  model.get("heads", m.heads);
+  model.get("layers", m.layers);
+  model.get("seq_len", m.seq_len);
+  model.get("mlp_ratio", m.mlp_ratio);
+  require(m.vocab >= 2, model, "vocab", "[model] vocab = " + std::to_string(m.vocab) + " must be >= 2");
+  require(m.d_model >= 1, model, "d_model", "[model] d_model must be >= 1");
+  require(m.heads >= 1, model, "heads", "[model] heads must be >= 1");
+  require(m.layers >= 1, model, "layers", "[model] layers must be >= 1");
+  require(m.seq_len >= 2, model, "seq_len", "[model] seq_len must be >= 2");
+  require(m.mlp_ratio >= 1, model, "mlp_ratio", "[model] mlp_ratio must be >= 1");
+  require(m.d_model % m.heads == 0, model, "d_model",
+          "[model] d_model = " + std::to_string(m.d_model) + " is not divisible by heads = " + std::to_string(m.heads),
+          "choose d_model a multiple of heads (head dim = d_model / heads)");
+  model.finish();
+}
+
+void read_data(Section data, DataConfig& d, const ModelConfig& m) {
+  std::string kind(to_string(d.kind));
+  data.get("kind", kind);
+  data.get("path", d.path);
+  data.get("seed", d.seed);
+  data.get("span_len", d.span_len);
+  data.get("token_bytes", d.token_bytes);
+  require(d.token_bytes == 2 || d.token_bytes == 4, data, "token_bytes",
+          "[data] token_bytes = " + std::to_string(d.token_bytes) + " is not a token width",
+          "use 2 for uint16 ids (nanoGPT's train.bin) or 4 for uint32 ids");
+  require(parse_data_kind(kind) == DataKind::tokens || d.token_bytes == 2, data, "token_bytes",
+          "[data] token_bytes applies to kind = \"tokens\" only", "remove token_bytes, or set kind = \"tokens\"");
+  d.kind = require_word(data, "kind", kAllDataKinds, kind, "[data] kind = \"" + kind + "\" is unknown");
+  require(d.kind == DataKind::synthetic || !d.path.empty(), data, "kind",
+          "[data] kind = \"" + kind + "\" needs a path", "add path = \"/path/to/file\"");
+  require(d.kind != DataKind::synthetic || d.path.empty(), data, "path",
+          "[data] path is set but kind = \"synthetic\" reads no file", "remove path, or set kind = \"text\" or \"tokens\"");
+  require(d.kind != DataKind::text || m.vocab >= 256, data, "kind",
+          "[data] kind = \"text\" uses byte tokens, which need [model] vocab >= 256 (got " + std::to_string(m.vocab) + ")",
+          "set vocab = 256");
+  require(d.span_len >= 1 && d.span_len < m.seq_len, data, "span_len",
+          "[data] span_len = " + std::to_string(d.span_len) + " must be in [1, seq_len)");
+  data.finish();
+}
+
+void read_train(Section train, TrainConfig& t) {
+  train.get("steps", t.steps);
+  train.get("batch", t.batch);
+  train.get("lr", t.lr);
+  train.get("min_lr", t.min_lr);
+  train.get("warmup", t.warmup);
+  std::string schedule(to_string(t.schedule));
+  train.get("schedule", schedule);
+  train.get("weight_decay", t.weight_decay);
+  train.get("beta1", t.beta1);
+  train.get("beta2", t.beta2);
+  train.get("eps", t.eps);
+  train.get("grad_clip", t.grad_clip);
+  train.get("checkpoint_every", t.checkpoint_every);
+  train.get("ranks_per_variant", t.ranks_per_variant);
+  train.get("shadow_attention", t.shadow_attention);
+  train.get("log_every", t.log_every);
+  train.get("spike_window", t.spike_window);
+  train.get("spike_threshold", t.spike_threshold);
+  train.get("loss_scale", t.loss_scale);
+  train.get("loss_scale_window", t.loss_scale_window);
+  const bool dp_given = train.node("dp_width") != nullptr;
+  train.get("dp_width", t.dp_width);
+  std::string allreduce(to_string(t.allreduce));
+  train.get("allreduce", allreduce);
+  train.get("grad_accum", t.grad_accum);
+  train.get("repeat", t.repeat);
+  t.device = read_word(train, "device", kAllDevices, t.device);
+  t.arithmetic = read_word(train, "arithmetic", kAllArithmetics, t.arithmetic);
+  require(t.steps >= 1, train, "steps", "[train] steps = " + std::to_string(t.steps) + " must be >= 1");
+  require(t.batch >= 1, train, "batch", "[train] batch must be >= 1");
+  require(t.lr > 0, train, "lr", "[train] lr must be > 0");
+  require(t.min_lr >= 0 && t.min_lr <= t.lr, train, "min_lr", "[train] min_lr must be in [0, lr]");
+  require(t.warmup >= 0 && t.warmup <= t.steps, train, "warmup", "[train] warmup must be in [0, steps]");
+  t.schedule =
+      require_word(train, "schedule", kAllSchedules, schedule, "[train] schedule = \"" + schedule + "\" is unknown");
+  require(t.weight_decay >= 0, train, "weight_decay", "[train] weight_decay must be >= 0");
+  require(t.beta1 >= 0 && t.beta1 < 1, train, "beta1", "[train] beta1 must be in [0, 1)");
+  require(t.beta2 >= 0 && t.beta2 < 1, train, "beta2", "[train] beta2 must be in [0, 1)");
+  require(t.eps > 0, train, "eps", "[train] eps must be > 0");
+  require(t.grad_clip >= 0, train, "grad_clip", "[train] grad_clip must be >= 0 (0 disables clipping)");
+  require(t.checkpoint_every >= 1, train, "checkpoint_every", "[train] checkpoint_every must be >= 1");
+  require(t.ranks_per_variant >= 1, train, "ranks_per_variant", "[train] ranks_per_variant must be >= 1");
+  require(t.batch % t.ranks_per_variant == 0, train, "batch",
+          "[train] batch = " + std::to_string(t.batch) + " is not divisible by ranks_per_variant = " +
+              std::to_string(t.ranks_per_variant),
+          "the global batch is sharded evenly over a variant's ranks");
+  require(t.log_every >= 1, train, "log_every", "[train] log_every must be >= 1");
+  require(t.spike_window >= 2, train, "spike_window", "[train] spike_window must be >= 2");
+  require(t.spike_threshold > 1, train, "spike_threshold", "[train] spike_threshold must be > 1");
+  require(t.loss_scale >= 1, train, "loss_scale", "[train] loss_scale must be >= 1");
+  require(t.loss_scale_window >= 1, train, "loss_scale_window", "[train] loss_scale_window must be >= 1");
+  require(!dp_given || t.dp_width >= 1, train, "dp_width",
+          "[train] dp_width = " + std::to_string(t.dp_width) + " must be >= 1 (the modelled data-parallel width)",
+          "e.g. dp_width = 4; remove the key to average over the ranks_per_variant ranks as they are");
+  t.allreduce = require_word(train, "allreduce", kAllReduceOrders, allreduce,
+                             "[train] allreduce = \"" + allreduce + "\" is not a reduction order");
+  require(t.grad_accum >= 1, train, "grad_accum",
+          "[train] grad_accum = " + std::to_string(t.grad_accum) + " must be >= 1 (micro-batches per shard)",
+          "1 computes each shard's gradient in one pass");
+  require(t.repeat >= 0, train, "repeat", "[train] repeat = " + std::to_string(t.repeat) + " must be >= 0",
+          "repeat only labels a copy of the variant: 0, 1, 2, ...");
+  train.finish();
+}
+
+// Returns the names a `policy` may take: the presets and the custom policies.
+std::vector<std::string> read_attention(Section att, AttentionConfig& a, const ModelConfig& m, const std::string& file) {
+  att.get("block_q", a.block_q);
+  att.get("block_kv", a.block_kv);
+  std::string loop = std::string(to_string(a.loop_order));
+  att.get("loop_order", loop);
+  if (auto lo = parse_loop_order(loop)) a.loop_order = *lo;
+  else att.fail("loop_order", "[attention] loop_order = \"" + loop + "\" is unknown; allowed: " + join(kLoopOrders),
+                suggestion(loop, kLoopOrders));
+  att.get("policy", a.policy);
+  if (att.has("policies")) {
+    const toml::node* pn = att.node("policies");
+    if (!pn->is_table()) att.fail("policies", "[attention] policies must be a table of policies",
+                                  "write [attention.policies.NAME] with step = \"format\" lines");
+    for (auto&& [pk, pv] : *pn->as_table()) {
+      std::string pname(pk.str());
+      if (is_policy_preset(pname))
+        throw ConfigError(file, static_cast<int>(pk.source().begin.line), static_cast<int>(pk.source().begin.column),
+                          "attention.policies." + pname, "a custom policy cannot be named \"" + pname + "\" (a preset)",
+                          "choose another name");
+      if (!pv.is_table())
+        throw ConfigError(file, static_cast<int>(pv.source().begin.line), static_cast<int>(pv.source().begin.column),
+                          "attention.policies." + pname, "policy `" + pname + "` must be a table of step = \"format\"");
+      Section ps(file, "attention.policies." + pname, pv.as_table(), pv.source());
+      CustomPolicy& custom = a.custom_policies[pname];
+      std::vector<std::string> keys = policy_step_names();
+      for (const auto& step : keys) {
+        std::string fmt;
+        ps.get(step, fmt);
+        if (fmt.empty()) continue;
+        auto f = parse_format(fmt);
+        if (!f) ps.fail(step, "unknown format \"" + fmt + "\"; allowed: " + format_names(), suggestion(fmt, words(kAllFormats)));
+        custom.steps[step] = *f;
+      }
+      ps.get("preset", custom.preset);
+      if (!is_policy_preset(custom.preset))
+        ps.fail("preset", "unknown preset \"" + custom.preset + "\"; allowed: " + policy_preset_names(),
+                suggestion(custom.preset, preset_names()));
+      std::string rounding(to_string(custom.rounding));
+      ps.get("rounding", rounding);
+      if (auto r = parse_rounding(rounding)) custom.rounding = *r;
+      else ps.fail("rounding", "unknown rounding \"" + rounding + "\"; allowed: " + rounding_names(),
+                   suggestion(rounding, {"nearest", "zero", "stochastic"}));
+      keys.push_back("preset");
+      keys.push_back("rounding");
+      ps.finish(keys);
+    }
+  }
+  require(a.block_q >= 1, att, "block_q", "[attention] block_q must be >= 1");
+  require(a.block_kv >= 1, att, "block_kv", "[attention] block_kv must be >= 1");
+  require(a.block_q <= m.seq_len, att, "block_q",
+          "[attention] block_q = " + std::to_string(a.block_q) + " is larger than [model] seq_len = " + std::to_string(m.seq_len),
+          "use a block size <= seq_len");
+  require(a.block_kv <= m.seq_len, att, "block_kv",
+          "[attention] block_kv = " + std::to_string(a.block_kv) + " is larger than [model] seq_len = " + std::to_string(m.seq_len),
+          "use a block size <= seq_len");
+  auto policy_known = [&](const std::string& p) { return is_policy_preset(p) || a.custom_policies.count(p); };
+  std::vector<std::string> policy_names = preset_names();
+  for (const auto& [k, v] : a.custom_policies) policy_names.push_back(k);
+  require(policy_known(a.policy), att, "policy",
+          "[attention] policy = \"" + a.policy + "\" is neither a preset nor a [attention.policies." + a.policy + "] table; known: " +
+              join(policy_names),
+          suggestion(a.policy, policy_names));
+  att.finish();
+  return policy_names;
+}
+
+// [numerics]: every value a word of its axis (recompute too: "off" | "on", as in [grid]); split_k
+// between 1 and the model's shortest linear-layer reduction.
+void read_numerics(Section num, NumericsConfig& n, const ModelConfig& m) {
+  // Each value a word, not a boolean (recompute = true is a likely slip), checked key by key.
+  auto not_boolean = [&](const std::string& key) {
+    if (num.has(key) && num.node(key)->is_boolean())
+      num.fail(key, "`[numerics] " + key + "` must be a word, not a boolean", "write " + key + " = \"on\" or \"off\"");
+  };
+  not_boolean("matmul");
+  n.matmul = read_word(num, "matmul", kAllMatmulArithmetics, n.matmul);
+  not_boolean("layernorm");
+  n.layernorm = read_word(num, "layernorm", kAllLayerNormAlgorithms, n.layernorm);
+  not_boolean("gelu");
+  n.gelu = read_word(num, "gelu", kAllGeluApproximations, n.gelu);
+  not_boolean("recompute");
+  n.recompute = read_word(num, "recompute", kOnOff, n.recompute ? "on" : "off") == "on";
+  num.get("split_k", n.split_k);
+  require(n.split_k >= 1, num, "split_k", "[numerics] split_k = " + std::to_string(n.split_k) + " must be >= 1",
+          "1 is one matmul over the whole reduction");
+  require(n.split_k <= max_split_k(m), num, "split_k",
+          "[numerics] split_k = " + std::to_string(n.split_k) +
+              " is larger than the shortest reduction of the model's linear layers (" + std::to_string(max_split_k(m)) +
+              " = the smallest of [model] d_model, vocab and seq_len)",
+          "use split_k <= " + std::to_string(max_split_k(m)));
+  num.finish();
+}
+
+// The fields of one microbenchmark sweep, from [microbench] or one [[microbench.sweeps]] table.
+void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>& policy_names) {
+  const std::string sec = "[" + mb.name() + "] ";
+  std::vector<std::string> formats;
+  mb.get_words("formats", formats, words(kAllFormats));
+  if (!formats.empty()) {
+    mc.formats.clear();
+    for (const auto& f : formats) mc.formats.push_back(*parse_format(f));
+  }
+  mb.get_words("policies", mc.policies, policy_names);
+  std::vector<std::string> roundings;
+  mb.get_words("roundings", roundings, words(kAllRoundings));
+  if (!roundings.empty()) {
+    mc.roundings.clear();
+    for (const auto& r : roundings) mc.roundings.push_back(*parse_rounding(r));
+  }
+  mb.get_ints("seq_lens", mc.seq_lens, 1);
+  mb.get_ints("head_dims", mc.head_dims, 1);
+  if (const toml::array* blocks = mb.array("blocks")) {
+    mc.blocks.clear();
+    for (const auto& el : *blocks) {
+      const toml::array* pair = el.as_array();
+      if (!pair || pair->size() != 2 || !(*pair)[0].is_integer() || !(*pair)[1].is_integer())
+        mb.fail_at(el, "blocks", sec + "blocks must be a list of [block_q, block_kv] integer pairs",
+                   "e.g. blocks = [[16, 16], [32, 64]]");
+      int bq = static_cast<int>(*(*pair)[0].value<std::int64_t>());
+      int bkv = static_cast<int>(*(*pair)[1].value<std::int64_t>());
+      if (bq < 1 || bkv < 1) mb.fail_at(el, "blocks", sec + "block sizes must be >= 1");
+      if (std::find(mc.blocks.begin(), mc.blocks.end(), std::make_pair(bq, bkv)) != mc.blocks.end())
+        mb.fail_at(el, "blocks", sec + "blocks lists [" + std::to_string(bq) + ", " + std::to_string(bkv) + "] twice",
+                   "remove the duplicate");
+      mc.blocks.emplace_back(bq, bkv);
+    }
+    if (mb.has("sram"))
+      mb.fail("sram", sec + "sets both blocks and sram",
+              "give the tiles directly (blocks) or derive them from an SRAM size (sram, tile_rules), not both");
+    mc.sram.clear();  // tiles given here override SRAM sizes inherited from [microbench]
+    mc.tile_rules = {"paper"};
+  }
+  mb.get_ints("sram", mc.sram, 4);
+  mb.get_words("tile_rules", mc.tile_rules, kTileRules);
+  if (mb.has("tile_rules") && mc.sram.empty())
+    mb.fail("tile_rules", sec + "tile_rules derive tiles from an SRAM size, and this sweep has no sram",
+            "add sram = [M, ...] (elements), e.g. sram = [16384], or drop tile_rules and give blocks");
+  std::vector<std::string> orders;
+  mb.get_words("loop_orders", orders, kLoopOrders);
+  if (!orders.empty()) {
+    mc.loop_orders.clear();
+    for (const auto& o : orders) mc.loop_orders.push_back(*parse_loop_order(o));
+  }
+  if (const toml::array* causal = mb.array("causal")) {
+    mc.causal.clear();
+    for (const auto& el : *causal) {
+      if (!el.is_boolean()) mb.fail_at(el, "causal", sec + "causal must hold booleans, e.g. causal = [false, true]");
+      bool c = *el.value<bool>();
+      if (std::find(mc.causal.begin(), mc.causal.end(), c) != mc.causal.end())
+        mb.fail_at(el, "causal", sec + "causal lists a value twice", "remove the duplicate");
+      mc.causal.push_back(c);
+    }
+  }
+  std::vector<std::string> passes;
+  mb.get_words("passes", passes, words(kAllPasses));
+  if (!passes.empty()) {
+    mc.passes.clear();
+    for (const auto& p : passes) mc.passes.push_back(*parse_pass(p));
+  }
+  mb.get("trials", mc.trials);
+  mb.get("batch", mc.batch);
+  mb.get("heads", mc.heads);
+  std::string distribution(to_string(mc.distribution));
+  mb.get("distribution", distribution);
+  mb.get("outlier_fraction", mc.outlier_fraction);
+  mb.get("outlier_scale", mc.outlier_scale);
+  mb.get("sink_logit", mc.sink_logit);
+  mb.get("captured_variant", mc.captured_variant);
+  mb.get("captured_step", mc.captured_step);
+  mb.get("captured_layer", mc.captured_layer);
+  mb.get("captured_batch", mc.captured_batch);
+  mb.get("seed", mc.seed);
+  mb.get_words("devices", mc.devices, kMicrobenchDevices);
+  mb.get_words("framework", mc.framework, words(kSdpaKinds));
+  require(mc.trials >= 1, mb, "trials", sec + "trials must be >= 1");
+  require(mc.batch >= 1, mb, "batch", sec + "batch must be >= 1");
+  require(mc.heads >= 1, mb, "heads", sec + "heads must be >= 1");
+  mc.distribution = require_word(mb, "distribution", kAllInputDistributions, distribution,
+                                sec + "distribution = \"" + distribution + "\" is unknown");
+  require(mc.outlier_fraction >= 0 && mc.outlier_fraction <= 1, mb, "outlier_fraction",
+          sec + "outlier_fraction must be in [0, 1]");
+  require(mc.outlier_scale > 0, mb, "outlier_scale", sec + "outlier_scale must be > 0");
+  require(mc.sink_logit > 0, mb, "sink_logit", sec + "sink_logit must be > 0",
+          "the logit of the sink key for every query, e.g. sink_logit = 10");
+  require(mc.distribution != InputDistribution::captured || !mc.captured_variant.empty(), mb, "distribution",
+          sec + "distribution = \"captured\" needs captured_variant (the variant whose checkpoint to read)",
+          "add captured_variant = \"ID\" (and captured_step, captured_layer, captured_batch)");
+  require(mc.captured_step >= 0, mb, "captured_step", sec + "captured_step must be >= 0 (0: the last step)");
+  require(mc.captured_layer >= 0, mb, "captured_layer", sec + "captured_layer must be >= 0");
+  require(mc.captured_batch >= 0, mb, "captured_batch", sec + "captured_batch must be >= 0");
+}
+
+// The real-kernel keys of a finished sweep (devices, framework; README "Real kernels"): what the kernels
+// or this build cannot run (capabilities.hpp), refused at load. `own` is the sweep's table, `base`
+// [microbench] (a key the sweep inherits is reported where it was written).
+void check_real_kernels(Section& own, Section& base, const MicrobenchSweep& mc) {
+  const std::optional<SweepProblem> problem = real_kernel_problem(mc);
+  if (!problem) return;
+  Section& at = own.node(problem->key) || !base.node(problem->key) ? own : base;
+  const std::string sec = "[" + own.name() + "] " + (own.name() == "microbench" ? "" : "'" + mc.name + "': ");
+  at.fail(problem->key, sec + problem->message, problem->hint);
+}
+
+void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::string>& policy_names,
+                     const std::string& file) {
+  MicrobenchSweep base;
+  read_sweep(mb, base, policy_names);
+  if (mb.has("sweeps")) {
+    const toml::node* sn = mb.node("sweeps");
+    const toml::array* arr = sn->as_array();
+    if (!arr || arr->empty() || !arr->is_array_of_tables())
+      mb.fail("sweeps", "[microbench] sweeps must be an array of tables", "write each sweep as [[microbench.sweeps]]");
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      const toml::node& el = *arr->get(i);
+      MicrobenchSweep sw = base;
+      sw.name = "sweep" + std::to_string(i + 1);
+      Section ss(file, "microbench.sweeps", el.as_table(), el.source());
+      ss.get("name", sw.name);
+      read_sweep(ss, sw, policy_names);
+      check_real_kernels(ss, mb, sw);
+      if (!names.insert(sw.name).second)
+        ss.fail("name", "[[microbench.sweeps]] name \"" + sw.name + "\" is used twice", "give every sweep its own name");
+      ss.finish();
+      mbc.sweeps.push_back(std::move(sw));
+    }
+  } else {
+    check_real_kernels(mb, mb, base);
+    mbc.sweeps.push_back(base);
+  }
+  mb.finish();
+}
+
+void read_reduce(Section red, ReduceConfig& rc) {
+  red.get_words("metrics", rc.metrics, kMetrics);
+  if (const toml::array* steps = red.array("steps")) {
+    rc.steps.clear();
+    for (const auto& el : *steps) {
+      if (!el.is_integer() || *el.value<std::int64_t>() < 0)
+        red.fail_at(el, "steps", "[reduce] steps must hold non-negative integers (checkpoint steps)");
+      rc.steps.push_back(*el.value<std::int64_t>());
+    }
+  }
+  red.get("per_tensor", rc.per_tensor);
+  red.get("whole_model", rc.whole_model);
+  require(std::find(rc.metrics.begin(), rc.metrics.end(), "w1") != rc.metrics.end(), red, "metrics",
+          "[reduce] metrics must include \"w1\" (the ranking is built on it)");
+  require(rc.per_tensor || rc.whole_model, red, "per_tensor", "[reduce] per_tensor and whole_model cannot both be false");
+  red.finish();
+}
+
+// The training-loop keys of every variant against each other and the batch (they may come from [train]
+// or from grid axes): W = dp_width (or ranks_per_variant when unset) divides the global batch, the
+// ranks of a group each take W / ranks_per_variant shards, grad_accum divides a shard, and an
+// allreduce order needs shards that fastudy sums itself. Errors point at the grid axis when the
+// variant's value comes from one, else at the [train] key.
+void check_loop_axes(const Study& st, const toml::table& root, const std::string& file) {
+  for (const Variant& v : st.variants) {
+    const TrainConfig& t = v.train;
+    auto fail = [&](const std::string& key, const std::string& message, const std::string& hint) {
+      const bool from_grid = !v.axis(key).empty();
+      Section sec = open_section(root, file, from_grid ? "grid" : "train");
+      const std::string where = from_grid ? " (variant " + v.id + ")" : "";
+      sec.fail(key, message + where, hint);
+    };
+    const int ranks = t.ranks_per_variant;
+    const int width = t.dp_width > 0 ? t.dp_width : ranks;
+    if (t.dp_width > 0) {
+      if (t.batch % width != 0)
+        fail("dp_width", "dp_width = " + std::to_string(width) + " does not divide [train] batch = " + std::to_string(t.batch),
+             "the global batch is cut into dp_width equal shards: choose a dp_width that divides batch, or change batch");
+      if (width % ranks != 0)
+        fail("dp_width", "dp_width = " + std::to_string(width) + " is not a multiple of [train] ranks_per_variant = " +
+                             std::to_string(ranks),
+             "each of a group's ranks computes dp_width / ranks_per_variant shards: set ranks_per_variant to a divisor "
+             "of every dp_width (1 always works, and the scheduler still trains variants side by side)");
+    } else if (t.allreduce != ReduceOrder::rank && ranks > 1) {
+      fail("allreduce", "allreduce = \"" + std::string(to_string(t.allreduce)) + "\" orders the shards of dp_width, but dp_width is unset and the " +
+                            std::to_string(ranks) + " ranks of a group average through the MPI/NCCL allreduce (its own order)",
+           "set [train] dp_width = " + std::to_string(ranks) + " (or a multiple) to model the data-parallel width and its order");
+    }
+    const int shard = t.batch / width;
+    if (shard % t.grad_accum != 0)
+      fail("grad_accum", "grad_accum = " + std::to_string(t.grad_accum) + " does not divide the per-shard batch " +
+                             std::to_string(shard) + " ([train] batch = " + std::to_string(t.batch) + " over " +
+                             (t.dp_width > 0 ? "dp_width" : "ranks_per_variant") + " = " + std::to_string(width) + ")",
+           "each shard is cut into grad_accum equal micro-batches: choose a divisor of " + std::to_string(shard) +
+               ", or change batch");
+  }
+}
+
+}  // namespace
+
+Study load_study(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path, 0, 0, "", "cannot open the grid file", "check the path; `fastudy --help` shows the usage");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw ConfigError(path, 0, 0, "", "cannot read the grid file");
+  return parse_study(ss.str(), path);
+}
+
+Study parse_study(const std::string& text, const std::string& file) {
+  toml::table root;
+  try {
+    root = toml::parse(text, file);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(file, static_cast<int>(e.source().begin.line), static_cast<int>(e.source().begin.column), "",
+                      "TOML syntax error: " + std::string(e.description()));
+  }
+  check_top_level(root, file);
+  Study st;
+  st.file = file;
+  read_study(open_section(root, file, "study"), st);
+  read_model(open_section(root, file, "model"), st.model);
+  read_data(open_section(root, file, "data"), st.data, st.model);
+  read_train(open_section(root, file, "train"), st.train);
+  const std::vector<std::string> policy_names =
+      read_attention(open_section(root, file, "attention"), st.attention, st.model, file);
+  read_numerics(open_section(root, file, "numerics"), st.numerics, st.model);
+  read_microbench(open_section(root, file, "microbench"), st.microbench, policy_names, file);
+  read_reduce(open_section(root, file, "reduce"), st.reduce);
+  read_grid(open_section(root, file, "grid"), st, policy_names, file);
+  expand_variants(st);
+  check_loop_axes(st, root, file);
+  st.resolved_toml = resolved_study_toml(st);
+  st.hash = content_hash(st.resolved_toml);
+  return st;
+}
+
+}  // namespace fastudy

@@ -77,6 +77,7 @@ std::string_view to_string(InputDistribution d) {
     case InputDistribution::outliers: return "outliers";
     case InputDistribution::sink: return "sink";
     case InputDistribution::captured: return "captured";
+    case InputDistribution::file: return "file";
   }
   return "normal";
 }
@@ -166,10 +167,12 @@ void generate_values(std::mt19937_64& rng, InputDistribution distribution, doubl
         out[i] = uniform01(rng) < outlier_fraction ? x + outlier_scale * z : x;
       }
       return;
-    case InputDistribution::captured: break;
+    case InputDistribution::captured:
+    case InputDistribution::file: break;
   }
-  throw Error("generate_values: distribution \"captured\" is not drawn",
-              "captured Q, K, V come from a checkpoint (prepare_microbench_point's `captured`)");
+  throw Error("generate_values: distribution \"" + std::string(to_string(distribution)) + "\" is not drawn",
+              "captured Q, K, V come from a checkpoint, file ones from a tensor file (prepare_microbench_point's "
+              "`captured`)");
 }
 
 MicrobenchInputs microbench_inputs(const MicrobenchPoint& point) {
@@ -181,9 +184,9 @@ MicrobenchInputs microbench_inputs(const MicrobenchPoint& point) {
   MicrobenchInputs in;
   for (std::vector<double>* x : {&in.q, &in.k, &in.v, &in.dout}) {
     x->resize(size);
-    // captured: Q, K, V come from the caller (run_microbench_point); dO is normal.
-    const InputDistribution dist =
-        point.distribution == InputDistribution::captured ? InputDistribution::normal : point.distribution;
+    // captured, file: Q, K, V (file: and dO) come from the caller (run_microbench_point); dO is normal.
+    const bool given = point.distribution == InputDistribution::captured || point.distribution == InputDistribution::file;
+    const InputDistribution dist = given ? InputDistribution::normal : point.distribution;
     generate_values(rng, dist, point.outlier_fraction, point.outlier_scale, x->data(), size);
   }
   if (point.distribution == InputDistribution::sink) {
@@ -287,15 +290,18 @@ MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::
   const PrecisionPolicy& pol = run.policy;
   const std::uint64_t rounding_seed = microbench_rounding_seed(point);
   MicrobenchInputs raw = microbench_inputs(point);
-  if (point.distribution == InputDistribution::captured) {
-    if (captured == nullptr || captured->q.size() != raw.q.size() || captured->k.size() != raw.q.size() ||
-        captured->v.size() != raw.q.size()) {
-      throw Error("microbench point: distribution \"captured\" needs the captured Q, K, V of the point's shape "
-                  "(B*H*N*d = " + std::to_string(raw.q.size()) + " values each)");
+  if (point.distribution == InputDistribution::captured || point.distribution == InputDistribution::file) {
+    const std::size_t n = raw.q.size();
+    if (captured == nullptr || captured->q.size() != n || captured->k.size() != n || captured->v.size() != n ||
+        (!captured->dout.empty() && captured->dout.size() != n)) {
+      throw Error("microbench point: distribution \"" + std::string(to_string(point.distribution)) +
+                  "\" needs the given Q, K, V (and dO) of the point's shape (B*H*N*d = " + std::to_string(n) +
+                  " values each)");
     }
     raw.q = captured->q;
     raw.k = captured->k;
     raw.v = captured->v;
+    if (point.distribution == InputDistribution::file && !captured->dout.empty()) raw.dout = captured->dout;
   }
   run.q = rounded(raw.q, pol.q);
   run.k = rounded(raw.k, pol.k);

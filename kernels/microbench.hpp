@@ -26,13 +26,14 @@ std::string_view to_string(Pass p);  // "forward", "backward"
 std::optional<Pass> parse_pass(std::string_view name);
 
 // Where a point's Q, K, V come from: drawn by generate_values (normal, uniform, outliers), normal with
-// an attention sink (sink, see microbench_inputs), or captured from a layer of the study's own model
-// (captured: the caller passes them; see prepare_microbench_point).
-enum class InputDistribution : std::uint8_t { normal, uniform, outliers, sink, captured };
-inline constexpr InputDistribution kAllInputDistributions[] = {InputDistribution::normal, InputDistribution::uniform,
-                                                               InputDistribution::outliers, InputDistribution::sink,
-                                                               InputDistribution::captured};
-std::string_view to_string(InputDistribution d);  // "normal", "uniform", "outliers", "sink", "captured"
+// an attention sink (sink, see microbench_inputs), captured from a layer of the study's own model
+// (captured), or read from a file a user's framework wrote (file: Q, K, V and dO). For captured and file
+// the caller passes them; see prepare_microbench_point.
+enum class InputDistribution : std::uint8_t { normal, uniform, outliers, sink, captured, file };
+inline constexpr InputDistribution kAllInputDistributions[] = {
+    InputDistribution::normal, InputDistribution::uniform,  InputDistribution::outliers,
+    InputDistribution::sink,   InputDistribution::captured, InputDistribution::file};
+std::string_view to_string(InputDistribution d);  // "normal", "uniform", "outliers", "sink", "captured", "file"
 std::optional<InputDistribution> parse_input_distribution(std::string_view name);
 
 struct MicrobenchPoint {
@@ -191,7 +192,7 @@ std::uint64_t microbench_seed(const MicrobenchPoint& point);
 // [-sqrt 3, sqrt 3) (unit variance, like normal); outliers: FA3's recipe N(0, 1) + N(0, s^2) *
 // Bernoulli(p), s = outlier_scale, p = outlier_fraction (FA3's defaults p = 0.001, s = 10, i.e.
 // N(0, 100)): mean 0, variance 1 + p s^2. sink generates normal values (the sink is made by
-// microbench_inputs). captured values are not drawn (Error).
+// microbench_inputs). captured and file values are not drawn (Error).
 void generate_values(std::mt19937_64& rng, InputDistribution distribution, double outlier_fraction,
                      double outlier_scale, double* out, std::size_t n);
 
@@ -219,7 +220,8 @@ double microbench_cost(const MicrobenchPoint& point);
 // buffers when every step of the policy is fp32 or narrower, on double buffers otherwise.
 // `threads` is passed to the kernels (AttentionParams::threads). A point of distribution "captured"
 // takes its Q, K, V from `captured` (each B*H*N*d values: see capture_attention_inputs in src/train)
-// and a normal dO from its seed.
+// and a normal dO from its seed; one of distribution "file" takes Q, K, V and, when it holds one, dO
+// from `captured` (jobs/microbench_file.hpp reads them), otherwise a normal dO from its seed.
 //
 // `keep`, when given, receives the point's prepared inputs, golden value and CPU kernel results, for
 // algorithms run on the same inputs and checked against them (MicrobenchRun).

@@ -83,8 +83,37 @@ TEST(Microbench, DistributionsHaveTheirMoments) {
   for (double v : x) big += std::fabs(v) > 50;  // a normal value beyond 50 never happens
   EXPECT_GT(big, 0.04 * x.size());
   EXPECT_LT(big, 0.06 * x.size());
-  // captured inputs come from a checkpoint, never from the generator.
+  // captured inputs come from a checkpoint and file ones from a tensor file, never from the generator.
   EXPECT_THROW(generate_values(rng, InputDistribution::captured, 0, 1, x.data(), 1), std::exception);
+  EXPECT_THROW(generate_values(rng, InputDistribution::file, 0, 1, x.data(), 1), std::exception);
+}
+
+// A file point runs on the given Q, K, V and dO (rounded to the policy's formats), a captured one on the
+// given Q, K, V and a dO of its own; a point without them, or with them of another shape, is refused.
+TEST(Microbench, FileInputsAreTheGivenTensors) {
+  MicrobenchPoint p = small_point();
+  p.pass = Pass::backward;
+  p.format = Format::bf16;
+  p.distribution = InputDistribution::file;
+  const std::size_t n = 1 * 2 * 48 * 16;
+  MicrobenchInputs given;
+  int tensor = 0;
+  for (std::vector<double>* x : {&given.q, &given.k, &given.v, &given.dout}) {
+    x->resize(n);
+    for (std::size_t i = 0; i < n; ++i) (*x)[i] = std::sin(0.37 * static_cast<double>(i) + tensor);
+    ++tensor;
+  }
+  const MicrobenchRun run = prepare_microbench_point(p, std::nullopt, 1, &given);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(run.q[i], round_to(Format::bf16, given.q[i]));
+    ASSERT_EQ(run.dout[i], round_to(Format::bf16, given.dout[i]));
+  }
+  p.distribution = InputDistribution::captured;
+  EXPECT_NE(prepare_microbench_point(p, std::nullopt, 1, &given).dout, run.dout);  // captured: dO of its own
+  p.distribution = InputDistribution::file;
+  EXPECT_THROW(prepare_microbench_point(p, std::nullopt, 1, nullptr), Error);
+  given.dout.resize(n - 1);
+  EXPECT_THROW(prepare_microbench_point(p, std::nullopt, 1, &given), Error);
 }
 
 TEST(Microbench, RunIsDeterministic) {

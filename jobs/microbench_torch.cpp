@@ -229,10 +229,20 @@ TorchAttention torch_attention(const MicrobenchRun& run, const std::string& algo
 
 MicrobenchRow microbench_torch_row(const MicrobenchRun& run, const std::string& algorithm) {
   const TorchAttention t = torch_attention(run, algorithm);
-  const AttentionKind kind = find_real_code(algorithm)->kind;
-  const MicrobenchKernelOutput& reading = kind == AttentionKind::flash ? run.flash : run.baseline;
+  const RealCode& code = *find_real_code(algorithm);
+  const AttentionKind kind = code.kind;
   MicrobenchRow row = microbench_row(run, algorithm, t.values, run.golden, t.stats);
-  set_agreement(row, t.values, reading.values, run.point.policy + " " + std::string(to_string(kind)));
+  const std::string reading = run.point.policy + " " + std::string(to_string(kind));
+  if (kind == AttentionKind::baseline && run.baseline_policy.scale != code.scale) {
+    // The reading's baseline with the code's scale placement (README "Readings": fused, after, before).
+    PrecisionPolicy placed = run.baseline_policy;
+    placed.scale = code.scale;
+    // Named "READING/scale_PLACEMENT KIND": the kind stays the last word, as readers expect.
+    set_agreement(row, t.values, policy_values(run, placed, kind),
+                  run.point.policy + "/scale_" + std::string(to_string(code.scale)) + " " + std::string(to_string(kind)));
+  } else {
+    set_agreement(row, t.values, (kind == AttentionKind::flash ? run.flash : run.baseline).values, reading);
+  }
   return row;
 }
 

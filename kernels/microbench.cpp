@@ -371,6 +371,14 @@ std::vector<double> reading_values(const MicrobenchRun& run, std::string_view re
                               : run_kernel<float>(run.point, run.shape, params, run.q, run.k, run.v, run.dout).values;
 }
 
+std::vector<double> policy_values(const MicrobenchRun& run, const PrecisionPolicy& policy, AttentionKind kind) {
+  AttentionParams params = run.params;
+  params.attention = kind;
+  params.policy = policy;
+  return needs_double(policy) ? run_kernel<double>(run.point, run.shape, params, run.q, run.k, run.v, run.dout).values
+                              : run_kernel<float>(run.point, run.shape, params, run.q, run.k, run.v, run.dout).values;
+}
+
 std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
                                                 const std::optional<ReadingPolicies>& policies, int threads,
                                                 const MicrobenchInputs* captured, MicrobenchRun* keep) {

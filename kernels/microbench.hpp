@@ -130,14 +130,19 @@ struct RealCode {
   AttentionKind kind;
   std::string_view reading;
   std::string_view code;
+  // Where a baseline code applies the softmax scale (ScalePlacement): the reading's baseline is run with
+  // the same placement when it is compared with this code. Flash codes: fused (unused).
+  ScalePlacement scale = ScalePlacement::fused;
 };
 inline constexpr RealCode kRealCode[] = {
     {"torch_baseline", "cpu", AttentionKind::baseline, "eager",
      "softmax((Q K^T) * scale) V as PyTorch users write it (nanoGPT): torch::matmul, a multiply by the scale as "
-     "a Python float, torch::softmax, torch::matmul, on the format's tensors on the CPU; backward by autograd"},
+     "a Python float, torch::softmax, torch::matmul, on the format's tensors on the CPU; backward by autograd",
+     ScalePlacement::after},
     {"torch_baseline_before", "cpu", AttentionKind::baseline, "eager",
      "softmax((Q * scale) K^T) V: the scale applied to Q before torch::matmul (the order of the FlashAttention "
-     "tests' attention_ref, which divides q by sqrt(d)); otherwise as torch_baseline"},
+     "tests' attention_ref, which divides q by sqrt(d)); otherwise as torch_baseline",
+     ScalePlacement::before},
     {"torch_flash", "cpu", AttentionKind::flash, "eager",
      "FlashAttention-2 (q_outer) as a loop of LibTorch ops on the format's tensors on the CPU: per Q block and "
      "KV tile S = (Q_i K_j^T) * scale, running max, exp, rescale alpha, running sum and O, final division; "
@@ -274,6 +279,9 @@ MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::
 // every reading at run's format). Throws Error for an unknown reading.
 std::vector<double> reading_values(const MicrobenchRun& run, std::string_view reading, AttentionKind kind,
                                    int block_q, int block_kv, LoopOrder order);
+// The same for a policy: `policy`'s kernel of `kind` on run's inputs with the point's own tiles and loop
+// order (a reading's baseline with another scale placement, beside the real code that places it so).
+std::vector<double> policy_values(const MicrobenchRun& run, const PrecisionPolicy& policy, AttentionKind kind);
 
 // A row of `algorithm` from its values against `reference` (the golden value, or another kernel's),
 // with the point's metrics (max_ulp in the point's format, repeated_max_rows) and `stats`.

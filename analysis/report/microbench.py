@@ -139,7 +139,10 @@ def agreement_blocks(emulated, real, provenance):
         a["identical"].append(r["bit_identical"])
         a["ulp"] = max(a["ulp"], r["max_ulp_vs"])
         a["code"].append(r["max_abs"])
-        e = reading_error.get(point_key(r) + (r["vs_reading"].rsplit(" ", 1)[-1],))
+        # a comparison with the reading's baseline at another scale placement ("eager/scale_before baseline")
+        # has no row of its own to take the reading's error from
+        kind = r["vs_reading"].rsplit(" ", 1)[-1]
+        e = None if "/scale_" in r["vs_reading"] else reading_error.get(point_key(r) + (kind,))
         if e is not None:
             a["reading"].append(e)
     where = f" ({machine})" if machine else ""

@@ -25,6 +25,7 @@
 #include "jobs/preflight.hpp"
 #include "jobs/study_lock.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/microbench.hpp"
 #include "src/io/h5.hpp"
 #include "src/runtime/mpi.hpp"
 
@@ -32,6 +33,23 @@ namespace po = boost::program_options;
 using namespace fastudy;
 
 namespace {
+
+// `lead` followed by the words of `text`, in lines of at most `width` characters, every line after the
+// first indented to the width of `lead`.
+std::string wrapped(const std::string& lead, const std::string& text, std::size_t width) {
+  std::string out, line = lead;
+  std::istringstream words(text);
+  for (std::string w; words >> w;) {
+    if (line.size() > lead.size() && line.size() + 1 + w.size() > width) {
+      out += line + "\n";
+      line = std::string(lead.size(), ' ');
+    } else if (line.size() > lead.size()) {
+      line += ' ';
+    }
+    line += w;
+  }
+  return out + line;
+}
 
 void print_global_help(std::ostream& os) {
   os << "fastudy " FASTUDY_VERSION " - rank the sources of numeric deviation in neural-network training\n\n"
@@ -44,6 +62,17 @@ void print_global_help(std::ostream& os) {
   for (const auto& preset : kPolicyPresets)
     os << "  " << preset.name << std::string(15 - std::min<std::size_t>(14, preset.name.size()), ' ') << preset.models
        << "\n";
+  os << "\nreal code beside the readings ([microbench] framework = [...]): each row is compared element by\n"
+        "element with the reading that claims to model it, on the same inputs (microbench.csv: vs_reading,\n"
+        "bit_identical, max_ulp_vs; `fastudy report` shows the measured agreement on the machine that ran it):\n";
+  for (const auto& code : kRealCode) {
+    const std::string claim = code.reading.empty() ? std::string("no reading")
+                                                   : std::string(code.reading) + " " + std::string(to_string(code.kind));
+    const std::string name = std::string(code.algorithm);
+    os << wrapped("  " + name + std::string(23 - std::min<std::size_t>(22, name.size()), ' '),
+                  "(" + std::string(code.device) + ", models " + claim + ") " + std::string(code.code), 110)
+       << "\n";
+  }
   os << "\nprecision policy steps (a custom [attention.policies.NAME] starts from `preset` (default pure),\n"
         "sets some of them: step = \"format\", and may set rounding = \"nearest\" | \"zero\" | \"stochastic\",\n"
         "scale = \"fused\" | \"after\" | \"before\" (the baseline's), quantization = \"none\" | \"head\" | \"block\"\n"

@@ -25,6 +25,7 @@
 #include "jobs/job.hpp"
 #include "jobs/microbench_preflight.hpp"
 #include "jobs/microbench_sdpa.hpp"
+#include "jobs/microbench_torch.hpp"
 #include "jobs/microbench_table.hpp"
 #include "kernels/microbench.hpp"
 #if FASTUDY_HAVE_CUDA_KERNELS
@@ -49,6 +50,10 @@ struct SweepPoint {
   const MicrobenchSweep* source = nullptr;  // the sweep it came from (captured inputs: where they are)
   bool cuda = false;                        // also our CUDA kernels (devices lists "cuda")
   std::vector<std::string> framework;       // a framework point (policy "native"): these SDPA backends
+  std::vector<std::string> torch_cpu;       // also these LibTorch CPU algorithms (microbench_torch.hpp)
+  // A framework point: the tiles of the kernel of the reading that claims to model a backend (kRealCode),
+  // which its rows are compared with: the sweep's first tiles at the point's head dim.
+  int reading_block_q = 0, reading_block_kv = 0;
 };
 
 // The tiles of a sweep at head dim d: its `blocks`, or (when it lists SRAM sizes) each SRAM size
@@ -144,7 +149,8 @@ struct Readings {
 // `readings`, in the order pass, format, policy, rounding, N, d, tiles, loop order, causal, trial; each
 // takes the sweep's input settings (batch, heads, distribution, outliers, sink logit, seed).
 void add_points(std::vector<SweepPoint>& pts, const MicrobenchSweep& sw, const MicrobenchSweep& source,
-                const Readings& readings, bool cuda, const std::vector<std::string>& framework) {
+                const Readings& readings, bool cuda, const std::vector<std::string>& framework,
+                const std::vector<std::string>& torch_cpu) {
   for (Pass pass : sw.passes)
     for (Format f : sw.formats)
       for (const auto& policy : readings.policies)
@@ -176,7 +182,12 @@ void add_points(std::vector<SweepPoint>& pts, const MicrobenchSweep& sw, const M
                       p.outlier_scale = sw.outlier_scale;
                       p.sink_logit = sw.sink_logit;
                       p.seed = sw.seed;
-                      pts.push_back({sw.name, p, &source, cuda, framework});
+                      // FlashAttention-2's loop runs at FA-2's loop order only.
+                      std::vector<std::string> torch_rows;
+                      for (const auto& a : torch_cpu)
+                        if (find_real_code(a)->kind != AttentionKind::flash || order == LoopOrder::q_outer)
+                          torch_rows.push_back(a);
+                      pts.push_back({sw.name, p, &source, cuda, framework, torch_rows});
                     }
 }
 
@@ -202,14 +213,24 @@ std::vector<SweepPoint> expand_points(const Study& st) {
     if (ours.roundings.empty()) ours.roundings.push_back(std::nullopt);  // each policy's own
     ours.tiles = [&sw](int d) { return sweep_tiles(sw, d); };
     ours.loop_orders = sw.loop_orders;
-    add_points(pts, sw, sw0, ours, runs_our_cuda_kernels(sw), {});
-    if (!sw.framework.empty()) {
+    // The framework's code: LibTorch's CPU algorithms beside our kernels on their points, the SDPA
+    // backends (CUDA) on points of their own.
+    std::vector<std::string> torch_cpu, sdpa;
+    for (const auto& a : sw.framework) (find_real_code(a)->device == "cpu" ? torch_cpu : sdpa).push_back(a);
+    add_points(pts, sw, sw0, ours, runs_our_cuda_kernels(sw), {}, torch_cpu);
+    if (!sdpa.empty()) {
       Readings native;
       native.policies = {"native"};
       native.roundings = {std::nullopt};
       native.tiles = [](int) { return std::vector<Tiles>{{0, 0, 0, "native"}}; };
       native.loop_orders = {MicrobenchPoint{}.loop_order};
-      add_points(pts, sw, sw0, native, false, sw.framework);
+      const std::size_t first_native = pts.size();
+      add_points(pts, sw, sw0, native, false, sdpa, {});
+      for (std::size_t i = first_native; i < pts.size(); ++i) {
+        const Tiles t = sweep_tiles(sw, pts[i].point.head_dim).front();
+        pts[i].reading_block_q = std::min(t.block_q, pts[i].point.seq_len);
+        pts[i].reading_block_kv = std::min(t.block_kv, pts[i].point.seq_len);
+      }
     }
   }
   return pts;
@@ -251,11 +272,23 @@ std::vector<MicrobenchRow> point_rows(const Study& st, const std::string& out_di
   if (!sp.framework.empty()) {
     // The inputs rounded to the format (the pure reading's q, k, v and grad formats).
     const MicrobenchRun run = prepare_microbench_point(sp.point, make_reading("pure", sp.point.format), threads, captured);
-    for (const auto& backend : sp.framework) rows.push_back(microbench_sdpa_row(run, backend, device));
+    for (const auto& backend : sp.framework) {
+      std::vector<double> values;
+      rows.push_back(microbench_sdpa_row(run, backend, device, &values));
+      // Beside the reading that claims to model the backend, where this build has that reading.
+      const RealCode& code = *find_real_code(backend);
+      if (!code.reading.empty() && is_policy_preset(code.reading)) {
+        set_agreement(rows.back(), values,
+                      reading_values(run, code.reading, code.kind, sp.reading_block_q, sp.reading_block_kv,
+                                     LoopOrder::q_outer),
+                      std::string(code.reading) + " " + std::string(to_string(code.kind)));
+      }
+    }
     return rows;
   }
   MicrobenchRun run;
-  rows = run_microbench_point(sp.point, policy, threads, captured, sp.cuda ? &run : nullptr);
+  rows = run_microbench_point(sp.point, policy, threads, captured, &run);
+  for (const auto& a : sp.torch_cpu) rows.push_back(microbench_torch_row(run, a));
   if (sp.cuda) {
 #if FASTUDY_HAVE_CUDA_KERNELS
     for (auto& r : cuda::microbench_cuda_rows(run)) rows.push_back(std::move(r));
@@ -346,8 +379,14 @@ int job_microbench(JobContext& ctx) {
 
   on_root(world, [&] {
     const std::vector<Record> rows = records_in_point_order(parts);
-    microbench_table::write_h5(h5_path, rows, ctx.prov);
-    microbench_table::write_csv(csv_path, rows, ctx.prov);
+    bool torch_rows = false;
+    for (const auto& r : rows) {
+      const RealCode* code = find_real_code(microbench_table::text_at(r, "algorithm"));
+      torch_rows = torch_rows || (code != nullptr && code->device == "cpu");
+    }
+    const std::vector<std::string> notes = microbench_table::code_notes(rows, torch_rows ? torch_cpu_machine() : "");
+    microbench_table::write_h5(h5_path, rows, ctx.prov, notes);
+    microbench_table::write_csv(csv_path, rows, ctx.prov, notes);
     log::info(microbench_table::summary_tables(rows));
     std::size_t failed = 0;
     const std::string tables = microbench_table::real_kernel_tables(rows, failed);

@@ -61,6 +61,10 @@ const Column kColumns[] = {
     {"check", ColumnType::text, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.check; }},
     {"vs_cpu", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.vs_cpu; }},
     {"check_bound", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.check_bound; }},
+    {"vs_reading", ColumnType::text, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.vs_reading; }},
+    {"bit_identical", ColumnType::real,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return r.bit_identical; }},
+    {"max_ulp_vs", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.max_ulp_vs; }},
 };
 
 }  // namespace

@@ -16,20 +16,26 @@
 
 namespace fastudy::microbench_table {
 
-void write_csv(const std::string& path, const std::vector<Record>& rows, const Provenance& prov) {
+void write_csv(const std::string& path, const std::vector<Record>& rows, const Provenance& prov,
+               const std::vector<std::string>& notes) {
   std::ostringstream csv;
   csv << prov.header();
+  for (const auto& n : notes) csv << "# " << n << '\n';
   for (std::size_t c = 0; c < columns().size(); ++c) csv << (c ? "," : "") << columns()[c].name;
   csv << '\n';
   for (const auto& rec : rows) csv << csv_line(rec) << '\n';
   atomic_write_sealed(path, csv.str());
 }
 
-void write_h5(const std::string& path, const std::vector<Record>& rows, const Provenance& prov) {
+void write_h5(const std::string& path, const std::vector<Record>& rows, const Provenance& prov,
+              const std::vector<std::string>& notes) {
   atomic_write_sealed_with(path, [&](const std::string& tmp) {
     h5::File f = h5::File::create(tmp, nullptr);
     h5::Group root = f.root();
     root.set_attr("provenance", prov.header());
+    std::string joined;
+    for (const auto& n : notes) joined += n + "\n";
+    root.set_attr("notes", joined);
     root.set_attr("config_hash", prov.config_hash);
     root.set_attr("format", std::string("fastudy-microbench/1"));
     std::string cols;
@@ -68,6 +74,21 @@ void write_h5(const std::string& path, const std::vector<Record>& rows, const Pr
   });
 }
 
+std::vector<std::string> code_notes(const std::vector<Record>& rows, const std::string& machine) {
+  std::set<std::string> present;
+  for (const auto& r : rows) present.insert(text_at(r, "algorithm"));
+  std::vector<std::string> notes;
+  for (const auto& c : kRealCode) {
+    if (!present.count(std::string(c.algorithm))) continue;
+    notes.push_back("code " + std::string(c.algorithm) + ": models " +
+                    (c.reading.empty() ? std::string("no reading")
+                                       : std::string(c.reading) + " " + std::string(to_string(c.kind))) +
+                    " (device " + std::string(c.device) + "): " + std::string(c.code));
+  }
+  if (!machine.empty()) notes.push_back("machine: " + machine);
+  return notes;
+}
+
 namespace {
 
 // A point: every column but the algorithm and the measurements.
@@ -88,6 +109,50 @@ double median(std::vector<double> v) {
 }
 
 bool is_cuda_algorithm(const std::string& a) { return a == "cuda_flash" || a == "cuda_baseline"; }
+
+// Real code against the reading that claims to model it (see real_kernel_tables).
+std::string agreement_table(const std::vector<Record>& rows) {
+  struct Acc {
+    std::vector<double> identical, real, reading;
+    double worst_ulp = 0;
+  };
+  std::map<std::string, double> reading_error;  // point key + kind -> the reading's max |d|
+  for (const auto& r : rows)
+    if (text_at(r, "algorithm") == "flash" || text_at(r, "algorithm") == "baseline")
+      reading_error[point_key(r) + text_at(r, "algorithm")] = real_at(r, "max_abs");
+  std::map<std::vector<std::string>, Acc> by;
+  for (const auto& r : rows) {
+    const std::string& vs = text_at(r, "vs_reading");
+    if (vs == "-") continue;
+    Acc& a = by[{text_at(r, "sweep"), text_at(r, "pass"), text_at(r, "format"), text_at(r, "distribution"),
+                 csv_text(r[column("head_dim")]), text_at(r, "algorithm"), vs}];
+    a.identical.push_back(real_at(r, "bit_identical"));
+    a.worst_ulp = std::max(a.worst_ulp, real_at(r, "max_ulp_vs"));
+    a.real.push_back(real_at(r, "max_abs"));
+    // The reading's own row has the reading's scale placement: no error to show beside a placed comparison.
+    const auto it = vs.find("/scale_") != std::string::npos ? reading_error.end()
+                                                               : reading_error.find(point_key(r) + vs.substr(vs.rfind(' ') + 1));
+    if (it != reading_error.end()) a.reading.push_back(it->second);
+  }
+  if (by.empty()) return "";
+  std::ostringstream os;
+  char line[320];
+  std::snprintf(line, sizeof line, "%-12s %-9s %-6s %-9s %4s %-22s %-28s %6s %9s %9s %8s %11s %11s\n", "sweep", "pass",
+                "format", "inputs", "d", "algorithm", "vs reading", "points", "ident min", "ident med", "max ulp",
+                "real max|d|", "read max|d|");
+  os << "microbench: real code against the reading that claims to model it, element by element on the same inputs "
+        "(ident: fraction of bit-identical elements, smallest and median over points; max ulp: largest difference "
+        "in ulps of the format; errors against the fp64 golden value, medians)\n"
+     << line;
+  for (const auto& [k, a] : by) {
+    std::snprintf(line, sizeof line, "%-12s %-9s %-6s %-9s %4s %-22s %-28s %6zu %9.6f %9.6f %8.0f %11.3e %11.3e\n",
+                  k[0].c_str(), k[1].c_str(), k[2].c_str(), k[3].c_str(), k[4].c_str(), k[5].c_str(), k[6].c_str(),
+                  a.identical.size(), *std::min_element(a.identical.begin(), a.identical.end()), median(a.identical),
+                  a.worst_ulp, median(a.real), median(a.reading));
+    os << line;
+  }
+  return os.str();
+}
 bool is_framework_algorithm(const std::string& a) { return a.rfind("sdpa_", 0) == 0; }
 
 }  // namespace
@@ -268,6 +333,7 @@ std::string real_kernel_tables(const std::vector<Record>& rows, std::size_t& fai
       }
     }
   }
+  os << agreement_table(rows);
   return os.str();
 }
 

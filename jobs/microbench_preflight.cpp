@@ -19,12 +19,21 @@ bool runs_our_cuda_kernels(const MicrobenchSweep& sw) {
   return std::find(sw.devices.begin(), sw.devices.end(), "cuda") != sw.devices.end();
 }
 
+// Whether a sweep lists framework code that runs on the CUDA device (LibTorch's SDPA rows; the CPU rows,
+// torch_*, need none).
+bool runs_framework_on_cuda(const MicrobenchSweep& sw) {
+  return std::any_of(sw.framework.begin(), sw.framework.end(), [](const std::string& a) {
+    const RealCode* code = find_real_code(a);
+    return code != nullptr && code->device == "cuda";
+  });
+}
+
 int microbench_cuda_preflight(const Study& st, const std::vector<CudaPointTiles>& tiles, mpi::Comm& world) {
   const MicrobenchSweep* ours = nullptr;
   const MicrobenchSweep* framework = nullptr;
   for (const auto& sw : st.microbench.sweeps) {
     if (!ours && runs_our_cuda_kernels(sw)) ours = &sw;
-    if (!framework && !sw.framework.empty()) framework = &sw;
+    if (!framework && runs_framework_on_cuda(sw)) framework = &sw;
   }
   if (!ours && !framework) return -1;
   std::string why;

@@ -43,7 +43,8 @@ bool sdpa_device_available(std::string* why) {
   return reason.empty();
 }
 
-MicrobenchRow microbench_sdpa_row(const MicrobenchRun& run, const std::string& backend, int device) {
+MicrobenchRow microbench_sdpa_row(const MicrobenchRun& run, const std::string& backend, int device,
+                                  std::vector<double>* out) {
   const Format f = run.point.format;
   if (f != Format::fp16 && f != Format::bf16)
     throw UsageError("framework kernel " + backend + " at " + std::string(to_string(f)) + ": it runs fp16 and bf16");
@@ -72,7 +73,9 @@ MicrobenchRow microbench_sdpa_row(const MicrobenchRun& run, const std::string& b
   AttentionStats none;
   none.tiles_kv = 0;
   none.rescales_per_row = 0;
-  return microbench_row(run, backend, values, run.golden, none);
+  MicrobenchRow row = microbench_row(run, backend, values, run.golden, none);
+  if (out != nullptr) *out = std::move(values);
+  return row;
 }
 
 }  // namespace fastudy

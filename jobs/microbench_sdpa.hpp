@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kernels/microbench.hpp"
 
@@ -20,8 +21,10 @@ int sdpa_device_count();
 // `device`: the run's rounded Q, K, V (exact in the point's format) as fp16/bf16 tensors [B, H, N, d],
 // softmax(q k^T / sqrt(d) [causal]) v, and on a backward point the gradients of O . dO by LibTorch's
 // autograd (dO in the point's format); against the run's fp64 golden value. tiles_kv and
-// rescales_per_row are 0 (the framework's tiles are its own). Throws Error when the backend cannot run
-// the point (LibTorch's reason) and UsageError for a format other than fp16/bf16.
-MicrobenchRow microbench_sdpa_row(const MicrobenchRun& run, const std::string& backend, int device);
+// rescales_per_row are 0 (the framework's tiles are its own). `values`, when given, receives the
+// backend's output as the row compares it. Throws Error when the backend cannot run the point
+// (LibTorch's reason) and UsageError for a format other than fp16/bf16.
+MicrobenchRow microbench_sdpa_row(const MicrobenchRun& run, const std::string& backend, int device,
+                                  std::vector<double>* values = nullptr);
 
 }  // namespace fastudy

@@ -17,9 +17,18 @@
 namespace fastudy::microbench_table {
 
 // The CSV and the HDF5 table of `rows` (in the order given), each written whole and sealed with its
-// checksum sidecar (base/atomic_file.hpp).
-void write_csv(const std::string& path, const std::vector<Record>& rows, const Provenance& prov);
-void write_h5(const std::string& path, const std::vector<Record>& rows, const Provenance& prov);
+// checksum sidecar (base/atomic_file.hpp). `notes` are "key: value" lines that follow the provenance
+// header (the CSV's "# key: value" lines; the HDF5 file's attribute `notes`): code_notes below.
+void write_csv(const std::string& path, const std::vector<Record>& rows, const Provenance& prov,
+               const std::vector<std::string>& notes = {});
+void write_h5(const std::string& path, const std::vector<Record>& rows, const Provenance& prov,
+              const std::vector<std::string>& notes = {});
+
+// What the rows' real code is (kRealCode, kernels/microbench.hpp), one line per algorithm of the rows
+// that has an entry, in table order: "code ALGORITHM: models READING KIND (device DEVICE): CODE"
+// ("models no reading" where none claims to), so the report can say which reading models which code
+// from the data alone; `machine` (when not empty) adds "machine: MACHINE", where the CPU rows ran.
+std::vector<std::string> code_notes(const std::vector<Record>& rows, const std::string& machine);
 
 // The flash/baseline error ratios, both errors against the fp64 golden value, each the median over
 // points of the per-point ratio, of max |d| and of rel_l2:
@@ -35,6 +44,9 @@ std::string summary_tables(const std::vector<Record>& rows);
 //            backend's error;
 //   the readings: per input and emulated reading (CPU flash rows: policy, rounding, tiles, loop order),
 //            its error, sdpa_flash's, their ratio and within_2x's verdict on the two medians.
+//   real code against the reading that claims to model it (rows with vs_reading): per sweep, pass,
+//            format, distribution, head dim, algorithm and reading, the points, the smallest and the
+//            median fraction of bit-identical elements, the largest difference in ulps, and both errors.
 // "" when the rows have none of these algorithms. `failed` gets the number of CUDA rows whose check
 // failed (DIFFERS, EXCEEDS BOUND).
 std::string real_kernel_tables(const std::vector<Record>& rows, std::size_t& failed);

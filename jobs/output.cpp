@@ -71,7 +71,8 @@ std::vector<manifest::Entry> outputs_of(const std::string& job) {
   static const std::vector<manifest::Entry> kOutputs = {
       {Kind::file, "study", "study.toml"},          {Kind::file, "study", "variants.csv"},
       {Kind::file, "study", "provenance.txt"},      {Kind::file, "microbench", "microbench.csv"},
-      {Kind::file, "microbench", "microbench.h5"},  {Kind::file, "train", "status.csv"},
+      {Kind::file, "microbench", "microbench.h5"},  {Kind::file, "microbench", "microbench_outputs.h5"},
+      {Kind::file, "train", "status.csv"},
       {Kind::dir, "train", "checkpoints"},          {Kind::dir, "train", "variants"},
       {Kind::file, "reduce", "deviation.h5"},       {Kind::file, "reduce", "deviation.csv"},
       {Kind::file, "reduce", "axes.csv"},           {Kind::file, "reduce", "ranking.csv"},

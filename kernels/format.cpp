@@ -2,7 +2,9 @@
 // templates of kernels/round.hpp). Kernels that round in hot loops use round_to_format<F> directly.
 #include <cmath>
 #include <cstring>
+#include <string>
 
+#include "base/error.hpp"
 #include "kernels/format.hpp"
 
 #include "kernels/round.hpp"
@@ -244,6 +246,53 @@ std::uint16_t to_fp16_bits(float value_in_fp16) {
 // bfloat16 is the top half of binary32.
 float from_bf16_bits(std::uint16_t bits) { return float_of(static_cast<std::uint32_t>(bits) << 16); }
 std::uint16_t to_bf16_bits(float value_in_bf16) { return static_cast<std::uint16_t>(bits_of(value_in_bf16) >> 16); }
+
+namespace {
+
+// The smallest normal exponent of f (2^emin is its smallest normal value).
+int min_normal_exponent(Format f) {
+  switch (f) {
+    case Format::fp64: return FormatTraits<Format::fp64>::emin;
+    case Format::fp32: return FormatTraits<Format::fp32>::emin;
+    case Format::tf32: return FormatTraits<Format::tf32>::emin;
+    case Format::fp16: return FormatTraits<Format::fp16>::emin;
+    case Format::bf16: return FormatTraits<Format::bf16>::emin;
+    case Format::fp8_e4m3: return FormatTraits<Format::fp8_e4m3>::emin;
+    case Format::fp8_e5m2: return FormatTraits<Format::fp8_e5m2>::emin;
+  }
+  return 0;
+}
+
+// The signed position of x (a finite value of f) among f's values: 0 for +-0, k for the k-th value
+// above zero. With p fraction bits the subnormals are the multiples of 2^(emin - p) below 2^emin
+// (positions 0 .. 2^p - 1), and every binade [2^e, 2^(e+1)) holds 2^p values from position
+// (e - emin + 1) 2^p on. Every step is exact in double (a value of f has at most 53 significant bits).
+std::int64_t position(Format f, double x) {
+  const int p = mantissa_bits(f), emin = min_normal_exponent(f);
+  const double magnitude = std::fabs(x);
+  std::int64_t pos;
+  if (magnitude < std::ldexp(1.0, emin)) {
+    pos = static_cast<std::int64_t>(std::ldexp(magnitude, p - emin));
+  } else {
+    int e;
+    std::frexp(magnitude, &e);  // magnitude = m 2^e, m in [0.5, 1)
+    --e;                        // magnitude in [2^e, 2^(e+1))
+    const auto binade = static_cast<std::int64_t>(e - emin + 1);
+    pos = binade * (std::int64_t{1} << p) + static_cast<std::int64_t>(std::ldexp(magnitude, p - e)) -
+          (std::int64_t{1} << p);
+  }
+  return std::signbit(x) ? -pos : pos;
+}
+
+}  // namespace
+
+std::int64_t ulp_distance(Format f, double a, double b) {
+  if (!std::isfinite(a) || !std::isfinite(b)) {
+    throw Error("ulp_distance: " + std::string(std::isfinite(a) ? "b" : "a") + " is not finite");
+  }
+  const std::int64_t pa = position(f, a), pb = position(f, b);
+  return pa > pb ? pa - pb : pb - pa;
+}
 
 float round_to(Format f, float x, Rounding r, std::uint32_t random) { return round_any_mode(f, x, r, random); }
 double round_to(Format f, double x, Rounding r, std::uint32_t random) { return round_any_mode(f, x, r, random); }

@@ -51,6 +51,12 @@ float from_bf16_bits(std::uint16_t bits);
 std::uint16_t to_fp16_bits(float value_in_fp16);
 std::uint16_t to_bf16_bits(float value_in_bf16);
 
+// The distance between a and b, two finite values of format f, in units in the last place of f: how many
+// steps from one representable value of f to the next lead from a to b (0 for equal values and for +0
+// against -0; 1 for neighbours, also across a power of two, through the subnormals and across zero:
+// the smallest subnormal and its negative are 2 apart). Throws Error for a value that is not finite.
+std::int64_t ulp_distance(Format f, double a, double b);
+
 // How a value is rounded into a narrower format.
 //   nearest     round to nearest, ties to even (IEEE default; what hardware conversions do).
 //   zero        truncation toward zero: drop the low bits. Every rounding shrinks |x|, so errors are

@@ -4,6 +4,7 @@
 // B batch, H heads, N sequence, d head dim; tensors are [B, H, N, d].
 #include "kernels/microbench.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string_view>
@@ -76,6 +77,7 @@ std::string_view to_string(InputDistribution d) {
     case InputDistribution::outliers: return "outliers";
     case InputDistribution::sink: return "sink";
     case InputDistribution::captured: return "captured";
+    case InputDistribution::file: return "file";
   }
   return "normal";
 }
@@ -165,10 +167,12 @@ void generate_values(std::mt19937_64& rng, InputDistribution distribution, doubl
         out[i] = uniform01(rng) < outlier_fraction ? x + outlier_scale * z : x;
       }
       return;
-    case InputDistribution::captured: break;
+    case InputDistribution::captured:
+    case InputDistribution::file: break;
   }
-  throw Error("generate_values: distribution \"captured\" is not drawn",
-              "captured Q, K, V come from a checkpoint (prepare_microbench_point's `captured`)");
+  throw Error("generate_values: distribution \"" + std::string(to_string(distribution)) + "\" is not drawn",
+              "captured Q, K, V come from a checkpoint, file ones from a tensor file (prepare_microbench_point's "
+              "`captured`)");
 }
 
 MicrobenchInputs microbench_inputs(const MicrobenchPoint& point) {
@@ -180,9 +184,9 @@ MicrobenchInputs microbench_inputs(const MicrobenchPoint& point) {
   MicrobenchInputs in;
   for (std::vector<double>* x : {&in.q, &in.k, &in.v, &in.dout}) {
     x->resize(size);
-    // captured: Q, K, V come from the caller (run_microbench_point); dO is normal.
-    const InputDistribution dist =
-        point.distribution == InputDistribution::captured ? InputDistribution::normal : point.distribution;
+    // captured, file: Q, K, V (file: and dO) come from the caller (run_microbench_point); dO is normal.
+    const bool given = point.distribution == InputDistribution::captured || point.distribution == InputDistribution::file;
+    const InputDistribution dist = given ? InputDistribution::normal : point.distribution;
     generate_values(rng, dist, point.outlier_fraction, point.outlier_scale, x->data(), size);
   }
   if (point.distribution == InputDistribution::sink) {
@@ -245,6 +249,38 @@ void set_cpu_check(MicrobenchRow& row, const std::vector<double>& values, const 
   }
 }
 
+const RealCode* find_real_code(std::string_view algorithm) {
+  for (const auto& c : kRealCode)
+    if (c.algorithm == algorithm) return &c;
+  return nullptr;
+}
+
+std::string real_code_names(std::string_view device) {
+  std::string names;
+  for (const auto& c : kRealCode)
+    if (c.device == device) names += (names.empty() ? "" : ", ") + std::string(c.algorithm);
+  return names;
+}
+
+void set_agreement(MicrobenchRow& row, const std::vector<double>& values, const std::vector<double>& reading,
+                   const std::string& reading_name) {
+  if (values.size() != reading.size()) {
+    throw Error("microbench: " + row.algorithm + " has " + std::to_string(values.size()) + " output elements and " +
+                reading_name + " " + std::to_string(reading.size()));
+  }
+  std::size_t identical = 0;
+  std::int64_t worst = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    // Both values are exact in the format (its outputs, converted to double exactly): equal doubles with
+    // the same sign bit are the same bits of the format.
+    identical += std::memcmp(&values[i], &reading[i], sizeof(double)) == 0;
+    worst = std::max(worst, ulp_distance(row.point.format, values[i], reading[i]));
+  }
+  row.vs_reading = reading_name;
+  row.bit_identical = values.empty() ? 1.0 : static_cast<double>(identical) / static_cast<double>(values.size());
+  row.max_ulp_vs = static_cast<double>(worst);
+}
+
 MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::optional<ReadingPolicies>& policies,
                                        int threads, const MicrobenchInputs* captured) {
   MicrobenchRun run;
@@ -256,15 +292,18 @@ MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::
   const PrecisionPolicy& pol = run.policy;
   const std::uint64_t rounding_seed = microbench_rounding_seed(point);
   MicrobenchInputs raw = microbench_inputs(point);
-  if (point.distribution == InputDistribution::captured) {
-    if (captured == nullptr || captured->q.size() != raw.q.size() || captured->k.size() != raw.q.size() ||
-        captured->v.size() != raw.q.size()) {
-      throw Error("microbench point: distribution \"captured\" needs the captured Q, K, V of the point's shape "
-                  "(B*H*N*d = " + std::to_string(raw.q.size()) + " values each)");
+  if (point.distribution == InputDistribution::captured || point.distribution == InputDistribution::file) {
+    const std::size_t n = raw.q.size();
+    if (captured == nullptr || captured->q.size() != n || captured->k.size() != n || captured->v.size() != n ||
+        (!captured->dout.empty() && captured->dout.size() != n)) {
+      throw Error("microbench point: distribution \"" + std::string(to_string(point.distribution)) +
+                  "\" needs the given Q, K, V (and dO) of the point's shape (B*H*N*d = " + std::to_string(n) +
+                  " values each)");
     }
     raw.q = captured->q;
     raw.k = captured->k;
     raw.v = captured->v;
+    if (point.distribution == InputDistribution::file && !captured->dout.empty()) raw.dout = captured->dout;
   }
   run.q = rounded(raw.q, input_format(pol, pol.q));
   run.k = rounded(raw.k, input_format(pol, pol.k));
@@ -317,6 +356,27 @@ MicrobenchRow microbench_row(const MicrobenchRun& run, const std::string& algori
   r.rescales_per_row = stats.rescales_per_row;
   r.tiles_kv = stats.tiles_kv;
   return r;
+}
+
+std::vector<double> reading_values(const MicrobenchRun& run, std::string_view reading, AttentionKind kind,
+                                   int block_q, int block_kv, LoopOrder order) {
+  const PrecisionPolicy policy = make_policy(reading, run.point.format, kind);
+  AttentionParams params = run.params;
+  params.attention = kind;
+  params.policy = policy;
+  params.block_q = block_q;
+  params.block_kv = block_kv;
+  params.order = order;
+  return needs_double(policy) ? run_kernel<double>(run.point, run.shape, params, run.q, run.k, run.v, run.dout).values
+                              : run_kernel<float>(run.point, run.shape, params, run.q, run.k, run.v, run.dout).values;
+}
+
+std::vector<double> policy_values(const MicrobenchRun& run, const PrecisionPolicy& policy, AttentionKind kind) {
+  AttentionParams params = run.params;
+  params.attention = kind;
+  params.policy = policy;
+  return needs_double(policy) ? run_kernel<double>(run.point, run.shape, params, run.q, run.k, run.v, run.dout).values
+                              : run_kernel<float>(run.point, run.shape, params, run.q, run.k, run.v, run.dout).values;
 }
 
 std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,

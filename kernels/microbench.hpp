@@ -26,13 +26,14 @@ std::string_view to_string(Pass p);  // "forward", "backward"
 std::optional<Pass> parse_pass(std::string_view name);
 
 // Where a point's Q, K, V come from: drawn by generate_values (normal, uniform, outliers), normal with
-// an attention sink (sink, see microbench_inputs), or captured from a layer of the study's own model
-// (captured: the caller passes them; see prepare_microbench_point).
-enum class InputDistribution : std::uint8_t { normal, uniform, outliers, sink, captured };
-inline constexpr InputDistribution kAllInputDistributions[] = {InputDistribution::normal, InputDistribution::uniform,
-                                                               InputDistribution::outliers, InputDistribution::sink,
-                                                               InputDistribution::captured};
-std::string_view to_string(InputDistribution d);  // "normal", "uniform", "outliers", "sink", "captured"
+// an attention sink (sink, see microbench_inputs), captured from a layer of the study's own model
+// (captured), or read from a file a user's framework wrote (file: Q, K, V and dO). For captured and file
+// the caller passes them; see prepare_microbench_point.
+enum class InputDistribution : std::uint8_t { normal, uniform, outliers, sink, captured, file };
+inline constexpr InputDistribution kAllInputDistributions[] = {
+    InputDistribution::normal, InputDistribution::uniform,  InputDistribution::outliers,
+    InputDistribution::sink,   InputDistribution::captured, InputDistribution::file};
+std::string_view to_string(InputDistribution d);  // "normal", "uniform", "outliers", "sink", "captured", "file"
 std::optional<InputDistribution> parse_input_distribution(std::string_view name);
 
 struct MicrobenchPoint {
@@ -89,6 +90,13 @@ std::string tile_rule_names();
 // Rows of other algorithms on the same inputs (the microbench job adds them, see README "Real kernels"):
 // "cuda_flash" / "cuda_baseline" (our CUDA kernels, kernels/cuda/microbench_cuda.hpp) and "sdpa_flash",
 // "sdpa_efficient", "sdpa_cudnn", "sdpa_math" (LibTorch's scaled_dot_product_attention, policy "native").
+// Rows of LibTorch's own ops on the CPU (jobs/microbench_torch.hpp): "torch_baseline",
+// "torch_baseline_before", "torch_flash" (kRealCode below), on the point's own inputs and policy.
+// The agreement columns compare a row of real code with the reading that claims to model it, on the same
+// inputs, element by element in the point's format ("-", 0, 0 on every other row; set_agreement):
+//   vs_reading     the reading and kind compared with ("eager flash": the policy's flash kernel);
+//   bit_identical  the fraction of output elements whose bits equal the reading's;
+//   max_ulp_vs     the largest difference in units in the last place of the format (ulp_distance).
 // The check columns hold the CUDA rows' comparison with our CPU kernel of the same kind (check "-" and
 // vs_cpu = check_bound = 0 on every other row):
 //   check        "bit-identical" (the host twin promises equality and it holds), "DIFFERS" (promised,
@@ -106,7 +114,58 @@ struct MicrobenchRow {
   std::int64_t tiles_kv = 0;
   std::string check = "-";
   double vs_cpu = 0, check_bound = 0;
+  std::string vs_reading = "-";
+  double bit_identical = 0, max_ulp_vs = 0;
 };
+
+// Real code a microbenchmark row can run beside the emulated readings (README "Real kernels"), one
+// entry each: the row's algorithm; where it runs ("cpu": LibTorch's ops, jobs/microbench_torch;
+// "cuda": LibTorch's SDPA, jobs/microbench_sdpa); the kind of attention it computes, so the reading's
+// kernel of that kind is what it is compared with; the reading that claims to model it ("" when none
+// does: then it is compared with no reading); and what it runs. A new framework algorithm is one row
+// here and its code in the jobs layer; the report and `fastudy --help` list them from the rows.
+struct RealCode {
+  std::string_view algorithm;
+  std::string_view device;
+  AttentionKind kind;
+  std::string_view reading;
+  std::string_view code;
+  // Where a baseline code applies the softmax scale (ScalePlacement): the reading's baseline is run with
+  // the same placement when it is compared with this code. Flash codes: fused (unused).
+  ScalePlacement scale = ScalePlacement::fused;
+};
+inline constexpr RealCode kRealCode[] = {
+    {"torch_baseline", "cpu", AttentionKind::baseline, "eager",
+     "softmax((Q K^T) * scale) V as PyTorch users write it (nanoGPT): torch::matmul, a multiply by the scale as "
+     "a Python float, torch::softmax, torch::matmul, on the format's tensors on the CPU; backward by autograd",
+     ScalePlacement::after},
+    {"torch_baseline_before", "cpu", AttentionKind::baseline, "eager",
+     "softmax((Q * scale) K^T) V: the scale applied to Q before torch::matmul (the order of the FlashAttention "
+     "tests' attention_ref, which divides q by sqrt(d)); otherwise as torch_baseline",
+     ScalePlacement::before},
+    {"torch_flash", "cpu", AttentionKind::flash, "eager",
+     "FlashAttention-2 (q_outer) as a loop of LibTorch ops on the format's tensors on the CPU: per Q block and "
+     "KV tile S = (Q_i K_j^T) * scale, running max, exp, rescale alpha, running sum and O, final division; "
+     "backward: FA-2's Algorithm 2 as ops (KV tiles outer, P from the saved lse)"},
+    {"sdpa_flash", "cuda", AttentionKind::flash, "fa2",
+     "LibTorch's scaled_dot_product_attention, flash backend (the FlashAttention-2 CUDA kernel); autograd"},
+    {"sdpa_efficient", "cuda", AttentionKind::flash, "",
+     "LibTorch's scaled_dot_product_attention, memory-efficient backend (xFormers' CUDA kernel); autograd"},
+    {"sdpa_cudnn", "cuda", AttentionKind::flash, "",
+     "LibTorch's scaled_dot_product_attention, cuDNN backend (cuDNN's fused attention); autograd"},
+    {"sdpa_math", "cuda", AttentionKind::baseline, "",
+     "LibTorch's scaled_dot_product_attention, math backend (composite LibTorch ops on the GPU); autograd"},
+};
+// The entry of `algorithm`, or null.
+const RealCode* find_real_code(std::string_view algorithm);
+// The names of the entries on `device` ("cpu" or "cuda"), comma separated.
+std::string real_code_names(std::string_view device);
+
+// Sets row's agreement columns (see MicrobenchRow): `values` (the real code's output) against `reading`
+// (the reading's output on the same inputs, element by element), in the point's format; `reading_name`
+// names it ("eager flash"). Throws Error when the sizes differ.
+void set_agreement(MicrobenchRow& row, const std::vector<double>& values, const std::vector<double>& reading,
+                   const std::string& reading_name);
 
 // Whether a real kernel's error reproduces an emulated reading's, by FlashAttention's rule (its tests:
 // "FlashAttention's numerical error is at most twice the numerical error of a Pytorch implementation",
@@ -138,7 +197,7 @@ std::uint64_t microbench_seed(const MicrobenchPoint& point);
 // [-sqrt 3, sqrt 3) (unit variance, like normal); outliers: FA3's recipe N(0, 1) + N(0, s^2) *
 // Bernoulli(p), s = outlier_scale, p = outlier_fraction (FA3's defaults p = 0.001, s = 10, i.e.
 // N(0, 100)): mean 0, variance 1 + p s^2. sink generates normal values (the sink is made by
-// microbench_inputs). captured values are not drawn (Error).
+// microbench_inputs). captured and file values are not drawn (Error).
 void generate_values(std::mt19937_64& rng, InputDistribution distribution, double outlier_fraction,
                      double outlier_scale, double* out, std::size_t n);
 
@@ -168,7 +227,8 @@ double microbench_cost(const MicrobenchPoint& point);
 // on double buffers otherwise.
 // `threads` is passed to the kernels (AttentionParams::threads). A point of distribution "captured"
 // takes its Q, K, V from `captured` (each B*H*N*d values: see capture_attention_inputs in src/train)
-// and a normal dO from its seed.
+// and a normal dO from its seed; one of distribution "file" takes Q, K, V and, when it holds one, dO
+// from `captured` (jobs/microbench_file.hpp reads them), otherwise a normal dO from its seed.
 //
 // `keep`, when given, receives the point's prepared inputs, golden value and CPU kernel results, for
 // algorithms run on the same inputs and checked against them (MicrobenchRun).
@@ -212,6 +272,16 @@ void set_cpu_check(MicrobenchRow& row, const std::vector<double>& values, const 
 // The inputs and golden value of a point (no kernel runs): what run_microbench_point starts from.
 MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::optional<ReadingPolicies>& policies,
                                        int threads, const MicrobenchInputs* captured);
+
+// The output (O, or dQ|dK|dV on a backward point) of `reading`'s CPU kernel of `kind` on run's inputs,
+// with tiles block_q x block_kv and `order`: what a real kernel of that kind is compared with, on a point
+// prepared for another policy (the inputs must be exact in the reading's q, k, v and grad formats: as for
+// every reading at run's format). Throws Error for an unknown reading.
+std::vector<double> reading_values(const MicrobenchRun& run, std::string_view reading, AttentionKind kind,
+                                   int block_q, int block_kv, LoopOrder order);
+// The same for a policy: `policy`'s kernel of `kind` on run's inputs with the point's own tiles and loop
+// order (a reading's baseline with another scale placement, beside the real code that places it so).
+std::vector<double> policy_values(const MicrobenchRun& run, const PrecisionPolicy& policy, AttentionKind kind);
 
 // A row of `algorithm` from its values against `reference` (the golden value, or another kernel's),
 // with the point's metrics (max_ulp in the point's format, repeated_max_rows) and `stats`.

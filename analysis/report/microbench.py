@@ -7,12 +7,18 @@ Figures (each only when the data has what it needs; otherwise a line says what i
   Readings  flash/baseline error ratio (both against fp64) against the number of KV tiles, one line
             per reading (policy) and format (and rounding, pass where they vary), with a paragraph
             computed from the same numbers: under which reading and from how many tiles the paper's
-            ~10x appears (or the largest ratio reached), and what the GPU-kernel reading (mixed) gives
+            ~10x appears (or the largest ratio reached), and what the GPU-kernel readings (fa2, fa3) give
   Fig. 5    flash vs baseline deviation against sequence length at fixed tiles
   Fig. 6    flash deviation against block area (block_q x block_kv) per loop order, square tiles
             as lines, non-square tiles as separate markers
 Table: flash/baseline ratio of max |d| (both against fp64) per pass, format, policy and rounding: the
 median over points of the per-point ratio, like the summary `fastudy microbench` prints.
+
+Which reading is which code (issue 26; only when the data has rows of real code compared with a reading):
+a table reading -> the code it models -> the measured agreement on the machine that ran it (the fraction
+of bit-identical output elements and the largest difference in ulps: LibTorch's own ops on the CPU,
+LibTorch's SDPA on a GPU), and the paper's ~10x measured on the framework's own code: LibTorch's FA-2
+loop against LibTorch's baseline, beside the reading that models them, per number of KV tiles.
 
 Real kernels (issue 13; only when the data has such rows, README "Real kernels"): the figures and the
 table above use the emulated rows alone (flash, baseline, flash_vs_baseline), and three tables follow:
@@ -29,15 +35,16 @@ import numpy as np
 from .doc import Bullets, Section, Table, num, text
 from .figures import COLOURS, KIND_COLOURS, format_key
 from .readers import MICROBENCH_FLOATS, MICROBENCH_INTS, MICROBENCH_OPTIONAL
+from .readings import KERNEL_READINGS, real_codes, reading_words
 
 # The columns that identify one measured point (everything but the algorithm and the errors).
 POINT_KEYS = ("sweep", "pass", "format", "policy", "rounding", "seq_len", "head_dim", "block_q", "block_kv", "sram",
               "tile_rule", "loop_order", "causal", "trial", "distribution")
 # The paper's headline: flash about 10x (an order of magnitude) the baseline's deviation at bf16 (Fig. 4).
 PAPER_RATIO = 10.0
-GPU_READING = "mixed"
-READING_WORDS = {"pure": "every step in the format", "eager": "framework ops: fp32 inside each op, state between "
-                 "tiles in the format", "mixed": "GPU kernels: fp32 accumulators and statistics"}
+# A reading reproduces a code when at least this fraction of the output elements is bit-identical at every point
+# (the eager reading's promise for LibTorch's ops on the CPU, README "Real kernels").
+AGREES = 0.99
 ALGORITHMS = (("flash", "flash vs fp64"), ("baseline", "baseline vs fp64"), ("flash_vs_baseline", "flash vs baseline"))
 PASS_WORDS = {"forward": "forward (O)", "backward": "backward (dQ, dK, dV)"}
 EMULATED = {"flash", "baseline", "flash_vs_baseline"}  # our CPU kernels' rows: the emulated readings
@@ -92,12 +99,12 @@ def build(data, figs):
                                kind="missing"))
         return sec
     rows = typed_rows(data.microbench)
+    policies = sorted({r["policy"] for r in rows if r["algorithm"] in EMULATED})
     sec.blocks.append(text(
         f"{len(rows)} rows from microbench.csv: errors are max |d| over every element of the output O (forward) or "
         "of dQ, dK, dV (backward), against the fp64 baseline computed on the same rounded inputs (the golden "
-        "value). Policies (readings, README \"Readings\"): `pure` runs every step in the format; `eager` models a "
-        "framework-level re-implementation (each op in fp32, its output and the state flash keeps between key/value "
-        "tiles in the format); `mixed` keeps fp32 accumulators and softmax statistics like real GPU kernels."))
+        "value). Policies (readings, README \"Readings\"): " +
+        "; ".join(f"`{p}`: {reading_words(p)}" for p in policies) + "."))
     real = [r for r in rows if r["algorithm"] not in EMULATED]
     rows = [r for r in rows if r["algorithm"] in EMULATED]
     sec.blocks += formats_figure(rows, figs)
@@ -105,13 +112,128 @@ def build(data, figs):
     sec.blocks += readings_figure(rows, figs)
     sec.blocks += seq_len_figure(rows, figs)
     sec.blocks += block_area_figure(rows, figs)
-    if real:
+    compared = [r for r in real if r["vs_reading"] != "-"]
+    if compared:
+        sec.blocks += agreement_blocks(rows, real, data.microbench.provenance)
+    if any(r["algorithm"] in CUDA_ALGORITHMS or is_framework(r["algorithm"]) for r in real):
         sec.blocks += real_kernel_blocks(rows, real)
     return sec
 
 
 def _median(values):
     return float(np.median(values)) if values else float("nan")
+
+
+def agreement_blocks(emulated, real, provenance):
+    """Which reading is which code (module docstring): the agreement table, what each code is, and the
+    flash/baseline ratio of the framework's own code beside its reading's."""
+    codes = real_codes(provenance)
+    machine = provenance.get("machine")
+    reading_error = {point_key(r) + (r["algorithm"],): r["max_abs"] for r in emulated
+                     if r["algorithm"] in ("flash", "baseline")}
+    acc = defaultdict(lambda: {"identical": [], "ulp": 0.0, "code": [], "reading": []})
+    for r in real:
+        if r["vs_reading"] == "-":
+            continue
+        a = acc[(r["vs_reading"], r["algorithm"], r["pass"], r["format"], r["distribution"], r["head_dim"])]
+        a["identical"].append(r["bit_identical"])
+        a["ulp"] = max(a["ulp"], r["max_ulp_vs"])
+        a["code"].append(r["max_abs"])
+        # a comparison with the reading's baseline at another scale placement ("eager/scale_before baseline")
+        # has no row of its own to take the reading's error from
+        kind = r["vs_reading"].rsplit(" ", 1)[-1]
+        e = None if "/scale_" in r["vs_reading"] else reading_error.get(point_key(r) + (kind,))
+        if e is not None:
+            a["reading"].append(e)
+    where = f" ({machine})" if machine else ""
+    blocks = [text("Which reading is which code: each row of real code was computed on the same rounded inputs as "
+                   "the emulated readings and compared with the reading's kernel of the same kind element by element: "
+                   "the fraction of output elements with the same bits and the largest difference in units in the "
+                   f"last place (ulps) of the format, measured on the machine that ran them{where}.")]
+    out = []
+    for (reading, alg, ps, f, dist, d), a in sorted(acc.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2:])):
+        claim = codes.get(alg, {}).get("reading")
+        key = f"microbench.agreement.{alg}.{reading.replace(' ', '_')}.{ps}.{f}.{dist}.{d}"
+        out.append([f"`{reading}`" + (" (claims it)" if claim == reading else ""), f"`{alg}`", ps, f, dist, str(d),
+                    str(len(a["identical"])), num(min(a["identical"]), key + ".identical_min", digits=4),
+                    num(_median(a["identical"]), key + ".identical_median", digits=4),
+                    num(a["ulp"], key + ".max_ulp"), num(_median(a["code"]), key + ".code_max_abs"),
+                    num(_median(a["reading"]), key + ".reading_max_abs")])
+    blocks.append(Table(["reading (kernel)", "code", "pass", "format", "inputs", "d", "points", "bit-identical (min)",
+                         "bit-identical (median)", "max ulp", "code max |d|", "reading max |d|"], out,
+                        caption="Reading -> the code it models -> the measured agreement: fraction of bit-identical "
+                                "output elements (smallest and median over points), the largest difference in ulps of "
+                                "the format, and both errors against the fp64 golden value (medians)."))
+    items = [[f"`{alg}` (models {c['reading']}, {c['device']}): {c['code']}"] for alg, c in sorted(codes.items())]
+    if items:
+        blocks.append(text("The code (kRealCode in kernels/microbench.hpp, as the build that ran it wrote it into "
+                           "microbench.csv):"))
+        blocks.append(Bullets(items))
+    blocks += framework_ratio_blocks(emulated, real)
+    return blocks
+
+
+def framework_ratio_blocks(emulated, real):
+    """The paper's ~10x on the framework's own code: per pass, format and KV tile count, the median over points
+    of LibTorch's FA-2 loop's error over LibTorch's baseline's (both against fp64, the same inputs), beside the
+    same ratio of the reading the loop is compared with on those points."""
+    by_point = defaultdict(dict)
+    for r in real + emulated:
+        by_point[point_key(r)][r["algorithm"]] = r
+    baseline_alg = next((b for b in ("torch_baseline", "torch_baseline_before")
+                         if any(b in algs for algs in by_point.values())), None)
+    acc = defaultdict(lambda: {"code": [], "reading": []})
+    for algs in by_point.values():
+        fl, base = algs.get("torch_flash"), algs.get(baseline_alg)
+        if fl is None or base is None or base["max_abs"] <= 0:
+            continue
+        a = acc[(fl["pass"], fl["format"], fl["policy"], fl["tiles_kv"])]
+        a["code"].append(fl["max_abs"] / base["max_abs"])
+        if algs.get("flash") and algs.get("baseline") and algs["baseline"]["max_abs"] > 0:
+            a["reading"].append(algs["flash"]["max_abs"] / algs["baseline"]["max_abs"])
+    if not acc:
+        return []
+    out, reached = [], {}
+    for (ps, f, policy, tiles), a in sorted(acc.items()):
+        key = f"microbench.framework_ratio.{ps}.{f}.{policy}.{tiles}"
+        code, reading = _median(a["code"]), _median(a["reading"])
+        out.append([ps, f, str(tiles), num(code, key + ".code", suffix="x"), f"`{policy}`",
+                    num(reading, key + ".reading", suffix="x"), str(len(a["code"]))])
+        if code >= PAPER_RATIO and (ps, f) not in reached:
+            reached[(ps, f)] = (tiles, code)
+    blocks = [Table(["pass", "format", "KV tiles", f"torch_flash / {baseline_alg}", "reading", "reading flash / baseline",
+                     "points"], out,
+                    caption=f"The paper's ~10x on the framework's own code: LibTorch's FA-2 loop (torch_flash) against "
+                            f"LibTorch's baseline ({baseline_alg}), both against the fp64 golden value on the same "
+                            "inputs (median over points of the per-point ratio of max |d|), beside the ratio of the "
+                            "reading they are compared with on those points.")]
+    parts = []
+    for (ps, f), (tiles, code) in sorted(reached.items()):
+        parts += [f"LibTorch's own FA-2 loop reaches the paper's ~10x over LibTorch's baseline at {f} ({ps}) from "
+                  f"{tiles} KV tiles (", num(code, f"microbench.framework_ratio.first10x.{ps}.{f}", suffix="x"), "). "]
+    if not reached:
+        best = max(((_median(a["code"]), k) for k, a in acc.items()), key=lambda t: t[0])
+        parts += ["LibTorch's own FA-2 loop stays below the paper's ~10x over LibTorch's baseline in this study: at most ",
+                  num(best[0], "microbench.framework_ratio.largest", suffix="x"),
+                  f" ({best[1][1]}, {best[1][0]}, {best[1][3]} KV tiles). "]
+    # The reading beside it at the most tiles: how close, and how many of the loop's bits it reproduces.
+    identical = defaultdict(list)
+    for r in real:
+        if r["algorithm"] == "torch_flash" and r["vs_reading"] == f"{r['policy']} flash":
+            identical[(r["pass"], r["format"], r["policy"])].append(r["bit_identical"])
+    for (ps, f, policy), fractions in sorted(identical.items()):
+        tiles = max(t for (p2, f2, pol2, t) in acc if (p2, f2, pol2) == (ps, f, policy))
+        a = acc[(ps, f, policy, tiles)]
+        key = f"microbench.framework_ratio.{ps}.{f}.{policy}"
+        parts += [f"At {tiles} KV tiles ({f}, {ps}) LibTorch's ratio is ",
+                  num(_median(a["code"]), key + ".most_tiles.code", suffix="x"), f" and `{policy}`'s ",
+                  num(_median(a["reading"]), key + ".most_tiles.reading", suffix="x"),
+                  f"; `{policy}` reproduces torch_flash's output bit for bit on at least ",
+                  num(min(fractions), key + ".identical_min", digits=4), " of the elements of every point, so ",
+                  f"its line in the readings figure is what LibTorch's own ops give. " if min(fractions) >= AGREES else
+                  f"its line in the readings figure models LibTorch's ops without reproducing them. "]
+    blocks.append(text(*parts))
+    return blocks
 
 
 def real_kernel_blocks(emulated, real):
@@ -462,7 +584,7 @@ def readings_figure(rows, figs):
 
 def readings_text(sweep, lines):
     """The paragraph under the readings figure, from the same numbers: where the ratio reaches the paper's
-    ~10x (ratio >= PAPER_RATIO in max |d| or rel_l2), else the largest ratio; and the GPU-kernel reading."""
+    ~10x (ratio >= PAPER_RATIO in max |d| or rel_l2), else the largest ratio; and the GPU-kernel readings."""
     parts = []
     reached = []  # (first tiles, policy, format, metric, ratio)
     best = None   # (ratio, policy, format, tiles, metric)
@@ -488,15 +610,17 @@ def readings_text(sweep, lines):
         parts += ["No reading reaches the paper's ~10x in this study: the largest flash/baseline ratio is ",
                   num(best[0], "microbench.readings.largest", suffix="x"),
                   f" (`{best[1]}`, {best[2]}, {best[3]} KV tiles, {best[4]}). "]
-    gpu = [(k, v) for k, v in lines.items() if k[2] == GPU_READING]
-    if gpu:
+    kernels = [name for name in KERNEL_READINGS if any(k[2] == name for k in lines)]
+    for name in kernels:
+        gpu = [(k, v) for k, v in lines.items() if k[2] == name]
         values = [v[m] for _, by_tiles in gpu for v in by_tiles.values() for m in (0, 1) if v[m] == v[m]]
-        parts += [f"Under `{GPU_READING}` (the GPU-kernel reading: fp32 accumulators and statistics) the ratio stays "
-                  "between ", num(min(values), "microbench.readings.mixed.min", suffix="x"), " and ",
-                  num(max(values), "microbench.readings.mixed.max", suffix="x"),
+        parts += [f"Under `{name}` ({reading_words(name)}) the ratio stays between ",
+                  num(min(values), f"microbench.readings.{name}.min", suffix="x"), " and ",
+                  num(max(values), f"microbench.readings.{name}.max", suffix="x"),
                   f" over {min(min(b) for _, b in gpu)}–{max(max(b) for _, b in gpu)} KV tiles. "]
-    else:
-        parts.append(f"The sweep has no `{GPU_READING}` (GPU-kernel) reading to compare with. ")
+    if not kernels:
+        parts.append("The sweep has no reading of a GPU kernel (" + ", ".join(f"`{n}`" for n in KERNEL_READINGS) +
+                     ") to compare with. ")
     parts.append("Per reading and format, the ratio of max |d| from the fewest to the most tiles: ")
     for i, (k, by_tiles) in enumerate(sorted(lines.items())):
         ts = list(by_tiles)

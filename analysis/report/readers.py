@@ -35,7 +35,9 @@ MICROBENCH_INTS = ("seq_len", "head_dim", "block_q", "block_kv", "causal", "tria
 MICROBENCH_OPTIONAL = {"rounding": "nearest", "sram": 0, "tile_rule": "blocks", "rmse": float("nan"),
                        "mean_signed": float("nan"), "max_ulp": float("nan"), "repeated_max_rows": float("nan"),
                        # issue 13: the CUDA rows' check against the CPU kernels ("-" on every other row)
-                       "check": "-", "vs_cpu": 0.0, "check_bound": 0.0}
+                       "check": "-", "vs_cpu": 0.0, "check_bound": 0.0,
+                       # issue 26: real code against the reading that claims to model it ("-" elsewhere)
+                       "vs_reading": "-", "bit_identical": 0.0, "max_ulp_vs": 0.0}
 RANKING_FLOATS = ("w1_mean", "w1_min", "w1_max", "max_abs_mean", "slope")
 RANKING_INTS = ("pairs", "independent", "step")
 VERDICT_FLOATS = ("w1", "reference_w1", "end_ratio", "end_lo", "end_hi", "slope", "reference_slope", "slope_ratio",
@@ -157,7 +159,7 @@ _ID_PREFIX = {"seed": "s", "data_seed": "d", "block_q": "bq", "block_kv": "bkv",
 
 
 def expand_grid(grid):
-    """Variant ids and axes of the grid, first axis slowest (src/core/config.cpp's expansion)."""
+    """Variant ids and axes of the grid, first axis slowest (expand_variants, src/core/grid.cpp)."""
     if not grid:
         return {}
     out = {}

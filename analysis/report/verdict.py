@@ -27,6 +27,7 @@ import math
 
 from .doc import Bullets, Section, Table, num, sig, text
 from .readers import RANKING_FLOATS, RANKING_INTS, VERDICT_FLOATS, VERDICT_INTS, typed_rows
+from .readings import reading_words
 
 MIN_INDEPENDENT = 3  # analysis/ranking.hpp kMinIndependentPairs
 VERDICT_WORDS = {
@@ -40,13 +41,8 @@ VERDICT_WORDS = {
 NOISE_ZERO = ("noise floor: 0 by construction (deterministic CPU arithmetic); add a `repeat` axis to measure it")
 
 
-READINGS = {"pure": "every step in the format", "eager": "a framework-level re-implementation: each op in fp32, "
-            "its output and flash's state between key/value tiles in the format",
-            "mixed": "GPU kernels: fp32 accumulators, statistics and running O"}
-
-
 def training_readings(data):
-    """The reading(s) the study trained with, in words: ["`mixed` (GPU kernels: ...)"], or [] when
+    """The reading(s) the study trained with, in words: ["`eager` (a framework-level ...)"], or [] when
     study.toml is unknown."""
     if not data.config:
         return []
@@ -58,10 +54,10 @@ def training_readings(data):
         if name in custom:
             c = custom[name]
             preset = c.get("preset", "pure")
-            out.append(f"custom policy `{name}` (from `{preset}`, {READINGS.get(preset, preset)}; rounding "
+            out.append(f"custom policy `{name}` (from `{preset}`, {reading_words(preset)}; rounding "
                        f"{c.get('rounding', 'nearest')})")
         else:
-            out.append(f"`{name}` ({READINGS.get(name, 'unknown reading')})")
+            out.append(f"`{name}` ({reading_words(name)})")
     return out
 
 

@@ -81,11 +81,35 @@ std::optional<SweepProblem> real_kernel_problem(const MicrobenchSweep& sw) {
                           "nvcc)",
                           "build on a machine with the CUDA toolkit (README \"GPU\"), or remove \"cuda\""};
   }
-  if (!sw.framework.empty()) {
+  std::vector<std::string> cpu_code, cuda_code;
+  for (const auto& a : sw.framework)
+    (find_real_code(a) != nullptr && find_real_code(a)->device == "cpu" ? cpu_code : cuda_code).push_back(a);
+  for (const auto& a : cpu_code) {
+    for (Format f : sw.formats) {
+      // LibTorch 1.x (Debian's 1.13) has no fp16 matmul on the CPU ("addmm_impl_cpu_" not implemented for
+      // 'Half'); on a later LibTorch the microbenchmark asks LibTorch itself before any work.
+      const bool no_fp16 = f == Format::fp16 && std::string(FASTUDY_TORCH_VERSION).rfind("1.", 0) == 0;
+      if (no_fp16 || (f != Format::fp64 && f != Format::fp32 && f != Format::fp16 && f != Format::bf16))
+        return SweepProblem{"framework",
+                            "framework lists " + a + " (LibTorch's ops on the CPU), and this build's LibTorch " +
+                                std::string(FASTUDY_TORCH_VERSION) + " has no " + std::string(to_string(f)) +
+                                (no_fp16 ? " matmul on the CPU" : " tensors on the CPU") + " (formats lists it)",
+                            "run the CPU framework rows at bf16 (or fp32, fp64): put " + std::string(to_string(f)) +
+                                " in a sweep of its own without them"};
+    }
+    if (find_real_code(a)->kind == AttentionKind::flash &&
+        std::find(sw.loop_orders.begin(), sw.loop_orders.end(), LoopOrder::q_outer) == sw.loop_orders.end())
+      return SweepProblem{"framework",
+                          "framework lists " + a + ", FlashAttention-2's loop (q_outer), and loop_orders has no "
+                          "q_outer to put it beside",
+                          "add \"q_outer\" to loop_orders"};
+  }
+  if (!cuda_code.empty()) {
     for (Format f : sw.formats)
       if (f != Format::fp16 && f != Format::bf16)
         return SweepProblem{"formats",
-                            "framework kernels run at fp16 and bf16, and this sweep lists " + std::string(to_string(f)),
+                            "framework kernels on the GPU (" + cuda_code.front() +
+                                ") run at fp16 and bf16, and this sweep lists " + std::string(to_string(f)),
                             "formats = [\"fp16\", \"bf16\"]; put the other formats in a sweep of their own"};
     if (!FASTUDY_TORCH_SDPA)
       return SweepProblem{"framework",

@@ -177,10 +177,19 @@ struct MicrobenchSweep {
   // reference the CUDA rows are checked against) and "cuda" (adds cuda_flash and cuda_baseline rows;
   // builds with the CUDA kernels, FASTUDY_CUDA_KERNELS, and a visible device).
   std::vector<std::string> devices{"cpu"};
-  // The framework's real kernels on the same inputs, on the CUDA device: LibTorch's SDPA with one
-  // backend each ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math"), rows of policy "native"
-  // at the sweep's formats (fp16 and bf16 only); builds with a CUDA LibTorch >= 2.3.
+  // The framework's own code on the same inputs (kRealCode, kernels/microbench.hpp): LibTorch's ops on
+  // the CPU beside the sweep's points ("torch_baseline", "torch_baseline_before", "torch_flash"; formats
+  // LibTorch runs on the CPU), and on the CUDA device LibTorch's SDPA with one backend each
+  // ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math"), rows of policy "native" at the sweep's
+  // formats (fp16 and bf16 only; builds with a CUDA LibTorch >= 2.3).
   std::vector<std::string> framework;
+  // distribution = "file": the tensor file (safetensors, h5py HDF5 or torch.save) that holds q, k, v and,
+  // for the backward pass, do, each [B, H, N, d] (jobs/microbench_file.hpp). Its shape replaces the
+  // sweep's seq_lens, head_dims, batch and heads, and it runs one trial (every trial would read the same
+  // tensors); a relative path is taken from the working directory, as [data] path.
+  std::string input_file;
+  // Every point's inputs and outputs into OUT/microbench_outputs.h5 (jobs/microbench_saved.hpp).
+  bool save_outputs = false;
 };
 
 // [microbench] holds the defaults; each [[microbench.sweeps]] overrides some of them (e.g. the paper's

@@ -401,7 +401,11 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   mb.get("captured_batch", mc.captured_batch);
   mb.get("seed", mc.seed);
   mb.get_words("devices", mc.devices, kMicrobenchDevices);
-  mb.get_words("framework", mc.framework, words(kSdpaKinds));
+  std::vector<std::string> real_code;
+  for (const auto& c : kRealCode) real_code.emplace_back(c.algorithm);
+  mb.get_words("framework", mc.framework, real_code);
+  mb.get("input_file", mc.input_file);
+  mb.get("save_outputs", mc.save_outputs);
   require(mc.trials >= 1, mb, "trials", sec + "trials must be >= 1");
   require(mc.batch >= 1, mb, "batch", sec + "batch must be >= 1");
   require(mc.heads >= 1, mb, "heads", sec + "heads must be >= 1");
@@ -415,6 +419,14 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   require(mc.distribution != InputDistribution::captured || !mc.captured_variant.empty(), mb, "distribution",
           sec + "distribution = \"captured\" needs captured_variant (the variant whose checkpoint to read)",
           "add captured_variant = \"ID\" (and captured_step, captured_layer, captured_batch)");
+  require(mc.distribution != InputDistribution::file || !mc.input_file.empty(), mb, "distribution",
+          sec + "distribution = \"file\" needs input_file (the tensor file of q, k, v and do)",
+          "add input_file = \"PATH\": a safetensors, h5py or torch.save file of tensors q, k, v (and do for the "
+          "backward pass), each [B, H, N, d]");
+  require(mc.input_file.empty() || mc.distribution == InputDistribution::file, mb, "input_file",
+          sec + "input_file is read only by distribution = \"file\", and this sweep's distribution is \"" +
+              std::string(to_string(mc.distribution)) + "\"",
+          "set distribution = \"file\", or remove input_file");
   require(mc.captured_step >= 0, mb, "captured_step", sec + "captured_step must be >= 0 (0: the last step)");
   require(mc.captured_layer >= 0, mb, "captured_layer", sec + "captured_layer must be >= 0");
   require(mc.captured_batch >= 0, mb, "captured_batch", sec + "captured_batch must be >= 0");

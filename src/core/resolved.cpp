@@ -156,6 +156,8 @@ toml::table sweep_table(const MicrobenchSweep& mc) {
   // The real-kernel keys only when set, so a grid without them keeps its hash.
   if (mc.devices != std::vector<std::string>{"cpu"}) t.insert("devices", to_array(mc.devices));
   if (!mc.framework.empty()) t.insert("framework", to_array(mc.framework));
+  if (!mc.input_file.empty()) t.insert("input_file", mc.input_file);
+  if (mc.save_outputs) t.insert("save_outputs", true);
   if (mc.sram.empty()) {
     t.insert("blocks", blocks);
   } else {

@@ -268,7 +268,7 @@ TEST(Config, ShippedConfigsLoad) {
   Study quick = load_study(std::string(FASTUDY_CONFIGS) + "/quick.toml");
   EXPECT_EQ(quick.variants.size(), 12u);
   Study mb = load_study(std::string(FASTUDY_CONFIGS) + "/microbench.toml");
-  EXPECT_EQ(mb.microbench.sweeps.size(), 9u);
+  EXPECT_EQ(mb.microbench.sweeps.size(), 10u);
   // The readings sweep answers issue 12's question: three readings, bf16 and fp16, 4 to 256 KV tiles.
   const MicrobenchSweep* readings = nullptr;
   for (const auto& sw : mb.microbench.sweeps)

@@ -126,7 +126,15 @@ const BadCase kCases[] = {
     {"microbench_cuda_stochastic", "[microbench]\nformats = [\"bf16\"]\nroundings = [\"stochastic\"]\n"
      "devices = [\"cpu\", \"cuda\"]\n", 3, "microbench.roundings", "round to nearest only"},
     {"microbench_framework_fp32", "[microbench]\nformats = [\"fp32\", \"bf16\"]\nframework = [\"sdpa_flash\"]\n", 2,
-     "microbench.formats", "framework kernels run at fp16 and bf16"},
+     "microbench.formats", "framework kernels on the GPU (sdpa_flash) run at fp16 and bf16"},
+    {"microbench_torch_fp8", "[microbench]\nformats = [\"bf16\", \"fp8_e4m3\"]\nframework = [\"torch_baseline\"]\n", 3,
+     "microbench.framework", "has no fp8_e4m3 tensors on the CPU"},
+    {"microbench_torch_flash_no_q_outer", "[microbench]\nformats = [\"bf16\"]\nloop_orders = [\"kv_outer\"]\nframework = [\"torch_flash\"]\n", 4,
+     "microbench.framework", "no q_outer to put it beside"},
+    {"microbench_file_without_input_file", "[microbench]\ndistribution = \"file\"\n", 2, "microbench.distribution",
+     "needs input_file"},
+    {"microbench_input_file_without_file", "[microbench]\ninput_file = \"qkv.safetensors\"\n", 2,
+     "microbench.input_file", "read only by distribution = \"file\""},
     {"microbench_sweep_inherits_cuda", "[microbench]\ndevices = [\"cpu\", \"cuda\"]\n[[microbench.sweeps]]\n"
      "name = \"low\"\nformats = [\"fp8_e4m3\"]\n", 5, "microbench.sweeps.formats", "'low': devices lists \"cuda\""},
     {"microbench_duplicate_sweep", "[[microbench.sweeps]]\nname = \"a\"\n[[microbench.sweeps]]\nname = \"a\"\n", 4,

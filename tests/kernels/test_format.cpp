@@ -17,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "base/error.hpp"
 #include "kernels/format.hpp"
 #include "kernels/round.hpp"
 
@@ -195,6 +196,51 @@ std::uint16_t c10_round_to_nearest_even(float src) {
   const std::uint32_t u = bits_of(src);
   const std::uint32_t rounding_bias = ((u >> 16) & 1) + UINT32_C(0x7FFF);
   return static_cast<std::uint16_t>((u + rounding_bias) >> 16);
+}
+
+// ulp_distance counts the values of the format between two of its values: against the ordering of the
+// bit patterns (sign-magnitude, positive patterns ascend with the value) on every bf16 and fp16 value
+// against a fixed set, and on random fp32 and fp64 values with their neighbours.
+std::int64_t signed_position(std::uint64_t bits, int sign_bit) {
+  const std::uint64_t magnitude = bits & ((std::uint64_t{1} << sign_bit) - 1);
+  return (bits >> sign_bit) & 1 ? -static_cast<std::int64_t>(magnitude) : static_cast<std::int64_t>(magnitude);
+}
+
+TEST(Format, UlpDistanceCountsTheValuesBetween) {
+  const std::uint16_t others[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x3f80, 0xbf80, 0x0080, 0x7f7f, 0xff7f};
+  int wrong = 0;
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    const auto bits = static_cast<std::uint16_t>(b);
+    const float x = from_bf16_bits(bits);
+    if (std::isfinite(x))
+      for (std::uint16_t o : others)
+        wrong += ulp_distance(Format::bf16, x, from_bf16_bits(o)) !=
+                 std::llabs(signed_position(bits, 15) - signed_position(o, 15));
+    const float h = from_fp16_bits(bits);
+    if (std::isfinite(h))
+      for (std::uint16_t o : {std::uint16_t(0x0000), std::uint16_t(0x8001), std::uint16_t(0x3c00), std::uint16_t(0x7bff)})
+        wrong += ulp_distance(Format::fp16, h, from_fp16_bits(o)) !=
+                 std::llabs(signed_position(bits, 15) - signed_position(o, 15));
+  }
+  EXPECT_EQ(wrong, 0);
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 100000; ++i) {
+    const float a = float_of(static_cast<std::uint32_t>(rng()) & 0xff7fffffu);  // finite: exponent below 255
+    const float b = float_of(static_cast<std::uint32_t>(rng()) & 0xff7fffffu);
+    ASSERT_EQ(ulp_distance(Format::fp32, a, b),
+              std::llabs(signed_position(bits_of(a), 31) - signed_position(bits_of(b), 31)))
+        << a << " " << b;
+    const double c = std::ldexp(static_cast<double>(rng() >> 11), -40 - static_cast<int>(rng() % 1000));
+    ASSERT_EQ(ulp_distance(Format::fp64, c, std::nextafter(c, 1e300)), 1) << c;
+    ASSERT_EQ(ulp_distance(Format::fp64, -c, c), 2 * signed_position(bits_of(c), 63)) << c;
+  }
+  // Across a power of two, through the subnormals, and across zero, in the narrow formats too.
+  EXPECT_EQ(ulp_distance(Format::bf16, 1.0, 1.0 - 0x1p-8), 1);
+  EXPECT_EQ(ulp_distance(Format::bf16, 1.0, 1.0 + 0x1p-7), 1);
+  EXPECT_EQ(ulp_distance(Format::fp16, 0x1p-24, -0x1p-24), 2);
+  EXPECT_EQ(ulp_distance(Format::fp8_e4m3, 1.0, 448.0), 8 * 9 - 2);  // 1 = 2^0 .. 448 = 1.75 * 2^8
+  EXPECT_EQ(ulp_distance(Format::bf16, 0.0, -0.0), 0);
+  EXPECT_THROW(ulp_distance(Format::bf16, 1.0, std::numeric_limits<double>::infinity()), Error);
 }
 
 TEST(Format, Bf16MatchesC10) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "kernels/check.hpp"
 #include "kernels/microbench.hpp"
 
@@ -82,8 +83,37 @@ TEST(Microbench, DistributionsHaveTheirMoments) {
   for (double v : x) big += std::fabs(v) > 50;  // a normal value beyond 50 never happens
   EXPECT_GT(big, 0.04 * x.size());
   EXPECT_LT(big, 0.06 * x.size());
-  // captured inputs come from a checkpoint, never from the generator.
+  // captured inputs come from a checkpoint and file ones from a tensor file, never from the generator.
   EXPECT_THROW(generate_values(rng, InputDistribution::captured, 0, 1, x.data(), 1), std::exception);
+  EXPECT_THROW(generate_values(rng, InputDistribution::file, 0, 1, x.data(), 1), std::exception);
+}
+
+// A file point runs on the given Q, K, V and dO (rounded to the policy's formats), a captured one on the
+// given Q, K, V and a dO of its own; a point without them, or with them of another shape, is refused.
+TEST(Microbench, FileInputsAreTheGivenTensors) {
+  MicrobenchPoint p = small_point();
+  p.pass = Pass::backward;
+  p.format = Format::bf16;
+  p.distribution = InputDistribution::file;
+  const std::size_t n = 1 * 2 * 48 * 16;
+  MicrobenchInputs given;
+  int tensor = 0;
+  for (std::vector<double>* x : {&given.q, &given.k, &given.v, &given.dout}) {
+    x->resize(n);
+    for (std::size_t i = 0; i < n; ++i) (*x)[i] = std::sin(0.37 * static_cast<double>(i) + tensor);
+    ++tensor;
+  }
+  const MicrobenchRun run = prepare_microbench_point(p, std::nullopt, 1, &given);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(run.q[i], round_to(Format::bf16, given.q[i]));
+    ASSERT_EQ(run.dout[i], round_to(Format::bf16, given.dout[i]));
+  }
+  p.distribution = InputDistribution::captured;
+  EXPECT_NE(prepare_microbench_point(p, std::nullopt, 1, &given).dout, run.dout);  // captured: dO of its own
+  p.distribution = InputDistribution::file;
+  EXPECT_THROW(prepare_microbench_point(p, std::nullopt, 1, nullptr), Error);
+  given.dout.resize(n - 1);
+  EXPECT_THROW(prepare_microbench_point(p, std::nullopt, 1, &given), Error);
 }
 
 TEST(Microbench, RunIsDeterministic) {
@@ -389,6 +419,69 @@ TEST(Microbench, CpuCheckIsBitIdentityWherePromisedElseTheBound) {
   row.point.pass = Pass::backward;  // vs_cpu is rel_l2 on a backward point
   set_cpu_check(row, near, cpu, false, 1.0);
   EXPECT_NEAR(row.vs_cpu, 1e-6 / std::sqrt(1.0 + 4.0 + 0.25), 1e-15);
+}
+
+// The agreement columns: the fraction of elements with the same bits (+0 and -0 differ) and the largest
+// distance in ulps of the point's format; "-" and zeros on rows that were compared with no reading.
+TEST(Microbench, AgreementCountsIdenticalBitsAndUlps) {
+  MicrobenchRow row;
+  EXPECT_EQ(row.vs_reading, "-");
+  EXPECT_EQ(row.bit_identical, 0.0);
+  row.algorithm = "torch_flash";
+  row.point.format = Format::bf16;
+  const std::vector<double> reading{1.0, -2.0, 0.5, 0.0};
+  std::vector<double> values = reading;
+  set_agreement(row, values, reading, "eager flash");
+  EXPECT_EQ(row.vs_reading, "eager flash");
+  EXPECT_EQ(row.bit_identical, 1.0);
+  EXPECT_EQ(row.max_ulp_vs, 0.0);
+  values[1] = -2.0 - 0x1p-6;  // the next bf16 value below -2 (spacing 2^-6 in [2, 4))
+  values[3] = -0.0;           // the same value, other bits
+  set_agreement(row, values, reading, "eager flash");
+  EXPECT_EQ(row.bit_identical, 0.5);
+  EXPECT_EQ(row.max_ulp_vs, 1.0);
+  values[2] = 0.5 + 3 * 0x1p-8;  // three bf16 steps above 0.5
+  set_agreement(row, values, reading, "eager flash");
+  EXPECT_EQ(row.bit_identical, 0.25);
+  EXPECT_EQ(row.max_ulp_vs, 3.0);
+  EXPECT_THROW(set_agreement(row, {1.0}, reading, "eager flash"), Error);
+}
+
+// A reading's kernel on a point prepared for another policy gives that reading's own point's values.
+TEST(Microbench, ReadingValuesAreTheReadingsKernel) {
+  for (Pass pass : kAllPasses) {
+    MicrobenchPoint p = small_point();
+    p.pass = pass;
+    p.format = Format::bf16;
+    p.policy = "pure";
+    const MicrobenchRun pure = prepare_microbench_point(p, std::nullopt, 1, nullptr);
+    p.policy = "eager";
+    p.block_q = 8;
+    p.block_kv = 16;
+    MicrobenchRun eager;
+    run_microbench_point(p, std::nullopt, 1, nullptr, &eager);
+    EXPECT_EQ(reading_values(pure, "eager", AttentionKind::flash, 8, 16, p.loop_order), eager.flash.values) << to_string(pass);
+    EXPECT_EQ(reading_values(pure, "eager", AttentionKind::baseline, 8, 16, p.loop_order), eager.baseline.values);
+    EXPECT_NE(reading_values(pure, "eager", AttentionKind::flash, 16, 8, p.loop_order), eager.flash.values);
+  }
+  EXPECT_THROW(reading_values(prepare_microbench_point(small_point(), std::nullopt, 1, nullptr), "no_such_reading",
+                              AttentionKind::flash, 8, 8, LoopOrder::q_outer),
+               Error);
+}
+
+// Every real code names its device and, where a reading claims to model it, a reading's name: the
+// CPU ones one of the presets.
+TEST(Microbench, RealCodeTable) {
+  for (const auto& c : kRealCode) {
+    EXPECT_TRUE(c.device == "cpu" || c.device == "cuda") << c.algorithm;
+    EXPECT_EQ(find_real_code(c.algorithm), &c);
+    EXPECT_FALSE(c.code.empty());
+    if (c.device == "cpu") {
+      EXPECT_TRUE(is_policy_preset(c.reading)) << c.algorithm;
+    }
+  }
+  EXPECT_EQ(find_real_code("flash"), nullptr);
+  EXPECT_EQ(real_code_names("cpu"), "torch_baseline, torch_baseline_before, torch_flash");
 }
 
 // run_microbench_point's `keep` holds what its rows were computed from: the golden value and the CPU

@@ -40,7 +40,7 @@ def write_study_toml(out, phases=("microbench", "train", "reduce", "report")):
 
 
 # Readings sweep: flash/baseline ratio (of max |d| and rel_l2) per reading at `tiles` KV tiles.
-READING_RATIO = {"pure": lambda tiles: 0.2, "eager": lambda tiles: 1 + 0.04 * tiles, "mixed": lambda tiles: 0.95}
+READING_RATIO = {"pure": lambda tiles: 0.2, "eager": lambda tiles: 1 + 0.04 * tiles, "fa2": lambda tiles: 0.95}
 
 
 def write_microbench(out, sweeps=("formats", "seq_len", "block_area", "readings"), legacy=False,
@@ -83,7 +83,7 @@ def write_microbench(out, sweeps=("formats", "seq_len", "block_area", "readings"
                                                        ("kv_outer", "q_outer")):
             add("block_area", "forward", fmt, "pure", 128, bq, bkv, order, 0)
     if "readings" in sweeps:
-        for fmt, policy, bkv in itertools.product(("fp16", "bf16"), ("pure", "eager", "mixed"), (256, 64, 16, 4)):
+        for fmt, policy, bkv in itertools.product(("fp16", "bf16"), tuple(reading_ratio), (256, 64, 16, 4)):
             add("readings", "forward", fmt, policy, 1024, 64, bkv, "kv_outer", 0,
                 ratio=reading_ratio[policy](math.ceil(1024 / bkv)))
     out.joinpath("microbench.csv").write_text("\n".join(lines) + "\n")
@@ -358,4 +358,38 @@ def write_real_kernels(out, readings, sdpa_flash, cuda_checks=("bit-identical",)
                 add("cuda_baseline", policy, n, 16, "blocks", trial, err / 4, "bit-identical")
             add("sdpa_flash", "native", n, 0, "native", trial, sdpa_flash[n])
             add("sdpa_math", "native", n, 0, "native", trial, sdpa_flash[n] / 2)
+    out.joinpath("microbench.csv").write_text("\n".join(lines) + "\n")
+
+
+def write_framework_rows(out, code_ratio=lambda tiles: 1 + 0.04 * tiles, reading_ratio=lambda tiles: 1 + 0.04 * tiles):
+    """microbench.csv of a CPU framework run (issue 26): forward bf16, d 64, N 1024, block_kv 16..256 (4 to 64 KV
+    tiles), normal and outlier inputs, 2 trials; per point the eager reading's flash and baseline rows, and
+    LibTorch's rows torch_flash (bit-identical on 1 - 1e-4 * tiles of the elements, max ulp = tiles / 8) and
+    torch_baseline (bit-identical on 0.997, max 10 ulp), each compared with eager; their errors make
+    torch_flash / torch_baseline = code_ratio(tiles) and the reading's flash / baseline = reading_ratio(tiles). The
+    header carries the code and machine notes a build writes."""
+    cols = ("sweep,algorithm,pass,format,policy,rounding,seq_len,head_dim,block_q,block_kv,sram,tile_rule,"
+            "loop_order,causal,trial,distribution,max_abs,mean_abs,std_abs,rel_l2,rmse,mean_signed,max_ulp,"
+            "repeated_max_rows,rescales_per_row,tiles_kv,check,vs_cpu,check_bound,vs_reading,bit_identical,max_ulp_vs")
+    notes = ("# code torch_baseline: models eager baseline (device cpu): softmax((Q K^T) * scale) V as PyTorch users "
+             "write it\n# code torch_flash: models eager flash (device cpu): FlashAttention-2 (q_outer) as a loop of "
+             "LibTorch ops\n# machine: LibTorch 1.13.0 (CPU capability AVX2) on a test CPU\n")
+    lines = [PROVENANCE.format(phase="microbench") + notes + cols]
+
+    def add(alg, dist, bkv, trial, err, tiles, vs="-", ident=0.0, ulp=0.0):
+        lines.append(f"fw,{alg},forward,bf16,eager,nearest,1024,64,64,{bkv},0,blocks,q_outer,0,{trial},{dist},"
+                     f"{err!r},{err / 5!r},{err / 7!r},{err / 3!r},{err / 4!r},0.0,{err / 2 ** -8!r},0.0,1.0,{tiles},"
+                     f"-,0.0,0.0,{vs},{ident!r},{ulp!r}")
+
+    for dist in ("normal", "outliers"):
+        for bkv in (16, 64, 256):
+            tiles = 1024 // bkv
+            for trial in (0, 1):
+                base = 1e-3 * (1 + trial)
+                add("flash", dist, bkv, trial, base * reading_ratio(tiles), tiles)
+                add("baseline", dist, bkv, trial, base, 1)
+                add("flash_vs_baseline", dist, bkv, trial, base, tiles)
+                add("torch_flash", dist, bkv, trial, base * code_ratio(tiles), tiles, "eager flash",
+                    1 - 1e-4 * tiles, tiles / 8)
+                add("torch_baseline", dist, bkv, trial, base, 1, "eager baseline", 0.997, 10.0)
     out.joinpath("microbench.csv").write_text("\n".join(lines) + "\n")

@@ -704,6 +704,7 @@ void check_variant_count(const Study& st, const toml::table& root, const std::st
                     "each variant trains a model: list fewer values, or vary each optimisation from its baseline in "
                     "[[grid.vary]] tables instead of crossing every axis; [study] max_variants = N allows more "
                     "(expanding 100000 variants takes about 3 s and 360 MB)");
+}
 
 // Every variant's attention policy can train: one that quantizes Q, K, V (FlashAttention-3's FP8 path)
 // has no backward pass. The error points at the grid axis `policy` when the variant's value comes from

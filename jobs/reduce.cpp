@@ -28,9 +28,11 @@
 #include "analysis/sorted_exchange.hpp"
 #include "base/bytes.hpp"
 #include "base/log.hpp"
+#include "base/manifest.hpp"
 #include "base/number.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
+#include "jobs/reduce_import.hpp"
 #include "jobs/reduce_output.hpp"
 #include "src/io/checkpoint.hpp"
 #include "src/runtime/deal.hpp"
@@ -143,10 +145,19 @@ struct StepParams {
 // cheaper than reading a share and exchanging the arrays: 0.27 s to read 12 checkpoints of 3.3M
 // parameters, 0.8 s to pack and allgather half of them), without the whole-file pass: the check
 // before the work verified every file against its sidecar (the crc32 of each dataset is checked).
-std::vector<std::vector<NamedArray>> read_step_params(const ReducePlan& plan, const std::string& out, std::int64_t step) {
+// An imported study's files (plan.files) are read through io::TensorFile, checked before the work too
+// (jobs/reduce_import.hpp), converted to the plan's float type.
+std::vector<std::vector<NamedArray>> read_step_params(const Study& st, const ReducePlan& plan, const std::string& out,
+                                                      std::size_t si) {
   std::vector<std::vector<NamedArray>> arrays;
+  if (!plan.files.empty()) {
+    const std::vector<std::string> names(plan.tensors.begin(), plan.tensors.end() - 1);
+    for (std::size_t v = 0; v < plan.variants.size(); ++v)
+      arrays.push_back(io::read_imported(plan.files[v][si], st.import, names, plan.f64));
+    return arrays;
+  }
   for (const auto* v : plan.variants)
-    arrays.push_back(read_params(checkpoint_path(out, v->id, step), {}, WholeFile::checked_before));
+    arrays.push_back(read_params(checkpoint_path(out, v->id, plan.steps[si]), {}, WholeFile::checked_before));
   return arrays;
 }
 
@@ -275,7 +286,8 @@ struct RankWork {
   double read_s = 0, compute_s = 0;  // reading checkpoints and computing (debug log)
 };
 
-RankWork compute_tasks(const ReducePlan& plan, const std::vector<int>& owner, const std::string& out, mpi::Comm& world) {
+RankWork compute_tasks(const Study& st, const ReducePlan& plan, const std::vector<int>& owner, const std::string& out,
+                       mpi::Comm& world) {
   const std::size_t V = plan.variants.size(), T = plan.tensors.size();
   const std::vector<std::string> names(plan.tensors.begin(), plan.tensors.end() - 1);
   const auto model_values = static_cast<std::size_t>(std::accumulate(plan.sizes.begin(), plan.sizes.end(), std::int64_t{0}));
@@ -289,7 +301,7 @@ RankWork compute_tasks(const ReducePlan& plan, const std::vector<int>& owner, co
     if (!any) continue;
     auto t0 = std::chrono::steady_clock::now();
     StepParams sp;
-    sp.per_variant = read_step_params(plan, out, plan.steps[si]);
+    sp.per_variant = read_step_params(st, plan, out, si);
     for (const auto& arrays : sp.per_variant)
       for (const auto& a : arrays) sp.f64 |= a.dtype == DType::f64;
     auto t1 = std::chrono::steady_clock::now();
@@ -352,17 +364,13 @@ TaskResults collect_results(const ReducePlan& plan, const std::vector<std::strin
   return results;
 }
 
-// Each grid axis with its role, baseline and replicate flag from the axis table (src/core/config.cpp).
+// Each grid axis with its role, baseline and replicate flag: the study's [axes.NAME], else the axis
+// table (src/core/grid.cpp), else a setting (study_axis).
 std::vector<RankingAxis> ranking_axes(const Study& st) {
   std::vector<RankingAxis> axes;
   for (const auto& [name, values] : st.axes) {
-    RankingAxis a{name, values, SourceRole::setting, "", false};
-    if (const GridAxisInfo* info = find_grid_axis(name)) {
-      a.role = source_role(info->role);
-      a.baseline = info->baseline;
-      a.replicate = info->replicate;
-    }
-    axes.push_back(std::move(a));
+    const GridAxisInfo info = study_axis(st, name);
+    axes.push_back(RankingAxis{name, values, source_role(info.role), info.baseline, info.replicate});
   }
   return axes;
 }
@@ -401,14 +409,27 @@ int job_reduce(JobContext& ctx) {
   const auto path = [&](const char* name) { return (fs::path(out) / name).string(); };
   const auto t_start = std::chrono::steady_clock::now();
 
-  on_root(world, [&] { check_study_dir(st, out); });
-  const ReducePlan plan = agree_on_plan(st, out, ctx.opts.allow_missing, world);
+  ReducePlan plan;
+  if (st.imported()) {
+    // Every file checked before anything is written; the study folder is made (the first phase of an
+    // imported study) or continued, and the files' provenance recorded.
+    ImportCheck check = check_imports(st, &world);
+    plan = std::move(check.plan);
+    on_root(world, [&] {
+      if (!file_exists(path("study.toml")) || ctx.opts.command == "run") prepare_output(ctx);
+      manifest::add(out, {{manifest::Kind::file, "reduce", "imported.csv"}});
+      write_imported_csv(out, check.records, ctx.prov);
+    });
+  } else {
+    on_root(world, [&] { check_study_dir(st, out); });
+    plan = agree_on_plan(st, out, ctx.opts.allow_missing, world);
+  }
   const auto t_checked = std::chrono::steady_clock::now();
   log::info("reduce: " + std::to_string(plan.variants.size()) + " variants x " + std::to_string(plan.steps.size()) +
             " steps x " + std::to_string(plan.tensors.size() - 1) + " tensors (+ whole model) on " +
             std::to_string(world.size()) + " rank(s)");
 
-  const RankWork work = compute_tasks(plan, task_owners(plan, world.size()), out, world);
+  const RankWork work = compute_tasks(st, plan, task_owners(plan, world.size()), out, world);
   const auto t_computed = std::chrono::steady_clock::now();
   const std::vector<std::string> parts = world.gather(work.results.bytes());
   if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {

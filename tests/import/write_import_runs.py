@@ -11,8 +11,8 @@ programs save them, for a grid of attention x precision x seed and steps 10 and 
   missing, truncated, offsets (a header offset past the end), nan, inf, shape, dtype (F64 instead of
   F32), extra (a tensor the other runs lack), twice (step_20 and step_020 both present), empty (no file)
 
-The weights drift with the step; attention moves them by a little, precision by more, the seed by most,
-so the verdict on attention is "within" both references. safetensors is written by a few lines here
+The weights drift with the step (in part along a direction of the seed's own); attention moves them by
+a little, precision by more, the seed by most, so the verdict on attention is "within" both references. safetensors is written by a few lines here
 (an 8-byte little-endian header length, the JSON header, the buffers), not by the safetensors package.
 
 Usage: write_import_runs.py DIR CASE...
@@ -64,8 +64,8 @@ def weights(attention, precision, seed, step):
     """The run's tensors at a step: seed sets the start, attention and precision nudge the drift."""
     base = np.random.default_rng(seed)
     drift = np.random.default_rng(100)
-    w = base.standard_normal((8, 16)) * 0.1 + drift.standard_normal((8, 16)) * 1e-3 * step
-    b = base.standard_normal(16) * 0.1 + drift.standard_normal(16) * 1e-3 * step
+    w = base.standard_normal((8, 16)) * 0.1 + (drift.standard_normal((8, 16)) + base.standard_normal((8, 16))) * 1e-3 * step
+    b = base.standard_normal(16) * 0.1 + (drift.standard_normal(16) + base.standard_normal(16)) * 1e-3 * step
     for rng, scale in ((np.random.default_rng(1000), 1e-5 if attention == "fa2" else 0),
                        (np.random.default_rng(2000), 1e-4 if precision == "bf16" else 0)):
         w = w + rng.standard_normal(w.shape) * scale * step

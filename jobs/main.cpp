@@ -8,6 +8,7 @@
 // (nothing written). On an MPI run a runtime failure on any rank ends the whole job (MPI_Abort).
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -218,6 +219,25 @@ int exit_code_of(const std::exception& e) {
   return kExitFailure;
 }
 
+#ifdef FASTUDY_LITE
+// Whether the job's study imports torch.save files (.pt, .pth, .bin), which only fastudy-main reads
+// (through LibTorch): then fastudy-lite hands the command line over, before MPI starts. A grid that
+// does not load is left to the job, which reports it.
+bool imports_torch_files(const Parsed& p) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  try {
+    const std::string grid = fs::is_directory(p.opts.target, ec) ? (fs::path(p.opts.target) / "study.toml").string() : p.opts.target;
+    const Study st = load_study(grid);
+    const std::string& path = st.import.path;
+    for (const char* ext : {".pt", ".pth", ".bin"})
+      if (path.size() > std::strlen(ext) && path.compare(path.size() - std::strlen(ext), std::strlen(ext), ext) == 0) return true;
+  } catch (const std::exception&) {
+  }
+  return false;
+}
+#endif
+
 }  // namespace
 
 // Huge pages for the heap: may re-execute the process once, before LibTorch's initialisers run
@@ -254,6 +274,9 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (parsed.help) return kExitOk;
+#ifdef FASTUDY_LITE
+  if (imports_torch_files(parsed)) return exec_beside_or_fail("fastudy-main", argv, environ);
+#endif
   log::set_level(parsed.quiet ? log::Level::quiet : parsed.verbose ? log::Level::debug : log::Level::info);
 
   if (!parsed.job->uses_mpi) {

@@ -6,6 +6,7 @@
 // on 1 and 2 ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -252,6 +253,60 @@ TEST_F(Import, TwoRanksGiveTheSameResultsAsOne) {
   const RunResult bad = run_fastudy_mpi(2, "reduce " + grid("nan2", "nan") + " -q");
   EXPECT_EQ(bad.code, 2) << bad.output;
   EXPECT_NE(bad.output.find("holds NaN"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace fastudy::test
+
+namespace fastudy::test {
+namespace {
+
+// examples/pytorch end to end: train.py (Debian's python3-torch) trains 2 attention implementations x
+// 2 precisions x 3 seeds (60 steps here, checkpoints every 20), `fastudy run import.toml` reads its
+// torch.save files and reports a verdict for the attention implementation under each precision,
+// against seed and precision; the h5py copies of the same weights give the same distances.
+TEST(PytorchExample, TrainsAndGetsAVerdictForAttentionPerPrecision) {
+  if (std::system((std::string(FASTUDY_PYTHON) + " -c 'import torch' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << FASTUDY_PYTHON << " cannot import torch (apt-get install python3-torch; scripts/test.sh does)";
+  TempDir dir;
+  const std::string train = std::string(FASTUDY_PYTHON) + " " FASTUDY_SOURCE_DIR "/examples/pytorch/train.py --out " +
+                            (dir / "runs").string() + " --steps 60 --save-every 20 --threads 1";
+  const RunResult trained = run_command(train);
+  ASSERT_EQ(trained.code, 0) << trained.output;
+  EXPECT_NE(trained.output.find("flash2-bf16-s3: loss"), std::string::npos) << trained.output;
+  // The example's grid beside the runs (its path is relative to the grid's folder).
+  fs::copy_file(FASTUDY_SOURCE_DIR "/examples/pytorch/import.toml", dir / "import.toml");
+  const RunResult r = run_fastudy("run " + (dir / "import.toml").string() + " --out " + (dir / "out").string() + " -q");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string verdict = read_file(dir / "out/verdict.csv");
+  for (const std::string condition : {"precision=fp32", "precision=bf16"})
+    for (const std::string reference : {"precision,fp32<->bf16", "seed,*"}) {
+      const std::string row = "attention,math,flash2," + condition + "," + reference + ",";
+      const auto at = verdict.find(row);
+      ASSERT_NE(at, std::string::npos) << row << "\n" << verdict;
+      const std::string line = verdict.substr(at, verdict.find('\n', at) - at);
+      const std::string last = line.substr(line.rfind(',') + 1);
+      EXPECT_TRUE(last == "within" || last == "outside" || last == "undecided") << line;
+    }
+  const std::string report = read_file(dir / "out/report.md");
+  EXPECT_NE(report.find("attention: flash2 vs math | precision bf16"), std::string::npos) << report.substr(0, 2000);
+  // The same weights from the h5py files.
+  std::string grid = read_file(dir / "import.toml");
+  grid.replace(grid.find("step_{step}.pt"), 14, "step_{step}.h5");
+  grid.replace(grid.find("out/pytorch"), 11, (dir / "out-h5").string());
+  std::ofstream(dir / "import-h5.toml") << grid;
+  const RunResult h5 = run_fastudy("reduce " + (dir / "import-h5.toml").string() + " -q");
+  ASSERT_EQ(h5.code, 0) << h5.output;
+  // h5py lists the tensors by name and torch.save in the model's order: the same rows, in another
+  // order (the whole model's sums are exact, so its rows are equal too).
+  auto sorted_rows = [](const fs::path& p) {
+    std::istringstream in(data_rows(p));
+    std::vector<std::string> rows;
+    for (std::string line; std::getline(in, line);) rows.push_back(line);
+    std::sort(rows.begin(), rows.end());
+    return rows;
+  };
+  EXPECT_EQ(sorted_rows(dir / "out-h5/deviation.csv"), sorted_rows(dir / "out/deviation.csv"));
 }
 
 }  // namespace

@@ -197,6 +197,12 @@ ImportedFileFacts inspect_import(const std::string& path, const ImportConfig& ic
 
 void check_same_tensors(const std::vector<ImportedFileFacts>& runs, const std::vector<std::string>& labels) {
   const ImportedFileFacts& first = runs.front();
+  const auto only_in = [&](const std::string& name, std::size_t has, std::size_t lacks) {
+    throw UsageError("tensor " + in_quotes(name) + " is in " + labels[has] + " ('" + runs[has].path + "') but not in " +
+                         labels[lacks] + " ('" + runs[lacks].path + "')",
+                     "every run must hold the same tensors: exclude it ([import] exclude = [\"" + name +
+                         "\"]) or map the names with strip_prefix and rename");
+  };
   std::map<std::string, const ImportedTensor*> ref;
   for (const auto& t : first.tensors) ref.emplace(t.name, &t);
   for (std::size_t r = 1; r < runs.size(); ++r) {
@@ -204,11 +210,7 @@ void check_same_tensors(const std::vector<ImportedFileFacts>& runs, const std::v
     for (const auto& t : runs[r].tensors) {
       seen.insert(t.name);
       auto it = ref.find(t.name);
-      if (it == ref.end())
-        throw UsageError("tensor " + in_quotes(t.name) + " is in " + labels[r] + " ('" + runs[r].path + "') but not in " +
-                             labels[0] + " ('" + first.path + "')",
-                         "every run must hold the same tensors: exclude it ([import] exclude = [\"" + t.name +
-                             "\"]) or map the names with strip_prefix and rename");
+      if (it == ref.end()) only_in(t.name, r, 0);
       const ImportedTensor& a = *it->second;
       if (a.stored_type != t.stored_type)
         throw UsageError("tensor " + in_quotes(t.name) + " is " + a.stored_type + " in " + labels[0] + " ('" + first.path +
@@ -226,11 +228,7 @@ void check_same_tensors(const std::vector<ImportedFileFacts>& runs, const std::v
       }
     }
     for (const auto& t : first.tensors)
-      if (!seen.count(t.name))
-        throw UsageError("tensor " + in_quotes(t.name) + " is in " + labels[0] + " ('" + first.path + "') but not in " + labels[r] +
-                             " ('" + runs[r].path + "')",
-                         "every run must hold the same tensors: exclude it ([import] exclude = [\"" + t.name +
-                             "\"]) or map the names with strip_prefix and rename");
+      if (!seen.count(t.name)) only_in(t.name, 0, r);
   }
 }
 

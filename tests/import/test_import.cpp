@@ -241,6 +241,11 @@ TEST_F(Import, AChangedFileIsNoticedByTheNextReduce) {
   EXPECT_EQ(again.output.find("math-fp32-s1/step_20.safetensors changed"), std::string::npos) << again.output;
   // `run` on the same folder without --resume is refused as for any study; with --resume it goes on.
   EXPECT_EQ(run_fastudy("run " + g + " -q").code, 2);
+  EXPECT_EQ(run_fastudy("run " + g + " --resume -q").code, 0);
+  const RunResult status = run_fastudy("status " + out("changed").string());
+  EXPECT_EQ(status.code, 0) << status.output;
+  EXPECT_NE(status.output.find("imported study: 8 runs"), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("reduce: done"), std::string::npos) << status.output;
 }
 
 TEST_F(Import, TwoRanksGiveTheSameResultsAsOne) {

@@ -123,6 +123,10 @@ ImportCheck make_import_plan(const Study& st, const io::ImportLayout& layout, co
   for (const auto& v : st.variants) p.variants.push_back(&v);
   p.steps = layout.steps;
   for (const auto& t : facts.front().tensors) {
+    if (t.name == kModelTensor)
+      throw UsageError("'" + facts.front().path + "': tensor '" + t.stored + "' is named '" + t.name +
+                           "', the name the reduce gives the whole model",
+                       "rename it: [import] rename = { \"" + t.name + "\" = \"" + t.name + "_\" }");
     p.tensors.push_back(t.name);
     p.sizes.push_back(static_cast<std::int64_t>(t.elements));
     p.f64 |= t.f64;

@@ -153,7 +153,7 @@ ImportedFileFacts inspect_import(const std::string& path, const ImportConfig& ic
   std::vector<double> f64;
   for (const TensorEntry& e : tf.tensors()) {
     const std::optional<std::string> name = ic.tensor_name(e.name);
-    if (!name) continue;
+    if (!name || e.elements == 0) continue;  // excluded, or nothing to compare
     if (auto [it, fresh] = stored_of.emplace(*name, e.name); !fresh)
       throw UsageError("'" + path + "': tensors " + in_quotes(it->second) + " and " + in_quotes(e.name) + " both become " +
                            in_quotes(*name) + " after [import] strip_prefix and rename",

@@ -49,7 +49,7 @@ struct ImportedTensor {
 struct ImportedFileFacts {
   std::string path;                         // the checkpoint as the pattern named it
   std::vector<ImportedFileRecord> files;    // every file read (the index and its shards)
-  std::vector<ImportedTensor> tensors;      // in the file's order, excluded ones left out
+  std::vector<ImportedTensor> tensors;      // in the file's order, excluded and empty ones left out
   std::uint64_t data_bytes = 0;             // the stored bytes of the kept tensors
   std::string pack() const;                 // one line per record, for an MPI gather
   static std::vector<ImportedFileFacts> unpack(const std::string& text);

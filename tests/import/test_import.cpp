@@ -23,7 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const char* const kCases[] = {"good",   "bf16", "h5",    "sharded", "missing", "truncated", "offsets", "nan",
-                              "inf",    "shape", "dtype", "extra",   "twice",   "empty"};
+                              "inf",    "shape", "dtype", "extra",   "twice",   "empty", "names"};
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p);
@@ -206,6 +206,19 @@ TEST_F(Import, BadInputExitsTwoNamingFileAndTensorAndWritesNothing) {
       EXPECT_FALSE(fs::exists(out(row.kase))) << row.kase << " " << job << ": nothing may be written";
     }
   }
+}
+
+TEST_F(Import, ATensorNamedModelMustBeRenamedAndEmptyTensorsAreLeftOut) {
+  const RunResult refused = run_fastudy("reduce " + grid("names", "names") + " -q");
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("tensor 'module.model' is named 'model'"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("rename = { \"model\" = \"model_\" }"), std::string::npos) << refused.output;
+  const RunResult r = run_fastudy("reduce " + grid("renamed", "names", "rename = { \"model\" = \"model_\" }\n") + " -q");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string rows = data_rows(out("renamed") / "deviation.csv");
+  EXPECT_NE(rows.find("\n20,model_,"), std::string::npos);
+  EXPECT_NE(rows.find("\n20,model,"), std::string::npos);
+  EXPECT_EQ(rows.find(",none,"), std::string::npos);
 }
 
 TEST_F(Import, UserAxesAreJudgedByTheSameRules) {

@@ -10,6 +10,7 @@ programs save them, for a grid of attention x precision x seed and steps 10 and 
   and the bad inputs, each a copy of `good` with one fault in run fa2-bf16-s2 at step 20 (or as said):
   missing, truncated, offsets (a header offset past the end), nan, inf, shape, dtype (F64 instead of
   F32), extra (a tensor the other runs lack), twice (step_20 and step_020 both present), empty (no file)
+  names      `good` with "module.model" (the whole model's name once stripped) and an empty "module.none"
 
 The weights drift with the step (in part along a direction of the seed's own); attention moves them by
 a little, precision by more, the seed by most, so the verdict on attention is "within" both references. safetensors is written by a few lines here
@@ -118,6 +119,9 @@ def write_case(root, case):
                 t["module.w"] = t["module.w"].astype(np.float64)
             if faulty and case == "extra":
                 t["module.extra"] = np.zeros(3, dtype=np.float32)
+            if case == "names":  # a tensor that becomes "model" after the strip, and one without elements
+                t["module.model"] = t["module.b"] * 2
+                t["module.none"] = np.zeros((0, 4), dtype=np.float32)
             if case == "empty":
                 continue
             if faulty and case == "missing":

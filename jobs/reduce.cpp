@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -135,29 +136,22 @@ ReducePlan unpack_plan(const std::string& text, const Study& st) {
 // exchange of sorted arrays costs more than it saves.
 constexpr std::size_t kSplitElements = std::size_t{1} << 18;
 
-// Parameters of every variant at one step, as double when any variant stores f64, else float.
+// Parameters of every variant at one step, as double when any variant stores f64, else float: read
+// whole (checkpoints), or, in an imported study, read by range as they are asked for (imported).
 struct StepParams {
   bool f64 = false;
   std::vector<std::vector<NamedArray>> per_variant;
+  std::unique_ptr<io::ImportedStep> imported;
 };
 
 // Every variant's parameters at one step. Every rank reads them all (from the page cache that is
 // cheaper than reading a share and exchanging the arrays: 0.27 s to read 12 checkpoints of 3.3M
 // parameters, 0.8 s to pack and allgather half of them), without the whole-file pass: the check
 // before the work verified every file against its sidecar (the crc32 of each dataset is checked).
-// An imported study's files (plan.files) are read through io::TensorFile, checked before the work too
-// (jobs/reduce_import.hpp), converted to the plan's float type.
-std::vector<std::vector<NamedArray>> read_step_params(const Study& st, const ReducePlan& plan, const std::string& out,
-                                                      std::size_t si) {
+std::vector<std::vector<NamedArray>> read_step_params(const ReducePlan& plan, const std::string& out, std::int64_t step) {
   std::vector<std::vector<NamedArray>> arrays;
-  if (!plan.files.empty()) {
-    const std::vector<std::string> names(plan.tensors.begin(), plan.tensors.end() - 1);
-    for (std::size_t v = 0; v < plan.variants.size(); ++v)
-      arrays.push_back(io::read_imported(plan.files[v][si], st.import, names, plan.f64));
-    return arrays;
-  }
   for (const auto* v : plan.variants)
-    arrays.push_back(read_params(checkpoint_path(out, v->id, plan.steps[si]), {}, WholeFile::checked_before));
+    arrays.push_back(read_params(checkpoint_path(out, v->id, step), {}, WholeFile::checked_before));
   return arrays;
 }
 
@@ -182,11 +176,27 @@ void flatten_into(T* dst, const StepParams& sp, std::size_t v, const std::string
   }
 }
 
-// The values of `tensor` at one step, for analysis/sorted_exchange.hpp.
+// The values of `tensor` at one step, for analysis/sorted_exchange.hpp: from the checkpoints read for
+// the step (sp.per_variant), or, in an imported study, read by range from the variant's file as they
+// are asked for (sp.imported: every rank reads only what its tasks and windows need; the check before
+// the work verified every file).
 template <class T>
-VariantValues<T> values_of(const StepParams& sp, const std::string& tensor, const std::vector<std::string>& names) {
-  return [&sp, &tensor, &names](std::size_t v, std::size_t begin, std::size_t end, T* dst) {
-    flatten_into(dst, sp, v, tensor, names, begin, end);
+VariantValues<T> values_of(const StepParams& sp, const std::string& tensor, const std::vector<std::string>& names,
+                           const ReducePlan& plan) {
+  if (!sp.imported)
+    return [&sp, &tensor, &names](std::size_t v, std::size_t begin, std::size_t end, T* dst) {
+      flatten_into(dst, sp, v, tensor, names, begin, end);
+    };
+  std::vector<std::string> which = names;
+  std::vector<std::int64_t> sizes(plan.sizes);
+  if (tensor != kModelTensor) {
+    const auto t = static_cast<std::size_t>(std::find(names.begin(), names.end(), tensor) - names.begin());
+    which = {tensor};
+    sizes = {plan.sizes.at(t)};
+  }
+  io::ImportedStep* step = sp.imported.get();
+  return [step, which, sizes](std::size_t v, std::size_t begin, std::size_t end, T* dst) {
+    step->read(v, which, sizes, begin, end, dst);
   };
 }
 
@@ -301,9 +311,16 @@ RankWork compute_tasks(const Study& st, const ReducePlan& plan, const std::vecto
     if (!any) continue;
     auto t0 = std::chrono::steady_clock::now();
     StepParams sp;
-    sp.per_variant = read_step_params(st, plan, out, si);
-    for (const auto& arrays : sp.per_variant)
-      for (const auto& a : arrays) sp.f64 |= a.dtype == DType::f64;
+    if (plan.files.empty()) {
+      sp.per_variant = read_step_params(plan, out, plan.steps[si]);
+      for (const auto& arrays : sp.per_variant)
+        for (const auto& a : arrays) sp.f64 |= a.dtype == DType::f64;
+    } else {
+      sp.f64 = plan.f64;
+      std::vector<std::string> paths;
+      for (const auto& files : plan.files) paths.push_back(files[si]);
+      sp.imported = std::make_unique<io::ImportedStep>(st.import, std::move(paths));
+    }
     auto t1 = std::chrono::steady_clock::now();
     work.read_s += since(t0, t1);
     // The whole model's elementwise sums are those of its tensors added up (combine_elementwise): this
@@ -321,14 +338,14 @@ RankWork compute_tasks(const Study& st, const ReducePlan& plan, const std::vecto
           work.stopped = true;
           break;
         }
-        p = sp.f64 ? exchange.split_partials<double>(world, V, n, values_of<double>(sp, tensor, names), !model)
-                   : exchange.split_partials<float>(world, V, n, values_of<float>(sp, tensor, names), !model);
+        p = sp.f64 ? exchange.split_partials<double>(world, V, n, values_of<double>(sp, tensor, names, plan), !model)
+                   : exchange.split_partials<float>(world, V, n, values_of<float>(sp, tensor, names, plan), !model);
       } else {
         // A signal skips this rank's own tasks; it leaves the loop only at the next collective check,
         // together with the other ranks (the check after the loop then fails the job everywhere).
         if (owner[k] != world.rank() || stop_signal_received()) continue;
-        p = sp.f64 ? local_partials<double>(V, n, values_of<double>(sp, tensor, names), !model)
-                   : local_partials<float>(V, n, values_of<float>(sp, tensor, names), !model);
+        p = sp.f64 ? local_partials<double>(V, n, values_of<double>(sp, tensor, names, plan), !model)
+                   : local_partials<float>(V, n, values_of<float>(sp, tensor, names, plan), !model);
       }
       if (model) p.combine_elementwise(model_elementwise);
       else model_elementwise.combine_elementwise(p);

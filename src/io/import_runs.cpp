@@ -232,30 +232,44 @@ void check_same_tensors(const std::vector<ImportedFileFacts>& runs, const std::v
   }
 }
 
-std::vector<NamedArray> read_imported(const std::string& path, const ImportConfig& ic, const std::vector<std::string>& names,
-                                      bool f64) {
-  const TensorFile tf = TensorFile::open(path);
+ImportedStep::ImportedStep(const ImportConfig& ic, std::vector<std::string> paths)
+    : ic_(ic), paths_(std::move(paths)), kept_(paths_.size()) {}
+
+void ImportedStep::read(std::size_t v, const std::vector<std::string>& names, const std::vector<std::int64_t>& sizes,
+                        std::uint64_t begin, std::uint64_t end, float* dst) {
+  read_as(v, names, sizes, begin, end, dst);
+}
+void ImportedStep::read(std::size_t v, const std::vector<std::string>& names, const std::vector<std::int64_t>& sizes,
+                        std::uint64_t begin, std::uint64_t end, double* dst) {
+  read_as(v, names, sizes, begin, end, dst);
+}
+
+template <class T>
+void ImportedStep::read_as(std::size_t v, const std::vector<std::string>& names, const std::vector<std::int64_t>& sizes,
+                           std::uint64_t begin, std::uint64_t end, T* dst) {
+  std::unique_ptr<TensorFile> opened;
+  if (!kept_[v]) {
+    opened = std::make_unique<TensorFile>(TensorFile::open(paths_[v]));
+    if (!opened->in_place()) kept_[v] = std::move(opened);
+  }
+  const TensorFile& tf = kept_[v] ? *kept_[v] : *opened;
+  const std::string& path = paths_[v];
   std::map<std::string, const TensorEntry*> by_name;
   for (const TensorEntry& e : tf.tensors())
-    if (auto name = ic.tensor_name(e.name)) by_name.emplace(*name, &e);
-  std::vector<NamedArray> out;
-  out.reserve(names.size());
-  for (const auto& name : names) {
-    auto it = by_name.find(name);
-    if (it == by_name.end())
-      throw UsageError("'" + path + "' no longer holds tensor '" + name + "' (it changed since it was checked)",
-                       "run the reduce again");
-    const TensorEntry& e = *it->second;
-    NamedArray a;
-    a.name = name;
-    a.shape = e.shape;
-    a.dtype = f64 ? DType::f64 : DType::f32;
-    a.data.resize(e.elements * (f64 ? sizeof(double) : sizeof(float)));
-    if (f64) tf.read(e, a.as<double>());
-    else tf.read(e, a.as<float>());
-    out.push_back(std::move(a));
+    if (auto name = ic_.tensor_name(e.name)) by_name.emplace(*name, &e);
+  std::uint64_t at = 0;  // the first value of names[i] in the concatenation
+  for (std::size_t i = 0; i < names.size() && at < end; ++i) {
+    const auto n = static_cast<std::uint64_t>(sizes[i]);
+    const std::uint64_t lo = std::max(begin, at), hi = std::min(end, at + n);
+    if (lo < hi) {
+      auto it = by_name.find(names[i]);
+      if (it == by_name.end() || it->second->elements != n)
+        throw UsageError("'" + path + "' no longer holds tensor '" + names[i] + "' as it was checked (the file changed)",
+                         "run the reduce again");
+      tf.read_range(*it->second, lo - at, hi - lo, dst + (lo - begin));
+    }
+    at += n;
   }
-  return out;
 }
 
 }  // namespace fastudy::io

@@ -1,6 +1,6 @@
 // The files of an imported study ([import], src/core/config.hpp ImportConfig): where every run's
 // checkpoint of every step is, what each file holds once its tensor names are mapped, whether the runs
-// agree, and their values for the reducer. Every problem is a UsageError (exit 2) naming the file and
+// agree, and their values for the reducer (read by range, never a whole checkpoint at once). Every problem is a UsageError (exit 2) naming the file and
 // the tensor, raised before any distance is computed:
 //   locate_imports   a listed step without its file, a run lacking a step the others have (the file it
 //                    expected), a pattern that matches no file, two files for one run and step
@@ -11,11 +11,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "src/core/config.hpp"
-#include "src/core/train_state.hpp"
+#include "src/io/tensor_file.hpp"
 
 namespace fastudy::io {
 
@@ -63,9 +64,26 @@ ImportedFileFacts inspect_import(const std::string& path, const ImportConfig& ic
 // in errors ("variant math-fp32-s1"). Throws UsageError naming the runs, the files and the tensor.
 void check_same_tensors(const std::vector<ImportedFileFacts>& runs, const std::vector<std::string>& labels);
 
-// The tensors `names` (study names, in this order) of the imported checkpoint `path`, as fp64 arrays
-// when f64, else fp32 (exact for fp32, fp16 and bf16).
-std::vector<NamedArray> read_imported(const std::string& path, const ImportConfig& ic, const std::vector<std::string>& names,
-                                      bool f64);
+// The imported checkpoints of one step (paths[v] for variant v), read by range as the reducer asks for
+// values: a file read in place (safetensors) is opened again for each request and closed, so no
+// checkpoint stays in memory; another (torch.save, loaded whole when opened) is kept open for the step.
+class ImportedStep {
+ public:
+  ImportedStep(const ImportConfig& ic, std::vector<std::string> paths);
+  // Values [begin, end) of the tensors `names` (study names, element counts `sizes`) concatenated in
+  // this order, of variant v's checkpoint, converted into dst (end - begin values).
+  void read(std::size_t v, const std::vector<std::string>& names, const std::vector<std::int64_t>& sizes,
+            std::uint64_t begin, std::uint64_t end, float* dst);
+  void read(std::size_t v, const std::vector<std::string>& names, const std::vector<std::int64_t>& sizes,
+            std::uint64_t begin, std::uint64_t end, double* dst);
+
+ private:
+  template <class T>
+  void read_as(std::size_t v, const std::vector<std::string>& names, const std::vector<std::int64_t>& sizes,
+               std::uint64_t begin, std::uint64_t end, T* dst);
+  const ImportConfig& ic_;
+  std::vector<std::string> paths_;
+  std::vector<std::unique_ptr<TensorFile>> kept_;
+};
 
 }  // namespace fastudy::io

@@ -14,6 +14,11 @@
 // splits give bit-identical sums, so the results do not depend on the number of ranks either way.
 // Rank 0 gathers them in task order and writes deviation.h5/.csv, axes.csv, ranking.csv, verdict.csv
 // and twins.csv (jobs/reduce_output.hpp).
+//
+// An imported study ([import]) takes its runs from files other programs wrote: every file is checked
+// first (jobs/reduce_import.hpp; bad input is an exit 2 before any distance), the study folder is made
+// when this is its first phase, imported.csv records the files, and the tasks read their values by
+// range from the files (src/io/import_runs.hpp) instead of from fastudy's checkpoints.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>

@@ -166,6 +166,10 @@ JobContext make_context(const Parsed& p) {
     ctx.study = load_study(p.opts.target);
     ctx.out_dir = p.opts.out.empty() ? ctx.study->out : p.opts.out;
   }
+  if (ctx.study->imported() && (p.opts.command == "train" || p.opts.command == "microbench"))
+    throw UsageError("`fastudy " + p.opts.command + "` runs fastudy's own model, and " + ctx.study->file +
+                         " imports its runs ([import])",
+                     "an imported study runs reduce and report: fastudy run GRID.toml (or fastudy reduce GRID.toml)");
   if (!p.opts.device.empty()) {
     // --device: where the variants run, not what they compute (no hash changes).
     const std::optional<Device> device = parse_device(p.opts.device);

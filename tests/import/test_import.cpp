@@ -208,6 +208,15 @@ TEST_F(Import, BadInputExitsTwoNamingFileAndTensorAndWritesNothing) {
   }
 }
 
+TEST_F(Import, TrainAndMicrobenchRefuseAnImportedStudy) {
+  for (const std::string job : {"train", "microbench"}) {
+    const RunResult r = run_fastudy(job + " " + grid("own-model", "good"));
+    EXPECT_EQ(r.code, 2) << job << "\n" << r.output;
+    EXPECT_NE(r.output.find("imports its runs ([import])"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out("own-model"))) << job;
+  }
+}
+
 TEST_F(Import, ATensorNamedModelMustBeRenamedAndEmptyTensorsAreLeftOut) {
   const RunResult refused = run_fastudy("reduce " + grid("names", "names") + " -q");
   EXPECT_EQ(refused.code, 2) << refused.output;

@@ -188,6 +188,17 @@ def main():
                 fmt(est, " s"), fmt(got, " s"), est / got if est and got else None, "0.7 - 1.3",
                 lambda r: 0.7 <= r <= 1.3)
 
+    # The reduce of an imported study at GPT-2 scale (bench/reduce/import_bench.py): 8 runs x 2 steps of
+    # 124M-parameter safetensors checkpoints, fp32 and bf16, on 1 and 2 ranks, against reading every file
+    # once plus one radix sort of as many values (about 12 GiB of files, written to the temp folder).
+    sys.path.insert(0, os.path.join(here, "reduce"))
+    try:
+        import import_bench
+        for figure, ours, anchor, r, aim, met in import_bench.rows(build):
+            table.append((figure, ours, anchor, fmt(r, "x"), aim, "yes" if met else "no"))
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+        problems.append(f"import_bench: {e}")
+
     w1 = run([os.path.join(os.path.dirname(os.path.abspath(__file__)), "analysis", "run_w1_vs_scipy.sh"), build])
     if w1 is not None:
         m = re.search(r"speed-up over scipy: (\d+)x wall clock, (\d+)x CPU", w1)

@@ -8,6 +8,7 @@
 // (nothing written). On an MPI run a runtime failure on any rank ends the whole job (MPI_Abort).
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -198,6 +199,10 @@ JobContext make_context(const Parsed& p) {
     ctx.out_dir = p.opts.out.empty() ? ctx.study->out : p.opts.out;
     keep_study_record(ctx);
   }
+  if (ctx.study->imported() && (p.opts.command == "train" || p.opts.command == "microbench"))
+    throw UsageError("`fastudy " + p.opts.command + "` runs fastudy's own model, and " + ctx.study->file +
+                         " imports its runs ([import])",
+                     "an imported study runs reduce and report: fastudy run GRID.toml (or fastudy reduce GRID.toml)");
   if (!p.opts.device.empty()) {
     // --device: where the variants run, not what they compute (no hash changes).
     const std::optional<Device> device = parse_device(p.opts.device);
@@ -251,6 +256,25 @@ int exit_code_of(const std::exception& e) {
   return kExitFailure;
 }
 
+#ifdef FASTUDY_LITE
+// Whether the job's study imports torch.save files (.pt, .pth, .bin), which only fastudy-main reads
+// (through LibTorch): then fastudy-lite hands the command line over, before MPI starts. A grid that
+// does not load is left to the job, which reports it.
+bool imports_torch_files(const Parsed& p) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  try {
+    const std::string grid = fs::is_directory(p.opts.target, ec) ? (fs::path(p.opts.target) / "study.toml").string() : p.opts.target;
+    const Study st = load_study(grid);
+    const std::string& path = st.import.path;
+    for (const char* ext : {".pt", ".pth", ".bin"})
+      if (path.size() > std::strlen(ext) && path.compare(path.size() - std::strlen(ext), std::strlen(ext), ext) == 0) return true;
+  } catch (const std::exception&) {
+  }
+  return false;
+}
+#endif
+
 }  // namespace
 
 // Huge pages for the heap: may re-execute the process once, before LibTorch's initialisers run
@@ -287,6 +311,9 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (parsed.help) return kExitOk;
+#ifdef FASTUDY_LITE
+  if (imports_torch_files(parsed)) return exec_beside_or_fail("fastudy-main", argv, environ);
+#endif
   log::set_level(parsed.quiet ? log::Level::quiet : parsed.verbose ? log::Level::debug : log::Level::info);
 
   if (!parsed.job->uses_mpi) {

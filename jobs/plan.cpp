@@ -25,6 +25,7 @@
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
 #include "jobs/preflight.hpp"
+#include "jobs/reduce_import.hpp"
 #include "src/runtime/gpu.hpp"
 #include "src/train/trainer.hpp"
 
@@ -101,6 +102,42 @@ std::string time_estimate(const Study& st, int groups, int rpv, int measure_step
 
 }  // namespace
 
+namespace {
+
+// An imported study: every file checked as reduce checks it (bad input exits 2 here as there), then
+// what reduce would compare: runs, steps, tensors and the bytes it reads.
+int plan_imported(const JobContext& ctx) {
+  const Study& st = *ctx.study;
+  const ImportCheck check = check_imports(st, nullptr);
+  const ReducePlan& p = check.plan;
+  std::uint64_t elements = 0;
+  for (auto n : p.sizes) elements += static_cast<std::uint64_t>(n);
+  std::ostringstream os;
+  os << "# study " << st.name << " (" << st.file << "), config hash " << st.hash << "\n";
+  os << "phases: ";
+  for (std::size_t i = 0; i < st.phases.size(); ++i) os << (i ? ", " : "") << st.phases[i];
+  os << "\noutput: " << (ctx.opts.out.empty() ? st.out : ctx.opts.out) << "\n";
+  os << "imported runs: " << st.import.path << "\n";
+  os << "grid: " << grid_shape(st) << " = " << p.variants.size() << " runs\n";
+  os << "steps: ";
+  for (std::size_t i = 0; i < p.steps.size(); ++i) os << (i ? ", " : "") << p.steps[i];
+  os << "\ntensors: " << p.tensors.size() - 1 << " (" << elements << " values per checkpoint, compared as "
+     << (p.f64 ? "fp64" : "fp32") << ")\n";
+  os << "files: " << check.records.size() << ", " << human_bytes(static_cast<double>(check.data_bytes))
+     << " of tensors to read (" << p.variants.size() << " runs x " << p.steps.size() << " steps)\n\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%-32s %s\n", "run", "first file");
+  os << line;
+  for (std::size_t v = 0; v < p.variants.size(); ++v) {
+    std::snprintf(line, sizeof line, "%-32s %s\n", p.variants[v]->id.c_str(), p.files[v].front().c_str());
+    os << line;
+  }
+  std::cout << os.str();
+  return kExitOk;
+}
+
+}  // namespace
+
 int job_plan(JobContext& ctx) {
   const Study& st = *ctx.study;
   const int ranks = ctx.opts.ranks;
@@ -108,6 +145,7 @@ int job_plan(JobContext& ctx) {
   if (ctx.opts.measure_steps < 0)
     throw UsageError("--measure-steps must be >= 0 (got " + std::to_string(ctx.opts.measure_steps) + ")",
                      "0 leaves the time estimate out");
+  if (st.imported()) return plan_imported(ctx);
   const int rpv = st.train.ranks_per_variant;
   if (ranks % rpv != 0)
     throw UsageError(std::to_string(ranks) + " ranks cannot be split into groups of ranks_per_variant = " +

@@ -14,9 +14,15 @@
 // splits give bit-identical sums, so the results do not depend on the number of ranks either way.
 // Rank 0 gathers them in task order and writes deviation.h5/.csv, axes.csv, ranking.csv, verdict.csv
 // and twins.csv (jobs/reduce_output.hpp).
+//
+// An imported study ([import]) takes its runs from files other programs wrote: every file is checked
+// first (jobs/reduce_import.hpp; bad input is an exit 2 before any distance), the study folder is made
+// when this is its first phase, imported.csv records the files, and the tasks read their values by
+// range from the files (src/io/import_runs.hpp) instead of from fastudy's checkpoints.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -28,9 +34,11 @@
 #include "analysis/sorted_exchange.hpp"
 #include "base/bytes.hpp"
 #include "base/log.hpp"
+#include "base/manifest.hpp"
 #include "base/number.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
+#include "jobs/reduce_import.hpp"
 #include "jobs/reduce_output.hpp"
 #include "src/io/checkpoint.hpp"
 #include "src/runtime/deal.hpp"
@@ -135,10 +143,12 @@ ReducePlan unpack_plan(const std::string& text, const Study& st) {
 // exchange of sorted arrays costs more than it saves.
 constexpr std::size_t kSplitElements = std::size_t{1} << 18;
 
-// Parameters of every variant at one step, as double when any variant stores f64, else float.
+// Parameters of every variant at one step, as double when any variant stores f64, else float: read
+// whole (checkpoints), or, in an imported study, read by range as they are asked for (imported).
 struct StepParams {
   bool f64 = false;
   std::vector<std::vector<NamedArray>> per_variant;
+  std::unique_ptr<io::ImportedStep> imported;
 };
 
 // Every variant's parameters at one step. Every rank reads them all (from the page cache that is
@@ -173,11 +183,27 @@ void flatten_into(T* dst, const StepParams& sp, std::size_t v, const std::string
   }
 }
 
-// The values of `tensor` at one step, for analysis/sorted_exchange.hpp.
+// The values of `tensor` at one step, for analysis/sorted_exchange.hpp: from the checkpoints read for
+// the step (sp.per_variant), or, in an imported study, read by range from the variant's file as they
+// are asked for (sp.imported: every rank reads only what its tasks and windows need; the check before
+// the work verified every file).
 template <class T>
-VariantValues<T> values_of(const StepParams& sp, const std::string& tensor, const std::vector<std::string>& names) {
-  return [&sp, &tensor, &names](std::size_t v, std::size_t begin, std::size_t end, T* dst) {
-    flatten_into(dst, sp, v, tensor, names, begin, end);
+VariantValues<T> values_of(const StepParams& sp, const std::string& tensor, const std::vector<std::string>& names,
+                           const ReducePlan& plan) {
+  if (!sp.imported)
+    return [&sp, &tensor, &names](std::size_t v, std::size_t begin, std::size_t end, T* dst) {
+      flatten_into(dst, sp, v, tensor, names, begin, end);
+    };
+  std::vector<std::string> which = names;
+  std::vector<std::int64_t> sizes(plan.sizes);
+  if (tensor != kModelTensor) {
+    const auto t = static_cast<std::size_t>(std::find(names.begin(), names.end(), tensor) - names.begin());
+    which = {tensor};
+    sizes = {plan.sizes.at(t)};
+  }
+  io::ImportedStep* step = sp.imported.get();
+  return [step, which, sizes](std::size_t v, std::size_t begin, std::size_t end, T* dst) {
+    step->read(v, which, sizes, begin, end, dst);
   };
 }
 
@@ -277,7 +303,8 @@ struct RankWork {
   double read_s = 0, compute_s = 0;  // reading checkpoints and computing (debug log)
 };
 
-RankWork compute_tasks(const ReducePlan& plan, const std::vector<int>& owner, const std::string& out, mpi::Comm& world) {
+RankWork compute_tasks(const Study& st, const ReducePlan& plan, const std::vector<int>& owner, const std::string& out,
+                       mpi::Comm& world) {
   const std::size_t V = plan.variants.size(), T = plan.tensors.size();
   const std::vector<std::string> names(plan.tensors.begin(), plan.tensors.end() - 1);
   const auto model_values = static_cast<std::size_t>(std::accumulate(plan.sizes.begin(), plan.sizes.end(), std::int64_t{0}));
@@ -291,9 +318,16 @@ RankWork compute_tasks(const ReducePlan& plan, const std::vector<int>& owner, co
     if (!any) continue;
     auto t0 = std::chrono::steady_clock::now();
     StepParams sp;
-    sp.per_variant = read_step_params(plan, out, plan.steps[si]);
-    for (const auto& arrays : sp.per_variant)
-      for (const auto& a : arrays) sp.f64 |= a.dtype == DType::f64;
+    if (plan.files.empty()) {
+      sp.per_variant = read_step_params(plan, out, plan.steps[si]);
+      for (const auto& arrays : sp.per_variant)
+        for (const auto& a : arrays) sp.f64 |= a.dtype == DType::f64;
+    } else {
+      sp.f64 = plan.f64;
+      std::vector<std::string> paths;
+      for (const auto& files : plan.files) paths.push_back(files[si]);
+      sp.imported = std::make_unique<io::ImportedStep>(st.import, std::move(paths));
+    }
     auto t1 = std::chrono::steady_clock::now();
     work.read_s += since(t0, t1);
     // The whole model's elementwise sums are those of its tensors added up (combine_elementwise): this
@@ -311,14 +345,14 @@ RankWork compute_tasks(const ReducePlan& plan, const std::vector<int>& owner, co
           work.stopped = true;
           break;
         }
-        p = sp.f64 ? exchange.split_partials<double>(world, V, n, values_of<double>(sp, tensor, names), !model)
-                   : exchange.split_partials<float>(world, V, n, values_of<float>(sp, tensor, names), !model);
+        p = sp.f64 ? exchange.split_partials<double>(world, V, n, values_of<double>(sp, tensor, names, plan), !model)
+                   : exchange.split_partials<float>(world, V, n, values_of<float>(sp, tensor, names, plan), !model);
       } else {
         // A signal skips this rank's own tasks; it leaves the loop only at the next collective check,
         // together with the other ranks (the check after the loop then fails the job everywhere).
         if (owner[k] != world.rank() || stop_signal_received()) continue;
-        p = sp.f64 ? local_partials<double>(V, n, values_of<double>(sp, tensor, names), !model)
-                   : local_partials<float>(V, n, values_of<float>(sp, tensor, names), !model);
+        p = sp.f64 ? local_partials<double>(V, n, values_of<double>(sp, tensor, names, plan), !model)
+                   : local_partials<float>(V, n, values_of<float>(sp, tensor, names, plan), !model);
       }
       if (model) p.combine_elementwise(model_elementwise);
       else model_elementwise.combine_elementwise(p);
@@ -354,17 +388,17 @@ TaskResults collect_results(const ReducePlan& plan, const std::vector<std::strin
   return results;
 }
 
+<<<<<<< HEAD
 // Each grid axis with its role, baseline and replicate flag from the axis table (kGridAxes, src/core/grid.cpp).
+=======
+// Each grid axis with its role, baseline and replicate flag: the study's [axes.NAME], else the axis
+// table (src/core/grid.cpp), else a setting (study_axis).
+>>>>>>> import
 std::vector<RankingAxis> ranking_axes(const Study& st) {
   std::vector<RankingAxis> axes;
   for (const auto& [name, values] : st.axes) {
-    RankingAxis a{name, values, SourceRole::setting, "", false};
-    if (const GridAxisInfo* info = find_grid_axis(name)) {
-      a.role = source_role(info->role);
-      a.baseline = info->baseline;
-      a.replicate = info->replicate;
-    }
-    axes.push_back(std::move(a));
+    const GridAxisInfo info = study_axis(st, name);
+    axes.push_back(RankingAxis{name, values, source_role(info.role), info.baseline, info.replicate});
   }
   return axes;
 }
@@ -403,14 +437,27 @@ int job_reduce(JobContext& ctx) {
   const auto path = [&](const char* name) { return (fs::path(out) / name).string(); };
   const auto t_start = std::chrono::steady_clock::now();
 
-  on_root(world, [&] { check_study_dir(st, out); });
-  const ReducePlan plan = agree_on_plan(st, out, ctx.opts.allow_missing, world);
+  ReducePlan plan;
+  if (st.imported()) {
+    // Every file checked before anything is written; the study folder is made (the first phase of an
+    // imported study) or continued, and the files' provenance recorded.
+    ImportCheck check = check_imports(st, &world);
+    plan = std::move(check.plan);
+    on_root(world, [&] {
+      if (!file_exists(path("study.toml")) || ctx.opts.command == "run") prepare_output(ctx);
+      manifest::add(out, {{manifest::Kind::file, "reduce", "imported.csv"}});
+      write_imported_csv(out, check.records, ctx.prov);
+    });
+  } else {
+    on_root(world, [&] { check_study_dir(st, out); });
+    plan = agree_on_plan(st, out, ctx.opts.allow_missing, world);
+  }
   const auto t_checked = std::chrono::steady_clock::now();
   log::info("reduce: " + std::to_string(plan.variants.size()) + " variants x " + std::to_string(plan.steps.size()) +
             " steps x " + std::to_string(plan.tensors.size() - 1) + " tensors (+ whole model) on " +
             std::to_string(world.size()) + " rank(s)");
 
-  const RankWork work = compute_tasks(plan, task_owners(plan, world.size()), out, world);
+  const RankWork work = compute_tasks(st, plan, task_owners(plan, world.size()), out, world);
   const auto t_computed = std::chrono::steady_clock::now();
   const std::vector<std::string> parts = world.gather(work.results.bytes());
   if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {

@@ -30,6 +30,10 @@ struct ReducePlan {
   std::vector<std::int64_t> steps;
   std::vector<std::string> tensors;      // parameter names, then "model"
   std::vector<std::int64_t> sizes;       // elements of each parameter (read from the first variant)
+  // An imported study (jobs/reduce_import.hpp): files[v][s] holds variant v's checkpoint of steps[s],
+  // read as fp64 when f64 (a tensor is stored as fp64), else fp32. Empty for a trained study.
+  std::vector<std::vector<std::string>> files;
+  bool f64 = false;
 };
 
 // The result of task k = (step k / T, tensor k % T) of T tensors: kMetrics V x V row-major matrices,

@@ -18,6 +18,15 @@ int job_status(JobContext& ctx) {
   const Study& st = *ctx.study;
   VariantAxes axes;
   for (const auto& v : st.variants) axes[v.id] = v.axes;
+  if (st.imported()) {
+    // Nothing trains: the runs are files, checked and recorded (imported.csv) by each reduce.
+    const bool reduced = file_exists((std::filesystem::path(ctx.out_dir) / "verdict.csv").string());
+    std::cout << "imported study: " << st.variants.size() << " runs from " << st.import.path << "\n";
+    for (const auto& v : st.variants) std::cout << "  " << v.id << "\n";
+    std::cout << (reduced ? "reduce: done (imported.csv lists the files it read, with their sizes and CRC-32)\n"
+                          : "reduce: not run yet (fastudy reduce " + shell_quote(ctx.out_dir) + ")\n");
+    return kExitOk;
+  }
   const std::string path = (std::filesystem::path(ctx.out_dir) / "status.csv").string();
   if (!file_exists(path)) {
     throw Error("no status file at '" + path + "'",

@@ -205,6 +205,48 @@ struct ReduceConfig {
   bool whole_model = true;
 };
 
+// What an axis is to the verdict (analysis/ranking.hpp):
+//  - optimisation: a training optimisation or implementation choice, measured against its baseline
+//    value (flash vs baseline attention, tf32 vs fp32 matmuls, ...);
+//  - reference: a factor everyone already accepts (init seed, training precision), the yardstick;
+//  - setting: a hyperparameter or input the other axes are compared under (init scheme, lr, ...);
+//  - noise: the same variant again (`repeat`), whose distance is the noise floor.
+enum class AxisRole { optimisation, reference, setting, noise };
+// The grid axes, from the one table in grid.cpp that drives their validation, expansion, ids and
+// resolved TOML: each axis's name, two allowed values as TOML (for help texts and tests), its role, its
+// declared baseline value ("": the first value the grid lists) and whether it is a replicate axis (an
+// independent draw such as the init or data seed: pairs that differ in another axis are grouped into
+// conditions by every non-replicate axis, and replicate values give the independent pairs).
+struct GridAxisInfo {
+  std::string name;
+  std::string example;
+  AxisRole role = AxisRole::setting;
+  std::string baseline;
+  bool replicate = false;
+};
+// [import]: runs trained elsewhere (README "Imported runs"), read instead of training. `path` is a
+// pattern over the grid's axes and the checkpoint step ("runs/{attention}-{precision}-s{seed}/
+// step_{step}.safetensors"), made absolute against the grid file's folder at load; the format comes
+// from the extension (io::TensorFile). Tensor names as the study sees them: every prefix of
+// strip_prefix removed from the front (repeatedly, "module._orig_mod.x" -> "x"), then the rename table
+// applied to the whole name; a name matching an exclude pattern (* and ? wildcards) is left out.
+struct ImportConfig {
+  std::string path;                           // absolute pattern; empty: the study trains its own runs
+  std::vector<std::int64_t> steps;            // the steps to read; empty: every step whose files exist
+  std::vector<std::string> strip_prefix;
+  std::map<std::string, std::string> rename;  // stored name (after the strip) -> name in the study
+  std::vector<std::string> exclude;
+  bool present() const { return !path.empty(); }
+  // The study's name of a stored tensor; nullopt when an exclude pattern matches it.
+  std::optional<std::string> tensor_name(const std::string& stored) const;
+  // `path` with the variant's axis values put in; {step} is left for the files to fill.
+  std::string path_of(const std::vector<std::pair<std::string, std::string>>& axes) const;
+};
+// The placeholders of an import pattern, in order ("attention", "seed", "step", ...).
+std::vector<std::string> import_placeholders(const std::string& pattern);
+// Whether `name` matches a glob pattern of * (any run of characters) and ? (one character).
+bool glob_match(const std::string& pattern, const std::string& name);
+
 // One point of the grid: the axis values and the fully resolved configuration it trains with.
 struct Variant {
   std::string id;  // e.g. "flash-bf16-s1-normal"
@@ -259,40 +301,31 @@ struct Study {
   NumericsConfig numerics;
   MicrobenchConfig microbench;
   ReduceConfig reduce;
+  ImportConfig import;
+  // [axes.NAME] of an imported study: axes beyond the table (role, baseline, replicate as declared),
+  // and the declared baseline of a table axis whose grid values are the user's own words.
+  std::vector<GridAxisInfo> declared_axes;
   std::vector<Variant> variants;
   std::string hash;                    // content hash of the whole resolved study
   std::string resolved_toml;           // the whole resolved study, as TOML (defaults filled in)
 
   bool has_phase(const std::string& p) const;
   const Variant* find_variant(const std::string& id) const;
+  bool imported() const { return import.present(); }
 };
 
 // The grid axes fastudy knows, with what each overrides.
 const std::vector<std::string>& known_axes();
-// What an axis is to the verdict (analysis/ranking.hpp):
-//  - optimisation: a training optimisation or implementation choice, measured against its baseline
-//    value (flash vs baseline attention, tf32 vs fp32 matmuls, ...);
-//  - reference: a factor everyone already accepts (init seed, training precision), the yardstick;
-//  - setting: a hyperparameter or input the other axes are compared under (init scheme, lr, ...);
-//  - noise: the same variant again (`repeat`), whose distance is the noise floor.
-enum class AxisRole { optimisation, reference, setting, noise };
 const char* axis_role_name(AxisRole role);  // "optimisation", "reference", "setting", "noise"
 
-// The grid axes, from the one table in grid.cpp that drives their validation, expansion, ids and
-// resolved TOML: each axis's name, two allowed values as TOML (for help texts and tests), its role, its
-// declared baseline value ("": the first value the grid lists) and whether it is a replicate axis (an
-// independent draw such as the init or data seed: pairs that differ in another axis are grouped into
-// conditions by every non-replicate axis, and replicate values give the independent pairs).
-struct GridAxisInfo {
-  std::string name;
-  std::string example;
-  AxisRole role = AxisRole::setting;
-  std::string baseline;
-  bool replicate = false;
-};
 std::vector<GridAxisInfo> grid_axes();
 // The table's row of an axis; nullptr for an unknown name.
 const GridAxisInfo* find_grid_axis(const std::string& name);
+// An axis of a study as the verdict sees it: the study's [axes.NAME] declaration, else the table's row,
+// else a setting without a declared baseline.
+GridAxisInfo study_axis(const Study& st, const std::string& name);
+// The phases an imported study may run: reduce and report.
+const std::vector<std::string>& import_phases();
 // Every phase name, in run order: microbench, train, reduce, report.
 const std::vector<std::string>& known_phases();
 

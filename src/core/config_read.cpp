@@ -18,6 +18,7 @@
 #include "src/core/capabilities.hpp"
 #include "src/core/config_section.hpp"
 #include "src/core/grid.hpp"
+#include "src/core/import.hpp"
 #include "src/core/resolved.hpp"
 
 namespace fastudy {
@@ -44,7 +45,7 @@ std::vector<std::string> preset_names() {
 
 void check_top_level(const toml::table& root, const std::string& file) {
   const std::vector<std::string> sections{"study",   "grid",      "model",      "data",  "train",
-                                          "attention", "numerics", "microbench", "reduce"};
+                                          "attention", "numerics", "microbench", "reduce", "import", "axes"};
   for (auto&& [k, v] : root) {
     std::string key(k.str());
     if (std::find(sections.begin(), sections.end(), key) == sections.end()) {
@@ -723,6 +724,19 @@ void check_training_policies(const Study& st, const toml::table& root, const std
   }
 }
 
+// An imported study runs reduce and report (the default); [study] phases may list only those.
+void imported_phases(Section study, Study& st, const std::string& file) {
+  if (!study.node("phases")) {
+    st.phases = import_phases();
+    return;
+  }
+  for (std::size_t i = 0; i < st.phases.size(); ++i)
+    if (std::find(import_phases().begin(), import_phases().end(), st.phases[i]) == import_phases().end())
+      study.fail_at(*study.node("phases")->as_array()->get(i), "phases",
+                    "[study] phases lists \"" + st.phases[i] + "\", and this study imports its runs ([import] in " + file + ")",
+                    "an imported study runs " + join(import_phases()) + "; remove phases to run both");
+}
+
 }  // namespace
 
 Study load_study(const std::string& path) {
@@ -763,6 +777,10 @@ Study parse_study(const std::string& text, const std::string& file) {
   Study st;
   st.file = file;
   read_study(open_section(root, file, "study"), st);
+  read_import(open_section(root, file, "import"), st, file);
+  if (st.imported()) imported_phases(open_section(root, file, "study"), st, file);
+  if (st.imported()) refuse_training_sections(root, file);
+  read_declared_axes(open_section(root, file, "axes"), st, file);
   read_model(open_section(root, file, "model"), st.model);
   read_data(open_section(root, file, "data"), st.data, st.model);
   read_train(open_section(root, file, "train"), st.train);
@@ -774,8 +792,12 @@ Study parse_study(const std::string& text, const std::string& file) {
   read_grid(open_section(root, file, "grid"), st, policy_names, file);
   check_variant_count(st, root, file);
   expand_variants(st);
-  check_loop_axes(st, root, file);
-  check_training_policies(st, root, file);
+  if (st.imported()) {
+    check_import_against_grid(st, root, file);
+  } else {
+    check_loop_axes(st, root, file);
+    check_training_policies(st, root, file);
+  }
   st.resolved_toml = resolved_study_toml(st);
   st.hash = content_hash(st.resolved_toml);
   return st;

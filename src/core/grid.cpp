@@ -4,12 +4,14 @@
 #include "src/core/grid.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "base/number.hpp"
 #include "fastudy/version.hpp"  // FASTUDY_TORCH_SDPA, FASTUDY_TORCH_VERSION
+#include "src/core/import.hpp"
 #include "src/core/names.hpp"
 #include "src/core/resolved.hpp"
 
@@ -225,17 +227,47 @@ const GridAxis* find_axis(const std::string& name) {
   return nullptr;
 }
 
-// The token an axis value contributes to a variant id.
-std::string id_token(const std::string& axis, const std::string& value) { return find_axis(axis)->id_prefix + value; }
+// The token an axis value contributes to a variant id. An axis of the user's ([axes.NAME]) adds its
+// value when that starts with a letter ("fused"), else its name and the value ("tp2").
+std::string id_token(const std::string& axis, const std::string& value) {
+  if (const GridAxis* row = find_axis(axis)) return row->id_prefix + value;
+  if (!value.empty() && std::isalpha(static_cast<unsigned char>(value[0]))) return value;
+  return axis + value;
+}
+
+// The values of an axis of the user's ([axes.NAME] of an imported study): strings or integers, as text.
+std::vector<std::string> read_declared_axis_values(Section& sec, const std::string& axis) {
+  std::vector<std::string> values;
+  for (const auto& el : *sec.array(axis)) {
+    std::string value;
+    if (auto w = el.value<std::string>(); el.is_string() && w) value = *w;
+    else if (el.is_integer()) value = std::to_string(*el.value<std::int64_t>());
+    else sec.fail_at(el, axis, "`" + sec.qualified(axis) + "` must hold strings or integers (got " + Section::type_name(el) + ")");
+    if (value.empty() || value.find_first_of("/\\") != std::string::npos)
+      sec.fail_at(el, axis, "`" + sec.qualified(axis) + "` value \"" + value + "\" must be non-empty, without slashes",
+                  "the values are parts of file names and variant ids");
+    if (std::find(values.begin(), values.end(), value) != values.end())
+      sec.fail_at(el, axis, "`" + sec.qualified(axis) + "` lists \"" + value + "\" twice", "remove the duplicate");
+    values.push_back(value);
+  }
+  return values;
+}
 
 // The values one grid axis lists (in `sec`, the [grid] table or one [[grid.vary]] table), validated
 // against the axis's row.
+// In an imported study the values of a word axis are the user's own labels ("math", "fa2"), and the
+// model's limits do not apply: fastudy runs none of them.
 std::vector<std::string> read_axis_values(Section& sec, const std::string& axis, const toml::node& v,
-                                          const std::vector<std::string>& policy_names, const ModelConfig& m) {
-  const GridAxis& row = *find_axis(axis);
+                                          const std::vector<std::string>& policy_names, const Study& st) {
+  const GridAxis* found = find_axis(axis);
+  if (!found) return read_declared_axis_values(sec, axis);
+  const GridAxis& row = *found;
+  const ModelConfig& m = st.model;
+  const bool imported = st.imported();
   std::vector<std::string> values;
   switch (row.type) {
     case AxisType::word: {
+      if (imported) return read_declared_axis_values(sec, axis);
       const std::vector<std::string> allowed = row.allowed(policy_names);
       sec.get_words(axis, values, {});
       for (std::size_t i = 0; i < values.size(); ++i) {
@@ -252,6 +284,10 @@ std::vector<std::string> read_axis_values(Section& sec, const std::string& axis,
       std::vector<int> ints;
       sec.get_ints(axis, ints, row.min_value);
       for (std::size_t i = 0; i < ints.size(); ++i) {
+        if (imported) {
+          values.push_back(std::to_string(ints[i]));
+          continue;
+        }
         if (axis == "split_k" && ints[i] > max_split_k(m))
           sec.fail_at(*v.as_array()->get(i), axis,
                       "[" + sec.name() + "] split_k = " + std::to_string(ints[i]) +
@@ -307,9 +343,11 @@ std::vector<std::pair<const toml::key*, const toml::node*>> in_file_order(const 
                     hint);
 }
 
-bool is_known_axis(const std::string& axis) {
+// A table axis, or one the study declares ([axes.NAME] of an imported study).
+bool is_known_axis(const std::string& axis, const Study& st) {
   const auto& known = known_axes();
-  return std::find(known.begin(), known.end(), axis) != known.end();
+  if (std::find(known.begin(), known.end(), axis) != known.end()) return true;
+  return std::any_of(st.declared_axes.begin(), st.declared_axes.end(), [&](const GridAxisInfo& a) { return a.name == axis; });
 }
 
 // The value lists one cross product runs over, an entry per axis of Study::axes: without [[grid.vary]]
@@ -415,8 +453,8 @@ void read_grid(Section grid, Study& st, const std::vector<std::string>& policy_n
       vary_node = vp;
       continue;
     }
-    if (!is_known_axis(axis)) unknown_axis(file, *kp, "grid." + axis);
-    st.axes.emplace_back(axis, read_axis_values(grid, axis, *vp, policy_names, st.model));
+    if (!is_known_axis(axis, st)) unknown_axis(file, *kp, "grid." + axis);
+    st.axes.emplace_back(axis, read_axis_values(grid, axis, *vp, policy_names, st));
   }
   st.crossed_axes = st.axes.size();
   if (!vary_node) return;
@@ -434,15 +472,15 @@ void read_grid(Section grid, Study& st, const std::vector<std::string>& policy_n
     std::vector<std::pair<std::string, std::vector<std::string>>> arm;
     for (const auto& [kp, vp] : in_file_order(table)) {
       const std::string axis(kp->str());
-      if (!is_known_axis(axis)) unknown_axis(file, *kp, "grid.vary." + axis);
+      if (!is_known_axis(axis, st)) unknown_axis(file, *kp, "grid.vary." + axis);
       for (std::size_t a = 0; a < st.crossed_axes; ++a)
         if (st.axes[a].first == axis)
           sec.fail(axis, "axis `" + axis + "` is in [grid] and in a [[grid.vary]] table",
                    "an axis is either crossed with everything ([grid]) or varied from its baseline ([[grid.vary]])");
-      std::vector<std::string> values = read_axis_values(sec, axis, *vp, policy_names, st.model);
+      std::vector<std::string> values = read_axis_values(sec, axis, *vp, policy_names, st);
       auto [it, fresh] = where.emplace(axis, st.axes.size());
       if (fresh) {
-        const std::string declared = find_axis(axis)->baseline;
+        const std::string declared = study_axis(st, axis).baseline;
         st.axes.emplace_back(axis, std::vector<std::string>{declared.empty() ? values.front() : declared});
       }
       auto& all = st.axes[it->second].second;
@@ -479,7 +517,7 @@ void expand_variants(Study& st) {
         const std::string& value = lists[a][idx[a]];
         var.axes.emplace_back(axis, value);
         if (a < st.crossed_axes || value != st.axes[a].second.front()) tokens.push_back(id_token(axis, value));
-        find_axis(axis)->apply(var, value);
+        if (!st.imported()) find_axis(axis)->apply(var, value);
       }
       var.id = tokens.empty() ? "default" : join(tokens, "-");
       if (const auto problem = name_problem(var.id, kMaxVariantIdLength))
@@ -494,7 +532,7 @@ void expand_variants(Study& st) {
           throw ConfigError(st.file, 0, 0, "grid",
                             "two variants get the id `" + var.id + "`: " + it->second + "and " + values,
                             "axis values that are words of another axis make ids ambiguous; rename a custom policy");
-        var.resolved_toml = variant_toml(var);
+        var.resolved_toml = st.imported() ? imported_variant_toml(st, var) : variant_toml(var);
         var.hash = content_hash(var.resolved_toml);
         st.variants.push_back(std::move(var));
       }
@@ -519,7 +557,12 @@ std::string grid_toml(const Study& st) {
   grid_text << "\n[grid]\n";
   auto write_axis = [&](const std::string& axis, const std::vector<std::string>& values) {
     toml::array arr;
-    const AxisType type = find_axis(axis)->type;
+    // An axis of the user's: integers when every value is one, else strings (both read back the same).
+    const bool all_integers = std::all_of(values.begin(), values.end(), [](const std::string& v) {
+      return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 19;
+    });
+    const GridAxis* row = find_axis(axis);
+    const AxisType type = row ? row->type : all_integers ? AxisType::integer : AxisType::word;
     for (const auto& value : values) {
       if (type == AxisType::integer) arr.push_back(std::stoll(value));
       else if (type == AxisType::real) arr.push_back(std::stod(value));

@@ -14,6 +14,7 @@
 
 #include "base/hash.hpp"
 #include "src/core/grid.hpp"
+#include "src/core/import.hpp"
 
 namespace fastudy {
 namespace {
@@ -243,6 +244,15 @@ std::string resolved_study_toml(const Study& st) {
   for (auto s : rc.steps) steps.push_back(s);
   toml::array sweeps;
   for (const auto& sw : st.microbench.sweeps) sweeps.push_back(sweep_table(sw));
+  if (st.imported()) {
+    toml::table resolved{{"study", study_table(st)},
+                         {"reduce", toml::table{{"metrics", to_array(rc.metrics)},
+                                                {"per_tensor", rc.per_tensor},
+                                                {"whole_model", rc.whole_model}}}};
+    if (!steps.empty()) resolved["reduce"].as_table()->insert("steps", steps);
+    add_import_tables(st, resolved);
+    return to_toml_text(resolved) + grid_toml(st);
+  }
   toml::table resolved{
       {"study", study_table(st)},
       {"model", model_table(st.model)},

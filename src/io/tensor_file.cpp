@@ -205,15 +205,22 @@ class SafetensorsSource : public TensorSource {
     for (const auto& s : shards_) out.push_back(s.map.path());
     return out;
   }
-  void read(const TensorEntry& t, double* out) const override { read_as(t, out); }
-  void read(const TensorEntry& t, float* out) const override { read_as(t, out); }
+  bool in_place() const override { return true; }
+  void read(const TensorEntry& t, double* out) const override { read_as(t, 0, t.elements, out); }
+  void read(const TensorEntry& t, float* out) const override { read_as(t, 0, t.elements, out); }
+  void read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, double* out) const override {
+    read_as(t, begin, count, out);
+  }
+  void read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, float* out) const override {
+    read_as(t, begin, count, out);
+  }
 
  private:
   template <class T>
-  void read_as(const TensorEntry& t, T* out) const {
+  void read_as(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, T* out) const {
     const SafetensorsFile& f = shards_.at(where_.at(t.name));
     const auto& r = f.ranges.at(t.name);
-    convert(*t.format, f.map.data() + f.buffer_offset + r.begin, t.elements, out);
+    convert(*t.format, f.map.data() + f.buffer_offset + r.begin + begin * stored_element_bytes(*t.format), count, out);
   }
   std::vector<SafetensorsFile> shards_;
   std::string index_;
@@ -412,6 +419,41 @@ std::uint64_t TensorFile::data_bytes() const {
     }
   }
   return n;
+}
+
+namespace {
+
+template <class T>
+void read_range_whole(const TensorSource& source, const TensorEntry& t, std::uint64_t begin, std::uint64_t count, T* out) {
+  std::vector<T> all(t.elements);
+  source.read(t, all.data());
+  std::copy(all.begin() + static_cast<std::ptrdiff_t>(begin), all.begin() + static_cast<std::ptrdiff_t>(begin + count), out);
+}
+
+template <class T>
+void checked_range(const TensorSource& source, const TensorEntry& t, std::uint64_t begin, std::uint64_t count, T* out) {
+  if (!t.format)
+    bad(t.file, "tensor '" + t.name + "' holds " + t.stored_type + " values; fastudy reads F64, F32, F16 and BF16");
+  if (begin > t.elements || count > t.elements - begin)
+    throw Error("tensor_file: elements [" + std::to_string(begin) + ", " + std::to_string(begin + count) + ") of tensor '" +
+                t.name + "' in '" + t.file + "', which has " + std::to_string(t.elements));
+  source.read_range(t, begin, count, out);
+}
+
+}  // namespace
+
+void TensorSource::read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, double* out) const {
+  read_range_whole(*this, t, begin, count, out);
+}
+void TensorSource::read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, float* out) const {
+  read_range_whole(*this, t, begin, count, out);
+}
+
+void TensorFile::read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, double* out) const {
+  checked_range(*source_, t, begin, count, out);
+}
+void TensorFile::read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, float* out) const {
+  checked_range(*source_, t, begin, count, out);
 }
 
 void TensorFile::read(const TensorEntry& t, double* out) const {

@@ -45,6 +45,13 @@ class TensorSource {
   // format; into float exact for fp32/fp16/bf16 and rounded to nearest for fp64.
   virtual void read(const TensorEntry& t, double* out) const = 0;
   virtual void read(const TensorEntry& t, float* out) const = 0;
+  // Elements [begin, begin + count) of t, converted as read() does. This default reads the whole tensor
+  // and copies the range; a reader that addresses elements in place (safetensors) reads the range only.
+  virtual void read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, double* out) const;
+  virtual void read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, float* out) const;
+  // Whether the data is read in place from the file (mapped), so that opening the file again is cheap
+  // and holds nothing; false where opening loads the tensors (torch.save).
+  virtual bool in_place() const { return false; }
 };
 
 class TensorFile {
@@ -58,12 +65,16 @@ class TensorFile {
   const std::vector<TensorEntry>& tensors() const { return source_->tensors(); }
   const TensorEntry* find(std::string_view name) const;
   std::vector<std::string> files() const { return source_->files(); }
+  bool in_place() const { return source_->in_place(); }
   // The sum over tensors of elements x the stored element size (what reading everything touches).
   std::uint64_t data_bytes() const;
   // Reads t into out (t.elements values). Throws UsageError naming the file and the tensor when t has
   // no floating-point format fastudy reads (format is nullopt).
   void read(const TensorEntry& t, double* out) const;
   void read(const TensorEntry& t, float* out) const;
+  // Elements [begin, begin + count) of t (within t.elements; an Error otherwise), converted as read().
+  void read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, double* out) const;
+  void read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, float* out) const;
 
  private:
   TensorFile(std::string path, std::unique_ptr<TensorSource> source) : path_(std::move(path)), source_(std::move(source)) {}

@@ -125,6 +125,43 @@ TEST_F(TensorFileTest, H5pyGroupsBecomeNamePrefixes) {
 }
 
 // Each damaged file is refused with a message that names it (and the tensor where one is at fault).
+// A range of a tensor equals the same slice of the whole tensor: in place for safetensors (every
+// float dtype, so the byte offset of each element width is exercised), through the whole-tensor default
+// for h5py files; a range past the end is an error naming the tensor.
+TEST_F(TensorFileTest, RangesEqualSlicesOfTheWholeTensor) {
+  for (const std::string name : {"all.safetensors", "h5py.h5", "model.safetensors.index.json"}) {
+    const TensorFile f = TensorFile::open(at(name));
+    int ranges = 0;
+    for (const auto& t : f.tensors()) {
+      if (!t.format || t.elements < 3) continue;
+      std::vector<double> whole(t.elements);
+      std::vector<float> whole_float(t.elements);
+      f.read(t, whole.data());
+      f.read(t, whole_float.data());
+      for (std::uint64_t begin : {std::uint64_t{0}, std::uint64_t{1}, t.elements - 2}) {
+        const std::uint64_t count = std::min<std::uint64_t>(2, t.elements - begin);
+        std::vector<double> part(count);
+        std::vector<float> part_float(count);
+        f.read_range(t, begin, count, part.data());
+        f.read_range(t, begin, count, part_float.data());
+        for (std::uint64_t i = 0; i < count; ++i) {
+          EXPECT_EQ(part[i], whole[begin + i]) << name << " " << t.name << "[" << begin + i << "]";
+          EXPECT_EQ(part_float[i], whole_float[begin + i]) << name << " " << t.name << "[" << begin + i << "]";
+        }
+        ++ranges;
+      }
+      std::vector<float> past(2);
+      try {
+        f.read_range(t, t.elements - 1, 2, past.data());
+        ADD_FAILURE() << name << " " << t.name << ": a range past the end was read";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(t.name), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_GT(ranges, 0) << name;
+  }
+}
+
 TEST_F(TensorFileTest, DamagedFilesAreRefusedNamingFileAndTensor) {
   struct Case {
     const char* file;

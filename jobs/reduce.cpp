@@ -388,12 +388,8 @@ TaskResults collect_results(const ReducePlan& plan, const std::vector<std::strin
   return results;
 }
 
-<<<<<<< HEAD
-// Each grid axis with its role, baseline and replicate flag from the axis table (kGridAxes, src/core/grid.cpp).
-=======
 // Each grid axis with its role, baseline and replicate flag: the study's [axes.NAME], else the axis
-// table (src/core/grid.cpp), else a setting (study_axis).
->>>>>>> import
+// table (kGridAxes, src/core/grid.cpp), else a setting (study_axis).
 std::vector<RankingAxis> ranking_axes(const Study& st) {
   std::vector<RankingAxis> axes;
   for (const auto& [name, values] : st.axes) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/quote.hpp"  // shell_quote, shell_word: the words of the commands jobs print and write
 #include "src/core/config.hpp"
 #include "src/core/provenance.hpp"
 
@@ -106,26 +107,26 @@ std::optional<std::string> report_modules_problem();
 // Output directory policy shared by the phases that create results (output.cpp).
 // A new or empty directory is created and receives its manifest (OUT/fastudy.manifest, base/manifest.hpp),
 // study.toml (the resolved config), variants.csv and provenance.txt. An existing study directory is
-// refused unless --resume (continue; the grid's hash must match unless --force) or --force (open_study
-// has deleted what the job wrote before; the study is written again). A non-empty directory that is
+// refused unless --resume (continue) or --force (open_study has deleted what the job wrote before; the
+// study is written again); open_study has compared the configurations. A non-empty directory that is
 // not a fastudy study is always refused.
 void prepare_output(JobContext& ctx);
 // Before every job that writes a study (main(), on rank 0, with the lock held): in an existing study,
-// --force (without --resume) deletes the files the job wrote before, as the manifest lists them (for
+// a grid of another configuration than study.toml's is refused (UsageError naming the settings that
+// differ) unless `run --force` (the study starts over) or `train`/`run --resume --force` (the changed
+// variants train again); then --force (without --resume) deletes the files the job wrote before, as the manifest lists them (for
 // `run`: every file fastudy wrote there), never anything else and never OUT itself; a study without a
 // manifest, or with one that does not match its checksum, is refused (UsageError, nothing deleted).
 // Otherwise the job's fixed output names are added to the manifest of a study fastudy wrote.
 void open_study(JobContext& ctx);
+// When OUT already holds a study of the grid's configuration whose [study] out only differs (a study
+// moved, or a grid that names another place and is run with --out OUT), the study keeps its record: the
+// loaded study takes study.toml's out, resolved text and hash, so that study.toml is not rewritten and
+// every result keeps a hash equal to study.toml's. make_context calls it on every rank.
+void keep_study_record(JobContext& ctx);
 std::string read_text_file(const std::string& path);
 // The hint of a study.toml that does not match its checksum (OUT/study.toml.crc).
 extern const char* const kStudyTomlHint;
 bool file_exists(const std::string& path);
-// A word a shell reads back as `s`, on one line, for commands printed to paste and for scripts:
-// '...' with ' written as '\'' (POSIX); when `s` holds a control character (a newline), bash's
-// $'...' with it as \xHH instead, so that no quoted word ever spans lines (a comment stays one line).
-std::string shell_quote(const std::string& s);
-// `s` as is when it is a plain word (letters, digits and _@%+=:,./-), else shell_quote(s): the words
-// of a command line as it is recorded (provenance, the lock, the sbatch script's "Regenerate:").
-std::string shell_word(const std::string& s);
 
 }  // namespace fastudy

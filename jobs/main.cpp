@@ -197,6 +197,7 @@ JobContext make_context(const Parsed& p) {
   } else {
     ctx.study = load_study(p.opts.target);
     ctx.out_dir = p.opts.out.empty() ? ctx.study->out : p.opts.out;
+    keep_study_record(ctx);
   }
   if (ctx.study->imported() && (p.opts.command == "train" || p.opts.command == "microbench"))
     throw UsageError("`fastudy " + p.opts.command + "` runs fastudy's own model, and " + ctx.study->file +

@@ -94,11 +94,25 @@ const Variant& captured_variant(const Study& st, const MicrobenchSweep& sw) {
   return *v;
 }
 
-// The checkpoint a captured sweep reads: the study's checkpoint of the variant at captured_step (or
-// the variant's last step).
+// The step of the checkpoint a captured sweep reads: captured_step, or the variant's last step.
+std::int64_t captured_step(const Study& st, const MicrobenchSweep& sw) {
+  return sw.captured_step > 0 ? sw.captured_step : captured_variant(st, sw).train.steps;
+}
+
+// The checkpoint a captured sweep reads: the study's checkpoint of the variant at its captured step.
 std::string captured_checkpoint(const Study& st, const std::string& out_dir, const MicrobenchSweep& sw) {
+  return checkpoint_path(out_dir, captured_variant(st, sw).id, captured_step(st, sw));
+}
+
+// The checkpoint a captured sweep reads, whole and the variant's checkpoint of that step trained with
+// its configuration (CheckpointIdentity). Throws CheckpointError.
+TrainState read_captured(const Study& st, const MicrobenchSweep& sw, const std::string& path) {
   const Variant& v = captured_variant(st, sw);
-  return checkpoint_path(out_dir, v.id, sw.captured_step > 0 ? sw.captured_step : v.train.steps);
+  TrainState s = read_checkpoint(path);
+  const CheckpointIdentity want{v.id, captured_step(st, sw), v.hash};
+  if (auto problem = identity_problem(CheckpointInfo{s.step, s.data_cursor, s.attrs}, want))
+    throw CheckpointError(path, "", *problem, "train the variant again (fastudy train GRID --out OUT --resume)");
+  return s;
 }
 
 // Q, K, V of a captured sweep, read once per rank (cache keyed by checkpoint, layer and batch).
@@ -109,7 +123,7 @@ const MicrobenchInputs& captured_inputs(const Study& st, const std::string& out_
   auto it = cache.find(key);
   if (it == cache.end()) {
     const CapturedAttention cap = capture_attention_inputs(
-        captured_variant(st, sw), read_checkpoint(path), sw.captured_layer, sw.captured_batch);
+        captured_variant(st, sw), read_captured(st, sw, path), sw.captured_layer, sw.captured_batch);
     log::info("microbench: captured Q, K, V of layer " + std::to_string(sw.captured_layer) + " on batch " +
               std::to_string(sw.captured_batch) + " from " + path);
     MicrobenchInputs in;

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "base/number.hpp"
+#include "base/quote.hpp"
 
 namespace fastudy::microbench_table {
 
@@ -94,7 +95,10 @@ std::string csv_text(const Cell& cell) {
 
 std::string csv_line(const Record& rec) {
   std::string line;
-  for (std::size_t c = 0; c < rec.size(); ++c) line += (c ? "," : "") + csv_text(rec[c]);
+  for (std::size_t c = 0; c < rec.size(); ++c) {
+    const auto* text = std::get_if<std::string>(&rec[c]);
+    line += (c ? "," : "") + (text ? csv_field(*text) : csv_text(rec[c]));
+  }
   return line;
 }
 

@@ -1,8 +1,6 @@
 // The output directory policy: create, refuse, resume, or redo a job (--force: only the files fastudy
-// wrote, as its manifest lists them); shell quoting of the commands fastudy prints and writes.
+// wrote, as its manifest lists them).
 #include <algorithm>
-#include <cctype>
-#include <cstring>
 #include <fstream>
 #include <optional>
 #include <filesystem>
@@ -27,40 +25,6 @@ const char* const kStudyTomlHint =
 bool file_exists(const std::string& path) {
   std::error_code ec;
   return fs::exists(path, ec);
-}
-
-std::string shell_quote(const std::string& s) {
-  const bool control =
-      std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
-  if (!control) {
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-  }
-  // bash's $'...': every byte that is not plain printable text as \xHH, so the word is one line.
-  static const char* const kHex = "0123456789abcdef";
-  std::string q = "$'";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '\'' || c == '\\') {
-      q += '\\';
-      q += c;
-    } else if (u < 0x20 || u == 0x7f) {
-      q += "\\x";
-      q += kHex[u >> 4];
-      q += kHex[u & 15];
-    } else {
-      q += c;
-    }
-  }
-  return q + "'";
-}
-
-std::string shell_word(const std::string& s) {
-  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || (c != '\0' && std::strchr("_@%+=:,./-", c) != nullptr);
-  });
-  return plain ? s : shell_quote(s);
 }
 
 std::string read_text_file(const std::string& path) {
@@ -88,11 +52,11 @@ bool empty_but_lock(const fs::path& dir) {
 void write_variants_csv(const fs::path& out, const Study& st) {
   std::ostringstream os;
   os << "variant,hash";
-  for (const auto& axis : st.axes) os << ',' << axis.first;
+  for (const auto& axis : st.axes) os << ',' << csv_field(axis.first);
   os << '\n';
   for (const auto& v : st.variants) {
-    os << v.id << ',' << v.hash;
-    for (const auto& [axis, value] : v.axes) os << ',' << value;
+    os << csv_field(v.id) << ',' << v.hash;
+    for (const auto& [axis, value] : v.axes) os << ',' << csv_field(value);
     os << '\n';
   }
   atomic_write_sealed((out / "variants.csv").string(), os.str());
@@ -166,17 +130,7 @@ void prepare_output(JobContext& ctx) {
       // gets here, and it is written again as a new one.
       if (!manifest::read(out.string())) throw no_manifest(out.string());
     } else if (ctx.opts.resume) {
-      Study previous = parse_study(read_sealed(marker.string(), kStudyTomlHint), marker.string());
-      std::string changed;
-      for (const auto& v : st.variants) {
-        const Variant* before = previous.find_variant(v.id);
-        if (before && before->hash != v.hash) changed += (changed.empty() ? "" : ", ") + v.id;
-      }
-      if (!changed.empty() && !ctx.opts.force)
-        throw UsageError("the grid changed since " + out.string() + " was started: the configuration of " + changed +
-                             " differs from the one in " + marker.string(),
-                         "restore the grid, pass --force with --resume to retrain the changed variants from scratch, or "
-                         "use another --out");
+      // open_study has compared the configurations (check_configuration): the study goes on.
     } else {
       throw UsageError("output directory " + out.string() + " already holds a study",
                        "pass --resume to continue it, --force to " + force_meaning(ctx.opts.command) + ", or --out DIR");
@@ -185,11 +139,87 @@ void prepare_output(JobContext& ctx) {
   fs::create_directories(out, ec);
   if (ec) throw Error("cannot create output directory " + out.string() + ": " + ec.message(),
                       "check the path and permissions, or pass --out DIR");
+  // What fastudy writes, it reads back: study.toml is parsed again before it is written, so that no
+  // value the reader refuses leaves a study that no command can open.
+  std::string unreadable;
+  try {
+    if (parse_study(st.resolved_toml, marker.string()).hash != st.hash) unreadable = "it reads back as another configuration";
+  } catch (const ConfigError& e) {
+    unreadable = e.what();
+  }
+  if (!unreadable.empty())
+    throw Error("fastudy would write a study.toml that it cannot read back (" + one_line(unreadable) + "); nothing was written",
+                "this is a bug in fastudy: please report it with the grid file");
   manifest::add(out.string(), job_outputs(ctx));
   atomic_write_sealed(marker.string(), st.resolved_toml);
   write_variants_csv(out, st);
   atomic_write((out / "provenance.txt").string(), ctx.prov.header());
 }
+
+void keep_study_record(JobContext& ctx) {
+  const fs::path marker = fs::path(ctx.out_dir) / "study.toml";
+  std::error_code ec;
+  if (!ctx.study || ctx.study->file == marker.string() || !fs::is_regular_file(marker, ec) || checksum_problem(marker.string()))
+    return;
+  try {
+    const Study previous = parse_study(read_sealed(marker.string(), kStudyTomlHint), marker.string());
+    if (previous.hash == ctx.study->hash || !configuration_differences(previous, *ctx.study).empty()) return;
+    ctx.study->out = previous.out;
+    ctx.study->resolved_toml = previous.resolved_toml;
+    ctx.study->hash = previous.hash;
+  } catch (const ConfigError&) {
+    // a study.toml this fastudy cannot read: the job that opens the study names it
+  }
+}
+
+namespace {
+
+// A job writes into an existing study only with the study's configuration (its study.toml, compared
+// setting by setting: configuration_differences), so that every result in a study is of the
+// configuration study.toml states. Two jobs may change it: `run --force` starts the study over (every
+// file fastudy wrote is deleted first), and `train` or `run` with `--resume --force` trains the variants
+// whose configuration changed again from scratch. Anything else is a UsageError naming the settings
+// that differ (and the variants they change), before anything is deleted or written.
+void check_configuration(const JobContext& ctx) {
+  const Study& st = *ctx.study;
+  const fs::path marker = fs::path(ctx.out_dir) / "study.toml";
+  std::error_code ec;
+  if (!fs::is_regular_file(marker, ec) || checksum_problem(marker.string())) return;  // not a study fastudy wrote
+  const Study previous = parse_study(read_sealed(marker.string(), kStudyTomlHint), marker.string());
+  const std::vector<std::string> differences = configuration_differences(previous, st);
+  if (differences.empty()) return;
+  const std::string& job = ctx.opts.command;
+  if (job == "run" && ctx.opts.force && !ctx.opts.resume) return;  // starts the study over
+  std::vector<std::string> changed;
+  for (const auto& v : st.variants) {
+    const Variant* before = previous.find_variant(v.id);
+    if (before && before->hash != v.hash) changed.push_back(v.id);
+  }
+  constexpr std::size_t kNamed = 6;  // settings and variants named in the message (the count says the rest)
+  const auto named = [&](const std::vector<std::string>& items) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size() && i < kNamed; ++i) out += (i ? "; " : "") + items[i];
+    if (items.size() > kNamed) out += "; and " + std::to_string(items.size() - kNamed) + " more";
+    return out;
+  };
+  const std::string what = std::to_string(differences.size()) + " setting(s) differ: " + named(differences) +
+                           (changed.empty() ? std::string()
+                                            : " (the training of " + std::to_string(changed.size()) + " variant(s) changes: " +
+                                                  named(changed) + ")");
+  if ((job == "train" || job == "run") && ctx.opts.force && ctx.opts.resume) {
+    log::warn("the configuration of " + st.file + " is not the one in " + marker.string() + ": " + what +
+              "; --resume --force trains the changed variants again from scratch and writes the new study.toml");
+    return;
+  }
+  const std::string grid = shell_quote(st.file), out = shell_quote(ctx.out_dir);
+  throw UsageError(ctx.out_dir + " holds a study of another configuration than " + st.file + ": " + what,
+                   "use the study's own configuration (fastudy " + job + " " + shell_quote(marker.string()) + " --out " + out +
+                       " ...), retrain what changed with `fastudy train " + grid + " --out " + out +
+                       " --resume --force`, start over with `fastudy " + grid + " --out " + out +
+                       " --force` (deletes every file fastudy wrote there), or choose another --out");
+}
+
+}  // namespace
 
 void open_study(JobContext& ctx) {
   const std::string out = ctx.out_dir;
@@ -197,6 +227,7 @@ void open_study(JobContext& ctx) {
   const bool study = fs::is_directory(out, ec) && (fs::exists(fs::path(out) / "study.toml", ec) ||
                                                     fs::exists(fs::symlink_status(manifest::path_of(out), ec)));
   if (!study) return;  // a new study: prepare_output writes its manifest; a folder that is none: refused there
+  check_configuration(ctx);
   if (ctx.opts.force && !ctx.opts.resume) {
     std::optional<std::vector<manifest::Entry>> listed;
     try {

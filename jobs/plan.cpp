@@ -21,6 +21,7 @@
 #include <boost/program_options.hpp>
 
 #include "base/error.hpp"
+#include "base/log.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
 #include "jobs/preflight.hpp"
@@ -218,7 +219,8 @@ int job_plan(JobContext& ctx) {
               << ")\n";
     return kExitOk;
   }
-  std::cerr << "preflight: `fastudy run` with " << ranks << " rank(s) on this machine would stop before it starts:\n";
+  // An error line (-q keeps it), then the problems.
+  log::error("preflight: `fastudy run` with " + std::to_string(ranks) + " rank(s) on this machine would stop before it starts:");
   for (const auto& p : problems) std::cerr << "  - " << p << "\n";
   return kExitUsage;
 }

@@ -68,12 +68,14 @@ std::set<std::int64_t> reduced_steps(const Study& st) {
   return expected;
 }
 
-// The first problem of variant v's checkpoints at `steps` ("" when they are all there and intact).
+// The first problem of variant v's checkpoints at `steps` ("" when they are all there, intact, and
+// v's checkpoints of those steps trained with v's configuration: CheckpointIdentity).
 std::string checkpoints_problem(const std::string& out, const Variant& v, const std::set<std::int64_t>& steps) {
   for (auto s : steps) {
     const std::string path = checkpoint_path(out, v.id, s);
     if (!fs::exists(path)) return path + " is missing";
-    if (auto p = checkpoint_problem(path)) return *p;
+    const CheckpointIdentity want{v.id, s, v.hash};
+    if (auto p = checkpoint_problem(path, &want)) return *p;
   }
   return {};
 }

@@ -6,6 +6,7 @@
 
 #include "base/checksum.hpp"
 #include "base/number.hpp"
+#include "base/quote.hpp"
 #include "src/io/h5.hpp"
 
 namespace fastudy {
@@ -26,7 +27,7 @@ void write_deviation_h5(const std::string& path, const ReducePlan& plan, const T
       for (std::size_t a = 0; a < v->axes.size(); ++a) axes += (a ? "," : "") + v->axes[a].first + "=" + v->axes[a].second;
       axes += "\n";
     }
-    for (const auto& l : plan.left_out) left += l + "\n";
+    for (const auto& l : plan.left_out) left += one_line(l) + "\n";
     root.set_attr("variants", ids);
     root.set_attr("variant_axes", axes);
     root.set_attr("left_out", left);
@@ -57,7 +58,8 @@ void write_deviation_csv(const std::string& path, const ReducePlan& plan, const 
       const auto& m = results[si * T + t];
       for (std::size_t i = 0; i < V; ++i)
         for (std::size_t j = i + 1; j < V; ++j) {
-          csv << plan.steps[si] << ',' << plan.tensors[t] << ',' << plan.variants[i]->id << ',' << plan.variants[j]->id;
+          csv << plan.steps[si] << ',' << csv_field(plan.tensors[t]) << ',' << csv_field(plan.variants[i]->id) << ','
+              << csv_field(plan.variants[j]->id);
           for (int k = 0; k < kMetrics; ++k) csv << ',' << number_text(m[(static_cast<std::size_t>(k) * V + i) * V + j]);
           csv << '\n';
         }
@@ -69,10 +71,11 @@ void write_axes_csv(const std::string& path, const std::vector<RankingAxis>& axe
   std::ostringstream ax;
   ax << prov.header() << "axis,role,baseline,replicate,values\n";
   for (const auto& a : axes) {
-    ax << a.name << ',' << source_role_name(a.role) << ',' << (a.baseline.empty() ? a.values.front() : a.baseline)
-       << ',' << (a.replicate ? 1 : 0) << ',';
-    for (std::size_t k = 0; k < a.values.size(); ++k) ax << (k ? ";" : "") << a.values[k];
-    ax << '\n';
+    std::string values;
+    for (std::size_t k = 0; k < a.values.size(); ++k) values += (k ? ";" : "") + a.values[k];
+    ax << csv_field(a.name) << ',' << source_role_name(a.role) << ','
+       << csv_field(a.baseline.empty() ? a.values.front() : a.baseline) << ',' << (a.replicate ? 1 : 0) << ','
+       << csv_field(values) << '\n';
   }
   atomic_write_sealed(path, ax.str());
 }
@@ -82,11 +85,11 @@ void write_ranking_csv(const std::string& path, const Ranking& ranking, const Pr
   rc << prov.header()
      << "axis,role,condition,value_a,value_b,pairs,independent,step,w1_mean,w1_min,w1_max,max_abs_mean,slope\n";
   for (const auto& r : ranking.rows)
-    rc << r.axis << ',' << source_role_name(r.role) << ',' << r.condition << ',' << r.value_a << ',' << r.value_b << ','
-       << r.pairs << ',' << r.independent << ',' << r.step << ',' << number_text(r.w1_mean) << ','
+    rc << csv_field(r.axis) << ',' << source_role_name(r.role) << ',' << csv_field(r.condition) << ','
+       << csv_field(r.value_a) << ',' << csv_field(r.value_b) << ',' << r.pairs << ',' << r.independent << ',' << r.step << ',' << number_text(r.w1_mean) << ','
        << number_text(r.w1_min) << ',' << number_text(r.w1_max) << ',' << number_text(r.max_abs_mean) << ','
        << number_text(r.slope) << '\n';
-  for (const auto& n : ranking.notes) rc << "# note: " << n << '\n';
+  for (const auto& n : ranking.notes) rc << "# note: " << one_line(n) << '\n';
   atomic_write_sealed(path, rc.str());
 }
 
@@ -97,13 +100,14 @@ void write_verdict_csv(const std::string& path, const Ranking& ranking, const Pr
         "reference_independent,step,w1,reference_w1,end_ratio,end_lo,end_hi,slope,reference_slope,slope_ratio,"
         "slope_lo,slope_hi,informative,noise_w1,measure,comparison,verdict\n";
   for (const auto& c : ranking.comparisons)
-    vc << c.axis << ',' << c.baseline << ',' << c.value << ',' << c.condition << ',' << c.reference << ','
-       << c.reference_pair << ',' << c.pairs << ',' << c.independent << ',' << c.reference_pairs << ','
+    vc << csv_field(c.axis) << ',' << csv_field(c.baseline) << ',' << csv_field(c.value) << ','
+       << csv_field(c.condition) << ',' << csv_field(c.reference) << ',' << csv_field(c.reference_pair) << ',' << c.pairs << ',' << c.independent << ',' << c.reference_pairs << ','
        << c.reference_independent << ',' << c.step << ',' << number_text(c.w1) << ',' << number_text(c.reference_w1)
        << ',' << number_text(c.end_ratio) << ',' << number_text(c.end_lo) << ',' << number_text(c.end_hi) << ','
        << number_text(c.slope) << ',' << number_text(c.reference_slope) << ',' << number_text(c.slope_ratio) << ','
        << number_text(c.slope_lo) << ',' << number_text(c.slope_hi) << ',' << (c.informative ? 1 : 0) << ','
-       << number_text(c.noise_w1) << ',' << c.measure << ',' << c.comparison << ',' << c.verdict << '\n';
+       << number_text(c.noise_w1) << ',' << csv_field(c.measure) << ',' << csv_field(c.comparison) << ','
+       << csv_field(c.verdict) << '\n';
   atomic_write_sealed(path, vc.str());
 }
 
@@ -111,7 +115,7 @@ void write_twins_csv(const std::string& path, const Ranking& ranking, const Prov
   std::ostringstream tw;
   tw << prov.header() << "variant,twin,precision,step,w1,max_abs\n";
   for (const auto& t : ranking.twins)
-    tw << t.variant << ',' << t.twin << ',' << t.precision << ',' << t.step << ',' << number_text(t.w1) << ','
+    tw << csv_field(t.variant) << ',' << csv_field(t.twin) << ',' << csv_field(t.precision) << ',' << t.step << ',' << number_text(t.w1) << ','
        << number_text(t.max_abs) << '\n';
   atomic_write_sealed(path, tw.str());
 }

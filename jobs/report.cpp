@@ -1,5 +1,7 @@
 // `fastudy report OUT|GRID.toml`: render OUT/report.html (self-contained) and OUT/report.md with the
 // plots in OUT/report_files/, from the study's .csv/.h5 outputs only. Also the last phase of `run`.
+// Before it renders, every output is checked against its checksum and against study.toml (its
+// configuration hash; the finished variants' checkpoints: check_results_belong).
 //
 // The renderer is the Python package analysis/report (matplotlib, numpy, h5py from Debian's
 // python3-* packages). This job finds an interpreter and the package, checks that the modules import,
@@ -34,6 +36,9 @@
 #include "fastudy/version.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
+#include "src/io/checkpoint.hpp"
+#include "src/io/h5.hpp"
+#include "src/runtime/status.hpp"
 
 extern char** environ;
 
@@ -250,7 +255,43 @@ void publish(const fs::path& out, const fs::path& staging) {
   fs::remove_all(staging);
 }
 
-void render(const std::string& out_dir) {
+// The results the report shows belong to the study as study.toml describes it (checked after their
+// checksums): every output that records a configuration hash (the `# config_hash:` line of a CSV, the
+// config_hash attribute of an .h5) records study.toml's, and every variant status.csv records as
+// done has its checkpoints whole, in place and trained with its configuration in study.toml
+// (first_damaged_checkpoint, as `fastudy status`). Throws Error naming the first file that does not.
+void check_results_belong(const Study& st, const std::string& out_dir) {
+  std::error_code ec;
+  const std::string grid = shell_quote(st.file), out = shell_quote(out_dir);
+  for (const char* name : kSealedOutputs) {
+    const std::string file(name), path = (fs::path(out_dir) / file).string();
+    if (file == "study.toml" || file == "variants.csv" || file == "status.csv" || !fs::exists(path, ec)) continue;
+    std::string hash;
+    if (file.size() > 3 && file.compare(file.size() - 3, 3, ".h5") == 0) {
+      h5::File f = h5::File::open(path, false, nullptr);
+      if (f.root().has_attr("config_hash")) hash = f.root().attr_string("config_hash");
+    } else {
+      hash = Provenance::parse(read_text_file(path)).config_hash;
+    }
+    if (hash.empty() || hash == st.hash) continue;
+    const bool microbench = file.rfind("microbench", 0) == 0;
+    throw Error(path + " was written for configuration " + hash + ", but the study's (study.toml) is " + st.hash +
+                    ": it is stale, and the report would show it as this study's",
+                microbench ? "compute it again: fastudy microbench " + grid + " --out " + out + " --resume"
+                           : "compute it again: fastudy reduce " + out);
+  }
+  for (const StatusRow& row : read_status_csv((fs::path(out_dir) / "status.csv").string())) {
+    const Variant* v = st.find_variant(row.variant);
+    if (row.state != TaskState::done || !v) continue;
+    const auto damage = first_damaged_checkpoint(out_dir, v->id, checkpoint_schedule(v->train.checkpoint_every, v->train.steps),
+                                                 v->train.steps, v->hash);
+    if (damage)
+      throw Error("variant " + v->id + " is recorded as done, but " + damage->path + ": " + damage->problem,
+                  "`fastudy status " + out + "` says how to repair it; then run reduce and the report again");
+  }
+}
+
+void render(const Study& st, const std::string& out_dir) {
   std::error_code ec;
   if (!fs::is_directory(out_dir, ec))
     throw Error("no study output directory at " + out_dir, "run a phase first, e.g. fastudy microbench GRID.toml --out " + out_dir);
@@ -261,6 +302,7 @@ void render(const std::string& out_dir) {
     if (fs::exists(p, ec))
       verify_sealed(p.string(), std::string("rerun the phase that writes ") + name + " (with --resume or --force), then the report");
   }
+  check_results_belong(st, out_dir);
   const std::string python = find_python();
   const fs::path script = find_script();
   check_modules(python);
@@ -308,9 +350,9 @@ void render(const std::string& out_dir) {
 
 int job_report(JobContext& ctx) {
   if (ctx.world != nullptr) {
-    on_root(*ctx.world, [&] { render(ctx.out_dir); });
+    on_root(*ctx.world, [&] { render(*ctx.study, ctx.out_dir); });
   } else {
-    render(ctx.out_dir);
+    render(*ctx.study, ctx.out_dir);
   }
   return kExitOk;
 }

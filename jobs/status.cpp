@@ -1,7 +1,8 @@
 // `fastudy status OUT`: the state of every variant (OUT/status.csv) as a table, with counts per state
 // and per grid axis value. A variant recorded as done is shown as failed when any of its checkpoints
-// is missing or does not match its checksum (checked with plain reads), with the command that repairs
-// it. Exit code: 0 when no variant failed or diverged, 1 otherwise (as the train phase's).
+// is missing, does not match its checksum (checked with plain reads), or is not that variant's
+// checkpoint of that step trained with the configuration in study.toml (its root attributes), with the
+// command that repairs it. Exit code: 0 when no variant failed or diverged, 1 otherwise (as the train phase's).
 #include <filesystem>
 #include <iostream>
 
@@ -33,17 +34,24 @@ int job_status(JobContext& ctx) {
   }
   std::vector<StatusRow> rows = read_status_csv(path);
   const std::string repair = "fastudy train " + shell_quote(st.file) + " --out " + shell_quote(ctx.out_dir) + " --resume";
+  std::vector<std::pair<std::string, std::string>> damaged;  // (variant, reason): error lines after the table
   for (auto& row : rows) {
     if (row.state != TaskState::done) continue;
     const Variant* v = st.find_variant(row.variant);
     if (!v) continue;
     const auto damage = first_damaged_checkpoint(ctx.out_dir, v->id, checkpoint_schedule(v->train.checkpoint_every, v->train.steps),
-                                                 v->train.steps);
+                                                 v->train.steps, v->hash);
     if (!damage) continue;
     row.state = TaskState::failed;
-    row.reason = "recorded as done, but " + damage->path + ": " + damage->problem + "; repair: " + repair;
+    row.reason = "recorded as done, but " + damage->path + ": " + damage->problem + "; repair: " + repair +
+                 (damage->kind == CheckpointDamage::Kind::other_configuration
+                      ? " --force (retrains the variants whose configuration differs), or restore the study.toml "
+                        "they were trained with"
+                      : "");
+    damaged.emplace_back(row.variant, row.reason);
   }
   print_status(std::cout, rows, axes);
+  for (const auto& [id, reason] : damaged) log::error(id + " " + reason);
   std::size_t bad = 0;
   for (const auto& row : rows) bad += row.state == TaskState::failed || row.state == TaskState::diverged;
   if (bad == 0) return kExitOk;

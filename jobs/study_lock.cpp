@@ -17,6 +17,7 @@
 #include "base/atomic_file.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
+#include "base/quote.hpp"
 #include "base/proc.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
@@ -42,12 +43,6 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-std::string one_line(std::string s) {
-  for (char& c : s)
-    if (c == '\n' || c == '\r') c = ' ';
-  return s;
 }
 
 LockHolder parse_record(const std::string& text) {

@@ -61,9 +61,14 @@ std::vector<const Variant*> select_variants(const Study& st, const std::vector<s
 //  - a status.csv that does not match its checksum or cannot be read back (a directory in its place,
 //    malformed rows) is set aside, never deleted (the state of every variant is then rebuilt from its
 //    checkpoints by the schedule);
-//  - every checkpoint of every variant is checked against its checksum (no HDF5); a variant with a
-//    missing or damaged one loses it and every later one, and trains again from the last good
-//    checkpoint before it (training resumes bit for bit, so the files come back the same);
+//  - every checkpoint of every variant is checked against its checksum and its root attributes (its
+//    variant, step and configuration hash; no tensor is read); a variant with a missing or damaged one,
+//    or one that is another variant's or another step's (copied or moved there with its sidecar), loses
+//    it and every later one, and trains again from the last good checkpoint before it (training resumes
+//    bit for bit, so the files come back the same). A checkpoint of another configuration counts as
+//    misplaced when the variant's latest checkpoint has the grid's configuration; when the latest has
+//    another one too, the variant's configuration changed (the schedule refuses it, or retrains it
+//    from scratch with --force);
 //  - a variant recorded as done whose final checkpoint is missing, invalid or was trained with
 //    another configuration goes back to the queue.
 void repair_for_resume(const std::string& out, const std::vector<const Variant*>& variants,
@@ -94,15 +99,26 @@ void repair_for_resume(const std::string& out, const std::vector<const Variant*>
       changed = true;
     }
   };
+  using Kind = CheckpointDamage::Kind;
   for (const auto* v : variants) {
     const std::vector<std::int64_t> have = list_checkpoint_steps(checkpoint_dir(out, v->id));
     if (have.empty()) continue;
+    const std::string latest = checkpoint_path(out, v->id, have.back());
+    std::string hash;  // compared only when the latest checkpoint has the grid's configuration
+    try {
+      if (!checksum_problem(latest) && read_checkpoint_info(latest, WholeFile::checked_before).attrs["config_hash"] == v->hash)
+        hash = v->hash;
+    } catch (const CheckpointError&) {
+      // not a checkpoint: first_damaged_checkpoint names it
+    }
     const auto damage =
-        first_damaged_checkpoint(out, v->id, checkpoint_schedule(v->train.checkpoint_every, v->train.steps), have.back());
+        first_damaged_checkpoint(out, v->id, checkpoint_schedule(v->train.checkpoint_every, v->train.steps), have.back(), hash);
     if (!damage) continue;
     for (const auto& p : remove_checkpoints_from(out, v->id, damage->step)) log::warn(v->id + ": removed " + p);
-    requeue(v->id, "checkpoint of step " + std::to_string(damage->step) + " " +
-                       (damage->problem == "no such file" ? std::string("was missing") : "was damaged (" + damage->problem + ")") +
+    const std::string what = damage->kind == Kind::missing ? std::string("was missing")
+                             : damage->kind == Kind::damaged ? "was damaged (" + damage->problem + ")"
+                                                             : "was not this variant's (" + damage->problem + ")";
+    requeue(v->id, "checkpoint of step " + std::to_string(damage->step) + " " + what +
                        "; training again from the last good checkpoint before it");
   }
   for (auto& row : rows) {
@@ -111,7 +127,7 @@ void repair_for_resume(const std::string& out, const std::vector<const Variant*>
     for (const auto* w : variants)
       if (w->id == row.variant) v = w;
     if (!v) continue;
-    auto ref = latest_valid_checkpoint(checkpoint_dir(out, v->id));
+    auto ref = latest_valid_checkpoint(checkpoint_dir(out, v->id), nullptr, v->id);
     std::string why;
     if (!ref || ref->step < v->train.steps) why = "its final checkpoint is missing";
     else if (read_checkpoint_info(ref->path).attrs["config_hash"] != v->hash) why = "its configuration changed";
@@ -236,7 +252,7 @@ int job_train(JobContext& ctx) {
     std::string path;
     if (group.rank() == 0) {
       std::vector<std::string> skipped;
-      if (auto ref = latest_valid_checkpoint(cdir, &skipped)) path = ref->path;
+      if (auto ref = latest_valid_checkpoint(cdir, &skipped, v.id)) path = ref->path;
       for (const auto& s : skipped) log::warn(v.id + ": ignoring checkpoint " + s);
     }
     group.bcast(path);

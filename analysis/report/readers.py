@@ -192,8 +192,11 @@ def read_csv_table(path):
     if not path.is_file():
         return None
     text = path.read_text(encoding="utf-8", errors="replace")
-    comments = [l for l in text.splitlines() if l.startswith("#")]
-    body = "\n".join(l for l in text.splitlines() if l and not l.startswith("#"))
+    # Lines end at "\n" only (fastudy's CSV lines are one line each; str.splitlines would also split
+    # at characters such as U+2028 or U+0085 that a quoted field may hold).
+    lines = [l[:-1] if l.endswith("\r") else l for l in text.split("\n")]
+    comments = [l for l in lines if l.startswith("#")]
+    body = "\n".join(l for l in lines if l and not l.startswith("#"))
     prov, notes = parse_provenance_lines(comments)
     reader = csv.reader(io.StringIO(body))
     header = next(reader, None)
@@ -230,9 +233,9 @@ def read_deviation_h5(path, problems):
         return None
     with h5py.File(path, "r") as f:
         attrs = {k: _text(v) for k, v in f.attrs.items()}
-        variants = [v for v in attrs.get("variants", "").splitlines() if v]
+        variants = [v for v in attrs.get("variants", "").split("\n") if v]
         variant_axes = {}
-        for vid, line in zip(variants, attrs.get("variant_axes", "").splitlines()):
+        for vid, line in zip(variants, attrs.get("variant_axes", "").split("\n")):
             variant_axes[vid] = [tuple(kv.split("=", 1)) for kv in line.split(",") if "=" in kv]
         matrices, steps, tensors = {}, [], []
         for step_name, g in f["steps"].items():
@@ -244,8 +247,8 @@ def read_deviation_h5(path, problems):
                     tensors.append(tensor)
                 matrices[step][tensor] = {m: np.array(tg[m]) for m in tg.keys() if m in REPORTED_METRICS}
     steps.sort()
-    prov, _ = parse_provenance_lines(attrs.get("provenance", "").splitlines())
-    left_out = [l for l in attrs.get("left_out", "").splitlines() if l]
+    prov, _ = parse_provenance_lines(attrs.get("provenance", "").split("\n"))
+    left_out = [l for l in attrs.get("left_out", "").split("\n") if l]
     return Deviation(variants, variant_axes, steps, tensors, matrices, left_out, prov, "deviation.h5")
 
 
@@ -319,7 +322,7 @@ def load_study(out_dir):
     prov_path = out / "provenance.txt"
     if prov_path.is_file():
         data.provenance, _ = parse_provenance_lines(
-            [l for l in prov_path.read_text(errors="replace").splitlines() if l.startswith("#")])
+            [l for l in prov_path.read_text(errors="replace").split("\n") if l.startswith("#")])
     data.variants = _guard(p, "variants.csv", read_csv_table, out / "variants.csv")
     data.status = _guard(p, "status.csv", read_csv_table, out / "status.csv")
     data.microbench = _guard(p, "microbench.csv", read_csv_table, out / "microbench.csv")

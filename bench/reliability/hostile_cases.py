@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -248,15 +249,81 @@ def status_csv_directory(c):
     return Expect([c.fastudy, "train", c.grid, "--resume", "-q"], (0,), out, verdict_same=True, check=check)
 
 
+def reseal(path):
+    """Writes the checksum sidecar of `path` again (as fastudy does): a tampered file that no checksum tells."""
+    data = Path(path).read_bytes()
+    Path(f"{path}.crc").write_text(f"fastudy-crc32/1 {len(data)} {zlib.crc32(data):08x}\n")
+
+
+def retag(path, **attrs):
+    """Rewrites root attributes of a checkpoint (h5py) and reseals it."""
+    import h5py
+    with h5py.File(path, "r+") as f:
+        for k, v in attrs.items():
+            f.attrs[k] = v
+    reseal(path)
+
+
+def csv_problems(out):
+    """Every CSV of a study read back as the report reads it: '#' lines and rows of the header's width."""
+    import csv
+    import io
+    problems = []
+    for path in sorted(Path(out).glob("*.csv")):
+        lines = [l for l in path.read_text().split("\n") if l]
+        body = [l for l in lines if not l.startswith("#")]
+        rows = list(csv.reader(io.StringIO("\n".join(body))))
+        if any(len(r) != len(rows[0]) for r in rows):
+            problems.append(f"{path.name}: rows of another width than the header")
+        if path.name not in ("status.csv", "variants.csv") and sum(l.startswith("# grid: ") for l in lines) != 1:
+            problems.append(f"{path.name}: the '# grid:' header is not one line")
+    return problems
+
+
+def grid_path_newline(c):
+    """A grid in a folder whose name holds a newline, a comma and a quote: the study runs, and every CSV's
+    provenance header stays one line per key (the same verdict)."""
+    gdir = c.dir / 'g\nx,"y'
+    gdir.mkdir()
+    grid = gdir / "grid.toml"
+    grid.write_text(GRID.format(out=c.out))
+    return Expect([c.fastudy, grid, "-q"], (0,), c.out, verdict_same=True, check=lambda r: csv_problems(c.out))
+
+
 def quiet_failed_variant(c):
-    """-q with a variant that fails (another variant's checkpoint in its place): exit 1 and an error line."""
+    """-q with a variant that fails (its checkpoints say they were trained with another configuration, and
+    --resume without --force does not retrain it): exit 1 and an error line."""
     out = c.study()
-    cdir = out / "checkpoints" / "flash-fp32"
-    for p in cdir.iterdir():
-        p.unlink()
-    for name in ("step_0000002.h5", "step_0000002.h5.crc"):
-        shutil.copy(out / "checkpoints" / "baseline-fp32" / name, cdir / name)
+    for p in (out / "checkpoints" / "flash-fp32").glob("step_*.h5"):
+        retag(p, config_hash="00000000deadbeef")
     return Expect([c.fastudy, "train", c.grid, "--resume", "-q"], (1,), out, names="flash-fp32 failed")
+
+
+def copy_checkpoint(src, dst):
+    for suffix in ("", ".crc"):
+        shutil.copy(f"{src}{suffix}", f"{dst}{suffix}")
+
+
+def checkpoint_case(job, src_variant, src_step, dst_variant, dst_step, names, retag_hash=False):
+    """A checkpoint copied with its valid sidecar into another place (or trained with another configuration):
+    `job` catches it (status, reduce, report: exit 1 naming it), or --resume repairs it to the clean verdict."""
+    def case(c):
+        out = c.study()
+        dst = out / "checkpoints" / dst_variant / f"step_{dst_step:07d}.h5"
+        if retag_hash:
+            retag(dst, config_hash="00000000deadbeef")
+        else:
+            copy_checkpoint(out / "checkpoints" / src_variant / f"step_{src_step:07d}.h5", dst)
+        if job == "resume":
+            def check(r):
+                code, text = c.run("reduce", out, "-q")
+                return [] if code == 0 else [f"reduce after the repair: exit {code}"]
+            return Expect([c.fastudy, "train", c.grid, "--resume", "-q"], (0,), out, verdict_same=True, check=check)
+        return Expect([c.fastudy, job, out], (1,), out, names=names, env=dict(os.environ, FASTUDY_PYTHON="/bin/true"),
+                      check=lambda r: [] if str(dst) in r.output else ["the checkpoint is not named"])
+    what = "another configuration's checkpoint" if retag_hash else f"{src_variant} step {src_step} copied over {dst_variant} step {dst_step}"
+    case.__doc__ = f"{what}: {job}"
+    return case
 
 
 def fake_renderer(c, body):
@@ -410,6 +477,16 @@ CASES = [
     (3, "slurm-out-with-newline", slurm_out_with_newline),
     (10, "status-csv-directory", status_csv_directory),
     (11, "quiet-failed-variant", quiet_failed_variant),
+    (9, "grid-path-newline", grid_path_newline),
+    (7, "step-copied-status", checkpoint_case("status", "flash-fp32", 2, "flash-fp32", 4, "at step 2, not variant")),
+    (7, "step-copied-reduce", checkpoint_case("reduce", "flash-fp32", 2, "flash-fp32", 4, "at step 2, not variant")),
+    (7, "step-copied-resume", checkpoint_case("resume", "flash-fp32", 2, "flash-fp32", 4, "")),
+    (7, "variant-swapped-status", checkpoint_case("status", "baseline-fp32", 4, "flash-bf16", 4, "'baseline-fp32' at step 4")),
+    (7, "variant-swapped-reduce", checkpoint_case("reduce", "baseline-fp32", 4, "flash-bf16", 4, "'baseline-fp32' at step 4")),
+    (7, "variant-swapped-report", checkpoint_case("report", "baseline-fp32", 4, "flash-bf16", 4, "'baseline-fp32' at step 4")),
+    (7, "variant-swapped-resume", checkpoint_case("resume", "baseline-fp32", 4, "flash-bf16", 4, "")),
+    (7, "other-config-reduce", checkpoint_case("reduce", None, 0, "baseline-bf16", 2, "configuration hash", retag_hash=True)),
+    (7, "other-config-resume", checkpoint_case("resume", None, 0, "baseline-bf16", 2, "", retag_hash=True)),
     (12, "report-sigint", report_sigint),
     (12, "report-kill-9", report_kill9),
     (12, "report-full-disk", report_full_disk),

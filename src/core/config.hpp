@@ -267,6 +267,14 @@ struct Variant {
   std::string attention_name() const;  // "baseline", "flash" or an SDPA kind
 };
 
+// The limits of what a grid (and a study.toml) may be, checked before anything is parsed or expanded
+// (README "Reliability"): its size in bytes, the depth of its tables (table headers, dotted keys,
+// arrays and inline tables, one level each), and the variants it lists unless [study] max_variants
+// says otherwise. Expanding 10,000 variants takes about 0.6 s and 180 MB, 100,000 about 3 s and 360 MB.
+inline constexpr std::size_t kMaxGridBytes = std::size_t{4} << 20;
+inline constexpr std::size_t kMaxTomlDepth = 64;
+inline constexpr std::uint64_t kDefaultMaxVariants = 10000;
+
 struct Study {
   std::string file;                    // the grid.toml path it came from
   std::string name = "study";
@@ -275,6 +283,9 @@ struct Study {
   // The preflight refuses a grid whose estimated training memory per rank exceeds what a rank can have;
   // `[study] memory_check = false` overrides it (the estimate can be pessimistic).
   bool memory_check = true;
+  // The most variants a grid may list (listed_variants, counted before anything is expanded); a larger
+  // grid is refused at load. `[study] max_variants = N` raises (or lowers) it.
+  std::uint64_t max_variants = kDefaultMaxVariants;
   // Every grid axis with the values its variants take: [grid]'s own axes first (in file order), then
   // the [[grid.vary]] axes in order of first appearance, each with its baseline first.
   std::vector<std::pair<std::string, std::vector<std::string>>> axes;
@@ -321,10 +332,24 @@ const std::vector<std::string>& known_phases();
 // The grid's design in one line: "attention[2] x seed[3]"; with [[grid.vary]] tables,
 // "seed[3] x (attention[2] | matmul[3])" (each table's lists, before the shared variants are merged).
 std::string grid_shape(const Study& st);
+// The variants the grid lists, counted from its axis sizes without expanding them: the product of the
+// axes' sizes, or with [[grid.vary]] tables the sum over the tables of their products (a variant that two
+// tables both produce, such as the all-baseline one, counted once per table); saturates at UINT64_MAX.
+std::uint64_t listed_variants(const Study& st);
 
-// Parse, validate and expand. Throws ConfigError.
+// Parse, validate and expand. Throws ConfigError. load_study reads the grid file only when it is a
+// regular file of at most kMaxGridBytes, and refuses one that sets nothing (empty, blanks or comments
+// only: /dev/null, a file truncated to nothing). parse_study refuses a text larger than kMaxGridBytes
+// or nested deeper than kMaxTomlDepth before the TOML parser sees it, and a grid that lists more than
+// [study] max_variants variants before any is expanded.
 Study load_study(const std::string& path);
 Study parse_study(const std::string& toml_text, const std::string& source_name);
+
+// The settings whose values differ between two studies' resolved configurations (study.toml), one
+// line each in the order of the text: "train.lr: 0.003 -> 0.004", "grid.seed: [ 1, 2 ] -> [ 1, 2, 3 ]",
+// "attention.policies.x.s: (unset) -> 'bf16'". [study] out (where the grid said the study lives, not
+// what it computes) is not compared. Empty: the same configuration.
+std::vector<std::string> configuration_differences(const Study& before, const Study& after);
 
 // The resolved policy of a reading or custom policy `name` for attention kind `kind` in format f.
 PrecisionPolicy resolve_policy(const AttentionConfig& cfg, const std::string& name, Format f, AttentionKind kind);

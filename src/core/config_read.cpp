@@ -9,10 +9,12 @@
 #include "src/core/config.hpp"
 
 #include <algorithm>
-#include <fstream>
+#include <optional>
 #include <set>
-#include <sstream>
+#include <string_view>
+#include <vector>
 
+#include "base/read_file.hpp"
 #include "src/core/capabilities.hpp"
 #include "src/core/config_section.hpp"
 #include "src/core/grid.hpp"
@@ -60,8 +62,10 @@ void read_study(Section study, Study& st) {
   study.get("out", st.out);
   study.get_words("phases", st.phases, known_phases());
   study.get("memory_check", st.memory_check);
-  require(!st.name.empty() && st.name.find_first_of("/\\ \t") == std::string::npos, study, "name",
-          "[study] name \"" + st.name + "\" must be non-empty, without spaces or slashes", "use e.g. name = \"quick\"");
+  study.get("max_variants", st.max_variants);
+  require(st.max_variants >= 1, study, "max_variants", "[study] max_variants must be >= 1",
+          "the most variants the grid may list; the default is " + std::to_string(kDefaultMaxVariants));
+  require_name(study, "name", "[study] name", st.name);
   require(!st.out.empty(), study, "out", "[study] out must not be empty", "name the output directory, e.g. out = \"out/quick\"");
   study.finish();
 }
@@ -232,6 +236,7 @@ std::vector<std::string> read_attention(Section att, AttentionConfig& a, const M
                                   "write [attention.policies.NAME] with step = \"format\" lines");
     for (auto&& [pk, pv] : *pn->as_table()) {
       std::string pname(pk.str());
+      require_name(file, pk.source(), "attention.policies", "the custom policy", pname);
       if (is_policy_preset(pname))
         throw ConfigError(file, static_cast<int>(pk.source().begin.line), static_cast<int>(pk.source().begin.column),
                           "attention.policies." + pname, "a custom policy cannot be named \"" + pname + "\" (a preset)",
@@ -334,15 +339,18 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   mb.get_ints("head_dims", mc.head_dims, 1);
   if (const toml::array* blocks = mb.array("blocks")) {
     mc.blocks.clear();
+    std::set<std::pair<int, int>> seen;
     for (const auto& el : *blocks) {
       const toml::array* pair = el.as_array();
       if (!pair || pair->size() != 2 || !(*pair)[0].is_integer() || !(*pair)[1].is_integer())
         mb.fail_at(el, "blocks", sec + "blocks must be a list of [block_q, block_kv] integer pairs",
                    "e.g. blocks = [[16, 16], [32, 64]]");
-      int bq = static_cast<int>(*(*pair)[0].value<std::int64_t>());
-      int bkv = static_cast<int>(*(*pair)[1].value<std::int64_t>());
-      if (bq < 1 || bkv < 1) mb.fail_at(el, "blocks", sec + "block sizes must be >= 1");
-      if (std::find(mc.blocks.begin(), mc.blocks.end(), std::make_pair(bq, bkv)) != mc.blocks.end())
+      const std::int64_t q = *(*pair)[0].value<std::int64_t>(), kv = *(*pair)[1].value<std::int64_t>();
+      if (q < 1 || kv < 1) mb.fail_at(el, "blocks", sec + "block sizes must be >= 1");
+      if (q > INT32_MAX || kv > INT32_MAX)
+        mb.fail_at(el, "blocks", sec + "block sizes must be at most " + std::to_string(INT32_MAX));
+      const int bq = static_cast<int>(q), bkv = static_cast<int>(kv);
+      if (!seen.emplace(bq, bkv).second)
         mb.fail_at(el, "blocks", sec + "blocks lists [" + std::to_string(bq) + ", " + std::to_string(bkv) + "] twice",
                    "remove the duplicate");
       mc.blocks.emplace_back(bq, bkv);
@@ -486,6 +494,7 @@ void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::s
       sw.name = "sweep" + std::to_string(i + 1);
       Section ss(file, "microbench.sweeps", el.as_table(), el.source());
       ss.get("name", sw.name);
+      require_name(ss, "name", "[[microbench.sweeps]] name", sw.name);
       read_sweep(ss, sw, policy_names);
       check_real_kernels(ss, mb, sw);
       check_sweep_readings(ss, mb, sw, att, model);
@@ -560,6 +569,144 @@ void check_loop_axes(const Study& st, const toml::table& root, const std::string
   }
 }
 
+// The deepest table a TOML text builds, and where, found by a scan of the text before it is parsed
+// (toml++ recurses once per level of a dotted key or a table header: a key 100,000 levels deep
+// overflows the stack). A level is a part of a table header ([a.b.c]: 3), a part of a dotted key
+// (x.y = 1 in [a.b.c]: 5), an array or an inline table; strings and comments are skipped. An over-
+// estimate never matters: a study's grid is a few levels deep.
+struct TomlDepth {
+  std::size_t depth = 0;
+  int line = 1, column = 1;
+};
+
+TomlDepth toml_max_depth(std::string_view t) {
+  TomlDepth worst;
+  int line = 1;
+  std::size_t line_start = 0;
+  struct Open {
+    char kind;        // '[' an array, '{' an inline table
+    std::size_t at;   // the depth of the value it opens
+  };
+  std::vector<Open> open;
+  std::size_t header = 0;  // the parts of the current [table] header
+  std::size_t parts = 1;   // the parts of the key being read
+  std::size_t cur = 0;     // the depth of the value being read
+  bool key = true, line_head = true;
+  auto note = [&](std::size_t depth, std::size_t at) {
+    if (depth > worst.depth) worst = {depth, line, static_cast<int>(at - line_start + 1)};
+  };
+  auto newline = [&](std::size_t at) {
+    ++line;
+    line_start = at + 1;
+  };
+  // Skips the string that opens at i (basic or literal, one line or multi-line); i ends on its last quote.
+  auto skip_string = [&](std::size_t& i) {
+    const char q = t[i];
+    const bool multi = t.substr(i, 3) == std::string_view(q == '"' ? "\"\"\"" : "'''");
+    i += multi ? 3 : 1;
+    for (; i < t.size(); ++i) {
+      if (t[i] == '\n') {
+        if (!multi) return;  // an unterminated string: the parser names it
+        newline(i);
+      } else if (q == '"' && t[i] == '\\') {
+        if (i + 1 < t.size() && t[i + 1] == '\n') newline(i + 1);
+        ++i;
+      } else if (t[i] == q && (!multi || t.substr(i, 3) == std::string_view(q == '"' ? "\"\"\"" : "'''"))) {
+        if (multi) i += 2;
+        while (multi && i + 1 < t.size() && t[i + 1] == q) ++i;  // up to two quotes may end the content
+        return;
+      }
+    }
+  };
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const char c = t[i];
+    if (c == '\n') {
+      newline(i);
+      if (open.empty()) key = true, line_head = true, parts = 1, cur = header;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\r') continue;
+    if (c == '#') {
+      while (i + 1 < t.size() && t[i + 1] != '\n') ++i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      skip_string(i);
+      line_head = false;
+      continue;
+    }
+    if (line_head && open.empty() && c == '[') {  // a table header: [a.b.c] or [[a.b.c]]
+      std::size_t p = 1;
+      for (++i; i < t.size() && t[i] != '\n'; ++i) {
+        if (t[i] == '"' || t[i] == '\'') skip_string(i);
+        else if (t[i] == '.') ++p;
+        else if (t[i] == ']') break;
+      }
+      header = p;
+      note(header, i);
+      while (i + 1 < t.size() && t[i + 1] == ']') ++i;
+      line_head = key = false;
+      continue;
+    }
+    line_head = false;
+    if (key) {
+      if (c == '.') {
+        ++parts;
+      } else if (c == '=') {
+        cur = (open.empty() ? header : open.back().at) + parts;
+        note(cur, i);
+        key = false;
+      } else if (c == '}' && !open.empty()) {  // an empty inline table, or a trailing comma
+        cur = open.back().at;
+        open.pop_back();
+        key = false;
+      }
+      continue;
+    }
+    if (c == '[' || c == '{') {
+      open.push_back({c, cur});
+      if (c == '[') cur += 1, note(cur, i);
+      else key = true, parts = 1;
+    } else if ((c == ']' || c == '}') && !open.empty()) {
+      cur = open.back().at;
+      open.pop_back();
+    } else if (c == ',' && !open.empty() && open.back().kind == '{') {
+      key = true;
+      parts = 1;
+    }
+  }
+  return worst;
+}
+
+// The bounds of a text to parse (kMaxGridBytes, kMaxTomlDepth), checked before the TOML parser sees it.
+void check_toml_bounds(const std::string& text, const std::string& file) {
+  if (text.size() > kMaxGridBytes)
+    throw ConfigError(file, 0, 0, "", "the grid has " + std::to_string(text.size()) + " bytes, more than the " +
+                                          std::to_string(kMaxGridBytes) + " a grid may have",
+                      "a grid lists settings and axis values; it is never this large");
+  const TomlDepth d = toml_max_depth(text);
+  if (d.depth > kMaxTomlDepth)
+    throw ConfigError(file, d.line, d.column, "",
+                      "TOML nested " + std::to_string(d.depth) + " levels deep (table headers, dotted keys, arrays and "
+                      "inline tables), more than the " + std::to_string(kMaxTomlDepth) + " a grid may have",
+                      "a grid's sections are a few levels deep, e.g. [attention.policies.NAME]");
+}
+
+// The variants the grid lists, refused above [study] max_variants before any is expanded.
+void check_variant_count(const Study& st, const toml::table& root, const std::string& file) {
+  const std::uint64_t n = listed_variants(st);
+  if (n <= st.max_variants) return;
+  const toml::node* grid = root.get("grid");  // there is one: a grid without axes lists one variant
+  throw ConfigError(file, grid ? static_cast<int>(grid->source().begin.line) : 0,
+                    grid ? static_cast<int>(grid->source().begin.column) : 0, "grid",
+                    "the grid lists " + (n == UINT64_MAX ? std::string("more than 18446744073709551615") : std::to_string(n)) +
+                        " variants (" + grid_shape(st) + "), more than [study] max_variants = " +
+                        std::to_string(st.max_variants),
+                    "each variant trains a model: list fewer values, or vary each optimisation from its baseline in "
+                    "[[grid.vary]] tables instead of crossing every axis; [study] max_variants = N allows more "
+                    "(expanding 100000 variants takes about 3 s and 360 MB)");
+}
+
 // Every variant's attention policy can train: one that quantizes Q, K, V (FlashAttention-3's FP8 path)
 // has no backward pass. The error points at the grid axis `policy` when the variant's value comes from
 // it, else at [attention] policy.
@@ -593,15 +740,32 @@ void imported_phases(Section study, Study& st, const std::string& file) {
 }  // namespace
 
 Study load_study(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path, 0, 0, "", "cannot open the grid file", "check the path; `fastudy --help` shows the usage");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw ConfigError(path, 0, 0, "", "cannot read the grid file");
-  return parse_study(ss.str(), path);
+  std::string problem;
+  const std::optional<std::string> text = read_regular_file(path, kMaxGridBytes, &problem);
+  if (!text) {
+    const bool missing = problem.rfind("cannot be opened", 0) == 0;
+    throw ConfigError(path, 0, 0, "", "the grid file " + problem,
+                      missing ? "check the path; `fastudy --help` shows the usage"
+                              : "pass a grid file (a regular file of at most " + std::to_string(kMaxGridBytes) +
+                                    " bytes), e.g. configs/quick.toml");
+  }
+  // A grid file that sets nothing (empty, blanks, comments only) is a mistake (/dev/null, a file
+  // truncated to nothing), not a request for the default study.
+  bool sets_nothing = true;
+  for (std::size_t at = 0; at < text->size() && sets_nothing;) {
+    const std::size_t eol = std::min(text->find('\n', at), text->size());
+    const std::size_t first = text->find_first_not_of(" \t\r", at);
+    sets_nothing = first >= eol || (*text)[first] == '#';
+    at = eol + 1;
+  }
+  if (sets_nothing)
+    throw ConfigError(path, 0, 0, "", std::string("the grid file ") + (text->empty() ? "is empty" : "sets nothing (blanks and comments only)"),
+                      "a grid sets at least [study] name and its axes; start from configs/quick.toml");
+  return parse_study(*text, path);
 }
 
 Study parse_study(const std::string& text, const std::string& file) {
+  check_toml_bounds(text, file);
   toml::table root;
   try {
     root = toml::parse(text, file);
@@ -626,6 +790,7 @@ Study parse_study(const std::string& text, const std::string& file) {
   read_microbench(open_section(root, file, "microbench"), st.microbench, policy_names, st.attention, st.model, file);
   read_reduce(open_section(root, file, "reduce"), st.reduce);
   read_grid(open_section(root, file, "grid"), st, policy_names, file);
+  check_variant_count(st, root, file);
   expand_variants(st);
   if (st.imported()) {
     check_import_against_grid(st, root, file);

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+
+#include "src/core/names.hpp"
 
 namespace fastudy::config_detail {
 namespace {
@@ -57,6 +60,20 @@ void Section::fail_at(const toml::node& n, const std::string& key, const std::st
                     qualified(key), message, hint);
 }
 
+void require_name(const std::string& file, const toml::source_region& where, const std::string& key,
+                  const std::string& what, const std::string& name) {
+  if (const auto problem = name_problem(name))
+    throw ConfigError(file, static_cast<int>(where.begin.line), static_cast<int>(where.begin.column), key,
+                      what + " " + printable_name(name) + " " + *problem,
+                      "a name becomes a folder, a CSV field and a TOML string: use " + naming_rule());
+}
+
+void require_name(Section& s, const std::string& key, const std::string& what, const std::string& name) {
+  if (const auto problem = name_problem(name))
+    s.fail(key, what + " " + printable_name(name) + " " + *problem,
+           "a name becomes a folder, a CSV field and a TOML string: use " + naming_rule());
+}
+
 void Section::get(const std::string& key, std::string& out) {
   if (!has(key)) return;
   auto v = node(key)->value<std::string>();
@@ -79,7 +96,9 @@ void Section::get(const std::string& key, std::int64_t& out) {
 void Section::get(const std::string& key, int& out) {
   std::int64_t v = out;
   get(key, v);
-  if (v < INT32_MIN || v > INT32_MAX) fail(key, "`" + qualified(key) + "` = " + std::to_string(v) + " is out of range");
+  if (v < INT32_MIN || v > INT32_MAX)
+    fail(key, "`" + qualified(key) + "` = " + std::to_string(v) + " is out of range: it must be from " +
+                  std::to_string(INT32_MIN) + " to " + std::to_string(INT32_MAX) + " (a 32-bit integer)");
   out = static_cast<int>(v);
 }
 
@@ -111,14 +130,15 @@ void Section::get_words(const std::string& key, std::vector<std::string>& out, c
   const toml::array* a = array(key);
   if (!a) return;
   out.clear();
+  std::set<std::string> seen;  // duplicates found in n log n: a list may be long
   for (const auto& el : *a) {
     auto s = el.value<std::string>();
     if (!el.is_string() || !s) fail_at(el, key, "`" + qualified(key) + "` must hold strings (got " + type_name(el) + ")");
     if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), *s) == allowed.end())
-      fail_at(el, key, "`" + qualified(key) + "` has unknown value \"" + *s + "\"; allowed: " + join(allowed),
+      fail_at(el, key, "`" + qualified(key) + "` has unknown value " + printable_name(*s) + "; allowed: " + join(allowed),
               suggestion(*s, allowed));
-    if (std::find(out.begin(), out.end(), *s) != out.end())
-      fail_at(el, key, "`" + qualified(key) + "` lists \"" + *s + "\" twice", "remove the duplicate");
+    if (!seen.insert(*s).second)
+      fail_at(el, key, "`" + qualified(key) + "` lists " + printable_name(*s) + " twice", "remove the duplicate");
     out.push_back(*s);
   }
 }
@@ -127,12 +147,17 @@ void Section::get_ints(const std::string& key, std::vector<int>& out, std::int64
   const toml::array* a = array(key);
   if (!a) return;
   out.clear();
+  std::set<std::int64_t> seen;
   for (const auto& el : *a) {
     if (!el.is_integer()) fail_at(el, key, "`" + qualified(key) + "` must hold integers (got " + type_name(el) + ")");
     std::int64_t v = *el.value<std::int64_t>();
-    if (v < min_value || v > INT32_MAX)
+    if (v < min_value)
       fail_at(el, key, "`" + qualified(key) + "` value " + std::to_string(v) + " must be >= " + std::to_string(min_value));
-    if (std::find(out.begin(), out.end(), static_cast<int>(v)) != out.end())
+    if (v > INT32_MAX)
+      fail_at(el, key, "`" + qualified(key) + "` value " + std::to_string(v) + " is larger than " +
+                           std::to_string(INT32_MAX) + ", the largest it may be (a 32-bit integer)",
+              "use a value from " + std::to_string(min_value) + " to " + std::to_string(INT32_MAX));
+    if (!seen.insert(v).second)
       fail_at(el, key, "`" + qualified(key) + "` lists " + std::to_string(v) + " twice", "remove the duplicate");
     out.push_back(static_cast<int>(v));
   }

@@ -99,6 +99,13 @@ inline void require(bool ok, Section& s, const std::string& key, const std::stri
   if (!ok) s.fail(key, message, hint);
 }
 
+// A name the grid gives (the study's, a custom policy's, a sweep's; names.hpp): nothing when it obeys
+// the naming rule, else a ConfigError at `key` (or at `where`, for a name that is itself a key)
+// saying what is wrong, with the rule as the hint. `what` names it in the message ("[study] name").
+void require_name(Section& s, const std::string& key, const std::string& what, const std::string& name);
+void require_name(const std::string& file, const toml::source_region& where, const std::string& key,
+                  const std::string& what, const std::string& name);
+
 // A word-valued key of a section (`current` when absent): one of `allowed`, else a ConfigError naming
 // the key with the allowed words and the nearest one.
 std::string read_word(Section& s, const std::string& key, const std::vector<std::string>& allowed,

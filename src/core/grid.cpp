@@ -12,6 +12,7 @@
 #include "base/number.hpp"
 #include "fastudy/version.hpp"  // FASTUDY_TORCH_SDPA, FASTUDY_TORCH_VERSION
 #include "src/core/import.hpp"
+#include "src/core/names.hpp"
 #include "src/core/resolved.hpp"
 
 namespace fastudy {
@@ -274,7 +275,7 @@ std::vector<std::string> read_axis_values(Section& sec, const std::string& axis,
         std::string hint = row.unknown_hint ? row.unknown_hint(values[i]) : std::string();
         if (hint.empty()) hint = suggestion(values[i], allowed);
         sec.fail_at(*v.as_array()->get(i), axis,
-                    "`" + sec.qualified(axis) + "` has unknown value \"" + values[i] + "\"; allowed: " + join(allowed),
+                    "`" + sec.qualified(axis) + "` has unknown value " + printable_name(values[i]) + "; allowed: " + join(allowed),
                     hint);
       }
       break;
@@ -304,11 +305,12 @@ std::vector<std::string> read_axis_values(Section& sec, const std::string& axis,
     }
     case AxisType::real: {
       const toml::array* arr = sec.array(axis);
+      std::set<std::string> seen;
       for (const auto& el : *arr) {
         if (!el.is_number() || *el.value<double>() <= 0)
           sec.fail_at(el, axis, "[" + sec.name() + "] " + axis + " must hold positive numbers");
         std::string s = shortest_number_text(*el.value<double>());
-        if (std::find(values.begin(), values.end(), s) != values.end())
+        if (!seen.insert(s).second)
           sec.fail_at(el, axis, "[" + sec.name() + "] " + axis + " lists " + s + " twice", "remove the duplicate");
         values.push_back(s);
       }
@@ -419,6 +421,24 @@ std::string grid_shape(const Study& st) {
   return (out.empty() ? "" : out + " x ") + "(" + arms + ")";
 }
 
+std::uint64_t listed_variants(const Study& st) {
+  constexpr std::uint64_t kMax = UINT64_MAX;
+  const auto times = [](std::uint64_t a, std::uint64_t b) { return b != 0 && a > kMax / b ? kMax : a * b; };
+  const auto product = [&](auto begin, auto end) {
+    std::uint64_t p = 1;
+    for (auto it = begin; it != end; ++it) p = times(p, it->second.size());
+    return p;
+  };
+  if (st.vary.empty()) return product(st.axes.begin(), st.axes.end());
+  const std::uint64_t crossed = product(st.axes.begin(), st.axes.begin() + static_cast<std::ptrdiff_t>(st.crossed_axes));
+  std::uint64_t total = 0;
+  for (const auto& arm : st.vary) {  // every other vary axis at its baseline: one value
+    const std::uint64_t n = times(crossed, product(arm.begin(), arm.end()));
+    total = total > kMax - n ? kMax : total + n;
+  }
+  return total;
+}
+
 namespace config_detail {
 
 // The axes of [grid], in the order of the file, and its [[grid.vary]] tables. Study::axes gets the
@@ -444,6 +464,7 @@ void read_grid(Section grid, Study& st, const std::vector<std::string>& policy_n
     grid.fail("vary", "`grid.vary` must be a list of tables: write each as [[grid.vary]] followed by its axes",
               "see README \"Grids\"");
   std::map<std::string, std::size_t> where;  // vary axis -> index in st.axes
+  std::map<std::string, std::set<std::string>> listed;
   for (std::size_t t = 0; t < tables->size(); ++t) {
     const toml::table& table = *tables->get(t)->as_table();
     Section sec(file, "grid.vary", &table, table.source());
@@ -463,8 +484,10 @@ void read_grid(Section grid, Study& st, const std::vector<std::string>& policy_n
         st.axes.emplace_back(axis, std::vector<std::string>{declared.empty() ? values.front() : declared});
       }
       auto& all = st.axes[it->second].second;
+      auto& in_all = listed[axis];  // the values of `all`, for a lookup in log n: a list may be long
+      in_all.insert(all.begin(), all.end());
       for (const auto& value : values)
-        if (std::find(all.begin(), all.end(), value) == all.end()) all.push_back(value);
+        if (in_all.insert(value).second) all.push_back(value);
       arm.emplace_back(axis, std::move(values));
     }
     st.vary.push_back(std::move(arm));
@@ -497,6 +520,10 @@ void expand_variants(Study& st) {
         if (!st.imported()) find_axis(axis)->apply(var, value);
       }
       var.id = tokens.empty() ? "default" : join(tokens, "-");
+      if (const auto problem = name_problem(var.id, kMaxVariantIdLength))
+        throw ConfigError(st.file, 0, 0, "grid", "the variant id " + printable_name(var.id) + " " + *problem,
+                          "an id is a folder name (OUT/checkpoints/<id>) with a token per axis: vary fewer axes in "
+                          "[grid] (use [[grid.vary]] tables), or give custom policies shorter names");
       std::string values;
       for (const auto& [axis, value] : var.axes) values += axis + "=" + value + " ";
       // The same variant again (from another [[grid.vary]] table) is kept once, as first produced.

@@ -1,3 +1,5 @@
+// The provenance header (provenance.hpp): every value on its line, the grid path and host names as
+// shell words (base/quote.hpp), so that a newline in them cannot end the line or open a CSV row.
 #include "src/core/provenance.hpp"
 
 #include <unistd.h>
@@ -5,6 +7,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "base/quote.hpp"
 #include "fastudy/version.hpp"
 
 namespace fastudy {
@@ -40,11 +43,11 @@ std::string Provenance::header() const {
   std::ostringstream os;
   os << "# " << tool << " " << version << " (git " << git_sha << ")\n";
   os << "# command: " << command << "\n";
-  os << "# grid: " << grid_file << "\n";
+  os << "# grid: " << shell_word(grid_file) << "\n";
   os << "# config_hash: " << config_hash << "\n";
   os << "# ranks: " << ranks << "\n";
   os << "# hosts:";
-  for (const auto& h : hosts) os << ' ' << h;
+  for (const auto& h : hosts) os << ' ' << shell_word(h);
   os << "\n# started: " << started_utc << "\n";
   return os.str();
 }

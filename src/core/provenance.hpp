@@ -12,7 +12,7 @@ struct Provenance {
   std::string version;      // FASTUDY_VERSION
   std::string git_sha;      // FASTUDY_GIT_SHA at build time
   std::string command;      // the command line
-  std::string grid_file;
+  std::string grid_file;    // written as a shell word (base/quote.hpp): one line whatever the path holds
   std::string config_hash;  // Study::hash
   int ranks = 1;
   std::vector<std::string> hosts;  // distinct host names, in rank order of first appearance
@@ -20,7 +20,8 @@ struct Provenance {
 
   // "# fastudy 0.1.0 (git abc123)\n# command: ...\n# config_hash: ...\n# ranks: 2 on host1\n..."
   std::string header() const;
-  // Parse a header written by header() (lines starting with "# "); unknown lines are ignored.
+  // Parse a header written by header() (lines starting with "# "); unknown lines are ignored. The grid
+  // and the hosts come back as written (shell words).
   static Provenance parse(const std::string& text);
 };
 

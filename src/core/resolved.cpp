@@ -5,7 +5,10 @@
 #include "src/core/resolved.hpp"
 
 #include <cstdio>
+#include <map>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <toml++/toml.h>
 
@@ -34,6 +37,7 @@ toml::table model_table(const ModelConfig& m) {
 toml::table study_table(const Study& st) {
   toml::table t{{"name", st.name}, {"out", st.out}, {"phases", to_array(st.phases)}};
   if (!st.memory_check) t.insert("memory_check", false);  // the override only: other studies' text unchanged
+  if (st.max_variants != kDefaultMaxVariants) t.insert("max_variants", static_cast<std::int64_t>(st.max_variants));
   return t;
 }
 toml::table data_table(const DataConfig& d) {
@@ -170,7 +174,45 @@ std::string to_toml_text(const toml::table& t) {
   return os.str();
 }
 
+// Every value of a resolved configuration by its place ("train.lr", "grid.vary[1].matmul",
+// "microbench.sweeps[0].formats"), as TOML text, in the order of the text: tables and arrays of
+// tables are walked, any other array is one value.
+void flatten(const toml::table& t, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+  for (auto&& [k, v] : t) {
+    const std::string key = prefix + std::string(k.str());
+    if (const toml::table* sub = v.as_table()) {
+      flatten(*sub, key + ".", out);
+    } else if (const toml::array* arr = v.as_array(); arr && !arr->empty() && arr->is_array_of_tables()) {
+      for (std::size_t i = 0; i < arr->size(); ++i)
+        flatten(*arr->get(i)->as_table(), key + "[" + std::to_string(i) + "].", out);
+    } else {
+      std::ostringstream os;
+      v.visit([&](const auto& value) { os << value; });
+      out.emplace_back(key, os.str());
+    }
+  }
+}
+
 }  // namespace
+
+std::vector<std::string> configuration_differences(const Study& before, const Study& after) {
+  std::vector<std::pair<std::string, std::string>> a, b;
+  flatten(toml::parse(before.resolved_toml), "", a);
+  flatten(toml::parse(after.resolved_toml), "", b);
+  const std::map<std::string, std::string> old_values(a.begin(), a.end()), new_values(b.begin(), b.end());
+  std::vector<std::string> out;
+  auto describe = [](const std::string& key, const std::string* was, const std::string* now) {
+    return key + ": " + (was ? *was : std::string("(unset)")) + " -> " + (now ? *now : std::string("(unset)"));
+  };
+  for (const auto& [key, now] : b) {
+    if (key == "study.out") continue;  // where the grid said the study lives, not what it computes
+    const auto it = old_values.find(key);
+    if (it == old_values.end() || it->second != now) out.push_back(describe(key, it == old_values.end() ? nullptr : &it->second, &now));
+  }
+  for (const auto& [key, was] : a)
+    if (key != "study.out" && !new_values.count(key)) out.push_back(describe(key, &was, nullptr));
+  return out;
+}
 
 std::string content_hash(const std::string& text) {
   const std::uint64_t h = fnv1a64(text);

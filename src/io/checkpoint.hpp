@@ -122,10 +122,25 @@ struct CheckpointInfo {
   std::int64_t data_cursor = 0;
   std::map<std::string, std::string> attrs;
 };
-CheckpointInfo read_checkpoint_info(const std::string& path);
+// `checked_before`: the caller verified the whole file against its sidecar earlier in the same run.
+CheckpointInfo read_checkpoint_info(const std::string& path, WholeFile whole = WholeFile::verify);
 
-// nullopt when `path` is a complete, valid checkpoint; otherwise the problem (full read, all checksums).
-std::optional<std::string> checkpoint_problem(const std::string& path);
+// What a checkpoint must say about itself in its root attributes `variant`, `step` and `config_hash`:
+// the variant and step its path names (OUT/checkpoints/<variant>/step_<step>.h5) and the configuration
+// hash of that variant in the study (study.toml). A checkpoint copied or moved, with its sidecar, into
+// another variant's or step's place is a whole file but not that checkpoint; one trained with another
+// configuration does not belong to the study as it is now.
+struct CheckpointIdentity {
+  std::string variant;
+  std::int64_t step = 0;
+  std::string config_hash;  // "": not compared
+};
+// nullopt when the attributes in `info` are `want`'s; else what they say instead, naming the attributes.
+std::optional<std::string> identity_problem(const CheckpointInfo& info, const CheckpointIdentity& want);
+
+// nullopt when `path` is a complete, valid checkpoint (and, with `want`, that checkpoint: see
+// CheckpointIdentity); otherwise the problem (full read, all checksums).
+std::optional<std::string> checkpoint_problem(const std::string& path, const CheckpointIdentity* want = nullptr);
 
 // OUT/checkpoints/<variant_id>
 std::string checkpoint_dir(const std::string& out, const std::string& variant_id);
@@ -143,15 +158,21 @@ std::vector<std::int64_t> checkpoint_schedule(std::int64_t every, std::int64_t s
 bool is_checkpoint_step(std::int64_t every, std::int64_t steps, std::int64_t step);
 
 // The first checkpoint of a variant, among the `schedule` steps up to `upto` (inclusive), that is
-// missing or does not match its checksum sidecar; nullopt when all are whole. Checksums only (plain
-// reads, no HDF5): cheap enough to run over every checkpoint of every variant on each resume.
+// missing, does not match its checksum sidecar, or is not that variant's checkpoint of that step (its
+// root attributes, CheckpointIdentity) or, when `config_hash` is given, was trained with another
+// configuration; nullopt when all are whole and in place. Plain reads of every byte, and the root
+// attributes only through HDF5 (no tensor is read): cheap enough to run over every checkpoint of every
+// variant on each resume, status and report.
 struct CheckpointDamage {
+  enum class Kind { missing, damaged, misplaced, other_configuration };
+  Kind kind = Kind::damaged;
   std::int64_t step = 0;
   std::string path;
   std::string problem;
 };
 std::optional<CheckpointDamage> first_damaged_checkpoint(const std::string& out, const std::string& variant_id,
-                                                         const std::vector<std::int64_t>& schedule, std::int64_t upto);
+                                                         const std::vector<std::int64_t>& schedule, std::int64_t upto,
+                                                         const std::string& config_hash = {});
 
 // Removes the checkpoints of a variant at steps >= `from` and their sidecars; returns the paths removed.
 std::vector<std::string> remove_checkpoints_from(const std::string& out, const std::string& variant_id,
@@ -161,10 +182,12 @@ struct CheckpointRef {
   std::int64_t step = 0;
   std::string path;
 };
-// The newest checkpoint in dir that reads back whole with valid checksums. Invalid checkpoints and
+// The newest checkpoint in dir that reads back whole with valid checksums (and, with `variant_id`, whose
+// attributes name that variant and its file's step: CheckpointIdentity). Invalid checkpoints and
 // leftover temporary files are skipped, each appended to *skipped ("<path>: <problem>") when given
 // (for the caller to report), else reported by log::warn.
 std::optional<CheckpointRef> latest_valid_checkpoint(const std::string& dir,
-                                                     std::vector<std::string>* skipped = nullptr);
+                                                     std::vector<std::string>* skipped = nullptr,
+                                                     const std::string& variant_id = {});
 
 }  // namespace fastudy

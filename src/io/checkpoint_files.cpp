@@ -54,11 +54,23 @@ bool is_checkpoint_step(std::int64_t every, std::int64_t steps, std::int64_t ste
 }
 
 std::optional<CheckpointDamage> first_damaged_checkpoint(const std::string& out, const std::string& variant_id,
-                                                         const std::vector<std::int64_t>& schedule, std::int64_t upto) {
+                                                         const std::vector<std::int64_t>& schedule, std::int64_t upto,
+                                                         const std::string& config_hash) {
+  using Kind = CheckpointDamage::Kind;
   for (std::int64_t s : schedule) {
     if (s > upto) break;
     const std::string path = checkpoint_path(out, variant_id, s);
-    if (auto problem = checksum_problem(path)) return CheckpointDamage{s, path, *problem};
+    if (auto problem = checksum_problem(path))
+      return CheckpointDamage{*problem == "no such file" ? Kind::missing : Kind::damaged, s, path, *problem};
+    CheckpointInfo info;
+    try {
+      info = read_checkpoint_info(path, WholeFile::checked_before);
+    } catch (const CheckpointError& e) {
+      return CheckpointDamage{Kind::damaged, s, path, e.what()};  // sealed, but no checkpoint (a foreign HDF5 file)
+    }
+    if (auto problem = identity_problem(info, {variant_id, s, ""})) return CheckpointDamage{Kind::misplaced, s, path, *problem};
+    if (auto problem = identity_problem(info, {variant_id, s, config_hash}))
+      return CheckpointDamage{Kind::other_configuration, s, path, *problem};
   }
   return std::nullopt;
 }
@@ -77,7 +89,8 @@ std::vector<std::string> remove_checkpoints_from(const std::string& out, const s
   return removed;
 }
 
-std::optional<CheckpointRef> latest_valid_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
+std::optional<CheckpointRef> latest_valid_checkpoint(const std::string& dir, std::vector<std::string>* skipped,
+                                                     const std::string& variant_id) {
   auto report = [&](const std::string& line) {
     if (skipped) {
       skipped->push_back(line);
@@ -94,7 +107,8 @@ std::optional<CheckpointRef> latest_valid_checkpoint(const std::string& dir, std
   std::vector<std::int64_t> steps = list_checkpoint_steps(dir);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string path = (fs::path(dir) / fs::path(checkpoint_path("", "", *it)).filename()).string();
-    if (auto problem = checkpoint_problem(path)) {
+    const CheckpointIdentity want{variant_id, *it, ""};
+    if (auto problem = checkpoint_problem(path, variant_id.empty() ? nullptr : &want)) {
       report(path + ": " + *problem);
       continue;
     }

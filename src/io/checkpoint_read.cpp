@@ -215,8 +215,8 @@ void read_root_attrs(const h5::Group& root, const std::string& path, TrainState&
 }
 }  // namespace
 
-CheckpointInfo read_checkpoint_info(const std::string& path) {
-  h5::File f = open_checked(path);
+CheckpointInfo read_checkpoint_info(const std::string& path, WholeFile whole) {
+  h5::File f = open_checked(path, whole);
   TrainState s;
   read_root_attrs(f.root(), path, s);
   return CheckpointInfo{s.step, s.data_cursor, std::move(s.attrs)};
@@ -270,9 +270,33 @@ std::vector<NamedArray> read_params(const std::string& path, const std::vector<s
   return read_section(root, "params", path, names);
 }
 
-std::optional<std::string> checkpoint_problem(const std::string& path) {
+std::optional<std::string> identity_problem(const CheckpointInfo& info, const CheckpointIdentity& want) {
+  const auto attr = [&](const char* name) {
+    const auto it = info.attrs.find(name);
+    return it == info.attrs.end() ? std::optional<std::string>() : it->second;
+  };
+  const std::optional<std::string> variant = attr("variant");
+  if (variant != want.variant || info.step != want.step) {
+    return "its attributes say it is " +
+           (variant ? "variant '" + *variant + "'" : std::string("a checkpoint without a variant attribute")) +
+           " at step " + std::to_string(info.step) + ", not variant '" + want.variant + "' at step " +
+           std::to_string(want.step) + " as its place says: a checkpoint copied or moved here (whole, but not this one)";
+  }
+  const std::optional<std::string> hash = attr("config_hash");
+  if (!want.config_hash.empty() && hash != want.config_hash) {
+    return "it was trained with configuration hash " + hash.value_or("(none)") + ", but variant '" + want.variant +
+           "' of the study (study.toml) has hash " + want.config_hash +
+           ": study.toml changed after it was trained, or the checkpoint comes from another study";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> checkpoint_problem(const std::string& path, const CheckpointIdentity* want) {
   try {
-    read_checkpoint(path);
+    TrainState s = read_checkpoint(path);
+    if (!want) return std::nullopt;
+    if (auto problem = identity_problem(CheckpointInfo{s.step, s.data_cursor, std::move(s.attrs)}, *want))
+      return "checkpoint '" + path + "': " + *problem;
   } catch (const CheckpointError& e) {
     return std::string(e.what());
   }

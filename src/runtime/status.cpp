@@ -1,4 +1,4 @@
-// status.csv reading/writing (RFC 4180 quoting) and the `fastudy status` table.
+// status.csv reading/writing (RFC 4180 quoting, base/quote.hpp) and the `fastudy status` table.
 #include "src/runtime/status.hpp"
 
 #include <unistd.h>
@@ -12,6 +12,7 @@
 #include "base/atomic_file.hpp"
 #include "base/checksum.hpp"
 #include "base/error.hpp"
+#include "base/quote.hpp"
 
 namespace fastudy {
 namespace fs = std::filesystem;
@@ -24,46 +25,6 @@ const char* kStatusHint =
 constexpr const char* kHeader = "variant,state,step,loss,wall_time_s,reason";
 constexpr TaskState kStates[] = {TaskState::queued, TaskState::running, TaskState::done, TaskState::diverged,
                                  TaskState::failed};
-
-std::string quote(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
-
-// Splits one CSV record starting at `at` (which it advances past the record's line end); quoted
-// fields may contain commas, quotes and line breaks.
-std::vector<std::string> split_record(const std::string& text, std::size_t& at) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  for (; at < text.size(); ++at) {
-    const char c = text[at];
-    if (quoted) {
-      if (c == '"' && at + 1 < text.size() && text[at + 1] == '"') {
-        fields.back() += '"';
-        ++at;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        fields.back() += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      fields.emplace_back();
-    } else if (c == '\n') {
-      ++at;
-      break;
-    } else if (c != '\r') {
-      fields.back() += c;
-    }
-  }
-  return fields;
-}
 
 std::string format_number(double v, int precision) {
   std::ostringstream o;
@@ -112,10 +73,10 @@ std::vector<StatusRow> parse_status_csv(const std::string& text, const std::stri
   int line = 0;
   while (at < text.size()) {
     ++line;
-    const std::vector<std::string> f = split_record(text, at);
+    const std::vector<std::string> f = csv_split_record(text, at);
     if (line == 1) {
       std::size_t h = 0;
-      if (split_record(kHeader, h) != f) {
+      if (csv_split_record(kHeader, h) != f) {
         throw Error(path + ":1: not a fastudy status.csv (header is not '" + std::string(kHeader) + "')",
                     "run the train phase with --resume: it sets the file aside and rebuilds it");
       }
@@ -148,9 +109,9 @@ std::string format_status_csv(const std::vector<StatusRow>& rows) {
   std::ostringstream out;
   out << kHeader << '\n';
   for (const auto& r : rows) {
-    out << quote(r.variant) << ',' << to_string(r.state) << ',' << r.step << ','
+    out << csv_field(r.variant) << ',' << to_string(r.state) << ',' << r.step << ','
         << (r.has_loss ? exact_number(r.loss) : "") << ',' << format_number(r.wall_time_s, 6) << ','
-        << quote(r.reason) << '\n';
+        << csv_text_field(r.reason) << '\n';
   }
   return out.str();
 }

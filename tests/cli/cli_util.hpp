@@ -1,5 +1,5 @@
-// Running the fastudy binary from a test: exit code and combined output; a tiny grid; a spawned run
-// (its output dropped, or kept in a file).
+// Running the fastudy binary from a test: exit code and combined output; a tiny grid and its variants;
+// a spawned run (its output dropped, or kept in a file); files read and written whole.
 #pragma once
 
 #include <fcntl.h>
@@ -18,6 +18,20 @@
 extern char** environ;
 
 namespace fastudy::test {
+
+// The variants of tiny_grid, in grid order.
+inline const char* const kIds[] = {"baseline-fp32", "baseline-bf16", "flash-fp32", "flash-bf16"};
+
+// A file's bytes ("" when it cannot be read), and a file written with exactly these bytes.
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+inline void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
 
 // 4 variants, tiny model: a few seconds per run.
 inline std::string tiny_grid(const std::string& out, int steps, int checkpoint_every) {

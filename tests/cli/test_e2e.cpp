@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "src/io/checkpoint.hpp"
+#include "tests/cli/checkpoint_util.hpp"
 #include "tests/cli/cli_util.hpp"
 
 using namespace fastudy;
@@ -30,17 +31,6 @@ std::vector<std::string> data_lines(const std::string& path) {
     if (!l.empty() && l[0] != '#') out.push_back(l);
   return out;
 }
-
-// Parameters and optimizer state of a variant's final checkpoint, as raw bytes per name.
-std::map<std::string, std::string> final_state(const std::string& out, const std::string& id, std::int64_t step) {
-  TrainState s = read_checkpoint(checkpoint_path(out, id, step));
-  std::map<std::string, std::string> m;
-  for (const auto* group : {&s.params, &s.optimizer})
-    for (const auto& a : *group) m[a.name] = std::string(reinterpret_cast<const char*>(a.data.data()), a.data.size());
-  return m;
-}
-
-const char* kIds[] = {"baseline-fp32", "baseline-bf16", "flash-fp32", "flash-bf16"};
 
 }  // namespace
 

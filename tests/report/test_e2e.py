@@ -194,10 +194,13 @@ trials = 1
             self.assertGreater(float(row["max_abs"]), 0.0)
         bad = self.dir / "bad_layer.toml"
         bad.write_text(grid.read_text().replace("captured_layer = 0", "captured_layer = 3"))
+        # Into the trained study a grid of another configuration is refused first, naming the setting.
         r = self.fastudy("microbench", bad, "--out", out, "--resume", expect=2)
+        self.assertIn("captured_layer: 0 -> 3", r.stderr)
+        r = self.fastudy("microbench", bad, "--out", self.dir / "bad_layer", expect=2)
         self.assertIn("captured_layer = 3 is not a layer of the model", r.stderr)
         bad.write_text(grid.read_text().replace('captured_variant = "flash-s1"', 'captured_variant = "flash-s9"'))
-        r = self.fastudy("microbench", bad, "--out", out, "--resume", expect=2)
+        r = self.fastudy("microbench", bad, "--out", self.dir / "bad_variant", expect=2)
         self.assertIn('captured_variant = "flash-s9" is not a variant of this study', r.stderr)
         self.assertIn("flash-s1", r.stderr)  # the hint lists the variants
 

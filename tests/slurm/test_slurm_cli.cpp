@@ -398,13 +398,24 @@ TEST(SlurmCli, HostilePathsAndNamesAreQuotedAndRunNothing) {
   const std::string hostile_dir = (dir / "g\nid>pwned\n$(touch M1)`touch M2`;touch M3 'q\" \\").string();
   fs::create_directories(hostile_dir);
   const std::string out = (dir / "o$(touch${IFS}M6)`touch${IFS}M7`;touch${IFS}M8").string();
-  std::string text = grid_text(out, 1);
-  text.replace(text.find("name = \"slurm-cli\""), 18, "name = \"n\\nid>pwned2\\n$(touch${IFS}M4)`touch${IFS}M5`;'\"");
   const std::string grid = hostile_dir + "/grid.toml";
-  std::ofstream(grid) << text;
   const std::vector<std::string> argv{FASTUDY_EXE, "slurm", grid, "--out", out, "--time", "00:10:00"};
   std::string cmd = "cd " + sq(run.string()) + " &&";
   for (const auto& a : argv) cmd += " " + sq(a);
+  // A study name with a newline, $(...), backticks and ';' never reaches the script: the naming rule
+  // (src/core/names.hpp) refuses it at load, naming the key, and nothing is written.
+  std::string text = grid_text(out, 1);
+  std::string hostile_name = text;
+  hostile_name.replace(hostile_name.find("name = \"slurm-cli\""), 18,
+                       "name = \"n\\nid>pwned2\\n$(touch${IFS}M4)`touch${IFS}M5`;'\"");
+  std::ofstream(grid) << hostile_name;
+  RunResult refused = run_command(cmd);
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("[study] name"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("control character"), std::string::npos) << refused.output;
+  EXPECT_FALSE(fs::exists(out + "/fastudy.sbatch"));
+  // The hostile grid path and output directory are quoted.
+  std::ofstream(grid, std::ios::trunc) << text;
   RunResult r = run_command(cmd);
   ASSERT_EQ(r.code, 0) << r.output;
   const std::string script = out + "/fastudy.sbatch";

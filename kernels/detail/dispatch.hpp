@@ -81,8 +81,9 @@ void dispatch_rounding(const PrecisionPolicy& policy, KernelChoice kernel, F&& f
   const auto norm = [](Format x) { return normalise_for<T>(x); };
   const Format storage = norm(policy.q), in_op = norm(policy.accum), state = norm(policy.o_running);
   const Format score = norm(policy.s), out = norm(policy.o);
+  // grad goes with o (FA3's FP8 path writes both in bf16; every other preset both in the storage format).
   const bool uniform = norm(policy.k) == storage && norm(policy.v) == storage && norm(policy.p) == storage &&
-                       norm(policy.grad) == storage && norm(policy.stats) == in_op &&
+                       norm(policy.grad) == out && norm(policy.stats) == in_op &&
                        norm(policy.softmax) == in_op && norm(policy.division) == in_op &&
                        norm(policy.stats_running) == state && norm(policy.rescale) == state &&
                        norm(policy.exp_arg) == state;

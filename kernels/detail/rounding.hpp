@@ -78,8 +78,8 @@ struct RoundingState {
 };
 
 // Rounding object with compile-time formats, one per step class (PrecisionPolicy, kernels/attention.hpp):
-// storage steps (q, k, v, p, grad) in Storage, s in Score and o in Out (both Storage unless a kernel
-// keeps S in registers or writes O in another type), in-op steps (accum, stats, softmax, division) in
+// storage steps (q, k, v, p) in Storage, s in Score, o and grad in Out (both Storage unless a kernel
+// keeps S in registers or writes O and the gradients in another type), in-op steps (accum, stats, softmax, division) in
 // InOp, state steps (stats_running, rescale, o_running, exp_arg) in State. pure is <f, f, f>, eager
 // and the framework baseline <f, fp32, f>, mixed <f, fp32, fp32>, fa2/fa3 <f, fp32, fp32, fp32>,
 // fa3's FP8 flash <fp8, fp32, fp32, fp32, bf16>.
@@ -98,7 +98,7 @@ struct StaticRounding : RoundingState {
   template <class X> FASTUDY_INLINE X s(X x) const { return round<Score>(x); }
   template <class X> FASTUDY_INLINE X p(X x) const { return round<Storage>(x); }
   template <class X> FASTUDY_INLINE X o(X x) const { return round<Out>(x); }
-  template <class X> FASTUDY_INLINE X grad(X x) const { return round<Storage>(x); }
+  template <class X> FASTUDY_INLINE X grad(X x) const { return round<Out>(x); }
   template <class X> FASTUDY_INLINE X accum(X x) const { return round<InOp>(x); }
   template <class X> FASTUDY_INLINE X stats(X x) const { return round<InOp>(x); }
   template <class X> FASTUDY_INLINE X softmax(X x) const { return round<InOp>(x); }

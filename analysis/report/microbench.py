@@ -283,7 +283,7 @@ def ratio_table(rows):
                   "points"],
                  [r for _, r in out],
                  caption="Flash/baseline error ratio (both against fp64; median over points of the per-point ratio), "
-                         "largest first. The paper reports about 10x at bf16 for its pure re-implementation.")
+                         "largest first")
 
 
 def _sweep_groups(rows, vary, algorithm):

@@ -129,3 +129,22 @@ def verdict_matches_csv(testcase, html_path, verdict_csv):
         words = "all variants" if c == "all" else ", ".join(x.replace("=", " ", 1) for x in c.split(";"))
         testcase.assertIn(words, body)
     return len(groups)
+
+
+# A ratio written in prose ("10x", "~10x", "0.614x").
+RATIO_WORD = re.compile(r"[~≈]?\d+(?:\.\d+)?\s?x\b")
+# The one ratio the report states without computing it: the paper's headline (Fig. 4), a documented fact
+# (analysis/report/microbench.py PAPER_RATIO), always attributed to the paper.
+PAPER_FACT = "the paper's ~10x"
+
+
+def prose_ratio_claims(html_path):
+    """Ratios in report.html's visible text that are not computed numbers (<span class="num">) and not the
+    paper's documented ~10x: each a piece of text around the claim. The resolved configuration is left out."""
+    text = Path(html_path).read_text(encoding="utf-8")
+    text = re.sub(r"<img [^>]*>|<style>.*?</style>", "", text, flags=re.S)
+    text = re.sub(r"<details><summary>Resolved configuration.*?</details>", "", text, flags=re.S)
+    text = re.sub(r'<span class="num"[^>]*>[^<]*</span>', "#", text)
+    text = html.unescape(re.sub(r"<[^>]+>", " ", text))
+    text = text.replace(PAPER_FACT, "#").replace(PAPER_FACT[0].upper() + PAPER_FACT[1:], "#")
+    return [text[max(0, m.start() - 60):m.end() + 20] for m in RATIO_WORD.finditer(text)]

@@ -58,6 +58,17 @@ class FullStudyTest(unittest.TestCase):
         self.assertNotIn("microbench.readings.pure.bf16.max_abs.first10x", nums)
         self.assertIn("Under `mixed` (the GPU-kernel reading", self.md)
 
+    def test_ratio_claims_are_computed(self):
+        # Every ratio the report writes is computed from the study's files (a number with its exact value), except
+        # the paper's ~10x, a documented fact attributed to the paper; a fixed claim such as "the paper reports
+        # about 10x ... pure" (which the data contradicted) is caught.
+        self.assertEqual(checks.prose_ratio_claims(self.out / "report.html"), [])
+        self.assertNotIn("about 10x", self.md)
+        stale = Path(self.dir / "stale.html")
+        stale.write_text("<p>largest first. The paper reports about 10x at bf16 for its pure re-implementation; "
+                         'here <span class="num" data-value="0.6">0.614x</span>.</p>', encoding="utf-8")
+        self.assertEqual(len(checks.prose_ratio_claims(stale)), 1)
+
     def test_verdict_names_the_training_reading(self):
         # study.toml has no [attention] policy: the default reading, mixed.
         verdict = self.md.split("## 2.")[0]
@@ -280,6 +291,7 @@ class PartialStudyTest(unittest.TestCase):
                       "(`eager`, bf16, 256 KV tiles", md)
         nums = {k: float(v) for k, v, _ in checks.NUM_SPAN.findall(html) if k}
         self.assertAlmostEqual(nums["microbench.readings.largest"], 1 + 0.01 * 256)
+        self.assertEqual(checks.prose_ratio_claims(out / "report.html"), [])
 
     def test_real_kernels_verdict(self):
         # Real-kernel rows (issue 13): sdpa_flash at N = 64 is 1.5x the mixed reading's error (within 2x) and at

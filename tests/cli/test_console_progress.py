@@ -1,5 +1,5 @@
 """The console's progress (issue 30), through the fastudy binary on a tiny grid: on a terminal (a
-pseudo-terminal from Python's pty module) train, microbench and reduce keep one status line updated in
+pseudo-terminal from Python's pty module) train, microbench and reduce (configs/ci.toml) keep one status line updated in
 place (carriage return, erase line); with stdout a pipe (a log, Slurm) the progress comes as plain lines
 without control characters; -q prints neither; the files written are the same in every mode. Each run is
 read until the program closes its output (its end), never waited for by time.
@@ -17,40 +17,9 @@ from pathlib import Path
 
 BIN = os.environ.get("FASTUDY_BIN", "build/fastudy")
 ERASE = "\r\x1b[K"  # to the line's start, erase it (base/log.cpp)
-GRID = """[study]
-name = "progress"
-out = "unused"
-phases = ["microbench", "train", "reduce"]
-[grid]
-attention = ["baseline", "flash"]
-precision = ["fp32", "bf16"]
-[model]
-vocab = 32
-d_model = 16
-heads = 2
-layers = 1
-seq_len = 16
-mlp_ratio = 2
-[data]
-span_len = 4
-[train]
-steps = 20
-batch = 4
-warmup = 2
-checkpoint_every = 10
-[attention]
-block_q = 8
-block_kv = 8
-[microbench]
-formats = ["fp32", "bf16"]
-policies = ["mixed"]
-seq_lens = [32]
-head_dims = [16]
-blocks = [[8, 8]]
-loop_orders = ["q_outer"]
-trials = 1
-heads = 1
-"""
+# configs/ci.toml (8 variants, 20 steps each) with the phases that show progress, not the report.
+CI_GRID = Path(__file__).resolve().parents[2] / "configs" / "ci.toml"
+PHASES = 'phases = ["microbench", "train", "reduce"]\n'
 
 
 def on_terminal(args):
@@ -88,7 +57,7 @@ class ConsoleProgressTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = Path(tempfile.mkdtemp(prefix="fastudy-progress-test-"))
         cls.grid = cls.dir / "grid.toml"
-        cls.grid.write_text(GRID)
+        cls.grid.write_text(CI_GRID.read_text().replace("[study]\n", "[study]\n" + PHASES, 1))
         cls.runs = {}
         for mode, run, extra in (("terminal", on_terminal, []), ("log", in_a_log, []), ("quiet", on_terminal, ["-q"])):
             out = cls.dir / mode
@@ -102,13 +71,13 @@ class ConsoleProgressTest(unittest.TestCase):
         code, text, _ = self.runs["terminal"]
         self.assertEqual(code, 0, text)
         # Each phase draws its status line in place (the first at once, later ones at most 5 times a second).
-        self.assertRegex(text, re.escape(ERASE) + r"microbench: [12]/2 points, [0-9.]+ points/s, ETA (\?|\d+s)")
+        self.assertRegex(text, re.escape(ERASE) + r"microbench: [1-4]/4 points, [0-9.]+ points/s, ETA (\?|\d+s)")
         self.assertRegex(text, re.escape(ERASE) + r"reduce: \d+/36 tasks \(step x tensor\), [0-9.]+ tasks/s, ETA")
-        self.assertRegex(text, re.escape(ERASE) + r"train: \d/4 variants, \d+/80 steps, [0-9.]+ steps/s, ETA (\?|\d+s)")
+        self.assertRegex(text, re.escape(ERASE) + r"train: \d/8 variants, \d+/160 steps, [0-9.]+ steps/s, ETA (\?|\d+s)")
         # A variant's end is drawn at once: the last one shows the whole phase done.
-        self.assertIn(ERASE + "train: 4/4 variants, 80/80 steps", text)
+        self.assertIn(ERASE + "train: 8/8 variants, 160/160 steps", text)
         # The status line is erased before the phase's last line, which starts a line of its own.
-        self.assertIn(ERASE + "train: 4 done, 0 diverged, 0 failed", text)
+        self.assertIn(ERASE + "train: 8 done, 0 diverged, 0 failed", text)
         # On a terminal the status line stands for the per-step lines.
         self.assertNotIn("step 10/20", text)
 
@@ -117,10 +86,10 @@ class ConsoleProgressTest(unittest.TestCase):
         self.assertEqual(code, 0, text)
         self.assertNotIn("\r", text)
         self.assertNotIn("\x1b", text)
-        # One progress line per variant finished, each on a line of its own, the last with 4/4.
-        lines = re.findall(r"^train: (\d)/4 variants, (\d+)/80 steps, [0-9.]+ steps/s, ETA (?:\?|\d+s)$", text, re.M)
-        self.assertEqual([n for n, _ in lines], ["1", "2", "3", "4"])
-        self.assertEqual(lines[-1][1], "80")
+        # One progress line per variant finished, each on a line of its own, the last with 8/8.
+        lines = re.findall(r"^train: (\d)/8 variants, (\d+)/160 steps, [0-9.]+ steps/s, ETA (?:\?|\d+s)$", text, re.M)
+        self.assertEqual([n for n, _ in lines], [str(i) for i in range(1, 9)])
+        self.assertEqual(lines[-1][1], "160")
         self.assertIn("step 10/20", text)  # in a log the per-step lines stay
 
     def test_quiet(self):

@@ -7,7 +7,8 @@ Figures (each only when the data has what it needs; otherwise a line says what i
   Readings  flash/baseline error ratio (both against fp64) against the number of KV tiles, one line
             per reading (policy) and format (and rounding, pass where they vary), with a paragraph
             computed from the same numbers: under which reading and from how many tiles the paper's
-            ~10x appears (or the largest ratio reached), and what the GPU-kernel reading (mixed) gives
+            ~10x appears (or the largest ratio reached), and what the kernel readings (fa2, fa3) and the
+            hypothetical mixed give
   Fig. 5    flash vs baseline deviation against sequence length at fixed tiles
   Fig. 6    flash deviation against block area (block_q x block_kv) per loop order, square tiles
             as lines, non-square tiles as separate markers
@@ -35,9 +36,15 @@ POINT_KEYS = ("sweep", "pass", "format", "policy", "rounding", "seq_len", "head_
               "tile_rule", "loop_order", "causal", "trial", "distribution")
 # The paper's headline: flash about 10x (an order of magnitude) the baseline's deviation at bf16 (Fig. 4).
 PAPER_RATIO = 10.0
-GPU_READING = "mixed"
-READING_WORDS = {"pure": "every step in the format", "eager": "framework ops: fp32 inside each op, state between "
-                 "tiles in the format", "mixed": "GPU kernels: fp32 accumulators and statistics"}
+# The readings in words (README "Readings"); fa2 and fa3 follow the FlashAttention kernels' source, mixed
+# is hypothetical. The kernel readings are the ones the readings paragraph compares with.
+READINGS = {"pure": "every step in the format",
+            "eager": "a framework-level re-implementation: each op in fp32, its output and flash's state between "
+                     "key/value tiles in the format",
+            "fa2": "the FlashAttention-2 kernel's arithmetic: S, statistics and running O in fp32 registers",
+            "fa3": "the FlashAttention-3 kernel's arithmetic: as fa2 at fp16/bf16",
+            "mixed": "hypothetical, no known kernel: fp32 accumulators, statistics and running O"}
+KERNEL_READINGS = ("fa2", "fa3")
 ALGORITHMS = (("flash", "flash vs fp64"), ("baseline", "baseline vs fp64"), ("flash_vs_baseline", "flash vs baseline"))
 PASS_WORDS = {"forward": "forward (O)", "backward": "backward (dQ, dK, dV)"}
 EMULATED = {"flash", "baseline", "flash_vs_baseline"}  # our CPU kernels' rows: the emulated readings
@@ -95,9 +102,8 @@ def build(data, figs):
     sec.blocks.append(text(
         f"{len(rows)} rows from microbench.csv: errors are max |d| over every element of the output O (forward) or "
         "of dQ, dK, dV (backward), against the fp64 baseline computed on the same rounded inputs (the golden "
-        "value). Policies (readings, README \"Readings\"): `pure` runs every step in the format; `eager` models a "
-        "framework-level re-implementation (each op in fp32, its output and the state flash keeps between key/value "
-        "tiles in the format); `mixed` keeps fp32 accumulators and softmax statistics like real GPU kernels."))
+        "value). Policies (readings, README \"Readings\"): " +
+        "; ".join(f"`{name}`: {words}" for name, words in READINGS.items()) + "."))
     real = [r for r in rows if r["algorithm"] not in EMULATED]
     rows = [r for r in rows if r["algorithm"] in EMULATED]
     sec.blocks += formats_figure(rows, figs)
@@ -462,7 +468,7 @@ def readings_figure(rows, figs):
 
 def readings_text(sweep, lines):
     """The paragraph under the readings figure, from the same numbers: where the ratio reaches the paper's
-    ~10x (ratio >= PAPER_RATIO in max |d| or rel_l2), else the largest ratio; and the GPU-kernel reading."""
+    ~10x (ratio >= PAPER_RATIO in max |d| or rel_l2), else the largest ratio; and the kernel readings."""
     parts = []
     reached = []  # (first tiles, policy, format, metric, ratio)
     best = None   # (ratio, policy, format, tiles, metric)
@@ -488,15 +494,17 @@ def readings_text(sweep, lines):
         parts += ["No reading reaches the paper's ~10x in this study: the largest flash/baseline ratio is ",
                   num(best[0], "microbench.readings.largest", suffix="x"),
                   f" (`{best[1]}`, {best[2]}, {best[3]} KV tiles, {best[4]}). "]
-    gpu = [(k, v) for k, v in lines.items() if k[2] == GPU_READING]
-    if gpu:
-        values = [v[m] for _, by_tiles in gpu for v in by_tiles.values() for m in (0, 1) if v[m] == v[m]]
-        parts += [f"Under `{GPU_READING}` (the GPU-kernel reading: fp32 accumulators and statistics) the ratio stays "
-                  "between ", num(min(values), "microbench.readings.mixed.min", suffix="x"), " and ",
-                  num(max(values), "microbench.readings.mixed.max", suffix="x"),
-                  f" over {min(min(b) for _, b in gpu)}–{max(max(b) for _, b in gpu)} KV tiles. "]
-    else:
-        parts.append(f"The sweep has no `{GPU_READING}` (GPU-kernel) reading to compare with. ")
+    for reading in KERNEL_READINGS + ("mixed",):
+        mine = [by_tiles for k, by_tiles in lines.items() if k[2] == reading]
+        values = [v[m] for by_tiles in mine for v in by_tiles.values() for m in (0, 1) if v[m] == v[m]]
+        if not values:
+            continue
+        parts += [f"Under `{reading}` ({READINGS[reading]}) the ratio stays between ",
+                  num(min(values), f"microbench.readings.{reading}.min", suffix="x"), " and ",
+                  num(max(values), f"microbench.readings.{reading}.max", suffix="x"),
+                  f" over {min(min(b) for b in mine)}–{max(max(b) for b in mine)} KV tiles. "]
+    if not any(k[2] in KERNEL_READINGS for k in lines):
+        parts.append("The sweep has no kernel reading (`fa2`, `fa3`) to compare with. ")
     parts.append("Per reading and format, the ratio of max |d| from the fewest to the most tiles: ")
     for i, (k, by_tiles) in enumerate(sorted(lines.items())):
         ts = list(by_tiles)

@@ -26,6 +26,7 @@ named with the reading it starts from and its rounding mode.
 import math
 
 from .doc import Bullets, Cell, Fold, Section, Table, num, sig, text
+from .microbench import READINGS
 from .readers import RANKING_FLOATS, RANKING_INTS, VERDICT_FLOATS, VERDICT_INTS, typed_rows
 
 MIN_INDEPENDENT = 3  # analysis/ranking.hpp kMinIndependentPairs
@@ -40,13 +41,8 @@ VERDICT_WORDS = {
 NOISE_ZERO = ("noise floor: 0 by construction (deterministic CPU arithmetic); add a `repeat` axis to measure it")
 
 
-READINGS = {"pure": "every step in the format", "eager": "a framework-level re-implementation: each op in fp32, "
-            "its output and flash's state between key/value tiles in the format",
-            "mixed": "GPU kernels: fp32 accumulators, statistics and running O"}
-
-
 def training_readings(data):
-    """The reading(s) the study trained with, in words: ["`mixed` (GPU kernels: ...)"], or [] when
+    """The reading(s) the study trained with, in words: ["`fa2` (the FlashAttention-2 kernel's ...)"], or [] when
     study.toml is unknown."""
     if not data.config:
         return []

@@ -174,7 +174,7 @@ def main():
         add("demo training run (quick.toml, one variant): huge pages vs 4 KiB pages (wall)", fmt(on, " s"), fmt(off, " s"),
             off / on if on and off else None, "> 1 (speed-up)", lambda r: r > 1)
 
-        # The train phase of the demo grid (12 variants x 200 steps) on 1 and 2 ranks, each right after
+        # The train phase of the demo grid (18 variants x 200 steps) on 1 and 2 ranks, each right after
         # `fastudy plan --ranks N`, whose time estimate is compared with the measured wall time. One
         # rank runs as users run it, without mpirun (which would bind it to one core): it trains on
         # every core; each of 2 ranks under mpirun is bound to one core.
@@ -186,7 +186,7 @@ def main():
             launch = ["mpirun", "-n", str(ranks), "--oversubscribe"] if ranks > 1 else []
             measured[ranks] = timed(launch + [f"{build}/fastudy", "train", grid,
                                               "--out", os.path.join(d, f"train-{ranks}"), "-q"], env)
-        add("demo grid train phase (12 variants x 200 steps): 2 ranks vs 1 rank on all cores (wall)", fmt(measured[2], " s"),
+        add("demo grid train phase (18 variants x 200 steps): 2 ranks vs 1 rank on all cores (wall)", fmt(measured[2], " s"),
             fmt(measured[1], " s"), measured[1] / measured[2] if measured[1] and measured[2] else None,
             "> 1 (scaling)", lambda r: r > 1)
         for ranks in (1, 2):

@@ -85,6 +85,7 @@ void set_lock_to_release(const std::string& path) {
 }
 
 int print_error(const std::exception& e) {
+  log::clear_status();  // the error starts its own line, not after a progress line
   log::error(e.what());
   const auto* fe = dynamic_cast<const Error*>(&e);
   if (fe && !fe->hint().empty()) std::cerr << "hint: " << fe->hint() << "\n" << std::flush;

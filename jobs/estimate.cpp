@@ -27,6 +27,16 @@ std::int64_t parameter_count(const ModelConfig& m) {
   return V * D + N * D + m.layers * per_layer + 2 * D + D * V;  // embeddings, blocks, final norm, untied head
 }
 
+std::string variant_kind(const Variant& v) {
+  std::string kind;
+  for (const auto& [axis, value] : v.axes) {
+    const GridAxisInfo* info = find_grid_axis(axis);
+    if (info && info->replicate) continue;
+    kind += (kind.empty() ? "" : " ") + axis + "=" + value;
+  }
+  return kind.empty() ? "every variant" : kind;
+}
+
 std::int64_t checkpoint_count(const TrainConfig& t) {
   return static_cast<std::int64_t>(checkpoint_schedule(t.checkpoint_every, t.steps).size());
 }

@@ -52,6 +52,9 @@ inline double matmul_work_factor(const NumericsConfig& n) {
 }
 
 std::int64_t parameter_count(const ModelConfig& m);
+// The variant's kind for time estimates: its values of the axes that are not replicates (seed-like
+// axes change no step's cost), "attention=flash precision=bf16"; "every variant" when there are none.
+std::string variant_kind(const Variant& v);
 // The number of checkpoints a variant writes: the steps of checkpoint_schedule (src/io/checkpoint.hpp).
 std::int64_t checkpoint_count(const TrainConfig& t);
 VariantEstimate estimate_variant(const Variant& v);

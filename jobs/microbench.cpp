@@ -21,6 +21,7 @@
 #include "base/bytes.hpp"
 #include "base/log.hpp"
 #include "base/number.hpp"
+#include "base/progress.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 #include "jobs/microbench_preflight.hpp"
@@ -347,11 +348,17 @@ int job_microbench(JobContext& ctx) {
   for (const auto& sp : points) costs.push_back(microbench_cost(sp.point));
   const std::vector<int> owner = deal_largest_first(costs, world.size());
   std::size_t mine_total = 0;
-  for (int o : owner) mine_total += o == world.rank();
+  double mine_cost = 0, done_cost = 0;
+  for (std::size_t i = 0; i < owner.size(); ++i)
+    if (owner[i] == world.rank()) ++mine_total, mine_cost += costs[i];
   std::map<std::string, MicrobenchInputs> capture_cache;
   ByteWriter mine;
-  std::size_t done = 0, next_report = mine_total / 10 + 1;
+  std::size_t done = 0;
+  // Rank 0's share on the console (the deal gives every rank about the same cost): points done, the
+  // speed, and the time left from the cost still to do at the cost per second measured so far.
+  ProgressLine progress;
   const auto busy_start = std::chrono::steady_clock::now();
+  auto busy_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - busy_start).count(); };
   for (std::size_t i = 0; i < points.size(); ++i) {
     if (owner[i] != world.rank()) continue;
     if (stop_signal_received()) break;  // checked again collectively below
@@ -359,12 +366,14 @@ int job_microbench(JobContext& ctx) {
     for (const auto& row : point_rows(st, ctx.out_dir, sp, threads, device, capture_cache))
       microbench_table::put_record(mine, i, microbench_table::record_of(sp.sweep, row));
     ++done;
-    if (world.rank() == 0 && done >= next_report) {
-      log::info("  microbench: rank 0 " + std::to_string(done) + "/" + std::to_string(mine_total));
-      next_report += mine_total / 10 + 1;
-    }
+    done_cost += costs[i];
+    const double t = busy_s();
+    progress.update("microbench: " + std::string(world.size() > 1 ? "rank 0 " : "") + std::to_string(done) + "/" +
+                    std::to_string(mine_total) + " points, " + rate_text(static_cast<double>(done) / t) +
+                    " points/s, " + eta_text(t * (mine_cost - done_cost) / done_cost));
   }
-  const double busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - busy_start).count();
+  progress.finish();
+  const double busy = busy_s();
   double busy_range[2] = {busy, -busy};
   world.allreduce_max(busy_range, 2);
   const double busy_max = busy_range[0], busy_min = -busy_range[1];

@@ -58,13 +58,7 @@ std::string time_estimate(const Study& st, int groups, int rpv, int measure_step
   // Each rank's LibTorch threads when all groups*rpv ranks run on this machine (the run's default).
   const int threads = default_rank_threads(groups * rpv);
   for (const Variant& v : st.variants) {
-    std::string kind;
-    for (const auto& [axis, value] : v.axes) {
-      const GridAxisInfo* info = find_grid_axis(axis);
-      if (info && info->replicate) continue;
-      kind += (kind.empty() ? "" : " ") + axis + "=" + value;
-    }
-    if (kind.empty()) kind = "every variant";
+    const std::string kind = variant_kind(v);
     if (!step_s.count(kind)) {
       // The measuring process runs a whole global batch: memory about ranks_per_variant times a rank's.
       const double need = estimate_variant(v).memory_per_rank * rpv, have = host_memory_limit();

@@ -36,6 +36,7 @@
 #include "base/log.hpp"
 #include "base/manifest.hpp"
 #include "base/number.hpp"
+#include "base/progress.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 #include "jobs/reduce_import.hpp"
@@ -310,8 +311,26 @@ RankWork compute_tasks(const Study& st, const ReducePlan& plan, const std::vecto
   const auto model_values = static_cast<std::size_t>(std::accumulate(plan.sizes.begin(), plan.sizes.end(), std::int64_t{0}));
   SortedExchange exchange(world, V, model_values);
   RankWork work;
-  // A stop signal (SIGTERM, SIGUSR1) ends the work at the next task; nothing is written. The ranks
-  // agree on it before each split task (a collective), so none waits for another in vain.
+  // This rank's work on the console (rank 0; the deal balances the ranks): tasks done, the speed, and
+  // the time left from the values still to sort at the values per second measured so far.
+  auto values_of_task = [&](std::size_t k) {
+    const std::size_t t = k % T;
+    return t + 1 == T ? static_cast<double>(model_values) : static_cast<double>(plan.sizes[t]);
+  };
+  double mine_values = 0, done_values = 0;
+  std::size_t mine_tasks = 0, done_tasks = 0;
+  for (std::size_t k = 0; k < owner.size(); ++k)
+    if (owner[k] < 0 || owner[k] == world.rank()) mine_values += values_of_task(k), ++mine_tasks;
+  ProgressLine progress;
+  const auto start = std::chrono::steady_clock::now();
+  auto task_done = [&](std::size_t k) {
+    done_values += values_of_task(k);
+    ++done_tasks;
+    const double s = since(start, std::chrono::steady_clock::now());
+    progress.update("reduce: " + std::to_string(done_tasks) + "/" + std::to_string(mine_tasks) +
+                    " tasks (step x tensor), " + rate_text(static_cast<double>(done_tasks) / s) + " tasks/s, " +
+                    eta_text(s * (mine_values - done_values) / done_values));
+  };
   for (std::size_t si = 0; si < plan.steps.size() && !work.stopped; ++si) {
     bool any = false;
     for (std::size_t t = 0; t < T; ++t) any |= owner[si * T + t] < 0 || owner[si * T + t] == world.rank();
@@ -361,12 +380,14 @@ RankWork compute_tasks(const Study& st, const ReducePlan& plan, const std::vecto
         p.set_has_w2(true);
         if (!world.is_root()) continue;  // rank 0 holds the result
       }
+      task_done(k);
       const std::vector<double> m = metric_matrices(p.finalize());
       work.results.put<std::uint64_t>(k);
       work.results.put_bytes(m.data(), m.size() * sizeof(double));
     }
     work.compute_s += since(t1, std::chrono::steady_clock::now());
   }
+  progress.finish();
   return work;
 }
 

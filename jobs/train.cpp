@@ -20,9 +20,11 @@
 #include "base/checksum.hpp"
 #include "base/log.hpp"
 #include "base/manifest.hpp"
+#include "base/progress.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/estimate.hpp"
 #include "jobs/job.hpp"
+#include "jobs/train_progress.hpp"
 #include "src/io/checkpoint.hpp"
 #include "src/runtime/gpu.hpp"
 #include "src/runtime/mpi.hpp"
@@ -158,14 +160,6 @@ std::string disk_full_note(const std::string& out) {
   return " [No space left on device: " + human_bytes(free) + " free on the file system of " + out + "]";
 }
 
-std::string format_seconds(double s) {
-  std::ostringstream os;
-  if (s >= 3600) os << static_cast<int>(s / 3600) << "h" << static_cast<int>(std::fmod(s, 3600) / 60) << "m";
-  else if (s >= 60) os << static_cast<int>(s / 60) << "m" << static_cast<int>(std::fmod(s, 60)) << "s";
-  else os << static_cast<int>(std::round(s)) << "s";
-  return os.str();
-}
-
 }  // namespace
 
 void train_options(po::options_description& d, CliOptions& o) {
@@ -216,8 +210,11 @@ int job_train(JobContext& ctx) {
             " LibTorch thread(s) on rank 0 (the same results on any count)");
 
   const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  // The console's progress (rank 0): one line in place on a terminal, a line every 10 s in a log.
   std::mutex event_mutex;
-  int finished = 0;
+  ProgressLine progress_line;
+  TrainProgress train_progress(variants, groups, 0.0);
   ScheduleOptions opts;
   opts.resume = ctx.opts.resume;
   opts.on_event = [&](const StatusRow& row, int group) {
@@ -226,15 +223,16 @@ int job_train(JobContext& ctx) {
     if (row.state == TaskState::running) {
       os << "[group " << group << "] start  " << row.variant;
     } else {
-      ++finished;
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const double eta = elapsed / finished * static_cast<double>(ids.size() - static_cast<std::size_t>(finished));
       os << "[group " << group << "] " << to_string(row.state) << " " << row.variant << " at step " << row.step;
       if (row.has_loss) os << ", loss " << row.loss;
       if (!row.reason.empty()) os << " (" << row.reason << ")";
-      os << " [" << finished << "/" << ids.size() << ", ETA " << format_seconds(eta) << "]";
     }
     log::info(os.str());
+  };
+  opts.on_progress = [&](const std::vector<StatusRow>& rows) {
+    std::lock_guard<std::mutex> lock(event_mutex);
+    const bool event = train_progress.update(rows, seconds());
+    progress_line.update(train_progress.text(), event);
   };
 
   TaskFn run_task = [&](int task, mpi::Comm& group, Progress& progress) -> TaskOutcome {
@@ -313,7 +311,11 @@ int job_train(JobContext& ctx) {
     hooks.on_step = [&](const StepLog& l) {
       last_step = l.step;
       progress.report(l.step, l.loss);
-      if (world.rank() == 0 && (l.step % log_every == 0 || l.skipped || l.spike)) {
+      // Every log_every steps in a log; on a terminal, where the progress line stands for them, at -v
+      // only (train_log.csv has every step); skipped steps and loss spikes always.
+      const bool periodic = l.step % log_every == 0 &&
+                            (progress_line.mode() != ProgressMode::terminal || log::level() >= log::Level::debug);
+      if (world.rank() == 0 && (periodic || l.skipped || l.spike)) {
         std::ostringstream os;
         os << "  " << v.id << " step " << l.step << "/" << v.train.steps << " loss " << l.loss << " lr " << l.lr
            << " " << static_cast<long long>(l.tokens_per_s) << " tok/s";
@@ -344,7 +346,8 @@ int job_train(JobContext& ctx) {
   };
 
   ScheduleResult res = run_schedule(world, st.train.ranks_per_variant, ids, run_task, status_path, opts);
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  progress_line.finish();
+  const double elapsed = seconds();
   std::ostringstream os;
   os << "train: " << res.done << " done, " << res.diverged << " diverged, " << res.failed << " failed";
   if (res.skipped) os << ", " << res.skipped << " already done";

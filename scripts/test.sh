@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build}
 # What only the tests need: PyTorch (Debian's python3-torch, on the LibTorch already installed) to
-# write torch.save files and run examples/pytorch.
-FASTUDY_EXTRA_PACKAGES="python3-torch ${FASTUDY_EXTRA_PACKAGES:-}" scripts/setup.sh "$build_dir"
+# write torch.save files and run examples/pytorch; headless Chromium to lay the report out at 1280x800
+# (tests/report/test_browser.py).
+FASTUDY_EXTRA_PACKAGES="python3-torch chromium ${FASTUDY_EXTRA_PACKAGES:-}" scripts/setup.sh "$build_dir"
 # A single-node Slurm (munge, slurmctld, slurmd) for the real-Slurm test; the test starts and stops it.
 if [ "$(id -u)" -eq 0 ]; then
   bash scripts/slurm-local.sh install || echo "test: Slurm could not be installed; the real-Slurm test will skip"

@@ -8,7 +8,7 @@ referenced as files in report_files/ next to it.
 import base64
 import html
 
-from .doc import Bullets, Figure, Num, Pre, Table, Text, plain
+from .doc import Bullets, Cell, Figure, Num, Pre, Table, Text, plain
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0 auto;
@@ -18,6 +18,7 @@ h2 { border-bottom: 2px solid #d0d4da; padding-bottom: 0.2em; margin-top: 1.8em;
 p.sub { color: #555; margin-top: 0; }
 nav { background: #f4f6f8; padding: 0.5em 1em; border-radius: 6px; }
 nav a { margin-right: 1.2em; }
+div.table { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.92em; }
 th, td { border: 1px solid #c8ccd2; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
 th { background: #eef1f4; }
@@ -34,6 +35,10 @@ figcaption { color: #333; font-size: 0.93em; margin-top: 0.3em; }
 .note { color: #444; font-size: 0.95em; }
 pre { background: #f6f8fa; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }
 code { background: #f0f2f4; padding: 0 0.25em; border-radius: 3px; }
+td.v { font-weight: 600; white-space: nowrap; }
+td.v-good { background: #e7f6ea; } td.v-bad { background: #fdecea; } td.v-unsure { background: #fff7e0; }
+td .sub { display: block; font-weight: normal; font-size: 0.88em; color: #555; white-space: normal; }
+td details { font-size: 0.9em; } td details div { margin: 0.15em 0 0 0.8em; }
 """
 
 
@@ -64,10 +69,26 @@ def _is_numeric(cell):
 
 
 def _cell_class(cell):
-    """Numbers right-aligned; short text (ids, intervals) kept on one line; long text wraps."""
+    """Numbers right-aligned; short text (ids, intervals) kept on one line; long text wraps; a verdict
+    (a Cell with a kind) coloured."""
+    if isinstance(cell, Cell):
+        return f' class="v v-{cell.kind}"' if cell.kind else ""
     if _is_numeric(cell):
         return ' class="n"'
     return ' class="s"' if len(plain(cell)) <= 34 else ""
+
+
+def _html_cell(cell):
+    """A cell's content: its text, then a second line and folded details where a Cell has them."""
+    if not isinstance(cell, Cell):
+        return _html_parts(cell)
+    out = _html_parts(cell.parts)
+    if cell.sub:
+        out += f'<span class="sub">{_html_parts(cell.sub)}</span>'
+    if cell.fold:
+        lines = "".join(f"<div>{_html_parts(l)}</div>" for l in cell.fold.lines)
+        out += f"<details><summary>{html.escape(cell.fold.summary)}</summary>{lines}</details>"
+    return out
 
 
 def _html_block(block):
@@ -82,9 +103,12 @@ def _html_block(block):
         head = "".join(f"<th>{_html_parts(c)}</th>" for c in block.columns)
         body = []
         for row in block.rows:
-            cells = "".join(f"<td{_cell_class(c)}>{_html_parts(c)}</td>" for c in row)
+            cells = "".join(f"<td{_cell_class(c)}>{_html_cell(c)}</td>" for c in row)
             body.append(f"<tr>{cells}</tr>")
-        return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        name = f' id="table-{block.name}"' if block.name else ""
+        # A table wider than the page scrolls inside its own box, never the page.
+        return (f'<div class="table"><table{name}>{cap}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+                "</table></div>")
     if isinstance(block, Figure):
         data = base64.b64encode(block.png.read_bytes()).decode("ascii")
         alt = html.escape(plain(block.caption))
@@ -110,7 +134,23 @@ def render_html(title, subtitle, sections):
 
 
 def _md_cell(cell):
-    return plain(cell).replace("|", "\\|").replace("\n", " ")
+    """A cell's text on one line: a Cell's second line follows in parentheses, its fold is listed under
+    the table (_md_folds)."""
+    text = plain(cell)
+    if isinstance(cell, Cell) and cell.sub:
+        text += f" ({plain(cell.sub)})"
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_folds(rows):
+    """Markdown has no folding: each folded cell's lines as a list under the table, under its label."""
+    out = []
+    for row in rows:
+        for cell in row:
+            if isinstance(cell, Cell) and cell.fold:
+                out.append(f"\n{cell.fold.label or cell.fold.summary}:\n")
+                out.extend(f"- {plain(l)}" for l in cell.fold.lines)
+    return out
 
 
 def _md_block(block):
@@ -131,6 +171,7 @@ def _md_block(block):
         lines.append("|" + "|".join("---:" if block.rows and _is_numeric(block.rows[0][i]) else "---"
                                     for i in range(len(block.columns))) + "|")
         lines.extend("| " + " | ".join(_md_cell(c) for c in row) + " |" for row in block.rows)
+        lines.extend(_md_folds(block.rows))
         return "\n".join(lines)
     if isinstance(block, Figure):
         cap = plain(block.caption)

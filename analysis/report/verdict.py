@@ -25,7 +25,7 @@ named with the reading it starts from and its rounding mode.
 
 import math
 
-from .doc import Bullets, Section, Table, num, sig, text
+from .doc import Bullets, Cell, Fold, Section, Table, num, sig, text
 from .readers import RANKING_FLOATS, RANKING_INTS, VERDICT_FLOATS, VERDICT_INTS, typed_rows
 from .readings import reading_words
 
@@ -116,54 +116,90 @@ def group_comparisons(comps):
     return groups
 
 
+def ref_label(c):
+    """'precision fp32↔fp16' or 'seed': the reference of one comparison."""
+    return c["reference"] + ("" if c["reference_pair"] == "*" else " " + c["reference_pair"].replace("<->", "↔"))
+
+
+def deciding(rows):
+    """The comparison whose ratio decides the verdict: the largest ratio, of the measure the verdict
+    used, over the references (within: all <= 1; outside: one above 1), or None (no ratio exists)."""
+    measure = rows[0]["measure"]
+    col = "slope_ratio" if measure == "slope" else "end_ratio"
+    found = [c for c in rows if c["reference"] and not math.isnan(c[col])]
+    return max(found, key=lambda c: c[col]) if found else None
+
+
+def deciding_cell(rows, base):
+    """The deciding ratio, the reference it is against, and its interval (or why there is none)."""
+    c = deciding(rows)
+    if c is None:
+        return Cell(["–"], sub=["no ratio: " + VERDICT_WORDS.get(rows[0]["verdict"], rows[0]["verdict"])])
+    measure = "slope" if rows[0]["measure"] == "slope" else "end"
+    key = f"{base}.decides"
+    q, lo, hi = (c["slope_ratio"], c["slope_lo"], c["slope_hi"]) if measure == "slope" else \
+        (c["end_ratio"], c["end_lo"], c["end_hi"])
+    if c["informative"]:
+        sub = ["95% interval [", num(lo, key + ".lo"), ", ", num(hi, key + ".hi"), "]"]
+    else:
+        n = min(c["independent"], c["reference_independent"])
+        sub = [f"no interval: {n} independent pair{'s' if n != 1 else ''}"]
+    return Cell([num(q, key), f" vs {ref_label(c)}"], sub=[f"{'slope' if measure == 'slope' else 'end-point'}; "] + sub)
+
+
+def evidence_cell(rows, base, label):
+    """W1 and pairs on the line; every reference's end-point and slope ratio and the noise floor folded."""
+    first = rows[0]
+    lines = []
+    for c in rows:
+        if not c["reference"]:
+            continue
+        key = f"{base}.{c['reference']}.{c['reference_pair']}"
+        lines.append([f"vs {ref_label(c)}: end-point "] + ratio_cell(c, "end", key + ".end") + ["; slope "] +
+                     ratio_cell(c, "slope", key + ".slope"))
+    noise = first["noise_w1"]
+    lines.append(["noise floor W1: ", num(noise, f"{base}.noise")] if not math.isnan(noise) else
+                 ["noise floor W1: 0 (by construction)"])
+    return Cell(["W1 ", num(first["w1"], f"{base}.w1"), f" · {first['pairs']} pair{'s' if first['pairs'] != 1 else ''} ({first['independent']} independent)"],
+                fold=Fold("every ratio", lines, label))
+
+
 def verdict_table(comps):
-    """One row per optimisation value and condition; per reference its end-point and slope ratios."""
-    refs = []
-    for c in comps:
-        if c["reference"] and c["reference"] not in refs:
-            refs.append(c["reference"])
-    columns = ["optimisation", "condition", "pairs", "W1 at the final step"] + \
-              [f"end-point ratio vs {r}" for r in refs] + \
-              [f"slope ratio vs {r}" for r in refs] + ["noise floor W1", "verdict"]
+    """One row per optimisation value and condition: the verdict and the ratio that decides it first,
+    then what and where, then the evidence (every reference's end-point and slope ratios) folded."""
     out = []
     for axis, value, condition, rows in group_comparisons(comps):
-        first = rows[0]
         base = f"verdict.{axis}.{value}.{condition}"
-        cells = [f"{axis}: {value} vs {first['baseline']}", condition_words(condition),
-                 f"{first['pairs']} ({first['independent']} independent)", num(first["w1"], f"{base}.w1")]
-        for measure in ("end", "slope"):
-            for r in refs:
-                mine = [c for c in rows if c["reference"] == r]
-                cell = []
-                for i, c in enumerate(mine):
-                    if i:
-                        cell.append("; ")
-                    if c["reference_pair"] != "*":
-                        cell.append(c["reference_pair"].replace("<->", "↔") + ": ")
-                    cell += ratio_cell(c, measure, f"{base}.{r}.{c['reference_pair']}.{measure}")
-                out_cell = cell or ["–"]
-                cells.append(out_cell)
-        noise = first["noise_w1"]
-        cells.append([num(noise, f"{base}.noise")] if not math.isnan(noise) else "0 (by construction)")
-        cells.append(verdict_words(rows))
-        out.append(cells)
-    return Table(columns, out, caption="Verdict per optimisation and condition (ratio = optimisation W1 / reference "
-                                       "W1 under the same condition; <= 1: within the bound)")
+        what = f"{axis}: {value} vs {rows[0]['baseline']}"
+        out.append([verdict_cell(rows), deciding_cell(rows, base), what, condition_words(condition),
+                    evidence_cell(rows, base, f"{what}, {condition_words(condition)}")])
+    return Table(["verdict", "deciding ratio", "optimisation", "condition", "evidence"], out, name="verdict",
+                 caption="Verdict per optimisation and condition (ratio = optimisation W1 / reference W1 under the "
+                         "same condition; <= 1: within the bound; the deciding ratio is the largest)")
 
 
-def verdict_words(rows):
+VERDICT_KINDS = {"within": "good", "bit-identical": "good", "within noise": "good", "outside": "bad"}
+
+
+def verdict_cell(rows):
+    """The verdict in a word or two, coloured, with how it was decided on a second line."""
     first = rows[0]
     v = first["verdict"]
     words = VERDICT_WORDS.get(v, v)
+    sub = None
     if v in ("within", "outside", "undecided"):
-        if v == "outside":
-            over = [c["reference"] + ("" if c["reference_pair"] == "*" else " " + c["reference_pair"].replace("<->", "↔"))
-                    for c in rows if c["comparison"] == "outside"]
-            words += " (vs " + ", ".join(over) + ")"
-        words += f" by the {'slope' if first['measure'] == 'slope' else 'end-point'} ratio"
-        if any(not c["informative"] for c in rows if c["reference"]):
-            words += "; point estimate, not informative"
-    return words
+        words = words.split(" (")[0]
+        over = ", ".join(ref_label(c) for c in rows if c["comparison"] == "outside")
+        sub = ["an interval contains 1; " if v == "undecided" else f"vs {over}; " if v == "outside" else "",
+               f"by the {'slope' if first['measure'] == 'slope' else 'end-point'} ratio"]
+        c = deciding(rows)
+        if c is not None and not c["informative"]:
+            sub.append("; a point estimate (too few pairs for an interval)")
+        else:
+            loose = [ref_label(r) for r in rows if r["reference"] and not r["informative"]]
+            if loose:
+                sub.append("; point estimates vs " + ", ".join(loose))
+    return Cell([words], sub=sub, kind=VERDICT_KINDS.get(v, "unsure"))
 
 
 def disagreements(comps):

@@ -95,6 +95,7 @@ class Coordinator {
     rows[task].wall_time_s = 0;
     ++running_;
     event(rows[task], group);
+    changed();
     write();
     return task;
   }
@@ -105,6 +106,7 @@ class Coordinator {
     if (rows[task].has_loss) rows[task].loss = loss;
     rows[task].wall_time_s = now_s() - start_[task];
     dirty_ = true;
+    changed();
     flush_if_due();
   }
 
@@ -121,6 +123,7 @@ class Coordinator {
     --running_;
     ++finished_;
     event(r, group);
+    changed();
     write();
   }
 
@@ -144,6 +147,10 @@ class Coordinator {
   int skipped = 0;
 
  private:
+  void changed() {
+    if (opt_.on_progress) opt_.on_progress(rows);
+  }
+
   void event(const StatusRow& r, int group) {
     if (opt_.on_event) {
       opt_.on_event(r, group);

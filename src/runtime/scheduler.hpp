@@ -77,6 +77,9 @@ struct ScheduleOptions {
   // coordinator thread: keep it short and thread-safe (the log:: functions are). When empty, the
   // scheduler prints one log::info line per event.
   std::function<void(const StatusRow& row, int group)> on_event;
+  // Called on world rank 0 after every change of a task's state or step (start, progress report,
+  // end) with every task's row, after on_event and from the same thread: the console's progress.
+  std::function<void(const std::vector<StatusRow>& rows)> on_progress;
 };
 
 struct ScheduleResult {

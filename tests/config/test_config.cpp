@@ -265,24 +265,42 @@ TEST(Config, ShippedConfigsLoad) {
     Study st = load_study(std::string(FASTUDY_CONFIGS) + "/" + name);
     EXPECT_FALSE(st.variants.empty());
   }
+  // The demo (issue 30): attention x 3 precisions x 3 seeds (3 seeds: intervals against precision), and in
+  // miniature the sweeps the report draws: readings at bf16 over 4 to 512 KV tiles, seq_len (Fig. 5),
+  // block_area (Fig. 6).
   Study quick = load_study(std::string(FASTUDY_CONFIGS) + "/quick.toml");
-  EXPECT_EQ(quick.variants.size(), 12u);
+  EXPECT_EQ(quick.variants.size(), 18u);
+  const auto tile_range = [](const MicrobenchSweep& sw) {
+    int fewest = INT32_MAX, most = 0;
+    for (int n : sw.seq_lens)
+      for (const auto& [bq, bkv] : sw.blocks) {
+        fewest = std::min(fewest, (n + bkv - 1) / bkv);
+        most = std::max(most, (n + bkv - 1) / bkv);
+      }
+    return std::make_pair(fewest, most);
+  };
+  const auto sweep = [](const Study& st, const std::string& name) -> const MicrobenchSweep* {
+    for (const auto& sw : st.microbench.sweeps)
+      if (sw.name == name) return &sw;
+    return nullptr;
+  };
+  const MicrobenchSweep* demo_readings = sweep(quick, "readings");
+  ASSERT_NE(demo_readings, nullptr);
+  EXPECT_EQ(demo_readings->formats, (std::vector<Format>{Format::bf16}));
+  EXPECT_EQ(demo_readings->policies, (std::vector<std::string>{"pure", "eager", "fa2", "mixed"}));
+  EXPECT_EQ(tile_range(*demo_readings), std::make_pair(4, 512));
+  ASSERT_NE(sweep(quick, "seq_len"), nullptr);
+  EXPECT_GE(sweep(quick, "seq_len")->seq_lens.size(), 3u);
+  ASSERT_NE(sweep(quick, "block_area"), nullptr);
+  EXPECT_GE(sweep(quick, "block_area")->blocks.size(), 3u);
   Study mb = load_study(std::string(FASTUDY_CONFIGS) + "/microbench.toml");
   EXPECT_EQ(mb.microbench.sweeps.size(), 10u);
-  // The readings sweep answers issue 12's question: three readings, bf16 and fp16, 4 to 256 KV tiles.
-  const MicrobenchSweep* readings = nullptr;
-  for (const auto& sw : mb.microbench.sweeps)
-    if (sw.name == "readings") readings = &sw;
+  // The readings sweep answers issue 12's question: the readings, bf16 and fp16, 4 to 256 KV tiles.
+  const MicrobenchSweep* readings = sweep(mb, "readings");
   ASSERT_NE(readings, nullptr);
   EXPECT_EQ(readings->policies, (std::vector<std::string>{"pure", "eager", "fa2", "mixed"}));
-  int fewest = INT32_MAX, most = 0;
-  for (int n : readings->seq_lens)
-    for (const auto& [bq, bkv] : readings->blocks) {
-      fewest = std::min(fewest, (n + bkv - 1) / bkv);
-      most = std::max(most, (n + bkv - 1) / bkv);
-    }
-  EXPECT_LE(fewest, 4);
-  EXPECT_GE(most, 256);
+  EXPECT_LE(tile_range(*readings).first, 4);
+  EXPECT_GE(tile_range(*readings).second, 256);
 }
 
 // The word-valued settings: each enum's words read back to their values, nothing else reads as one, and

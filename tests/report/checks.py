@@ -78,8 +78,8 @@ def same_number(testcase, got, expected, what):
 def verdict_matches_csv(testcase, html_path, verdict_csv):
     """The verdict table is verdict.csv: one table row per optimisation value and condition, in the
     file's order; every comparison's end-point and slope ratio exactly (data-value) and as printed (3
-    significant digits); its interval when informative, else "not informative (n pairs)". Returns the
-    number of table rows."""
+    significant digits); its interval when informative, else "not informative (n pairs)"; the deciding
+    ratio (the largest of the verdict's measure) with its interval. Returns the number of table rows."""
     nums = verdict_numbers(html_path)
     text = Path(html_path).read_text(encoding="utf-8")
     section = text.split('<section id="verdict">', 1)[1].split("</section>", 1)[0]
@@ -105,6 +105,21 @@ def verdict_matches_csv(testcase, html_path, verdict_csv):
                 testcase.assertNotIn(key + ".lo", nums)
                 n = min(int(r["independent"]), int(r["reference_independent"]))
                 testcase.assertIn(f"not informative ({n} pair{'s' if n != 1 else ''})", table)
+    # The deciding ratio of each row: the largest ratio, of the measure the verdict used, over its references.
+    for a, v, c in groups:
+        mine = [r for r in rows if (r["axis"], r["value"], r["condition"]) == (a, v, c) and r["reference"]]
+        col = "slope_ratio" if mine and mine[0]["measure"] == "slope" else "end_ratio"
+        finite = [r for r in mine if float(r[col]) == float(r[col])]
+        key = f"verdict.{a}.{v}.{c}.decides"
+        if not finite:
+            testcase.assertNotIn(key, nums)
+            continue
+        top = max(finite, key=lambda r: float(r[col]))
+        same_number(testcase, nums[key], float(top[col]), key)
+        if top["informative"] == "1":
+            prefix = col.split("_")[0]
+            same_number(testcase, nums[key + ".lo"], float(top[prefix + "_lo"]), key + ".lo")
+            same_number(testcase, nums[key + ".hi"], float(top[prefix + "_hi"]), key + ".hi")
     body = table.split("<tbody>", 1)[1]
     testcase.assertEqual(body.count("<tr>"), len(groups))
     # Each row names its condition, in verdict.csv's order.
@@ -114,3 +129,22 @@ def verdict_matches_csv(testcase, html_path, verdict_csv):
         words = "all variants" if c == "all" else ", ".join(x.replace("=", " ", 1) for x in c.split(";"))
         testcase.assertIn(words, body)
     return len(groups)
+
+
+# A ratio written in prose ("10x", "~10x", "0.614x").
+RATIO_WORD = re.compile(r"[~≈]?\d+(?:\.\d+)?\s?x\b")
+# The one ratio the report states without computing it: the paper's headline (Fig. 4), a documented fact
+# (analysis/report/microbench.py PAPER_RATIO), always attributed to the paper.
+PAPER_FACT = "the paper's ~10x"
+
+
+def prose_ratio_claims(html_path):
+    """Ratios in report.html's visible text that are not computed numbers (<span class="num">) and not the
+    paper's documented ~10x: each a piece of text around the claim. The resolved configuration is left out."""
+    text = Path(html_path).read_text(encoding="utf-8")
+    text = re.sub(r"<img [^>]*>|<style>.*?</style>", "", text, flags=re.S)
+    text = re.sub(r"<details><summary>Resolved configuration.*?</details>", "", text, flags=re.S)
+    text = re.sub(r'<span class="num"[^>]*>[^<]*</span>', "#", text)
+    text = html.unescape(re.sub(r"<[^>]+>", " ", text))
+    text = text.replace(PAPER_FACT, "#").replace(PAPER_FACT[0].upper() + PAPER_FACT[1:], "#")
+    return [text[max(0, m.start() - 60):m.end() + 20] for m in RATIO_WORD.finditer(text)]

@@ -94,6 +94,7 @@ class EndToEndTest(unittest.TestCase):
         self.assertIn("attention: flash vs baseline</td><td class=\"s\">all variants</td>", html)
         self.assertIn("not informative (1 pair)", html)
         self.assertIn("Noise floor: 0 by construction (deterministic CPU arithmetic)", html)
+        self.assertEqual(checks.prose_ratio_claims(out / "report.html"), [])  # every ratio computed
         roles = {r["axis"]: r["role"] for r in checks.csv_rows(out / "axes.csv")}
         self.assertEqual(roles, {"attention": "optimisation", "seed": "reference"})
 

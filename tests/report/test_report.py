@@ -58,6 +58,17 @@ class FullStudyTest(unittest.TestCase):
         self.assertNotIn("microbench.readings.pure.bf16.max_abs.first10x", nums)
         self.assertIn("Under `fa2` (the FlashAttention-2 CUDA kernel) the ratio stays between", self.md)
 
+    def test_ratio_claims_are_computed(self):
+        # Every ratio the report writes is computed from the study's files (a number with its exact value), except
+        # the paper's ~10x, a documented fact attributed to the paper; a fixed claim such as "the paper reports
+        # about 10x ... pure" (which the data contradicted) is caught.
+        self.assertEqual(checks.prose_ratio_claims(self.out / "report.html"), [])
+        self.assertNotIn("about 10x", self.md)
+        stale = Path(self.dir / "stale.html")
+        stale.write_text("<p>largest first. The paper reports about 10x at bf16 for its pure re-implementation; "
+                         'here <span class="num" data-value="0.6">0.614x</span>.</p>', encoding="utf-8")
+        self.assertEqual(len(checks.prose_ratio_claims(stale)), 1)
+
     def test_verdict_names_the_training_reading(self):
         # study.toml has no [attention] policy: the default reading, mixed.
         verdict = self.md.split("## 2.")[0]
@@ -75,9 +86,13 @@ class FullStudyTest(unittest.TestCase):
         # One row per condition (precision fp32, precision bf16), never pooled; 2 seeds: not informative.
         self.assertEqual(checks.verdict_matches_csv(self, self.out / "report.html", self.out / "verdict.csv"), 2)
         verdict = self.md.split("## 2.")[0]
-        self.assertIn("| attention: flash vs baseline | precision fp32 | 2 (2 independent) | 4.5e-05 | fp32↔bf16: 0.319, "
-                      "not informative (2 pairs)", verdict)
-        self.assertIn("within the bounds by the slope ratio; point estimate, not informative", verdict)
+        # The verdict and the ratio that decides it (the largest slope ratio) come first, the evidence last.
+        self.assertIn("| within the bounds (by the slope ratio; a point estimate (too few pairs for an interval)) | "
+                      "0.319 vs precision fp32↔bf16 (slope; no interval: 2 independent pairs) | attention: flash vs "
+                      "baseline | precision fp32 | W1 4.5e-05 · 2 pairs (2 independent) |", verdict)
+        # Markdown has no folding: every ratio is listed under the table.
+        self.assertIn("attention: flash vs baseline, precision fp32:\n\n- vs precision fp32↔bf16: end-point 0.319, "
+                      "not informative (2 pairs); slope 0.319, not informative (2 pairs)\n", verdict)
         self.assertIn("The verdict uses the slope ratio", verdict)
         # The verdict table comes first, then the pooled summary.
         self.assertLess(verdict.index("Verdict per optimisation and condition"), verdict.index("Summary: deviation"))
@@ -127,7 +142,7 @@ class PartialStudyTest(unittest.TestCase):
         self.assertIn("Outside the accepted bounds under attention flash at precision fp32; attention flash at "
                       "precision bf16", html)
         self.assertNotIn("Within the accepted bounds", html)
-        self.assertIn("OUTSIDE the bounds (vs precision fp32↔bf16, seed) by the slope ratio", html)
+        self.assertIn("OUTSIDE the bounds<span class=\"sub\">vs precision fp32↔bf16, seed; by the slope ratio", html)
         self.assertEqual(checks.verdict_matches_csv(self, out / "report.html", out / "verdict.csv"), 2)
 
     def test_deviation_csv_without_h5(self):
@@ -218,7 +233,10 @@ class PartialStudyTest(unittest.TestCase):
         nums = checks.verdict_numbers(out / "report.html")
         self.assertIn("verdict.attention.flash.precision=bf16.precision.fp32<->bf16.slope.lo", nums)
         self.assertIn("not informative (2 pairs)", md)
-        self.assertIn("6 (6 independent)", md)
+        self.assertIn("6 pairs (6 independent)", md)
+        # The deciding ratio (vs precision) has its interval; the seed ratios are point estimates, and say so.
+        self.assertIn("0.338 vs precision fp32↔bf16 (slope; 95% interval [0.271, 0.423])", md)
+        self.assertIn("(by the slope ratio; point estimates vs seed)", md)
         self.assertIn("Noise floor (axis `repeat`: the same variant run again, 12 pairs)", md)
         self.assertNotIn("0 by construction", md.split("## 2.")[0])
         self.assertIn("The dashed grey line is the noise floor", md)
@@ -274,6 +292,7 @@ class PartialStudyTest(unittest.TestCase):
                       "(`eager`, bf16, 256 KV tiles", md)
         nums = {k: float(v) for k, v, _ in checks.NUM_SPAN.findall(html) if k}
         self.assertAlmostEqual(nums["microbench.readings.largest"], 1 + 0.01 * 256)
+        self.assertEqual(checks.prose_ratio_claims(out / "report.html"), [])
 
     def test_real_kernels_verdict(self):
         # Real-kernel rows (issue 13): sdpa_flash at N = 64 is 1.5x the mixed reading's error (within 2x) and at

@@ -232,6 +232,13 @@ struct Study {
   const Variant* find_variant(const std::string& id) const;
 };
 
+// Variant `base` of study `st` with some axes set to other values (`fastudy replay --set AXIS=VALUE`):
+// each axis must be one of fastudy's grid axes (known_axes) and each value one the axis allows in this
+// study (a word it lists, a policy of the study, an integer in range, a positive number); the
+// training-loop keys are checked against the batch as when the grid loads. The id gets
+// "+AXIS=VALUE" per axis set; the resolved TOML and the hash are those of the new configuration.
+// Throws UsageError naming the axis or the value, with the allowed ones.
+Variant variant_with(const Study& st, const Variant& base, const std::vector<std::pair<std::string, std::string>>& set);
 // The grid axes fastudy knows, with what each overrides.
 const std::vector<std::string>& known_axes();
 // What an axis is to the verdict (analysis/ranking.hpp):

@@ -1,0 +1,126 @@
+// `fastudy replay` and `fastudy bisect` end to end on a tiny trained study: a replay without --set
+// repeats the original bit for bit (weights at every checkpoint, every loss), one with --set does not;
+// bisect of flash against baseline first differs at the attention output; bad arguments (unknown
+// variant, step without a checkpoint, axis not in the grid, value not allowed) exit 2 naming them,
+// before anything is written.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "tests/cli/cli_util.hpp"
+
+namespace fs = std::filesystem;
+using namespace fastudy::test;
+
+namespace {
+
+// The rows of a CSV with a "#" header, as maps from column to cell.
+std::vector<std::map<std::string, std::string>> read_rows(const fs::path& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::vector<std::string> columns;
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+    if (!line.empty() && line.back() == ',') cells.emplace_back();
+    if (columns.empty()) {
+      columns = cells;
+      continue;
+    }
+    std::map<std::string, std::string> row;
+    for (std::size_t i = 0; i < columns.size() && i < cells.size(); ++i) row[columns[i]] = cells[i];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// The tiny grid trained once for every test of this file (8 steps, checkpoints at 4 and 8).
+class Explain : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    out_ = (*dir_ / "out").string();
+    const std::string grid = dir_->file("grid.toml", tiny_grid(out_, 8, 4));
+    const RunResult r = run_fastudy("train " + grid + " -q");
+    ASSERT_EQ(r.code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static TempDir* dir_;
+  static std::string out_;
+};
+TempDir* Explain::dir_ = nullptr;
+std::string Explain::out_;
+
+TEST_F(Explain, ReplayWithoutSetIsBitIdenticalToTheOriginal) {
+  const RunResult r = run_fastudy("replay " + out_ + " --variant baseline-bf16 --from 4");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("bit-identical to the original"), std::string::npos) << r.output;
+  const auto rows = read_rows(fs::path(out_) / "replays/baseline-bf16-from4/replay.csv");
+  ASSERT_EQ(rows.size(), 4u);  // steps 5 to 8
+  for (const auto& row : rows) EXPECT_EQ(row.at("loss"), row.at("original_loss")) << row.at("step");
+  EXPECT_EQ(rows.back().at("step"), "8");
+  EXPECT_EQ(rows.back().at("max_abs"), "0");
+  EXPECT_EQ(rows.back().at("w1"), "0");
+  EXPECT_TRUE(fs::exists(fs::path(out_) / "replays/baseline-bf16-from4/train_log.csv"));
+}
+
+TEST_F(Explain, ReplayWithAnAxisSetPartsFromTheOriginal) {
+  const RunResult r = run_fastudy("replay " + out_ + " --variant baseline-bf16 --from 4 --steps 4 --set attention=flash");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("bit-identical"), std::string::npos) << r.output;
+  const auto rows = read_rows(fs::path(out_) / "replays/baseline-bf16-from4+attention=flash/replay.csv");
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_GT(std::stod(rows.back().at("max_abs")), 0.0);
+  // From the initial weights the first step already reads the same batch with the other kernel.
+  const RunResult first = run_fastudy("replay " + out_ + " --variant baseline-fp32 --from 0 --steps 1 --set precision=bf16");
+  ASSERT_EQ(first.code, 0) << first.output;
+}
+
+TEST_F(Explain, BisectOfFlashAgainstBaselineFirstDiffersAtTheAttentionOutput) {
+  const RunResult r = run_fastudy("bisect " + out_ + " --variant baseline-bf16 --against flash-bf16 --step 4");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("blocks.0.attn.out"), std::string::npos) << r.output;
+  const auto rows = read_rows(fs::path(out_) / "bisect/baseline-bf16--flash-bf16-step4.csv");
+  ASSERT_FALSE(rows.empty());
+  std::size_t i = 0;
+  for (; i < rows.size() && rows[i].at("op") != "blocks.0.attn.out"; ++i) EXPECT_EQ(rows[i].at("identical"), "1") << rows[i].at("op");
+  ASSERT_LT(i, rows.size());
+  EXPECT_EQ(rows[i].at("identical"), "0");
+  EXPECT_EQ(rows[i].at("layer"), "0");
+  EXPECT_EQ(rows.back().at("op"), "grad tok_emb.weight");
+}
+
+TEST_F(Explain, BadArgumentsExitTwoNamingThem) {
+  struct Case {
+    std::string args, says;
+  };
+  const Case cases[] = {
+      {"replay OUT --variant nope --from 4", "--variant nope: no variant of that id"},
+      {"replay OUT --variant baseline-bf16 --from 3", "has no checkpoint at step 3"},
+      {"replay OUT --variant baseline-bf16 --from 12", "trains 8 steps"},
+      {"replay OUT --variant baseline-bf16 --from 4 --set colour=red", "`colour` is not a grid axis"},
+      {"replay OUT --variant baseline-bf16 --from 4 --set precision=fp12", "value \"fp12\" is not allowed for precision"},
+      {"replay OUT --variant baseline-bf16 --from 4 --set attention", "expected AXIS=VALUE"},
+      {"replay OUT --variant baseline-bf16 --from 4 --steps 5", "--steps 5: the original trained to step 8"},
+      {"replay OUT --variant baseline-bf16", "--from is required"},
+      {"bisect OUT --variant baseline-bf16 --against nope --step 4", "--against nope: no variant of that id"},
+      {"bisect OUT --variant baseline-bf16 --against flash-bf16 --step 5", "has no checkpoint at step 5"},
+      {"bisect OUT --against flash-bf16 --step 4", "--variant is required"},
+  };
+  for (const Case& c : cases) {
+    std::string args = c.args;
+    args.replace(args.find("OUT"), 3, out_ + "/");
+    const RunResult r = run_fastudy(args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;
+  }
+  EXPECT_FALSE(fs::exists(fs::path(out_) / "replays/nope-from4"));
+}
+
+}  // namespace

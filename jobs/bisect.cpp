@@ -1,6 +1,7 @@
 // `fastudy bisect OUT --variant A --against B --step S`: where two variants first part. One training
 // step of each (forward and backward of the global batch at S's data cursor, no update) from the same
-// weights, A's checkpoint at step S (0: the initial weights), every op's output recorded (per layer
+// weights, A's at step S (its checkpoint there; else its latest checkpoint before S, or the initial
+// weights, trained on to S: the same bits as its own run), every op's output recorded (per layer
 // LayerNorms, Q, K, V, attention output, projections, MLP; then the final LayerNorm, logits, loss, and
 // every parameter's gradient) and compared: max |a - b| in roundings of the op's largest output
 // (u of the coarser precision of the two), against kBisectBoundUlps (src/train/explain.hpp, derived
@@ -43,7 +44,7 @@ std::string layer_of(const std::string& op) {
 void bisect_options(po::options_description& d, CliOptions& o) {
   d.add_options()("variant", po::value<std::vector<std::string>>(&o.variants), "variant A: its checkpoint gives the weights")(
       "against", po::value<std::string>(&o.against), "variant B, run from A's weights on the same batch")(
-      "step", po::value<std::int64_t>(&o.at_step), "A's checkpoint step (0: the initial weights); the batch is the next step's");
+      "step", po::value<std::int64_t>(&o.at_step), "A's weights after this step (its checkpoint there, or trained on from the one before; 0: the initial weights); the batch is the next step's");
 }
 
 int job_bisect(JobContext& ctx) {
@@ -54,7 +55,7 @@ int job_bisect(JobContext& ctx) {
   const Variant& b = named_variant(st, "--against", ctx.opts.against);
   if (a.model.layers != b.model.layers || a.model.d_model != b.model.d_model)
     throw UsageError("--against " + b.id + " has another model than " + a.id, "bisect compares variants of one model");
-  const TrainState state = state_at(out, a, ctx.opts.at_step, "--step");
+  const TrainState state = state_at(out, a, ctx.opts.at_step, "--step", /*on_from_earlier=*/true);
   const std::int64_t step = ctx.opts.at_step;
 
   const std::string rel = "bisect/" + a.id + "--" + b.id + "-step" + std::to_string(step) + ".csv";

@@ -16,7 +16,10 @@ const Variant& named_variant(const Study& st, const std::string& option, const s
 
 // Variant v's state after `step` steps: its checkpoint OUT/checkpoints/<id>/step_<step>.h5 (read and
 // checked whole), or its initial weights for step 0. UsageError (option: "--from", "--step") when
-// the step is out of range or has no valid checkpoint, naming the steps that have one.
-TrainState state_at(const std::string& out, const Variant& v, std::int64_t step, const std::string& option);
+// the step is out of range or has no valid checkpoint, naming the steps that have one. With
+// `on_from_earlier`, a step without a checkpoint starts from the latest one before it (or the initial
+// weights) and trains on to it (advance_state: the same bits as the original run).
+TrainState state_at(const std::string& out, const Variant& v, std::int64_t step, const std::string& option,
+                    bool on_from_earlier = false);
 
 }  // namespace fastudy

@@ -104,7 +104,8 @@ std::vector<std::pair<std::string, std::string>> parse_sets(const std::vector<st
   return out;
 }
 
-std::string text(double x) { return std::isnan(x) ? "" : number_text(x, 9); }
+// A cell: empty where the run has no such step (a diverged run ends early).
+std::string cell(bool present, double x) { return present ? number_text(x, 9) : ""; }
 
 }  // namespace
 
@@ -194,15 +195,18 @@ int job_replay(JobContext& ctx) {
       identical_losses += number_text(orow.loss, 9) == number_text(prow.loss, 9);
     }
     const auto d = distances.find(s);
-    csv << s << ',' << text(prow.loss) << ',' << text(orow.loss) << ',' << prow.spike << ',' << orow.spike << ','
-        << prow.skipped << ',' << orow.skipped << ',' << p_div << ',' << o_div << ','
-        << (d != distances.end() ? text(d->second.w1) : "") << ',' << (d != distances.end() ? text(d->second.max_abs) : "") << '\n';
-    if (d != distances.end() || prow.spike || orow.spike || p_div || o_div) {
+    const bool measured = d != distances.end();
+    csv << s << ',' << cell(p != replayed.end(), prow.loss) << ',' << cell(o != original.end(), orow.loss) << ','
+        << prow.spike << ',' << orow.spike << ',' << prow.skipped << ',' << orow.skipped << ',' << p_div << ',' << o_div << ','
+        << cell(measured, measured ? d->second.w1 : 0) << ',' << cell(measured, measured ? d->second.max_abs : 0) << '\n';
+    if (measured || prow.spike || orow.spike || p_div || o_div) {
+      auto loss_text = [](bool present, const LogRow& row, bool div) {
+        return present ? number_text(row.loss, 9) + (row.spike ? " spike" : div ? " diverged" : "") : std::string("-");
+      };
       char line[160];
-      std::snprintf(line, sizeof line, "  %4lld  %-18s  %-18s  %-14s  %s%s\n", static_cast<long long>(s),
-                    (text(orow.loss) + (orow.spike ? " spike" : o_div ? " diverged" : "")).c_str(),
-                    (text(prow.loss) + (prow.spike ? " spike" : p_div ? " diverged" : "")).c_str(),
-                    d != distances.end() ? text(d->second.w1).c_str() : "-", d != distances.end() ? text(d->second.max_abs).c_str() : "-", "");
+      std::snprintf(line, sizeof line, "  %4lld  %-18s  %-18s  %-14s  %s\n", static_cast<long long>(s),
+                    loss_text(o != original.end(), orow, o_div).c_str(), loss_text(p != replayed.end(), prow, p_div).c_str(),
+                    measured ? number_text(d->second.w1, 9).c_str() : "-", measured ? number_text(d->second.max_abs, 9).c_str() : "-");
       table << line;
     }
   }

@@ -72,6 +72,18 @@ TrainState replay_state(const Variant& v, TrainState s) {
   return s;
 }
 
+TrainState advance_state(const Variant& v, const TrainState& s, std::int64_t to_step) {
+  train::Engine engine(v, TrainHooks{}, &s);
+  while (engine.steps_done() < to_step) {
+    const train::Engine::Step step = engine.step();
+    if (step.diverged)
+      throw UsageError("variant " + v.id + " diverges at step " + std::to_string(step.log.step) + ", before step " +
+                           std::to_string(to_step) + " (" + step.event + ")",
+                       "pass a step before it: the last step whose weights exist is " + std::to_string(step.log.step - 1));
+  }
+  return engine.state();
+}
+
 BisectResult bisect_step(const Variant& a, const Variant& b, const TrainState& state,
                          const std::function<double(const std::string&)>& plant_b) {
   BisectResult r;

@@ -21,6 +21,10 @@ namespace fastudy {
 // data cursor, AdamW step count and loss history are kept: the replay reads the same batches.
 TrainState replay_state(const Variant& v, TrainState s);
 
+// Variant v's state `s` trained on to step `to_step` (v's own steps, bit for bit what its training
+// did: a resume is exact). Throws UsageError when v diverges before it.
+TrainState advance_state(const Variant& v, const TrainState& s, std::int64_t to_step);
+
 // One op's output in the two runs of a bisection, a = variant A's, b = variant B's.
 struct OpComparison {
   std::string op;            // an OpTrace name ("blocks.0.attn.out", "logits", ...) or "grad <parameter>"

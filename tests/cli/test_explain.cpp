@@ -110,7 +110,7 @@ TEST_F(Explain, BadArgumentsExitTwoNamingThem) {
       {"replay OUT --variant baseline-bf16 --from 4 --steps 5", "--steps 5: the original trained to step 8"},
       {"replay OUT --variant baseline-bf16", "--from is required"},
       {"bisect OUT --variant baseline-bf16 --against nope --step 4", "--against nope: no variant of that id"},
-      {"bisect OUT --variant baseline-bf16 --against flash-bf16 --step 5", "has no checkpoint at step 5"},
+      {"bisect OUT --variant baseline-bf16 --against flash-bf16 --step 9", "trains 8 steps"},
       {"bisect OUT --against flash-bf16 --step 4", "--variant is required"},
   };
   for (const Case& c : cases) {
@@ -121,6 +121,39 @@ TEST_F(Explain, BadArgumentsExitTwoNamingThem) {
     EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;
   }
   EXPECT_FALSE(fs::exists(fs::path(out_) / "replays/nope-from4"));
+}
+
+}  // namespace
+
+namespace {
+
+// The README's walkthrough of configs/explain.toml: fp16 diverges at step 42 because attention scores
+// overflow fp16; bisect names the attention output of layer 0 (the first op beyond its bound, its Q,
+// K, V within theirs); replay from step 40 with the scores in fp32, or in bf16, runs to the end.
+TEST(ExplainDemo, BisectNamesTheOverflowAndReplayWithTheFixRunsToTheEnd) {
+  TempDir dir;
+  const std::string grid = std::string(FASTUDY_CLI_TESTS) + "/../../configs/explain.toml";
+  const std::string out = (dir / "out").string();
+  const RunResult train = run_fastudy(grid + " --out " + out + " -q");
+  EXPECT_EQ(train.code, 1) << train.output;  // a variant diverged
+  EXPECT_NE(train.output.find("fp16 diverged at step 41: diverged: training loss is -nan at step 42"), std::string::npos)
+      << train.output;
+
+  const RunResult bisect = run_fastudy("bisect " + out + " --variant fp16 --against bf16 --step 41");
+  ASSERT_EQ(bisect.code, 0) << bisect.output;
+  EXPECT_NE(bisect.output.find("the first op beyond it is blocks.0.attn.out (inf"), std::string::npos) << bisect.output;
+
+  const RunResult again = run_fastudy("replay " + out + " --variant fp16 --from 40");
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("diverged at step 42 in steps 41-48, replay: 0 spike(s), diverged -> it comes back"),
+            std::string::npos) << again.output;
+  for (const std::string fix : {"policy=s_fp32", "precision=bf16"}) {
+    const RunResult fixed = run_fastudy("replay " + out + " --variant fp16 --from 40 --set " + fix);
+    ASSERT_EQ(fixed.code, 0) << fixed.output;
+    EXPECT_NE(fixed.output.find("replay: ran to step 48; original: 0 loss spike(s), diverged at step 42"), std::string::npos)
+        << fix << "\n" << fixed.output;
+    EXPECT_NE(fixed.output.find("-> it does not come back"), std::string::npos) << fix << "\n" << fixed.output;
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "base/error.hpp"
+#include "src/train/engine.hpp"
 #include "src/train/explain.hpp"
 #include "src/train/trainer.hpp"
 #include "tests/train/tiny.hpp"
@@ -17,16 +18,11 @@ namespace {
 
 using train_test::tiny_variant;
 
-// The state of v after `steps` steps (a checkpoint's content).
+// The state of v after `steps` of its steps (a checkpoint's content).
 TrainState trained(const Variant& v, int steps) {
-  TrainState last;
-  Variant w = v;
-  w.train.steps = steps;
-  w.train.checkpoint_every = steps;
-  TrainHooks hooks;
-  hooks.save_checkpoint = [&](const TrainState& s) { last = s; };
-  train_variant(w, (train_test::scratch_root() / ("explain-" + v.id)).string(), hooks, nullptr);
-  return last;
+  train::Engine engine(v, TrainHooks{}, nullptr);
+  for (int i = 0; i < steps; ++i) engine.step();
+  return engine.state();
 }
 
 int index_of(const BisectResult& r, const std::string& op) {
@@ -87,6 +83,11 @@ TEST(Replay, AStateOfAnotherPrecisionHoldsTheSameWeights) {
   v16.train.loss_scale = 1024;
   EXPECT_EQ(replay_state(v16, s).loss_scale, 1024);
   EXPECT_EQ(replay_state(v32, s).loss_scale, s.loss_scale);
+}
+
+TEST(Replay, AdvancingAStateRepeatsTheOriginalSteps) {
+  const Variant v = tiny_variant(AttentionKind::flash, Format::bf16);
+  train_test::expect_identical(advance_state(v, trained(v, 2), 4), trained(v, 4));
 }
 
 Study explain_study() {

@@ -261,6 +261,14 @@ void render(const std::string& out_dir) {
     if (fs::exists(p, ec))
       verify_sealed(p.string(), std::string("rerun the phase that writes ") + name + " (with --resume or --force), then the report");
   }
+  // ... and the replays' and bisections' tables (fastudy replay, fastudy bisect).
+  for (const char* dir : {"replays", "bisect"}) {
+    if (!fs::is_directory(fs::path(out_dir) / dir, ec)) continue;
+    for (const auto& e : fs::recursive_directory_iterator(fs::path(out_dir) / dir, ec)) {
+      if (e.path().extension() == ".csv" && fs::exists(e.path().string() + ".crc", ec))
+        verify_sealed(e.path().string(), std::string("run the ") + (dir[0] == 'r' ? "replay" : "bisect") + " again, then the report");
+    }
+  }
   const std::string python = find_python();
   const fs::path script = find_script();
   check_modules(python);

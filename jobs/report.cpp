@@ -56,7 +56,7 @@ constexpr const char* kInstallHint =
 // has none).
 constexpr const char* kSealedOutputs[] = {"study.toml",  "variants.csv",  "status.csv",    "microbench.h5", "microbench.csv",
                                           "deviation.h5", "deviation.csv", "axes.csv",      "ranking.csv",
-                                          "verdict.csv",  "twins.csv"};
+                                          "verdict.csv",  "twins.csv",     "advice.csv"};
 
 std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);

@@ -1,12 +1,14 @@
-"""Section 6, explanations: the counterfactual replays (`fastudy replay`, OUT/replays/*/replay.csv)
-and the first-divergent-op bisections (`fastudy bisect`, OUT/bisect/*.csv), shown only when the study
-has them. Every number and sentence is computed from those files.
+"""Section 6, explanations: the precision advice (`fastudy advise`, OUT/advice.csv), the counterfactual
+replays (`fastudy replay`, OUT/replays/*/replay.csv) and the first-divergent-op bisections (`fastudy
+bisect`, OUT/bisect/*.csv), shown only when the study has them. Every number and sentence is computed
+from those files.
 """
 
 import math
 import re
 
 from .doc import Pre, Section, Table, num, text
+from .figures import COLOURS
 from .readers import to_float
 
 BISECT_NAME = re.compile(r"^(?P<a>.+)--(?P<b>.+)-step(?P<step>\d+)$")
@@ -14,7 +16,109 @@ REPLAY_NAME = re.compile(r"^(?P<variant>.+?)-from(?P<step>\d+)(?P<sets>(\+[^+]+)
 
 
 def present(data):
-    return bool(data.replays or data.bisects)
+    return bool(data.replays or data.bisects or (data.advice is not None and data.advice.rows))
+
+
+POINT_KEYS = ("sweep", "pass", "format", "policy", "rounding", "seq_len", "head_dim", "block_q", "block_kv",
+              "loop_order", "causal", "distribution")
+
+
+def advice_points(table):
+    """[(point dict, [step rows])] in file order."""
+    points, index = [], {}
+    for r in table.rows:
+        key = tuple(r[k] for k in POINT_KEYS)
+        if key not in index:
+            index[key] = len(points)
+            points.append((r, []))
+        points[index[key]][1].append(r)
+    return points
+
+
+def tiles(p):
+    return -(-int(p["seq_len"]) // int(p["block_kv"]))
+
+
+def point_label(p):
+    return (f"{p['policy']} {p['format']} {p['pass']}, N {p['seq_len']}, d {p['head_dim']}, {tiles(p)} KV tiles"
+            + (", causal" if p["causal"] == "1" else ""))
+
+
+def minimal_set(steps):
+    chosen = sorted((int(s["order"]), s["step"]) for s in steps if int(s["order"]) > 0)
+    return [name for _, name in chosen]
+
+
+def ratio(a, b):
+    return a / b if b > 0 else math.nan
+
+
+def advice_blocks(data, figs):
+    points = advice_points(data.advice)
+    blocks = []
+    by_reading = {}
+    for p, _ in points:
+        by_reading.setdefault((p["policy"], p["format"]), []).append(p)
+    for (policy, fmt), ps in by_reading.items():
+        steps_of = {id(p): s for p, s in points}
+        over = [p for p in ps if to_float(p["flash"]) > to_float(p["target"])]
+        counts = {}
+        for p in over:
+            for name in minimal_set(steps_of[id(p)]):
+                counts[name] = counts.get(name, 0) + 1
+        reached = [ratio(to_float(p["reached"]), to_float(p["baseline"])) for p in over]
+        met = sum(p["met"] == "1" for p in over)
+        if not over:
+            blocks.append(text(f"Under `{policy}` at {fmt}, flash is within the target at all {len(ps)} point(s): no "
+                               "step needs fp32."))
+            continue
+        kept = ", ".join(f"`{k}` ({v} of {len(over)})" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
+        span = [num(min(reached), key=f"explain.advice.{policy}.{fmt}.reached_min")]
+        if max(reached) != min(reached):
+            span += ["–", num(max(reached), key=f"explain.advice.{policy}.{fmt}.reached_max")]
+        blocks.append(text(f"Under `{policy}` at {fmt}, flash exceeds the target at {len(over)} of {len(ps)} point(s); "
+                           f"the steps kept in fp32 there: {kept}; with them flash reaches ", *span,
+                           f"x the baseline's error (target met at {met} of {len(over)})."))
+    rows = []
+    for p, steps in points:
+        rows.append([point_label(p), num(to_float(p["flash"])), num(to_float(p["baseline"])),
+                     num(ratio(to_float(p["flash"]), to_float(p["baseline"]))), num(to_float(p["target"])),
+                     ", ".join(minimal_set(steps)) or "none",
+                     num(ratio(to_float(p["reached"]), to_float(p["baseline"]))), "yes" if p["met"] == "1" else "no"])
+    blocks.append(Table(["point", "flash error", "baseline error", "flash / baseline", "target",
+                         "kept in fp32 (greedy order)", "flash / baseline with them", "target met"], rows,
+                        caption="Precision advice (fastudy advise): errors as rel_l2 against fp64, the greedy minimal set "
+                                "of steps kept in fp32 that brings flash within the target"))
+    over = [(p, steps) for p, steps in points if to_float(p["flash"]) > to_float(p["target"])]
+    if over:
+        blocks.append(share_figure(over, figs))
+    return blocks
+
+
+def share_figure(points, figs):
+    shown = points[:9]
+    ncols = min(len(shown), 3)
+    nrows = math.ceil(len(shown) / ncols)
+    fig, axes = figs.new(ncols=ncols, nrows=nrows, width=min(4.6 * ncols + 0.5, 14), height=3.4 * nrows)
+    for i, (p, steps) in enumerate(shown):
+        ax = axes[i // ncols][i % ncols]
+        cand = [s for s in steps if s["in_format"] == "1"]
+        names = [s["step"] for s in cand]
+        shares = [100 * to_float(s["share"]) for s in cand]
+        colours = [COLOURS[1] if int(s["order"]) > 0 else COLOURS[0] for s in cand]
+        ax.barh(range(len(names)), shares, color=colours)
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names)
+        ax.invert_yaxis()
+        ax.set_xlabel("% of flash's excess error removed alone")
+        ax.set_title(point_label(p), fontsize=8)
+    for j in range(len(shown), nrows * ncols):
+        axes[j // ncols][j % ncols].set_visible(False)
+    caption = ("Each step's share of flash's excess error over the target, at the points where flash exceeds it: the "
+               "part of it that promoting the step alone to fp32 removes (steps of the greedy minimal set in the "
+               "second colour; shares need not add up to 100%: steps interact)"
+               + (f"; the first 9 of {len(points)} points" if len(points) > 9 else ""))
+    return figs.save(fig, "explain_advice", caption)
 
 
 def replay_summary(name, table):
@@ -89,7 +193,9 @@ def bisect_sentence(name, table):
 
 
 def build(data, figs):
-    sec = Section("6. Explanations: replays and bisections", "explanations")
+    sec = Section("6. Explanations: advice, replays and bisections", "explanations")
+    if data.advice is not None and data.advice.rows:
+        sec.blocks += advice_blocks(data, figs)
     if data.replays:
         rows = [replay_summary(name, table) for name, table in sorted(data.replays.items())]
         sec.blocks.append(Table(

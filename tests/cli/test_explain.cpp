@@ -157,3 +157,40 @@ TEST(ExplainDemo, BisectNamesTheOverflowAndReplayWithTheFixRunsToTheEnd) {
 }
 
 }  // namespace
+
+namespace {
+
+// fastudy advise on a grid whose answer is known: a custom policy that is mixed but for flash's running
+// O stored in bf16 needs exactly that step back in fp32; mixed needs none. Bad arguments exit 2.
+TEST(Advise, TheMinimalSetOfAPlantedPolicyIsItsOneBf16Step) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file(
+      "advise.toml",
+      "[study]\nname = \"advise\"\nout = \"" + out + "\"\nphases = [\"microbench\"]\n"
+      "[attention.policies.mixed_o]\npreset = \"mixed\"\no_running = \"bf16\"\n"
+      "[microbench]\nformats = [\"fp32\", \"bf16\"]\npolicies = [\"mixed\", \"mixed_o\"]\nseq_lens = [128]\n"
+      "head_dims = [16]\nblocks = [[8, 8]]\nloop_orders = [\"q_outer\"]\ntrials = 1\nheads = 2\n");
+  const RunResult r = run_fastudy("advise " + grid);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Under mixed_o at bf16 (forward, N 128, d 16, 16 KV tiles): flash's error is"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("keeping o_running in fp32 brings it to"), std::string::npos) << r.output;
+  std::map<std::string, std::string> order;  // policy/step -> order
+  for (const auto& row : read_rows(fs::path(out) / "advice.csv")) {
+    EXPECT_EQ(row.at("format"), "bf16");  // fp32 points have nothing to keep in fp32
+    if (row.at("order") != "0") order[row.at("policy") + "/" + row.at("step")] = row.at("order");
+  }
+  EXPECT_EQ(order, (std::map<std::string, std::string>{{"mixed_o/o_running", "1"}}));
+
+  const RunResult negative = run_fastudy("advise " + grid + " --out " + (dir / "b").string() + " --target-ulps -1");
+  EXPECT_EQ(negative.code, 2) << negative.output;
+  EXPECT_NE(negative.output.find("--target-ulps must be > 0"), std::string::npos) << negative.output;
+  const std::string fp32_only = dir.file("fp32.toml", "[microbench]\nformats = [\"fp32\"]\n");
+  const RunResult none = run_fastudy("advise " + fp32_only + " --out " + (dir / "c").string());
+  EXPECT_EQ(none.code, 2) << none.output;
+  EXPECT_NE(none.output.find("has no point in a format narrower than fp32"), std::string::npos) << none.output;
+  EXPECT_FALSE(fs::exists(dir / "c"));
+}
+
+}  // namespace

@@ -48,7 +48,7 @@ PointAdvice advise_point(const MicrobenchPoint& point, const PrecisionPolicy& re
       const Errors e = measure(point, p, threads);
       s.flash_promoted = e.flash;
       s.baseline_promoted = e.baseline;
-      if (a.flash > a.target) s.share = (a.flash - e.flash) / (a.flash - a.target);
+      if (a.flash > a.target) s.share = std::min(1.0, (a.flash - e.flash) / (a.flash - a.target));
     } else if (reading.*step.member != f && unit_roundoff(reading.*step.member) < unit_roundoff(f)) {
       PrecisionPolicy p = reading;
       p.*step.member = f;

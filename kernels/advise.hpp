@@ -30,8 +30,9 @@ struct StepAdvice {
   // demoted to the format (only when the reading keeps it wider; else the reading's own).
   double flash_promoted = 0, baseline_promoted = 0;
   double flash_demoted = 0, baseline_demoted = 0;
-  // (flash - flash_promoted) / (flash - target) when flash exceeds the target: the share of flash's
-  // excess error this step removes alone (0 otherwise; shares need not add up to 1: steps interact).
+  // (flash - flash_promoted) / (flash - target) when flash exceeds the target, at most 1: the share of
+  // flash's excess error this step removes alone (1: all of it; negative: it makes flash worse; 0 when
+  // flash is within the target; shares need not add up to 1: steps interact).
   double share = 0;
   int order = 0;              // 1-based position in the minimal fp32 set, 0 when not in it
 };

@@ -1,7 +1,7 @@
 // `fastudy advise GRID.toml [--target-ulps X]`: the precision advisor (kernels/advise.hpp) on every
-// point of the grid's [[microbench.sweeps]] (each pass, format narrower than fp32, reading or custom
-// policy, rounding, N, d, tiles, loop order and causal setting; the first trial's inputs; captured and
-// framework sweeps are left out). Per point it prints each step's error promoted alone to fp32 and
+// point of the grid's [[microbench.sweeps]] (expand_points: each pass, format narrower than fp32, reading
+// or custom policy, rounding, N, d, tiles, loop order and causal setting; the first trial's inputs;
+// captured and framework points are left out). Per point it prints each step's error promoted alone to fp32 and
 // demoted alone to the format, the greedy minimal set of steps kept in fp32 that brings flash within
 // the target (default: the baseline's error in the same format and reading; --target-ulps X: X
 // roundings of the largest output), and one sentence; it writes OUT/advice.csv (one row per point and
@@ -18,6 +18,7 @@
 #include "base/number.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
+#include "jobs/microbench_points.hpp"
 #include "kernels/advise.hpp"
 
 namespace fs = std::filesystem;
@@ -26,51 +27,15 @@ namespace po = boost::program_options;
 namespace fastudy {
 namespace {
 
-// The points the advisor runs: every combination of a sweep's lists, trial 0.
+// The points the advisor runs: the microbenchmark's, the first trial of each, in formats narrower than
+// fp32 (nothing to keep in fp32 otherwise); captured and framework points are left out.
 std::vector<std::pair<std::string, MicrobenchPoint>> advice_points(const Study& st) {
   std::vector<std::pair<std::string, MicrobenchPoint>> pts;
-  for (const MicrobenchSweep& sw : st.microbench.sweeps) {
-    if (sw.distribution == InputDistribution::captured || !sw.framework.empty()) continue;
-    std::vector<std::optional<Rounding>> roundings(sw.roundings.begin(), sw.roundings.end());
-    if (roundings.empty()) roundings.push_back(std::nullopt);
-    for (Pass pass : sw.passes)
-      for (Format f : sw.formats) {
-        if (unit_roundoff(f) <= unit_roundoff(Format::fp32)) continue;  // nothing to keep in fp32
-        for (const std::string& policy : sw.policies)
-          for (const auto& rounding : roundings)
-            for (int n : sw.seq_lens)
-              for (int d : sw.head_dims) {
-                std::vector<std::pair<int, int>> tiles = sw.blocks;
-                if (!sw.sram.empty()) {
-                  tiles.clear();
-                  for (int m : sw.sram)
-                    for (const auto& rule : sw.tile_rules) tiles.push_back(paper_tiles(m, d, rule));
-                }
-                for (const auto& [bq, bkv] : tiles)
-                  for (LoopOrder order : sw.loop_orders)
-                    for (bool causal : sw.causal) {
-                      MicrobenchPoint p;
-                      p.pass = pass;
-                      p.format = f;
-                      p.policy = policy;
-                      p.rounding = rounding;
-                      p.seq_len = n;
-                      p.head_dim = d;
-                      p.block_q = std::min(bq, n);
-                      p.block_kv = std::min(bkv, n);
-                      p.loop_order = order;
-                      p.causal = causal;
-                      p.batch = sw.batch;
-                      p.heads = sw.heads;
-                      p.distribution = sw.distribution;
-                      p.outlier_fraction = sw.outlier_fraction;
-                      p.outlier_scale = sw.outlier_scale;
-                      p.sink_logit = sw.sink_logit;
-                      p.seed = sw.seed;
-                      pts.emplace_back(sw.name, p);
-                    }
-              }
-      }
+  for (const SweepPoint& sp : expand_points(st)) {
+    const MicrobenchPoint& p = sp.point;
+    if (p.trial != 0 || p.distribution == InputDistribution::captured || !sp.framework.empty()) continue;
+    if (unit_roundoff(p.format) <= unit_roundoff(Format::fp32)) continue;
+    pts.emplace_back(sp.sweep, p);
   }
   return pts;
 }

@@ -23,6 +23,7 @@
 #include "base/number.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
+#include "jobs/microbench_points.hpp"
 #include "jobs/microbench_preflight.hpp"
 #include "jobs/microbench_sdpa.hpp"
 #include "jobs/microbench_table.hpp"
@@ -43,13 +44,6 @@ namespace {
 
 using microbench_table::Record;
 
-struct SweepPoint {
-  std::string sweep;
-  MicrobenchPoint point;
-  const MicrobenchSweep* source = nullptr;  // the sweep it came from (captured inputs: where they are)
-  bool cuda = false;                        // also our CUDA kernels (devices lists "cuda")
-  std::vector<std::string> framework;       // a framework point (policy "native"): these SDPA backends
-};
 
 // The tiles of a sweep at head dim d: its `blocks`, or (when it lists SRAM sizes) each SRAM size
 // under each tile rule, as {block_q, block_kv, sram, rule}.
@@ -166,6 +160,8 @@ void add_points(std::vector<SweepPoint>& pts, const MicrobenchSweep& sw, const M
                     }
 }
 
+}  // namespace
+
 std::vector<SweepPoint> expand_points(const Study& st) {
   std::vector<SweepPoint> pts;
   for (const auto& sw0 : st.microbench.sweeps) {
@@ -200,6 +196,8 @@ std::vector<SweepPoint> expand_points(const Study& st) {
   }
   return pts;
 }
+
+namespace {
 
 // Checked before anything is written: the checkpoint of every captured sweep exists (its variant and
 // layer were checked by expand_points).

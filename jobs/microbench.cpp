@@ -155,6 +155,7 @@ void add_points(std::vector<SweepPoint>& pts, const MicrobenchSweep& sw, const M
                       p.outlier_fraction = sw.outlier_fraction;
                       p.outlier_scale = sw.outlier_scale;
                       p.sink_logit = sw.sink_logit;
+                      p.repeated_keys = sw.repeated_keys;
                       p.seed = sw.seed;
                       pts.push_back({sw.name, p, &source, cuda, framework});
                     }

@@ -149,7 +149,8 @@ struct MicrobenchSweep {
   InputDistribution distribution = InputDistribution::normal;
   double outlier_fraction = 0.001;      // outliers: N(0,1) + N(0, outlier_scale^2) * Bernoulli(outlier_fraction)
   double outlier_scale = 10.0;          //   (FA3's recipe: N(0, 100) on 0.1% of entries)
-  double sink_logit = 10.0;             // sink: the logit of key 0 for every query
+  double sink_logit = 10.0;             // sink: the logit of key 0 for every query; repeated_max: of the repeated keys
+  int repeated_keys = 4;                // repeated_max: the keys that share each row's largest logit (>= 2)
   // captured: Q, K, V of one attention layer of this study's own model, from a checkpoint of one of its
   // variants (in the output directory), on one global batch of the variant's data. The points take
   // the model's seq_len, head dim and heads and the variant's [train] batch.

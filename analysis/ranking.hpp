@@ -4,7 +4,7 @@
 // the tool prints, without pooling conditions whose distances differ by orders of magnitude).
 //
 // Input: the grid's axes with their roles (RankingAxis, filled by jobs/reduce.cpp from the axis table
-// in src/core/config.cpp; tests pass synthetic ones), the variants (id and axis values), and per
+// in src/core/grid.cpp (kGridAxes); tests pass synthetic ones), the variants (id and axis values), and per
 // checkpoint step the V x V matrices of whole-model W1 and max |dW| (analysis/distance.hpp). A NaN
 // entry is a missing pair (variant left out, non-finite weights) and is skipped. Nothing here looks
 // at an axis's name except the fp64 twins (options.precision_axis): roles decide everything.

@@ -64,7 +64,8 @@ def main():
 
     att = gbench(f"{build}/bench/kernels/bench_attention",
                  "BM_fma|BM_torch_forward/steady|BM_flash_forward/(fp32|bf16|eager_bf16|mixed_bf16_stochastic|"
-                 "eager_bf16_stochastic|fp8_e4m3)/|BM_flash_backward/(fp32|bf16)/", 0.5)
+                 "eager_bf16_stochastic|fp8_e4m3|fa2_fp16|fa2_bf16|fa3_bf16|fa3_fp8_e4m3)/|"
+                 "BM_flash_backward/(fp32|bf16|fa2_bf16)/", 0.5)
     # The kernel benchmarks keep the fastest iteration's thread CPU time in their counters (GFLOP/s,
     # x_torch, x_fp32, x_forward); Google Benchmark's own cpu_time is a mean over iterations and, for the
     # backward, includes the untimed forward call that precedes each timed backward.
@@ -84,7 +85,9 @@ def main():
     for name, label, aim in (("bf16", "mixed bf16", 1.5), ("eager_bf16", "eager bf16", 1.5),
                              ("mixed_bf16_stochastic", "mixed bf16 stochastic", 1.5),
                              ("eager_bf16_stochastic", "eager bf16 stochastic", 1.5),
-                             ("fp8_e4m3", "mixed fp8 e4m3", 1.5)):
+                             ("fp8_e4m3", "mixed fp8 e4m3", 1.5), ("fa2_fp16", "fa2 fp16", 1.5),
+                             ("fa2_bf16", "fa2 bf16", 1.5), ("fa3_bf16", "fa3 bf16", 1.5),
+                             ("fa3_fp8_e4m3", "fa3 fp8 e4m3 (block quantization, incoherent)", 1.5)):
         t = ms_of(ctr(f"BM_flash_forward/{name}", "GFLOP/s"), fwd_flops)
         add(f"flash forward {label} time / fp32", fmt(t, " ms"), fmt(f32, " ms"), ratio(t, f32), f"<= {aim}",
             lambda r, a=aim: r <= a)
@@ -93,6 +96,9 @@ def main():
         ctr("BM_flash_backward/fp32", "x_forward"), "<= 3", lambda r: r <= 3)
     b16 = ms_of(ctr("BM_flash_backward/bf16", "GFLOP/s"), 2.5 * fwd_flops)
     add("flash backward mixed bf16 time / fp32 backward", fmt(b16, " ms"), fmt(b32, " ms"), ratio(b16, b32), "<= 1.3",
+        lambda r: r <= 1.3)
+    bfa2 = ms_of(ctr("BM_flash_backward/fa2_bf16", "GFLOP/s"), 2.5 * fwd_flops)
+    add("flash backward fa2 bf16 time / fp32 backward", fmt(bfa2, " ms"), fmt(b32, " ms"), ratio(bfa2, b32), "<= 1.3",
         lambda r: r <= 1.3)
 
     env = dict(os.environ)

@@ -94,8 +94,8 @@ int job_advise(JobContext& ctx) {
          "baseline_demoted,share,order\n";
   for (const auto& [sweep, point] : points) {
     if (stop_signal_received()) throw Error("advise: stopped by a signal; advice.csv was not written");
-    PrecisionPolicy reading = resolve_policy(st.attention, point.policy, point.format);
-    if (point.rounding) reading.rounding = *point.rounding;
+    ReadingPolicies reading = resolve_reading(st.attention, point.policy, point.format);
+    if (point.rounding) reading.flash.rounding = reading.baseline.rounding = *point.rounding;
     const PointAdvice a = advise_point(point, reading, ctx.opts.target_ulps, threads);
     std::ostringstream table;
     table << "  step           flash (fp32 alone)  baseline (fp32 alone)  flash (format alone)  share  order\n";
@@ -112,7 +112,7 @@ int job_advise(JobContext& ctx) {
     const MicrobenchPoint& p = a.point;
     for (const StepAdvice& s : a.steps) {
       csv << sweep << ',' << to_string(p.pass) << ',' << to_string(p.format) << ',' << p.policy << ','
-          << to_string(reading.rounding) << ',' << p.seq_len << ',' << p.head_dim << ',' << p.block_q << ',' << p.block_kv << ','
+          << to_string(reading.flash.rounding) << ',' << p.seq_len << ',' << p.head_dim << ',' << p.block_q << ',' << p.block_kv << ','
           << to_string(p.loop_order) << ',' << p.causal << ',' << to_string(p.distribution) << ',' << number_text(a.flash, 9) << ','
           << number_text(a.baseline, 9) << ',' << number_text(a.target, 9) << ',' << number_text(a.u, 9) << ','
           << number_text(a.reached, 9) << ',' << a.met << ',' << s.step << ',' << s.in_format << ','

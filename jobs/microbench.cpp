@@ -227,15 +227,15 @@ std::vector<CudaPointTiles> cuda_point_tiles(const std::vector<SweepPoint>& poin
 // point each SDPA backend's on CUDA device `device`.
 std::vector<MicrobenchRow> point_rows(const Study& st, const std::string& out_dir, const SweepPoint& sp, int threads,
                                       int device, std::map<std::string, MicrobenchInputs>& capture_cache) {
-  std::optional<PrecisionPolicy> policy;
+  std::optional<ReadingPolicies> policy;
   if (st.attention.custom_policies.count(sp.point.policy))
-    policy = resolve_policy(st.attention, sp.point.policy, sp.point.format);
+    policy = resolve_reading(st.attention, sp.point.policy, sp.point.format);
   const MicrobenchInputs* captured = nullptr;
   if (sp.point.distribution == InputDistribution::captured) captured = &captured_inputs(st, out_dir, *sp.source, capture_cache);
   std::vector<MicrobenchRow> rows;
   if (!sp.framework.empty()) {
     // The inputs rounded to the format (the pure reading's q, k, v and grad formats).
-    const MicrobenchRun run = prepare_microbench_point(sp.point, make_policy("pure", sp.point.format), threads, captured);
+    const MicrobenchRun run = prepare_microbench_point(sp.point, make_reading("pure", sp.point.format), threads, captured);
     for (const auto& backend : sp.framework) rows.push_back(microbench_sdpa_row(run, backend, device));
     return rows;
   }

@@ -352,7 +352,7 @@ TaskResults collect_results(const ReducePlan& plan, const std::vector<std::strin
   return results;
 }
 
-// Each grid axis with its role, baseline and replicate flag from the axis table (src/core/config.cpp).
+// Each grid axis with its role, baseline and replicate flag from the axis table (kGridAxes, src/core/grid.cpp).
 std::vector<RankingAxis> ranking_axes(const Study& st) {
   std::vector<RankingAxis> axes;
   for (const auto& [name, values] : st.axes) {

@@ -23,9 +23,12 @@
 
 namespace fastudy {
 
+// A step is the reading's: promoting or demoting it changes it in the policy of each attention kind
+// (ReadingPolicies) that runs it (kPolicySteps: "flash: ..." steps are flash's only, "baseline: ..."
+// the baseline's) and has it in the format (promote) or wider (demote).
 struct StepAdvice {
   std::string step;           // a kPolicySteps name
-  bool in_format = false;     // the reading rounds this step to the point's format (it can be promoted)
+  bool in_format = false;     // the reading rounds this step to the point's format in a kind (it can be promoted)
   // Errors with this step alone promoted to fp32 (only when in_format; else the reading's own) and alone
   // demoted to the format (only when the reading keeps it wider; else the reading's own).
   double flash_promoted = 0, baseline_promoted = 0;
@@ -39,7 +42,7 @@ struct StepAdvice {
 
 struct PointAdvice {
   MicrobenchPoint point;
-  PrecisionPolicy reading;    // the policy as given
+  ReadingPolicies reading;    // the policies as given
   double flash = 0, baseline = 0;  // errors (rel_l2) under the reading
   double target = 0;               // the error flash has to reach
   double u = 0;                    // the format's unit roundoff (target_ulps is in these units)
@@ -50,8 +53,8 @@ struct PointAdvice {
 };
 
 // Advice for one point under `reading` (the point's format and rounding already applied by the caller:
-// make_policy or a resolved custom policy). target_ulps > 0: the target is target_ulps * u; 0: the
+// make_reading or a resolved custom policy, resolve_reading). target_ulps > 0: the target is target_ulps * u; 0: the
 // baseline's error (within the resolution above). Runs the point's kernels 1 + 2 x (steps) + (greedy rounds x candidates) times.
-PointAdvice advise_point(const MicrobenchPoint& point, const PrecisionPolicy& reading, double target_ulps, int threads);
+PointAdvice advise_point(const MicrobenchPoint& point, const ReadingPolicies& reading, double target_ulps, int threads);
 
 }  // namespace fastudy

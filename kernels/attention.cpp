@@ -47,6 +47,12 @@ void check_arguments(const AttentionShape& shape, const AttentionParams& params,
                 "set block_q and block_kv to positive sizes; they are clipped to seq_len");
   }
   if (!q || !k || !v) throw Error(where + "null input tensor");
+  const std::int64_t d = shape.head_dim;
+  if (params.policy.incoherent && (d & (d - 1)) != 0) {
+    throw Error(where + "incoherent processing (policy '" + params.policy.name + "') needs a head_dim that is a power "
+                    "of two (the Hadamard transform), not " + std::to_string(d),
+                "use head_dim 64, 128, ... or set incoherent_processing = false in the policy");
+  }
 }
 
 // Runs fn(head_begin, head_end) over contiguous ranges of the heads, one range per thread.
@@ -136,6 +142,11 @@ void attention_backward(const AttentionShape& shape, const AttentionParams& para
                         const T* v, const T* o, const T* lse, const T* dout, T* dq, T* dk, T* dv) {
   check_arguments(shape, params, q, k, v, "attention_backward");
   if (!dout || !dq || !dk || !dv) throw Error("attention_backward: null gradient tensor");
+  if (params.policy.quantization != Quantization::none || params.policy.incoherent) {
+    throw Error("attention_backward: policy '" + params.policy.name +
+                    "' quantizes Q, K, V (FlashAttention-3's FP8 path), which has no backward pass",
+                "run the backward pass in fp16 or bf16");
+  }
   if (params.attention == AttentionKind::flash && (!o || !lse)) {
     throw Error("attention_backward: the flash backward needs the forward's o and lse",
                 "pass the lse buffer to attention_forward and keep it for the backward call");

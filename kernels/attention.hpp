@@ -16,20 +16,78 @@
 
 namespace fastudy {
 
+enum class AttentionKind : std::uint8_t { baseline, flash };
+std::string_view to_string(AttentionKind k);
+std::optional<AttentionKind> parse_attention_kind(std::string_view name);
+
+// How the flash kind is built: a property of the reading, chosen in the one dispatch place
+// (kernels/detail/dispatch.hpp), never a set of independent switches.
+//   framework  FlashAttention written as a loop of framework ops (FA-1 kv_outer, FA-2 q_outer; the op
+//              decomposition in kernels/detail/attention_impl.hpp): S = s(Q K^T * scale) per tile,
+//              exp of S - m, the tile's P rounded before its row sum, KV tiles first to last.
+//   fa2        the FlashAttention-2 CUDA kernel (Dao-AILab/flash-attention csrc/flash_attn/src,
+//              flash_fwd_kernel.h, flash_bwd_kernel.h, softmax.h): S an fp32 register tile never
+//              rounded, the scale folded into exp2 (exp2f(S * scale_log2 - m * scale_log2), one FMA),
+//              the row sum of the unrounded P kept per MMA lane and all-reduced over the quad at the
+//              end, P rounded only as the A operand of P.V, KV blocks visited last to first, O
+//              multiplied by 1/l, lse = m * scale + log(l). Backward: P recomputed the same way, dS
+//              from the unrounded P, row blocks last to first, dQ added tile by tile.
+//   fa3        the FlashAttention-3 Hopper kernel (hopper/): fa2's arithmetic where it is the same;
+//              its own lse (m * (scale_log2 * ln 2) + log l), a zero row sum giving O = 0, row blocks
+//              first to last in the backward, and the FP8 path: Q, K, V quantized with scales
+//              (`quantization`, `incoherent`), P = exp2(... + 8) in [0, 256] (Max_offset) rounded to
+//              the fp8 format.
+enum class FlashKernel : std::uint8_t { framework, fa2, fa3 };
+std::string_view to_string(FlashKernel k);
+std::optional<FlashKernel> parse_flash_kernel(std::string_view name);
+
+// Where the baseline (framework attention: S materialised) applies the softmax scale 1/sqrt(d):
+//   fused   S = s(Q K^T * scale): inside the matmul op, one rounding (torch.baddbmm(alpha=scale),
+//           cuBLAS's alpha).
+//   after   S = s(s(Q K^T) * scale): the matmul's output rounded, then a multiplication op rounds
+//           again, `(q @ k.transpose(-2, -1)) * scale` (nanoGPT, minGPT, most user code).
+//   before  S = s(q(Q * scale) K^T): Q scaled and rounded first, `(q * scale) @ k.T` (PyTorch 1.13's
+//           SDPA math path _scaled_dot_product_attention_math, flash-attn's tests' attention_ref).
+// The backward pass is the autograd of the same ops. Flash kernels apply the scale as their code
+// does (framework: fused; fa2/fa3: folded into exp2), whatever this says.
+enum class ScalePlacement : std::uint8_t { fused, after, before };
+inline constexpr ScalePlacement kAllScalePlacements[] = {ScalePlacement::fused, ScalePlacement::after,
+                                                         ScalePlacement::before};
+std::string_view to_string(ScalePlacement s);
+std::optional<ScalePlacement> parse_scale_placement(std::string_view name);
+
+// How Q, K and V enter their formats q, k, v:
+//   none   rounded as given (the caller holds them in those formats; the usual case).
+//   head   scaled first, one factor per head: x_q = q(x / c) with c = amax / largest_finite(q), amax
+//          the head's largest |x| (FlashAttention-3's q_descale, k_descale, v_descale, one per
+//          (batch, head)); the kernel multiplies the scores by c_q c_k and O by c_v.
+//   block  one factor per block of block_q rows (Q) and block_kv rows (K, V): FlashAttention-3
+//          paper §3.3, "block quantization".
+// With either, the caller hands the kernels unrounded values; only fp8 formats benefit (elsewhere
+// the scale moves values without changing their relative precision).
+enum class Quantization : std::uint8_t { none, head, block };
+inline constexpr Quantization kAllQuantizations[] = {Quantization::none, Quantization::head, Quantization::block};
+std::string_view to_string(Quantization q);
+std::optional<Quantization> parse_quantization(std::string_view name);
+
 // Which format each step of attention runs in, and how values are rounded into it.
 //
 // The steps fall in three classes, which is what tells the readings (presets) apart:
-//   storage  q, k, v, s, p, o, grad: tensors as one op hands them to the next.
+//   storage  q, k, v, s, p, o, grad: tensors as one op hands them to the next (a kernel keeps S and
+//            P in registers: its s is fp32, its p the format of the P.V operand).
 //   in-op    accum, stats, softmax, division: values that live inside one op (a matmul's accumulator,
 //            a fused softmax's row max, exponentials, row sum and normalisation, one flash tile's row
 //            max and row sum).
 //   state    stats_running, rescale, o_running, exp_arg: what flash carries between KV tiles (running
 //            max, running sum, running O, the rescale factors) and the arguments of its exps, each of
 //            which a framework-level re-implementation computes as an op of its own.
-// The op decomposition each kernel follows is written next to the kernels
+// A policy is one attention kind's: a reading gives its baseline and its flash kind a policy each
+// (make_policy(reading, f, kind)), so each says what that kind materialises. Besides the formats it
+// names how the flash kind is built (kernel), where the baseline applies the scale, and how Q, K, V
+// are quantized. The op decomposition each kernel follows is written next to the kernels
 // (kernels/detail/attention_impl.hpp).
 struct PrecisionPolicy {
-  std::string name = "pure";  // preset name ("pure", "eager", "mixed") or the custom policy's name
+  std::string name = "pure";  // the reading ("pure", "eager", "fa2", ...) or the custom policy's name
   Format q = Format::fp32;    // storage of Q, K, V (inputs are rounded on entry)
   Format k = Format::fp32;
   Format v = Format::fp32;
@@ -46,7 +104,17 @@ struct PrecisionPolicy {
   Format stats_running = Format::fp32;  // flash: running max and running sum kept between KV tiles
   Format exp_arg = Format::fp32;        // flash: the arguments S - m and m_old - m_new of its exps
   Rounding rounding = Rounding::nearest;  // how every step above rounds
+  FlashKernel kernel = FlashKernel::framework;   // how the flash kind is built (flash only)
+  ScalePlacement scale = ScalePlacement::fused;  // where the baseline applies the scale (baseline only)
+  Quantization quantization = Quantization::none;  // how Q, K, V enter q, k, v
+  bool incoherent = false;  // FA3's incoherent processing: Q and K times a Hadamard matrix with random
+                            // signs (H D / sqrt(d), orthogonal: Q K^T is unchanged) before they are
+                            // quantized; head_dim must be a power of two
 };
+
+// The format the caller holds Q, K and V in for a policy: their storage format, or fp32 when the
+// kernel quantizes them itself (quantization != none: the quantization is the kernel's error).
+Format input_format(const PrecisionPolicy& p, Format storage);
 
 // The steps of a policy, one row each: the key of a custom policy in grid.toml
 // ([attention.policies.NAME] step = "format"), the member it sets and what it rounds. The grid parser,
@@ -62,8 +130,8 @@ inline constexpr PolicyStep kPolicySteps[] = {
     {"q", &PrecisionPolicy::q, "storage of Q (inputs are rounded on entry)"},
     {"k", &PrecisionPolicy::k, "storage of K"},
     {"v", &PrecisionPolicy::v, "storage of V"},
-    {"s", &PrecisionPolicy::s, "storage of the scores S = QK^T*scale"},
-    {"p", &PrecisionPolicy::p, "storage of the probabilities P before P.V"},
+    {"s", &PrecisionPolicy::s, "storage of the scores S = QK^T*scale (fa2/fa3: the unscaled fp32 tile)"},
+    {"p", &PrecisionPolicy::p, "storage of the probabilities P before P.V (fa2/fa3: the P.V operand only)"},
     {"o", &PrecisionPolicy::o, "storage of the output O"},
     {"o_running", &PrecisionPolicy::o_running, "flash: the running (unfinished) O kept between KV tiles"},
     {"accum", &PrecisionPolicy::accum, "accumulator of dot products (QK^T and P.V), rounded after every add"},
@@ -78,15 +146,28 @@ inline constexpr PolicyStep kPolicySteps[] = {
 // The step named `name`, or null.
 const PolicyStep* find_policy_step(std::string_view name);
 
-// The readings: which implementation of attention in format f each preset models.
-//   pure   every step in f, every add of every accumulation rounded: a re-implementation that keeps
-//          every value, even inside an op, in the format.
+// The readings: which implementation of attention in format f each preset models, per kind. Under
+// every reading but pure the baseline kind is the framework baseline as PyTorch users write it:
+// `softmax((q @ k.T) * scale) @ v` on tensors of f (S and P stored in f, matmuls and the softmax
+// computing in fp32 inside; scale `after`).
+//   pure   every step of both kinds in f, every add of every accumulation rounded: a
+//          re-implementation that keeps every value, even inside an op, in the format.
 //   eager  a framework-level re-implementation run in f (PyTorch eager ops on bf16/fp16 tensors):
-//          each op computes in fp32 inside (matmul accumulators, a fused softmax) and rounds its
-//          output to f; what flash keeps between tiles (running max, sum and O, the rescale
-//          factors, the arguments of its exps) is stored in f.
-//   mixed  a GPU kernel (FlashAttention, cuDNN): storage in f, every in-op value and all of flash's
-//          running state in fp32 registers; only the final output is rounded.
+//          flash is FA-2/FA-1 written as framework ops, each computing in fp32 inside and rounding its
+//          output to f; what flash keeps between tiles (running max, sum and O, the rescale factors,
+//          the arguments of its exps) is stored in f.
+//   fa2    flash is the FlashAttention-2 CUDA kernel (FlashKernel::fa2): Q, K, V, P (the P.V
+//          operand), O and the gradients in f; S, statistics, running state in fp32 registers.
+//          What GPU training with flash-attn 2 or PyTorch's SDPA flash backend runs (fp16/bf16; at
+//          fp32 or fp64 it is the same algorithm with that storage, which no kernel ships).
+//   fa3    flash is the FlashAttention-3 Hopper kernel (FlashKernel::fa3). At fp16/bf16 as fa2 with
+//          FA3's differences; at fp8 (e4m3) its FP8 path: Q, K, V quantized per block with incoherent
+//          processing, P in fp8 with Max_offset, O in bf16 (FA3's output type for fp8); its baseline
+//          is standard attention in FP8 (FA3 §4.3): Q, K, V quantized per head (the paper: per
+//          tensor), S and P stored in fp16, O in bf16. The FP8 path has no backward pass.
+//   mixed  a documented hypothetical reading, no known kernel: storage in f (S included, rounded
+//          after the scale), every in-op value and all of flash's running state in fp32, framework
+//          flash structure (KV tiles first to last, exp of S - m, P rounded before its row sum).
 // Every preset rounds to nearest; fp64 runs every step in fp64.
 struct PolicyPreset {
   std::string_view name;
@@ -96,16 +177,24 @@ inline constexpr PolicyPreset kPolicyPresets[] = {
     {"pure", "every step in the format, every add of every accumulation rounded"},
     {"eager", "framework ops (PyTorch) in the format: fp32 inside each op; op outputs and flash's running state "
               "in the format"},
-    {"mixed", "a GPU kernel (FlashAttention): storage in the format; inside ops and running state in fp32"},
+    {"fa2", "the FlashAttention-2 CUDA kernel: S, statistics and running O in fp32 registers, P rounded only "
+            "for P.V, scale folded into exp2, KV blocks last to first"},
+    {"fa3", "the FlashAttention-3 Hopper kernel: as fa2 at fp16/bf16; at fp8 its FP8 path (block "
+            "quantization, incoherent processing, P in fp8)"},
+    {"mixed", "hypothetical (no known kernel): storage in the format, S included; inside ops and running "
+              "state in fp32"},
 };
-PrecisionPolicy make_policy(std::string_view preset, Format f);
-// "pure, eager, mixed"
+// The policy of `kind` under reading `preset` in format f; throws Error for an unknown preset.
+PrecisionPolicy make_policy(std::string_view preset, Format f, AttentionKind kind);
+// A reading's policies, one per attention kind.
+struct ReadingPolicies {
+  PrecisionPolicy flash, baseline;
+  const PrecisionPolicy& of(AttentionKind kind) const { return kind == AttentionKind::flash ? flash : baseline; }
+};
+ReadingPolicies make_reading(std::string_view preset, Format f);
+// "pure, eager, fa2, fa3, mixed"
 std::string policy_preset_names();
 bool is_policy_preset(std::string_view name);
-
-enum class AttentionKind : std::uint8_t { baseline, flash };
-std::string_view to_string(AttentionKind k);
-std::optional<AttentionKind> parse_attention_kind(std::string_view name);
 
 // kv_outer: FlashAttention-1 (outer loop over K/V blocks, O re-normalised after every tile).
 // q_outer: FlashAttention-2 (outer loop over Q blocks, one final normalisation).

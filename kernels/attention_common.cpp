@@ -1,4 +1,5 @@
-// Precision-policy presets, the names of attention kinds and loop orders, and the fp64 golden
+// Precision-policy presets (one policy per reading and attention kind), the names of attention kinds,
+// loop orders, flash kernels, scale placements and quantizations, and the fp64 golden
 // reference (naive loops, no rounding) that every fast kernel is validated against.
 //
 // B batch, H heads, N sequence, d head dim; tensors are contiguous [B, H, N, d], lse is [B, H, N].
@@ -12,27 +13,102 @@
 
 namespace fastudy {
 
-PrecisionPolicy make_policy(std::string_view preset, Format f) {
+namespace {
+
+// Every format of a policy set to f, the classes then set per reading.
+PrecisionPolicy storage_policy(std::string_view name, Format f) {
   PrecisionPolicy p;
-  p.name = std::string(preset);
+  p.name = std::string(name);
   p.q = p.k = p.v = p.s = p.p = p.o = p.grad = f;
-  // fp32 inside ops and in registers, or f itself when f is wider than fp32 (only fp64 is).
-  const Format fp32_or_wider = f == Format::fp64 ? Format::fp64 : Format::fp32;
-  if (preset == "pure") {
-    p.accum = p.stats = p.softmax = p.division = f;
-    p.stats_running = p.rescale = p.o_running = p.exp_arg = f;
-  } else if (preset == "eager") {
-    p.accum = p.stats = p.softmax = p.division = fp32_or_wider;
-    p.stats_running = p.rescale = p.o_running = p.exp_arg = f;
-  } else if (preset == "mixed") {
-    p.accum = p.stats = p.softmax = p.division = fp32_or_wider;
-    p.stats_running = p.rescale = p.o_running = p.exp_arg = fp32_or_wider;
-  } else {
-    throw Error("unknown precision policy preset '" + std::string(preset) + "'",
-                "use one of: " + policy_preset_names() + ", or define [attention.policies." + std::string(preset) +
-                    "] in the grid file");
-  }
+  p.accum = p.stats = p.softmax = p.division = f;
+  p.stats_running = p.rescale = p.o_running = p.exp_arg = f;
   return p;
+}
+
+// fp32 inside ops and in registers, or f itself when f is wider than fp32 (only fp64 is).
+Format fp32_or_wider(Format f) { return f == Format::fp64 ? Format::fp64 : Format::fp32; }
+
+void in_op_fp32(PrecisionPolicy& p, Format f) { p.accum = p.stats = p.softmax = p.division = fp32_or_wider(f); }
+void state_fp32(PrecisionPolicy& p, Format f) {
+  p.stats_running = p.rescale = p.o_running = p.exp_arg = fp32_or_wider(f);
+}
+
+bool is_fp8(Format f) { return f == Format::fp8_e4m3 || f == Format::fp8_e5m2; }
+
+// The framework baseline as PyTorch users write it: softmax((q @ k.T) * scale) @ v on tensors of f.
+// Each op computes in fp32 inside and rounds its output to f (S twice: after the matmul and after the
+// scaling). The state steps are flash's and unused here; they stay in f (eager's static rounding).
+PrecisionPolicy framework_baseline(std::string_view name, Format f) {
+  PrecisionPolicy p = storage_policy(name, f);
+  in_op_fp32(p, f);
+  p.scale = ScalePlacement::after;
+  return p;
+}
+
+// A flash kernel (fa2, fa3) at fp16/bf16 (and, as a hypothetical, any wider f): Q, K, V, P as the P.V
+// operand, O and the gradients in f; the score tile, statistics and running state in fp32 registers.
+PrecisionPolicy kernel_flash(std::string_view name, Format f, FlashKernel kernel) {
+  PrecisionPolicy p = storage_policy(name, f);
+  in_op_fp32(p, f);
+  state_fp32(p, f);
+  p.s = fp32_or_wider(f);
+  p.kernel = kernel;
+  return p;
+}
+
+// FA3's FP8 path (hopper/flash_api.cpp: e4m3 inputs; flash_fwd_launch_template.h: T_out = bf16):
+// flash = Q, K, V quantized per block with incoherent processing, P in f with Max_offset, O in bf16;
+// baseline = standard attention in FP8 (FA3 §4.3: "per-tensor scaling, with matmul accumulator in
+// FP32 and intermediate softmax results kept in FP16"), per head here, S and P in fp16, O in bf16.
+PrecisionPolicy fa3_fp8(std::string_view name, Format f, AttentionKind kind) {
+  if (kind == AttentionKind::flash) {
+    PrecisionPolicy p = kernel_flash(name, f, FlashKernel::fa3);
+    p.o = p.grad = Format::bf16;
+    p.quantization = Quantization::block;
+    p.incoherent = true;
+    return p;
+  }
+  PrecisionPolicy p = framework_baseline(name, f);
+  p.s = p.p = Format::fp16;
+  p.o = p.grad = Format::bf16;
+  p.quantization = Quantization::head;
+  return p;
+}
+
+}  // namespace
+
+Format input_format(const PrecisionPolicy& p, Format storage) {
+  return p.quantization == Quantization::none ? storage : Format::fp32;
+}
+
+PrecisionPolicy make_policy(std::string_view preset, Format f, AttentionKind kind) {
+  const bool flash = kind == AttentionKind::flash;
+  if (preset == "pure") return storage_policy(preset, f);
+  if (preset == "eager") {
+    if (!flash) return framework_baseline(preset, f);
+    PrecisionPolicy p = storage_policy(preset, f);
+    in_op_fp32(p, f);
+    return p;
+  }
+  if (preset == "mixed") {
+    if (!flash) return framework_baseline(preset, f);
+    PrecisionPolicy p = storage_policy(preset, f);
+    in_op_fp32(p, f);
+    state_fp32(p, f);
+    return p;
+  }
+  if (preset == "fa2") return flash ? kernel_flash(preset, f, FlashKernel::fa2) : framework_baseline(preset, f);
+  if (preset == "fa3") {
+    if (is_fp8(f)) return fa3_fp8(preset, f, kind);
+    return flash ? kernel_flash(preset, f, FlashKernel::fa3) : framework_baseline(preset, f);
+  }
+  throw Error("unknown precision policy preset '" + std::string(preset) + "'",
+              "use one of: " + policy_preset_names() + ", or define [attention.policies." + std::string(preset) +
+                  "] in the grid file");
+}
+
+ReadingPolicies make_reading(std::string_view preset, Format f) {
+  return {make_policy(preset, f, AttentionKind::flash), make_policy(preset, f, AttentionKind::baseline)};
 }
 
 std::string policy_preset_names() {
@@ -78,6 +154,51 @@ std::string_view to_string(LoopOrder o) {
 std::optional<LoopOrder> parse_loop_order(std::string_view name) {
   if (name == "kv_outer") return LoopOrder::kv_outer;
   if (name == "q_outer") return LoopOrder::q_outer;
+  return std::nullopt;
+}
+
+std::string_view to_string(FlashKernel k) {
+  switch (k) {
+    case FlashKernel::framework: return "framework";
+    case FlashKernel::fa2: return "fa2";
+    case FlashKernel::fa3: return "fa3";
+  }
+  return "unknown";
+}
+
+std::optional<FlashKernel> parse_flash_kernel(std::string_view name) {
+  for (FlashKernel k : {FlashKernel::framework, FlashKernel::fa2, FlashKernel::fa3})
+    if (to_string(k) == name) return k;
+  return std::nullopt;
+}
+
+std::string_view to_string(ScalePlacement s) {
+  switch (s) {
+    case ScalePlacement::fused: return "fused";
+    case ScalePlacement::after: return "after";
+    case ScalePlacement::before: return "before";
+  }
+  return "unknown";
+}
+
+std::optional<ScalePlacement> parse_scale_placement(std::string_view name) {
+  for (ScalePlacement s : {ScalePlacement::fused, ScalePlacement::after, ScalePlacement::before})
+    if (to_string(s) == name) return s;
+  return std::nullopt;
+}
+
+std::string_view to_string(Quantization q) {
+  switch (q) {
+    case Quantization::none: return "none";
+    case Quantization::head: return "head";
+    case Quantization::block: return "block";
+  }
+  return "unknown";
+}
+
+std::optional<Quantization> parse_quantization(std::string_view name) {
+  for (Quantization q : {Quantization::none, Quantization::head, Quantization::block})
+    if (to_string(q) == name) return q;
   return std::nullopt;
 }
 

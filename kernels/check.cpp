@@ -70,31 +70,49 @@ double score_magnitude(const AttentionShape& shape, const T* q, const T* k) {
 }
 
 // The softmax term shared by both bounds: 2 |dS| relative + 2 Smag (u_softmax + u_exp_arg) + u_softmax
-// + u_p + (N + 1) u_stats + u_division + 4 u_buffer (see forward_bound in check.hpp).
+// + u_p + (N + 1) u_stats + u_division + 4 u_buffer (see forward_bound in check.hpp), with the scale
+// placement's extra rounding in |dS| and the FlashAttention kernels' exp2 argument.
 namespace {
 double softmax_term(const PrecisionPolicy& p, double n, double d, Format buffer, double smag) {
   const double ua = step_u(p.accum, buffer), us = step_u(p.s, buffer), up = step_u(p.p, buffer);
   const double ust = step_u(p.stats, buffer), udiv = step_u(p.division, buffer);
   const double usm = step_u(p.softmax, buffer), uea = step_u(p.exp_arg, buffer);
   const double ut = step_u(buffer, buffer);
-  const double ds = (d * ua + us) * smag;
-  return 2 * ds + 2 * smag * (usm + uea) + usm + up + (n + 1) * ust + udiv + 4 * ut;
+  const double placement = p.scale == ScalePlacement::after    ? us
+                           : p.scale == ScalePlacement::before ? step_u(p.q, buffer)
+                                                               : 0.0;
+  const double ds = (d * ua + us + placement) * smag;
+  const double kernel = p.kernel == FlashKernel::framework ? 0.0 : smag * uea + 2 * smag * ut + udiv;
+  return 2 * ds + 2 * smag * (usm + uea) + usm + up + (n + 1) * ust + udiv + 4 * ut + kernel;
 }
 // Rounding toward zero or stochastically errs by less than one ulp (2u), twice nearest's u.
 double mode_factor(const PrecisionPolicy& p) { return p.rounding == Rounding::nearest ? 1.0 : 2.0; }
+// The subnormals' error of a quantized step relative to its block's amax: spacing / (2 largest).
+double quantum_eps(Format f) { return subnormal_spacing(f) / (2 * largest_finite(f)); }
 }  // namespace
 
 double forward_bound(const PrecisionPolicy& p, const AttentionShape& shape, Format buffer, double smag, double vmax,
-                     int block_kv) {
+                     int block_kv, double qk_norm) {
   const double n = static_cast<double>(shape.seq_len), d = static_cast<double>(shape.head_dim);
   const double ua = step_u(p.accum, buffer), ur = step_u(p.rescale, buffer);
   const double uo = step_u(p.o, buffer), udiv = step_u(p.division, buffer), uor = step_u(p.o_running, buffer);
   const double usr = step_u(p.stats_running, buffer), uea = step_u(p.exp_arg, buffer);
+  const double ut = step_u(buffer, buffer);
   const double tiles = std::ceil(n / std::min<double>(block_kv, n));
   const double softmax = softmax_term(p, n, d, buffer, smag);
   const double pv = n * ua;
   const double flash = tiles * (ur + 2 * smag * uea + 3 * uor + ua + udiv + 3 * usr);
-  return mode_factor(p) * (softmax + pv + flash + uo) * vmax;
+  const bool fp8_p = p.p == Format::fp8_e4m3 || p.p == Format::fp8_e5m2;
+  const double max_offset = p.kernel == FlashKernel::fa3 && fp8_p ? 256.0 : 1.0;
+  const double underflow = n * subnormal_spacing(p.p) / 2 / max_offset;
+  double quantized = 0;
+  if (p.quantization != Quantization::none) {
+    const double uq = step_u(p.q, buffer), uk = step_u(p.k, buffer), uv = step_u(p.v, buffer);
+    const double s_error = (uq + uk) * smag + (quantum_eps(p.q) + quantum_eps(p.k)) * qk_norm;
+    quantized = 2 * s_error + uv + quantum_eps(p.v);
+  }
+  if (p.incoherent) quantized += 2 * 2 * (std::log2(d) + 2) * ut * qk_norm;
+  return mode_factor(p) * (softmax + pv + flash + uo + underflow + quantized) * vmax;
 }
 
 double lse_bound(double forward_bound, double vmax, double max_abs_lse_ref) {
@@ -106,7 +124,8 @@ double backward_bound(const PrecisionPolicy& p, const AttentionShape& shape, For
   const double ua = step_u(p.accum, buffer), ug = step_u(p.grad, buffer);
   const double usr = step_u(p.stats_running, buffer);
   const double softmax = softmax_term(p, n, d, buffer, smag);
-  return mode_factor(p) * 4 * ((d + n) * ua + 3 * ug + usr + softmax);
+  const double placement = p.scale == ScalePlacement::fused ? 0.0 : ug;
+  return mode_factor(p) * 4 * ((d + n) * ua + 3 * ug + placement + usr + softmax);
 }
 
 AttentionReference make_reference(const AttentionShape& shape, std::vector<double> q, std::vector<double> k,
@@ -131,14 +150,27 @@ AttentionReference make_reference(const AttentionShape& shape, std::vector<doubl
   }
   r.smag = score_magnitude(shape, r.q, r.k);
   r.vmax = max_abs(r.v);
+  const std::int64_t d = shape.head_dim, rows = static_cast<std::int64_t>(size) / d;
+  double q_norm = 0, k_norm = 0;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    double qs = 0, ks = 0;
+    for (std::int64_t t = 0; t < d; ++t) {
+      qs += r.q[i * d + t] * r.q[i * d + t];
+      ks += r.k[i * d + t] * r.k[i * d + t];
+    }
+    q_norm = std::max(q_norm, std::sqrt(qs));
+    k_norm = std::max(k_norm, std::sqrt(ks));
+  }
+  const double scale = shape.scale != 0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(d));
+  r.qk_norm = static_cast<double>(d) * scale * q_norm * k_norm;
   return r;
 }
 
 AttentionReference make_reference(const AttentionShape& shape, const PrecisionPolicy& storage, std::vector<double> q,
                                   std::vector<double> k, std::vector<double> v, std::vector<double> dout) {
-  round_inplace(storage.q, q.data(), q.size());
-  round_inplace(storage.k, k.data(), k.size());
-  round_inplace(storage.v, v.data(), v.size());
+  round_inplace(input_format(storage, storage.q), q.data(), q.size());
+  round_inplace(input_format(storage, storage.k), k.data(), k.size());
+  round_inplace(input_format(storage, storage.v), v.data(), v.size());
   round_inplace(storage.grad, dout.data(), dout.size());
   return make_reference(shape, std::move(q), std::move(k), std::move(v), std::move(dout));
 }
@@ -170,7 +202,8 @@ ForwardCheck<T> check_forward(const AttentionReference& ref, const AttentionPara
   c.stats = kernel(ref.shape, params, q.data(), k.data(), v.data(), c.o.data(), c.lse.data());
   c.error = error_metrics(c.o, ref.o);
   c.lse_error = error_metrics(c.lse, ref.lse);
-  c.bound = forward_bound(params.policy, ref.shape, buffer_format<T>, ref.smag, ref.vmax, params.block_kv);
+  c.bound =
+      forward_bound(params.policy, ref.shape, buffer_format<T>, ref.smag, ref.vmax, params.block_kv, ref.qk_norm);
   c.lse_bound = lse_bound(c.bound, ref.vmax, max_abs(ref.lse));
   return c;
 }

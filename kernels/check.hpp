@@ -103,11 +103,28 @@ double score_magnitude(const AttentionShape& shape, const std::vector<T>& q, con
 //           u_division + 3 u_stats_running (alpha l, the tile's row sum, their sum) per tile (FA-1
 //           re-normalises each tile, FA-2 rescales by alpha). Bc = block_kv, clipped to N.
 //   output: u_o.
+//   P underflow: P below its format's smallest normal errs by up to half the subnormal spacing in
+//           absolute terms; over N keys, against a row sum >= 2^Max_offset (the row's largest P):
+//           N spacing_p / 2 / 2^Max_offset (Max_offset 8 for fa3's fp8 P, else 0).
+//   scale placement: `after` rounds S twice (+ u_s Smag in |dS|), `before` rounds the scaled Q
+//           (+ u_q Smag).
+//   fa2/fa3 kernels: P = exp2(S sl2 - m sl2) with m sl2 rounded first and sl2 = scale log2(e) rounded
+//           to the buffer: the argument errs by u_exp_arg (|m| + |S - m|) <= 3 Smag u_exp_arg (one more
+//           Smag u_exp_arg than the framework's 2 Smag) and, relative to S - m, by 2 Smag u_buffer;
+//           O is multiplied by 1/l (one more u_division).
+//   quantization (the reference sees the inputs unquantized): each of Q, K, V is rounded to its fp8
+//           format after the scaling, x(1 + d) + e with |d| <= u and |e| <= c spacing / 2, c =
+//           amax / largest_finite: |dS| grows by (u_q + u_k) Smag + 2 eps qk_norm, eps =
+//           spacing / (2 largest_finite) (the subnormals' error relative to the block's amax, bounded
+//           with qk_norm = d scale max_i ||q_i|| max_j ||k_j|| >= d scale amax_q amax_k, which also
+//           bounds the amax after a Hadamard transform); O by u_v + eps_v relative. Incoherent
+//           processing adds the transform's roundings: (log2 d + 2) u_buffer relative to the rows'
+//           2-norms in Q and K, 2 (log2 d + 2) u_buffer qk_norm in |dS|.
 // All relative to vmax = max|v|, which bounds |O|. Every u is step_u(step, buffer). A policy rounding
 // toward zero or stochastically errs by up to one ulp = 2u per rounding: the bound doubles (the
 // backward bound too).
 double forward_bound(const PrecisionPolicy& p, const AttentionShape& shape, Format buffer, double smag, double vmax,
-                     int block_kv);
+                     int block_kv, double qk_norm = 0);
 
 // Bound on max |lse - lse_ref|, given the forward bound: lse = m + log(l), so |d lse| <= |dS| + N
 // u_stats + u of the log on the buffers, with |lse| itself adding u_stats |lse| when it is stored;
@@ -122,7 +139,8 @@ double lse_bound(double forward_bound, double vmax, double max_abs_lse_ref);
 // the forward's softmax error
 // (2 (d u_accum + u_s) Smag + u_p + (N + 1) u_stats + u_division + 4 u_buffer); the subtraction
 // dP - D cancels, which can amplify relative errors by up to max|dP| / |dP - D|, a factor we allow
-// as 4 on random inputs of unit variance. Bound: 4 * (sum of the above).
+// as 4 on random inputs of unit variance. The baseline's `after` and `before` scale placements round
+// once more in the backward (dS * scale, dQ' * scale): + u_grad. Bound: 4 * (sum of the above).
 double backward_bound(const PrecisionPolicy& p, const AttentionShape& shape, Format buffer, double smag);
 
 // ---------------------------------------------------------------------------------------------------
@@ -130,13 +148,13 @@ double backward_bound(const PrecisionPolicy& p, const AttentionShape& shape, For
 
 // One problem and its fp64 reference (the golden values). q, k, v, dout are the inputs exactly as the
 // kernels will hold them; o and lse the reference forward on them; grad the reference backward
-// dQ|dK|dV (concatenated, each [B, H, N, d]), empty when dout is; smag and vmax the inputs of the
-// bounds: score_magnitude(shape, q, k) and max|v|.
+// dQ|dK|dV (concatenated, each [B, H, N, d]), empty when dout is; smag, vmax and qk_norm the inputs
+// of the bounds: score_magnitude(shape, q, k), max|v| and d scale max_i ||q_i||_2 max_j ||k_j||_2.
 struct AttentionReference {
   AttentionShape shape;
   std::vector<double> q, k, v, dout;
   std::vector<double> o, lse, grad;
-  double smag = 0, vmax = 0;
+  double smag = 0, vmax = 0, qk_norm = 0;
   std::size_t size() const { return q.size(); }  // elements of one [B, H, N, d] tensor
 };
 
@@ -145,9 +163,9 @@ struct AttentionReference {
 // own rounding of the inputs counts as part of their error.
 AttentionReference make_reference(const AttentionShape& shape, std::vector<double> q, std::vector<double> k,
                                   std::vector<double> v, std::vector<double> dout = {});
-// The reference on the inputs rounded as the kernels store them: q, k, v to the policy's q, k, v
-// formats and dout to its grad format (the kernels round on entry, so the reference must see the
-// rounded values).
+// The reference on the inputs rounded as the kernels store them: q, k, v to the policy's input
+// formats of q, k, v (input_format: unrounded where the kernel quantizes them itself) and dout to its
+// grad format (the kernels round on entry, so the reference must see the rounded values).
 AttentionReference make_reference(const AttentionShape& shape, const PrecisionPolicy& storage, std::vector<double> q,
                                   std::vector<double> k, std::vector<double> v, std::vector<double> dout = {});
 
@@ -164,7 +182,7 @@ using BackwardKernel =
 
 // A forward run against the reference: the kernel's O and lse, what it reported, the error metrics
 // of O and of lse, and the bounds forward_bound(params.policy, shape, buffer_format<T>, smag, vmax,
-// params.block_kv) and lse_bound(...). ok(): max|dO| <= bound and max|d lse| <= lse_bound.
+// params.block_kv, qk_norm) and lse_bound(...). ok(): max|dO| <= bound and max|d lse| <= lse_bound.
 template <class T>
 struct ForwardCheck {
   std::vector<T> o, lse;

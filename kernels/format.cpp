@@ -112,6 +112,49 @@ double unit_roundoff(Format f) {
 
 namespace {
 
+template <Format F>
+double largest_finite_of() {
+  using Tr = FormatTraits<F>;
+  // e4m3: the all-ones pattern is NaN, so the largest fraction is 1.110b (1.75); others 2 - 2^-p.
+  const double fraction = Tr::nan_on_overflow ? 2.0 - std::ldexp(1.0, 1 - Tr::p) : 2.0 - std::ldexp(1.0, -Tr::p);
+  return std::ldexp(fraction, Tr::emax);
+}
+
+template <Format F>
+double subnormal_spacing_of() {
+  return std::ldexp(1.0, FormatTraits<F>::emin - FormatTraits<F>::p);
+}
+
+}  // namespace
+
+double largest_finite(Format f) {
+  switch (f) {
+    case Format::fp64: return largest_finite_of<Format::fp64>();
+    case Format::fp32: return largest_finite_of<Format::fp32>();
+    case Format::tf32: return largest_finite_of<Format::tf32>();
+    case Format::fp16: return largest_finite_of<Format::fp16>();
+    case Format::bf16: return largest_finite_of<Format::bf16>();
+    case Format::fp8_e4m3: return largest_finite_of<Format::fp8_e4m3>();
+    case Format::fp8_e5m2: return largest_finite_of<Format::fp8_e5m2>();
+  }
+  return 0.0;
+}
+
+double subnormal_spacing(Format f) {
+  switch (f) {
+    case Format::fp64: return subnormal_spacing_of<Format::fp64>();
+    case Format::fp32: return subnormal_spacing_of<Format::fp32>();
+    case Format::tf32: return subnormal_spacing_of<Format::tf32>();
+    case Format::fp16: return subnormal_spacing_of<Format::fp16>();
+    case Format::bf16: return subnormal_spacing_of<Format::bf16>();
+    case Format::fp8_e4m3: return subnormal_spacing_of<Format::fp8_e4m3>();
+    case Format::fp8_e5m2: return subnormal_spacing_of<Format::fp8_e5m2>();
+  }
+  return 0.0;
+}
+
+namespace {
+
 template <Rounding M, class T>
 T round_mode_switch(Format f, T x, std::uint32_t random) {
   switch (f) {

@@ -30,6 +30,11 @@ std::string format_names();
 int mantissa_bits(Format f);
 // Unit roundoff u = 2^-(mantissa_bits+1): the relative error bound of one RNE rounding (normal range).
 double unit_roundoff(Format f);
+// The largest finite value (fp16 65504, e4m3 448, e5m2 57344, ...) and the spacing of the subnormals,
+// 2^(emin - mantissa_bits) (fp16 2^-24, e4m3 2^-9): below the smallest normal a rounding errs by up to
+// half of it in absolute terms, not by u relative.
+double largest_finite(Format f);
+double subnormal_spacing(Format f);
 
 // Round to the nearest value of format f, ties to even. Rounding a double goes straight to f (one
 // rounding, never through fp32). fp64 is the identity; rounding a float to fp64 or fp32 is too.

@@ -251,12 +251,14 @@ void set_cpu_check(MicrobenchRow& row, const std::vector<double>& values, const 
   }
 }
 
-MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::optional<PrecisionPolicy>& policy,
+MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::optional<ReadingPolicies>& policies,
                                        int threads, const MicrobenchInputs* captured) {
   MicrobenchRun run;
   run.point = point;
-  run.policy = policy ? *policy : make_policy(point.policy, point.format);
-  if (point.rounding) run.policy.rounding = *point.rounding;
+  const ReadingPolicies reading = policies ? *policies : make_reading(point.policy, point.format);
+  run.policy = reading.flash;
+  run.baseline_policy = reading.baseline;
+  if (point.rounding) run.policy.rounding = run.baseline_policy.rounding = *point.rounding;
   const PrecisionPolicy& pol = run.policy;
   const std::uint64_t rounding_seed = microbench_rounding_seed(point);
   MicrobenchInputs raw = microbench_inputs(point);
@@ -270,9 +272,9 @@ MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::
     raw.k = captured->k;
     raw.v = captured->v;
   }
-  run.q = rounded(raw.q, pol.q);
-  run.k = rounded(raw.k, pol.k);
-  run.v = rounded(raw.v, pol.v);
+  run.q = rounded(raw.q, input_format(pol, pol.q));
+  run.k = rounded(raw.k, input_format(pol, pol.k));
+  run.v = rounded(raw.v, input_format(pol, pol.v));
   run.dout = rounded(raw.dout, pol.grad);
   run.shape = microbench_shape(point);
   const AttentionShape& shape = run.shape;
@@ -296,8 +298,9 @@ MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::
   run.params.threads = threads;
   run.params.rounding_seed = rounding_seed;
   run.params.head_offset = 0;  // the point runs whole on one rank
-  run.float_buffers = !needs_double(pol);
-  run.repeated_max_rows = repeated_max_fraction(shape, pol, rounding_seed, run.q.data(), run.k.data());
+  run.float_buffers = !needs_double(pol) && !needs_double(run.baseline_policy);
+  run.repeated_max_rows =
+      repeated_max_fraction(shape, run.baseline_policy, rounding_seed, run.q.data(), run.k.data());
   return run;
 }
 
@@ -323,12 +326,13 @@ MicrobenchRow microbench_row(const MicrobenchRun& run, const std::string& algori
 }
 
 std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
-                                                const std::optional<PrecisionPolicy>& policy, int threads,
+                                                const std::optional<ReadingPolicies>& policies, int threads,
                                                 const MicrobenchInputs* captured, MicrobenchRun* keep) {
-  MicrobenchRun run = prepare_microbench_point(point, policy, threads, captured);
+  MicrobenchRun run = prepare_microbench_point(point, policies, threads, captured);
   auto cpu = [&](AttentionKind kind) {
     AttentionParams params = run.params;
     params.attention = kind;
+    params.policy = run.policy_of(kind);
     return run.float_buffers ? run_kernel<float>(point, run.shape, params, run.q, run.k, run.v, run.dout)
                              : run_kernel<double>(point, run.shape, params, run.q, run.k, run.v, run.dout);
   };

@@ -39,7 +39,7 @@ std::optional<InputDistribution> parse_input_distribution(std::string_view name)
 struct MicrobenchPoint {
   Pass pass = Pass::forward;
   Format format = Format::fp32;
-  std::string policy = "mixed";  // a reading (pure, eager, mixed) or a custom policy's name
+  std::string policy = "fa2";  // a reading (pure, eager, fa2, fa3, mixed) or a custom policy's name
   // The rounding mode every step of the policy uses; unset: the policy's own (nearest for a reading).
   std::optional<Rounding> rounding;
   int seq_len = 256, head_dim = 64, block_q = 32, block_kv = 32;
@@ -83,7 +83,7 @@ std::string tile_rule_names();
 // repeated_max_rows is the point's, the same on its three rows: the fraction of query rows (over
 // B*H*N, causal keys only) whose maximum score is attained by two or more keys, the scores taken as
 // the format stores them: S = (q . k) * scale in fp64 on the rounded inputs, then rounded to the
-// policy's s format once in its rounding mode (stochastic: random bits from a hash of the point's
+// baseline policy's s format (the S a framework stores) once in its rounding mode (stochastic: random bits from a hash of the point's
 // rounding seed and the score's index; an ideal accumulator, so the kernels' own S may differ by
 // their accumulation error).
 // rescales_per_row and tiles_kv are the flash kernel's (AttentionStats) on flash rows, 0 and 1 on
@@ -167,10 +167,12 @@ AttentionShape microbench_shape(const MicrobenchPoint& point);
 // backward and both kinds' backward to the forward runs (about 4x the forward's work on this CPU).
 double microbench_cost(const MicrobenchPoint& point);
 
-// Runs one point: the three rows above. The policy is make_policy(point.policy, point.format) unless
-// `policy` gives a resolved custom one. Inputs are rounded to the policy's q, k, v (and grad for dO)
-// formats first, and the golden fp64 reference runs on those rounded values. Kernels run on float
-// buffers when every step of the policy is fp32 or narrower, on double buffers otherwise.
+// Runs one point: the three rows above. The policies are make_reading(point.policy, point.format)
+// (one per kind) unless `policies` gives a resolved custom one's. Inputs are rounded to the flash
+// policy's input formats of q, k, v (and its grad for dO; both kinds share them: input_format, so
+// unrounded where the kernel quantizes them itself) first, and the golden fp64 reference runs on
+// those values. Kernels run on float buffers when every step of both policies is fp32 or narrower,
+// on double buffers otherwise.
 // `threads` is passed to the kernels (AttentionParams::threads). A point of distribution "captured"
 // takes its Q, K, V from `captured` (each B*H*N*d values: see capture_attention_inputs in src/train)
 // and a normal dO from its seed.
@@ -179,7 +181,7 @@ double microbench_cost(const MicrobenchPoint& point);
 // algorithms run on the same inputs and checked against them (MicrobenchRun).
 struct MicrobenchRun;
 std::vector<MicrobenchRow> run_microbench_point(const MicrobenchPoint& point,
-                                                const std::optional<PrecisionPolicy>& policy = std::nullopt,
+                                                const std::optional<ReadingPolicies>& policies = std::nullopt,
                                                 int threads = 1, const MicrobenchInputs* captured = nullptr,
                                                 MicrobenchRun* keep = nullptr);
 
@@ -190,12 +192,16 @@ struct MicrobenchKernelOutput {
   AttentionStats stats;
 };
 
-// A point prepared for its algorithms: the policy it runs (the point's rounding applied), the inputs
-// rounded to the policy's q, k, v and grad formats (as every kernel holds them), the fp64 golden value
+// A point prepared for its algorithms: the policies it runs (the point's rounding applied; `policy`
+// is the flash kind's, `baseline_policy` the baseline's), the inputs rounded to the flash policy's
+// input formats of q, k, v and grad (as every kernel holds them), the fp64 golden value
 // on them (O, or dQ|dK|dV), the repeated-max fraction, and the CPU kernels' outputs where they ran.
 struct MicrobenchRun {
   MicrobenchPoint point;
-  PrecisionPolicy policy;
+  PrecisionPolicy policy, baseline_policy;
+  const PrecisionPolicy& policy_of(AttentionKind kind) const {
+    return kind == AttentionKind::flash ? policy : baseline_policy;
+  }
   AttentionShape shape;
   AttentionParams params;  // the CPU kernels' (tiles, loop order, seed); `attention` set per kind
   bool float_buffers = true;  // the CPU kernels ran on float (every step fp32 or narrower)
@@ -211,7 +217,7 @@ void set_cpu_check(MicrobenchRow& row, const std::vector<double>& values, const 
                    double bound);
 
 // The inputs and golden value of a point (no kernel runs): what run_microbench_point starts from.
-MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::optional<PrecisionPolicy>& policy,
+MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::optional<ReadingPolicies>& policies,
                                        int threads, const MicrobenchInputs* captured);
 
 // A row of `algorithm` from its values against `reference` (the golden value, or another kernel's),

@@ -160,7 +160,7 @@ _ID_PREFIX = {"seed": "s", "data_seed": "d", "block_q": "bq", "block_kv": "bkv",
 
 
 def expand_grid(grid):
-    """Variant ids and axes of the grid, first axis slowest (src/core/config.cpp's expansion)."""
+    """Variant ids and axes of the grid, first axis slowest (expand_variants, src/core/grid.cpp)."""
     if not grid:
         return {}
     out = {}

@@ -4,7 +4,8 @@
 //   a measured single-core fp32 FMA peak (independent vector FMAs of the width the kernels use),
 //   flash forward with the mixed fp16 and bf16 policies (emulated storage rounding), the eager
 //   reading (running state stored in the format between tiles), stochastic rounding and truncation,
-//   and baseline.
+//   the FlashAttention kernel readings (fa2 fp16/bf16, fa3 bf16 and its FP8 path with block
+//   quantization and incoherent processing), and baseline.
 // Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), and the counters use the
 // fastest iteration of each benchmark: on a shared machine both keep other load out of the figures.
 // Every kernel (LibTorch's included) is checked against the fp64 reference with the check harness's
@@ -86,7 +87,7 @@ AttentionParams flash_params(Format f, const char* preset = "mixed", Rounding ro
   AttentionParams params;
   params.attention = AttentionKind::flash;
   params.order = LoopOrder::q_outer;
-  params.policy = make_policy(preset, f);
+  params.policy = make_policy(preset, f, AttentionKind::flash);
   params.policy.rounding = rounding;
   params.rounding_seed = 1;
   params.block_q = 64;
@@ -233,7 +234,7 @@ const Checked& check(const std::string& name, const AttentionParams& params, con
 AttentionParams torch_params() {
   AttentionParams params;
   params.attention = AttentionKind::baseline;
-  params.policy = make_policy("pure", Format::fp32);
+  params.policy = make_policy("pure", Format::fp32, AttentionKind::baseline);
   params.block_q = static_cast<int>(kN);
   params.block_kv = static_cast<int>(kN);
   return params;
@@ -430,11 +431,21 @@ BENCHMARK_CAPTURE(BM_flash_forward, fp8_e5m2, Format::fp8_e5m2, "mixed", Roundin
     ->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_flash_forward, pure_bf16, Format::bf16, "pure", Rounding::nearest)
     ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+// The readings of the FlashAttention kernels (issue 26; aim: each within 1.5x of fp32).
+BENCHMARK_CAPTURE(BM_flash_forward, fa2_fp16, Format::fp16, "fa2", Rounding::nearest)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_forward, fa2_bf16, Format::bf16, "fa2", Rounding::nearest)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_forward, fa3_bf16, Format::bf16, "fa3", Rounding::nearest)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_forward, fa3_fp8_e4m3, Format::fp8_e4m3, "fa3", Rounding::nearest)
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_baseline_forward)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_flash_backward, fp32, Format::fp32, "mixed")->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_flash_backward, bf16, Format::bf16, "mixed")->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_flash_backward, fp16, Format::fp16, "mixed")->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_flash_backward, eager_bf16, Format::bf16, "eager")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_flash_backward, fa2_bf16, Format::bf16, "fa2")->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 }  // namespace
 }  // namespace fastudy

@@ -297,7 +297,7 @@ void BM_gpu_attention(benchmark::State& state, bool ours) {
   torch::Tensor lse = torch::empty({B, H, N}, opts.dtype(torch::kFloat));
   AttentionParams params;
   params.attention = AttentionKind::flash;
-  params.policy = make_policy("mixed", Format::bf16);
+  params.policy = make_policy("fa2", Format::bf16, AttentionKind::flash);
   params.block_q = params.block_kv = 64;
   const AttentionShape shape{B, H, N, d, /*causal=*/true, /*scale=*/0.0};
   if (ours) {

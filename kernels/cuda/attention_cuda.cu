@@ -3,14 +3,17 @@
 //
 // B batch, H heads, N sequence, d head dim, Br/Bc block sizes (block_q/block_kv clipped to N).
 // Layout of the work (one thread per query row or per key, rounding exactly as the CPU kernels):
-//   load        Q, K, V (dO, O) rounded to the policy's storage steps into float workspaces.
+//   load        Q, K, V (dO, O) rounded to the policy's storage steps into float workspaces (the
+//               baseline's `before` placement then scales Q and rounds it again).
 //   flash fwd   a block of Br threads per Q block and head; K/V tiles of Bc rows staged in shared
 //               memory, each thread keeps its row's scores (Bc) and running O (d) in shared memory and
-//               applies the FA-2 (q_outer) or FA-1 (kv_outer) update per tile.
+//               applies the FA-2 (q_outer) or FA-1 (kv_outer) update per tile, or, for the fa2/fa3
+//               readings, the FlashAttention kernels' update with the KV tiles from the last to the first.
 //   baseline    one thread per row: the whole score row in a global [N, N] workspace, softmax, P.V.
-//   backward    one thread per key (dK, dV: sum over rows in order) and one per row (dQ: sum over keys
-//               in order), P recomputed from lse (flash) or from the materialised softmax (baseline):
-//               deterministic, no atomics, and the same summation order as the CPU kernels.
+//   backward    one thread per key (dK, dV: sum over rows in order; fa2: row blocks last to first) and
+//               one per row (dQ: sum over keys in order; fa2/fa3: one part per KV tile, added), P
+//               recomputed from lse (flash) or from the materialised softmax (baseline): deterministic,
+//               no atomics, and the same summation order as the CPU kernels.
 // Only explicit fmaf() calls fuse (compiled with --fmad=false), as in the host twin.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -46,6 +49,14 @@ template <>
 __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 enum Step { kStepQ, kStepK, kStepV, kStepO, kStepGrad };
+
+// The baseline's `before` placement: Q = q(q(Q) * scale), in place on the rounded Q.
+template <class R>
+__global__ void scale_q_kernel(float* q, std::int64_t n, float scale) {
+  for (std::int64_t x = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; x < n;
+       x += std::int64_t(gridDim.x) * blockDim.x)
+    q[x] = R::q(q[x] * scale);
+}
 
 template <class T, class R, int S>
 __global__ void load_kernel(const T* in, float* out, std::int64_t n) {
@@ -98,6 +109,44 @@ __global__ void flash_forward_kernel(TileHead h, const float* q, const float* k,
   if (lse) lse[blockIdx.y * h.n + i] = l;
 }
 
+// fa2 / fa3: the same blocks and shared memory as flash_forward_kernel, KV tiles from the last to the
+// first, the FlashAttention kernels' update (flash_kernel_tile).
+template <class T, class R>
+__global__ void kernel_forward_kernel(TileHead h, const float* q, const float* k, const float* v, T* o, float* lse) {
+  extern __shared__ float smem[];
+  float* ks = smem;
+  float* vs = ks + h.bc * h.d;
+  float* s = vs + h.bc * h.d + threadIdx.x * h.bc;
+  float* orow = vs + h.bc * h.d + h.br * h.bc + threadIdx.x * h.d;
+  const std::int64_t off = blockIdx.y * h.n * h.d;
+  const std::int64_t i0 = std::int64_t(blockIdx.x) * h.br, i = i0 + threadIdx.x;
+  const std::int64_t i_end = i0 + h.br < h.n ? i0 + h.br : h.n;
+  const std::int64_t j_end = h.causal ? i_end : h.n;
+  const std::int64_t blocks = (j_end + h.bc - 1) / h.bc;
+  const float scale_log2 = scale_log2_of(h.scale);
+  const bool active = i < h.n;
+  for (int t = 0; t < h.d; ++t) orow[t] = 0.0f;
+  KernelRowState st{neg_inf(), {0.0f, 0.0f, 0.0f, 0.0f}};
+  for (std::int64_t jb = blocks - 1; jb >= 0; --jb) {
+    const std::int64_t j0 = jb * h.bc;
+    const int bc = static_cast<int>(h.n - j0 < h.bc ? h.n - j0 : h.bc);
+    for (int x = threadIdx.x; x < bc * h.d; x += blockDim.x) {
+      ks[x] = k[off + j0 * h.d + x];
+      vs[x] = v[off + j0 * h.d + x];
+    }
+    __syncthreads();
+    if (active) {
+      score_row<R>(q + off + i * h.d, ks, h.d, bc, h.d, h.scale, h.causal, i, j0, s, TileScore::raw);
+      flash_kernel_tile<R>(s, bc, vs, h.d, h.d, jb == blocks - 1, scale_log2, st, orow);
+    }
+    __syncthreads();
+  }
+  if (!active) return;
+  const float l = flash_kernel_finish<R>(h.kernel, st, h.scale, scale_log2, orow, h.d, orow);
+  for (int t = 0; t < h.d; ++t) o[off + i * h.d + t] = from_float<T>(orow[t]);
+  if (lse) lse[blockIdx.y * h.n + i] = l;
+}
+
 template <class T, class R>
 __global__ void baseline_forward_kernel(TileHead h, const float* q, const float* k, const float* v, float* s_ws,
                                         float* acc_ws, T* o, float* lse) {
@@ -107,7 +156,7 @@ __global__ void baseline_forward_kernel(TileHead h, const float* q, const float*
   float* s = s_ws + row * h.n;
   float* acc = acc_ws + row * h.d;
   const int n = static_cast<int>(h.n);
-  score_row<R>(q + off + i * h.d, k + off, h.d, n, h.d, h.scale, h.causal, i, 0, s);
+  score_row<R>(q + off + i * h.d, k + off, h.d, n, h.d, h.scale, h.causal, i, 0, s, tile_score_of(h));
   const float l = baseline_softmax_row<R>(s, h.n);
   for (int t = 0; t < h.d; ++t) acc[t] = 0.0f;
   pv_row<R>(s, v + off, h.d, n, h.d, acc);
@@ -154,6 +203,64 @@ __global__ void flash_dq_kernel(TileHead h, const float* q, const float* k, cons
   }
 }
 
+// fa2 / fa3: D from dot_do_o and lse * log2 e per row.
+template <class R>
+__global__ void kernel_dd_kernel(TileHead h, const float* dout, const float* o, const float* lse, float* dd,
+                                 float* lse2) {
+  const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (i >= h.n) return;
+  const std::int64_t row = blockIdx.y * h.n + i;
+  dd[row] = R::stats_running(dot_do_o<R>(h.kernel, dout + row * h.d, o + row * h.d, h.d));
+  lse2[row] = kernel_lse_log2<R>(h.kernel, lse[row]);
+}
+
+// fa2 / fa3, one thread per key: the row blocks in the kernel's order, the rows of a block in order.
+template <class R>
+__global__ void kernel_dkdv_kernel(TileHead h, const float* q, const float* k, const float* v, const float* dout,
+                                   const float* lse2, const float* dd, float* dka, float* dva) {
+  const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (j >= h.n) return;
+  const std::int64_t base = blockIdx.y * h.n, off = base * h.d;
+  const float scale_log2 = scale_log2_of(h.scale);
+  const std::int64_t j0 = j / h.bc * h.bc, row_blocks = (h.n + h.br - 1) / h.br;
+  for (std::int64_t step = 0; step < row_blocks; ++step) {
+    const std::int64_t i0 = kernel_row_block(h.kernel, step, row_blocks) * h.br;
+    const std::int64_t i_end = i0 + h.br < h.n ? i0 + h.br : h.n;
+    if (h.causal && i_end - 1 < j0) continue;
+    for (std::int64_t i = i0; i < i_end; ++i) {
+      float p, ds;
+      flash_kernel_backward_entry<R>(q + off + i * h.d, k + off + j * h.d, dout + off + i * h.d, v + off + j * h.d,
+                                     h.d, scale_log2, lse2[base + i], dd[base + i], h.causal && j > i, p, ds);
+      axpy<R>(p, dout + off + i * h.d, dva + off + j * h.d, h.d);
+      axpy<R>(ds, q + off + i * h.d, dka + off + j * h.d, h.d);
+    }
+  }
+}
+
+// fa2 / fa3, one thread per row: one part of dQ per KV tile, summed from zero, then added.
+template <class R>
+__global__ void kernel_dq_kernel(TileHead h, const float* q, const float* k, const float* v, const float* dout,
+                                 const float* lse2, const float* dd, float* part_ws, float* dqa) {
+  const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (i >= h.n) return;
+  const std::int64_t base = blockIdx.y * h.n, off = base * h.d;
+  const float scale_log2 = scale_log2_of(h.scale);
+  float* part = part_ws + off + i * h.d;
+  const std::int64_t i_last = (i / h.br * h.br + h.br < h.n ? i / h.br * h.br + h.br : h.n) - 1;
+  for (std::int64_t j0 = 0; j0 < h.n; j0 += h.bc) {
+    if (h.causal && i_last < j0) break;
+    const std::int64_t j_end = j0 + h.bc < h.n ? j0 + h.bc : h.n;
+    for (int t = 0; t < h.d; ++t) part[t] = 0.0f;
+    for (std::int64_t j = j0; j < j_end; ++j) {
+      float p, ds;
+      flash_kernel_backward_entry<R>(q + off + i * h.d, k + off + j * h.d, dout + off + i * h.d, v + off + j * h.d,
+                                     h.d, scale_log2, lse2[base + i], dd[base + i], h.causal && j > i, p, ds);
+      axpy<R>(ds, k + off + j * h.d, part, h.d);
+    }
+    for (int t = 0; t < h.d; ++t) dqa[off + i * h.d + t] = R::accum(dqa[off + i * h.d + t] + part[t]);
+  }
+}
+
 template <class R>
 __global__ void baseline_softmax_backward_kernel(TileHead h, const float* q, const float* k, const float* v,
                                                  const float* dout, float* p_ws, float* ds_ws) {
@@ -167,7 +274,7 @@ __global__ void baseline_softmax_backward_kernel(TileHead h, const float* q, con
     p[j] = dot<R>(q + off + i * h.d, k + off + j * h.d, 1, h.d);
     ds[j] = dot<R>(dout + off + i * h.d, v + off + j * h.d, 1, h.d);
   }
-  baseline_backward_row<R>(p, ds, jn, h.scale);
+  baseline_backward_row<R>(p, ds, jn, h.scale, tile_score_of(h));
 }
 
 template <class R>
@@ -192,13 +299,15 @@ __global__ void baseline_dq_kernel(TileHead h, const float* k, const float* ds_w
 }
 
 template <class T, class R>
-__global__ void store_gradients_kernel(std::int64_t n, float scale, const float* dqa, const float* dka,
-                                       const float* dva, T* dq, T* dk, T* dv) {
+__global__ void store_gradients_kernel(std::int64_t n, ScalePlacement placement, float scale, const float* dqa,
+                                       const float* dka, const float* dva, T* dq, T* dk, T* dv) {
   for (std::int64_t x = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; x < n;
        x += std::int64_t(gridDim.x) * blockDim.x) {
-    dq[x] = from_float<T>(R::grad(dqa[x] * scale));
-    dk[x] = from_float<T>(R::grad(dka[x] * scale));
-    dv[x] = from_float<T>(R::grad(dva[x]));
+    float gq, gk, gv;
+    store_gradient_triple<R>(placement, scale, dqa[x], dka[x], dva[x], gq, gk, gv);
+    dq[x] = from_float<T>(gq);
+    dk[x] = from_float<T>(gk);
+    dv[x] = from_float<T>(gv);
   }
 }
 
@@ -238,7 +347,7 @@ namespace {
 template <class T, class R, LoopOrder Order>
 void launch_flash_forward(const TileHead& h, std::int64_t heads, const float* q, const float* k, const float* v, T* o,
                           float* lse, cudaStream_t stream) {
-  const auto kernel = flash_forward_kernel<T, R, Order>;
+  const auto kernel = h.kernel != FlashKernel::framework ? kernel_forward_kernel<T, R> : flash_forward_kernel<T, R, Order>;
   const std::size_t bytes = check_flash_tiles(h.br, h.bc, h.d);
   FASTUDY_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -258,6 +367,10 @@ void forward_impl(const AttentionShape& shape, const AttentionParams& params, co
   load<T, R, kStepV>(v, vr.get(), total, stream);
   T* out = static_cast<T*>(o);
   if (params.attention == AttentionKind::baseline) {
+    if (h.placement == ScalePlacement::before) {
+      scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(qr.get(), total, h.scale);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+    }
     DeviceBuffer<float> s_ws(heads * h.n * h.n), acc_ws(total);
     baseline_forward_kernel<T, R><<<row_grid(h, heads), kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(),
                                                                               s_ws.get(), acc_ws.get(), out, lse);
@@ -288,6 +401,10 @@ void backward_impl(const AttentionShape& shape, const AttentionParams& params, c
     FASTUDY_CUDA_CHECK(cudaMemsetAsync(a, 0, sizeof(float) * total, stream));
   const dim3 grid = row_grid(h, heads);
   if (params.attention == AttentionKind::baseline) {
+    if (h.placement == ScalePlacement::before) {
+      scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(qr.get(), total, h.scale);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+    }
     DeviceBuffer<float> p_ws(heads * h.n * h.n), ds_ws(heads * h.n * h.n);
     baseline_softmax_backward_kernel<R>
         <<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), p_ws.get(), ds_ws.get());
@@ -296,6 +413,18 @@ void backward_impl(const AttentionShape& shape, const AttentionParams& params, c
                                                           dka.get(), dva.get());
     FASTUDY_CUDA_CHECK(cudaGetLastError());
     baseline_dq_kernel<R><<<grid, kThreads, 0, stream>>>(h, kr.get(), ds_ws.get(), dqa.get());
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+    FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  } else if (h.kernel != FlashKernel::framework) {
+    DeviceBuffer<float> orr(total), dd(heads * h.n), lse2(heads * h.n), part(total);
+    load<T, R, kStepO>(o, orr.get(), total, stream);
+    kernel_dd_kernel<R><<<grid, kThreads, 0, stream>>>(h, dor.get(), orr.get(), lse, dd.get(), lse2.get());
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+    kernel_dkdv_kernel<R><<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), lse2.get(),
+                                                        dd.get(), dka.get(), dva.get());
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+    kernel_dq_kernel<R><<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), lse2.get(),
+                                                      dd.get(), part.get(), dqa.get());
     FASTUDY_CUDA_CHECK(cudaGetLastError());
     FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
   } else {
@@ -312,7 +441,8 @@ void backward_impl(const AttentionShape& shape, const AttentionParams& params, c
     FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   store_gradients_kernel<T, R><<<elementwise_blocks(total), kThreads, 0, stream>>>(
-      total, h.scale, dqa.get(), dka.get(), dva.get(), static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv));
+      total, h.placement, h.scale, dqa.get(), dka.get(), dva.get(), static_cast<T*>(dq), static_cast<T*>(dk),
+      static_cast<T*>(dv));
   FASTUDY_CUDA_CHECK(cudaGetLastError());
   FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
 }

@@ -33,14 +33,13 @@ bool cpu_bit_identity_promised(const MicrobenchRun& run) {
 }
 
 std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run) {
-  cuda_tile::tile_storage_format(run.policy);  // UsageError naming the policy when the kernels lack it
+  // UsageError naming the policy when the kernels lack one of the two.
+  cuda_tile::tile_storage_format(run.policy);
+  cuda_tile::tile_storage_format(run.baseline_policy);
   if (run.flash.values.empty() || run.baseline.values.empty())
     throw Error("microbench_cuda_rows: the CPU kernels have not run on this point");
   const bool backward = run.point.pass == Pass::backward;
   const double smag = score_magnitude(run.shape, run.q, run.k);
-  const double bound = backward ? 2.0 * backward_bound(run.policy, run.shape, Format::fp32, smag)
-                                : 2.0 * forward_bound(run.policy, run.shape, Format::fp32, smag, max_abs(run.v),
-                                                      run.point.block_kv);
   const bool promised = cpu_bit_identity_promised(run);
   const DeviceBuffer<float> q = upload(run.q), k = upload(run.k), v = upload(run.v);
   const std::size_t size = run.q.size(), rows = run.flash.lse.size();
@@ -50,6 +49,10 @@ std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run) {
     const MicrobenchKernelOutput& cpu = kind == AttentionKind::flash ? run.flash : run.baseline;
     AttentionParams params = run.params;
     params.attention = kind;
+    params.policy = run.policy_of(kind);
+    const double bound = backward ? 2.0 * backward_bound(params.policy, run.shape, Format::fp32, smag)
+                                  : 2.0 * forward_bound(params.policy, run.shape, Format::fp32, smag,
+                                                        max_abs(run.v), run.point.block_kv);
     std::vector<double> values;
     AttentionStats stats = cpu.stats;
     if (!backward) {

@@ -25,7 +25,7 @@ namespace fastudy::cuda {
 bool cpu_bit_identity_promised(const MicrobenchRun& run);
 
 // The two rows (cuda_flash, cuda_baseline) of a run filled by run_microbench_point(..., keep). The
-// policy must be one the CUDA kernels run (a pure, eager or mixed reading of fp32, fp16 or bf16,
+// policies must be ones the CUDA kernels run (a pure, eager, fa2, fa3 or mixed reading of fp32, fp16 or bf16,
 // rounding to nearest): UsageError otherwise. Runs on the current CUDA device.
 std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run);
 

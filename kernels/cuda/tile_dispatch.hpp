@@ -1,9 +1,11 @@
 // The one place where a runtime precision policy becomes the compile-time rounding object of the
 // shared tile math (kernels/cuda/tile_math.hpp), for the host twin and the CUDA launchers alike.
-// Supported: storage steps (q, k, v, s, p, o, grad) all in S, in-op steps (accum, stats, softmax,
+// Supported: storage steps (q, k, v, p, o, grad) all in S, in-op steps (accum, stats, softmax,
 // division) all in C and state steps (stats_running, rescale, o_running, exp_arg) all in R, with S one
-// of fp32, fp16, bf16 and (C, R) = (S, S) (pure), (fp32, S) (eager) or (fp32, fp32) (mixed), rounding
-// to nearest. Other policies throw UsageError naming the policy (the CPU kernels run every policy).
+// of fp32, fp16, bf16 and (C, R) = (S, S) (pure), (fp32, S) (eager and the framework baseline) or
+// (fp32, fp32) (mixed, fa2, fa3); s in S, or in fp32 with the FlashAttention kernels (fa2, fa3); no
+// quantization, rounding to nearest. Other policies throw UsageError naming the policy (the CPU
+// kernels run every policy).
 #pragma once
 
 #include <string>
@@ -17,17 +19,23 @@ namespace fastudy::cuda_tile {
 // The storage format of a supported policy; throws UsageError for any other policy.
 inline Format tile_storage_format(const PrecisionPolicy& p) {
   const Format s = p.q, c = p.accum, r = p.o_running;
-  const bool uniform = p.k == s && p.v == s && p.s == s && p.p == s && p.o == s && p.grad == s && p.stats == c &&
+  const bool uniform = p.k == s && p.v == s && p.p == s && p.o == s && p.grad == s && p.stats == c &&
                        p.softmax == c && p.division == c && p.stats_running == r && p.rescale == r &&
                        p.exp_arg == r;
   const bool storage_ok = s == Format::fp32 || s == Format::fp16 || s == Format::bf16;
-  const bool reading_ok = (c == s && r == s) || (c == Format::fp32 && (r == s || r == Format::fp32));
-  if (!uniform || !storage_ok || !reading_ok || p.rounding != Rounding::nearest) {
-    throw UsageError("precision policy '" + p.name + "' (storage " + std::string(to_string(s)) + ", accumulator " +
-                         std::string(to_string(c)) + ", running state " + std::string(to_string(r)) + ", rounding " +
+  const bool kernel = p.kernel != FlashKernel::framework;
+  const bool reading_ok = kernel ? (c == Format::fp32 && r == Format::fp32 && p.s == Format::fp32)
+                                 : (p.s == s && ((c == s && r == s) || (c == Format::fp32 && (r == s || r == Format::fp32))));
+  const bool plain = p.quantization == Quantization::none && !p.incoherent;
+  if (!uniform || !storage_ok || !reading_ok || !plain || p.rounding != Rounding::nearest) {
+    throw UsageError("precision policy '" + p.name + "' (storage " + std::string(to_string(s)) + ", scores " +
+                         std::string(to_string(p.s)) + ", accumulator " + std::string(to_string(c)) +
+                         ", running state " + std::string(to_string(r)) + ", kernel " +
+                         std::string(to_string(p.kernel)) + ", quantization " +
+                         std::string(to_string(p.quantization)) + ", rounding " +
                          std::string(to_string(p.rounding)) + ") is not available in the CUDA attention kernels",
-                     "the CUDA kernels run the pure, eager and mixed presets of fp32, fp16 and bf16 rounding to "
-                     "nearest; use the CPU kernels for other policies");
+                     "the CUDA kernels run the pure, eager, fa2, fa3 and mixed readings of fp32, fp16 and bf16 "
+                     "rounding to nearest; use the CPU kernels for other policies");
   }
   return s;
 }
@@ -36,10 +44,11 @@ template <Format S, class F>
 void dispatch_tile_classes(const PrecisionPolicy& p, F&& f) {
   if (p.accum == S) return f(TileRounding<S, S, S>{});
   if (p.o_running == S) return f(TileRounding<S, Format::fp32, S>{});
+  if (p.s == Format::fp32) return f(TileRounding<S, Format::fp32, Format::fp32, Format::fp32>{});
   return f(TileRounding<S, Format::fp32, Format::fp32>{});
 }
 
-// f(TileRounding<S, C, R>{}) for the policy's formats.
+// f(TileRounding<S, C, R, Score>{}) for the policy's formats.
 template <class F>
 void dispatch_tile_rounding(const PrecisionPolicy& p, F&& f) {
   switch (tile_storage_format(p)) {

@@ -3,16 +3,22 @@
 // by the host compiler) call exactly these functions, so a CPU test checks the numerics the GPU runs.
 //
 // B batch, H heads, N sequence, d head dim, Br/Bc the Q/KV block sizes. Values live in float; each
-// step is rounded by a rounding object R (TileRounding<S, C, R>: storage steps q, k, v, s, p, o, grad
-// in S, in-op steps accum, stats, softmax, division in C, state steps stats_running, rescale,
-// o_running, exp_arg in R), with the op decomposition and step semantics of the CPU kernels
+// step is rounded by a rounding object R (TileRounding<S, C, R, Score>: storage steps q, k, v, p, o,
+// grad in S, s in Score, in-op steps accum, stats, softmax, division in C, state steps stats_running,
+// rescale, o_running, exp_arg in R), with the op decomposition and step semantics of the CPU kernels
 // (kernels/detail/attention_impl.hpp, where it is written out):
 //   dot product acc = accum(fma(a_t, b_t, acc)) for t = 0..d-1 in order (always fused, as on GPUs).
-//   scores      s = s(acc * scale), causally masked entries -inf.
-//   P           flash p(exp(exp_arg(s - m))); baseline's fused softmax softmax(exp(softmax(s - m)));
-//               exp is exp_f32 below (the CPU kernels' Cephes expf, fused).
+//   scores      s = s(acc * scale) (the baseline's scale placement: s(s(acc) * scale) after, s(acc)
+//               before with Q scaled on load), causally masked entries -inf.
+//   P           framework flash p(exp(exp_arg(s - m))); baseline's fused softmax
+//               softmax(exp(softmax(s - m))); exp is exp_f32 below (the CPU kernels' Cephes expf, fused).
 //   O           flash keeps the running O in o_running; final O/l rounded to division, then to o.
 //   backward    P recomputed from lse, dS = grad(P (dP - D)), dQ/dK/dV accumulated in accum.
+//   fa2, fa3    the FlashAttention kernels (FlashKernel): S unscaled and unrounded, KV blocks last to
+//               first, P = exp2(fma(S, scale_log2, -m scale_log2)) (exp2_f32), four lane sums of the
+//               unrounded P all-reduced at the end, O times 1/l; backward with P from exp2 of the
+//               saved lse, dS from the unrounded P, D over the threads of dot_do_o, dQ added per KV
+//               block (kernels/detail/forward.hpp and backward.hpp list each step's source).
 // Round to nearest only (the CPU kernels also round toward zero and stochastically).
 // Only explicit fmaf() calls fuse: the CUDA code is compiled with --fmad=false and the host twin with
 // -ffp-contract=off, so host and device perform the same operations. logf (for lse) is the one
@@ -36,6 +42,8 @@ struct TileHead {
   int d, br, bc;
   float scale;
   bool causal;
+  FlashKernel kernel;        // the flash kind's kernel; framework for the baseline
+  ScalePlacement placement;  // the baseline's scale placement; fused for flash
 };
 
 inline TileHead make_tile_head(const AttentionShape& shape, const AttentionParams& params) {
@@ -46,22 +54,31 @@ inline TileHead make_tile_head(const AttentionShape& shape, const AttentionParam
   h.bc = static_cast<int>(std::min<std::int64_t>(params.block_kv, h.n));
   h.scale = static_cast<float>(shape.scale != 0.0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(h.d)));
   h.causal = shape.causal;
+  const bool flash = params.attention == AttentionKind::flash;
+  h.kernel = flash ? params.policy.kernel : FlashKernel::framework;
+  h.placement = flash ? ScalePlacement::fused : params.policy.scale;
   return h;
 }
 
-// Storage steps in S, in-op steps in C, state steps in R: the pure <S, S, S>, eager <S, fp32, S> and
-// mixed <S, fp32, fp32> presets.
-template <Format S, Format C, Format R>
+// scale_log2 = float(softmax_scale * M_LOG2E), in double (flash_api.cpp, mainloop_fwd_sm90).
+FASTUDY_HD inline float scale_log2_of(float scale) {
+  return static_cast<float>(static_cast<double>(scale) * 1.44269504088896340736);
+}
+
+// Storage steps in S (s in Score), in-op steps in C, state steps in R: the pure <S, S, S>, eager and
+// framework baseline <S, fp32, S>, mixed <S, fp32, fp32> and fa2/fa3 <S, fp32, fp32, fp32> presets.
+template <Format S, Format C, Format R, Format Score = S>
 struct TileRounding {
   static constexpr Format kStorage = S;
   static constexpr Format kCompute = C;
   static constexpr Format kState = R;
+  static constexpr Format kScore = Score;
   // Running sum / O exact in float: accumulated straight into (see the CPU kernels).
   static constexpr bool kExactState = R == Format::fp32;
   FASTUDY_HD static float q(float x) { return round_to_format<S>(x); }
   FASTUDY_HD static float k(float x) { return round_to_format<S>(x); }
   FASTUDY_HD static float v(float x) { return round_to_format<S>(x); }
-  FASTUDY_HD static float s(float x) { return round_to_format<S>(x); }
+  FASTUDY_HD static float s(float x) { return round_to_format<Score>(x); }
   FASTUDY_HD static float p(float x) { return round_to_format<S>(x); }
   FASTUDY_HD static float o(float x) { return round_to_format<S>(x); }
   FASTUDY_HD static float grad(float x) { return round_to_format<S>(x); }
@@ -102,6 +119,33 @@ FASTUDY_HD inline float exp_f32(float x) {
   return x != x ? x : res;
 }
 
+// Cephes exp2f with the CPU kernels' constants and order of operations (vexp2, kernels/detail/exp.hpp;
+// about 1 ulp): x = n + f with n the nearest integer, 2^f = 1 + f P(f); results below 2^-126 flushed to
+// 0 as the GPU's ex2.approx.ftz.f32 does (exp2(-inf) = 0), inf from x >= 128, NaN stays NaN.
+FASTUDY_HD inline float exp2_f32(float x) {
+  const float xc = x < 128.0f ? (x > -127.0f ? x : -127.0f) : 128.0f;
+  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer (ties to even)
+  const float t = xc + magic;
+  const float n = t - magic;
+  const float f = xc - n;
+  float p = fmaf(1.535336188319500e-4f, f, 1.339887440266574e-3f);
+  p = fmaf(p, f, 9.618437357674640e-3f);
+  p = fmaf(p, f, 5.550332471162809e-2f);
+  p = fmaf(p, f, 2.402264791363012e-1f);
+  p = fmaf(p, f, 6.931472028550421e-1f);
+  const float y = fmaf(p, f, 1.0f);
+  // 2^n as a float bit pattern; n = 128 (x in [127.5, 128)) as 2^127 times 2, exactly.
+  const std::int32_t ni =
+      static_cast<std::int32_t>(detail::bits_as<std::uint32_t>(t) - detail::bits_as<std::uint32_t>(magic));
+  const bool top = ni > 127;
+  const std::uint32_t e = static_cast<std::uint32_t>(ni + 127 - (top ? 1 : 0)) << 23;
+  float res = y * detail::bits_as<float>(e);
+  if (top) res = res * 2.0f;
+  if (x < -126.0f) res = 0.0f;
+  if (x >= 128.0f) res = pos_inf();
+  return x != x ? x : res;
+}
+
 // A row max rounded to stats (in one op) or stats_running (flash's running max), an exp argument
 // rounded to exp_arg, each except the -inf sentinel ("no key seen yet", a masked score).
 template <class R>
@@ -125,14 +169,26 @@ FASTUDY_HD inline float dot(const float* a, const float* b, int stride_b, int d)
   return acc;
 }
 
-// s[c] = s(scale * (q . K_{j0+c})) for c < bc, -inf where key j0 + c follows query i (causal).
-// K is the tile [bc, ldk] (row c holds key j0 + c).
+// What score_row stores of a dot product (the CPU kernels' ScoreStore): fused s(acc * scale); after
+// s(s(acc) * scale); raw s(acc) (the baseline's `before`, whose Q holds the scale, and fa2/fa3).
+enum class TileScore { fused, after, raw };
+FASTUDY_HD inline TileScore tile_score_of(const TileHead& h) {
+  if (h.kernel != FlashKernel::framework) return TileScore::raw;
+  if (h.placement == ScalePlacement::after) return TileScore::after;
+  return h.placement == ScalePlacement::before ? TileScore::raw : TileScore::fused;
+}
+
+// s[c] = s(scale * (q . K_{j0+c})) (or what `store` says) for c < bc, -inf where key j0 + c follows
+// query i (causal). K is the tile [bc, ldk] (row c holds key j0 + c).
 template <class R>
 FASTUDY_HD inline void score_row(const float* q, const float* k, int ldk, int bc, int d, float scale, bool causal,
-                                 std::int64_t i, std::int64_t j0, float* s) {
+                                 std::int64_t i, std::int64_t j0, float* s, TileScore store = TileScore::fused) {
   for (int c = 0; c < bc; ++c) {
     const float acc = dot<R>(q, k + static_cast<std::int64_t>(c) * ldk, 1, d);
-    s[c] = (causal && j0 + c > i) ? neg_inf() : R::s(acc * scale);
+    float x = store == TileScore::fused ? R::s(acc * scale)
+              : store == TileScore::after ? R::s(R::s(acc) * scale)
+                                          : R::s(acc);
+    s[c] = (causal && j0 + c > i) ? neg_inf() : x;
   }
 }
 
@@ -238,6 +294,105 @@ FASTUDY_HD inline float flash_kv_outer_finish(const RowState& st, const float* o
   return R::stats_running(st.m + logf(st.l));
 }
 
+// ---- fa2 / fa3 (FlashKernel): one KV block of one row, s holding the unscaled scores on entry and
+// p(P) on exit; the lane sums l[q] hold the unrounded P of columns 8v + 2q, 8v + 2q + 1 ----------------
+struct KernelRowState {
+  float m, l[4];
+};
+
+template <class R>
+FASTUDY_HD inline void flash_kernel_tile(float* s, int bc, const float* v, int ldv, int d, bool first,
+                                         float scale_log2, KernelRowState& st, float* o) {
+  float m_tile = neg_inf();
+  for (int c = 0; c < bc; ++c) m_tile = max_of(m_tile, s[c]);
+  const float m_new = round_running_max<R>(max_of(st.m, m_tile));
+  const float m_use = m_new == neg_inf() ? 0.0f : m_new;  // Check_inf
+  float alpha = 1.0f;
+  if (!first) {
+    alpha = R::rescale(exp2_f32(round_exp_arg<R>((st.m - m_use) * scale_log2)));
+    for (int q = 0; q < 4; ++q) st.l[q] = R::stats_running(st.l[q] * alpha);
+  }
+  const float max_scaled = m_new == neg_inf() ? 0.0f : R::exp_arg(m_use * scale_log2);
+  for (int c = 0; c < bc; ++c) {
+    const float p = exp2_f32(round_exp_arg<R>(fmaf(s[c], scale_log2, -max_scaled)));
+    s[c] = R::p(p);
+    st.l[(c % 8) / 2] = R::stats(st.l[(c % 8) / 2] + p);
+  }
+  st.m = m_new;
+  if (!first)
+    for (int t = 0; t < d; ++t) o[t] = R::o_running(alpha * o[t]);
+  pv_row<R>(s, v, ldv, bc, d, o);
+}
+
+// The end of a row: l = (l0 + l2) + (l1 + l3), out[t] = o(o[t] * division(1 / l)) (a zero or NaN l:
+// fa2 multiplies by 1, fa3 by 0); returns lse (fa2: m scale + log l, +inf for such l; fa3:
+// m (scale_log2 ln 2) + log l, -inf).
+template <class R>
+FASTUDY_HD inline float flash_kernel_finish(FlashKernel kernel, const KernelRowState& st, float scale,
+                                            float scale_log2, const float* o, int d, float* out) {
+  const float l = R::stats_running(R::stats_running(st.l[0] + st.l[2]) + R::stats_running(st.l[1] + st.l[3]));
+  const bool empty = l == 0.0f || l != l;
+  const bool fa2 = kernel == FlashKernel::fa2;
+  float inv = empty ? (fa2 ? 1.0f : 0.0f) : R::division(1.0f / l);
+  if (!fa2) inv = R::division(inv * 1.0f);  // hopper/softmax.h finalize: inv_sum * final_scale (1)
+  for (int t = 0; t < d; ++t) out[t] = R::o(R::division(o[t] * inv));
+  if (empty) return fa2 ? pos_inf() : neg_inf();
+  const float lse_scale = fa2 ? scale : scale_log2 * 0.693147180559945309417f;
+  return R::stats_running(fmaf(st.m, lse_scale, logf(l)));
+}
+
+// D_i = dO_i . O_i as dot_do_o sums it (flash_bwd_preprocess_kernel.h): T threads of the row each sum
+// their 8-column chunks (page width 8T) in order, product then FMAs, then Allreduce<T>; fa2 T =
+// kBlockKSmem / 8 (64 or 32 columns), fa3 T = kBlockKGmem / 8 (128, 64 or 32), of the head dim rounded
+// up to 32.
+template <class R>
+FASTUDY_HD inline float dot_do_o(FlashKernel kernel, const float* dout, const float* o, int d) {
+  const int padded = (d + 31) / 32 * 32;
+  const int threads = (kernel == FlashKernel::fa3 && padded % 128 == 0 ? 128 : (padded % 64 == 0 ? 64 : 32)) / 8;
+  float part[16];
+  for (int r = 0; r < threads; ++r) {
+    part[r] = 0.0f;
+    bool started = false;
+    for (int p0 = 0; p0 < d; p0 += 8 * threads) {
+      const int t_end = p0 + 8 * r + 8 < d ? p0 + 8 * r + 8 : d;
+      for (int t = p0 + 8 * r; t < t_end; ++t) {
+        part[r] = started ? R::accum(fmaf(dout[t], o[t], part[r])) : R::accum(dout[t] * o[t]);
+        started = true;
+      }
+    }
+  }
+  for (int off = threads / 2; off >= 1; off /= 2)
+    for (int r = 0; r < off; ++r) part[r] = R::accum(part[r] + part[r + off]);
+  return part[0];
+}
+
+// lse * log2 e as the fa2/fa3 backward's exp2 subtracts it (flash_bwd_kernel.h scale_apply_exp2,
+// hopper/flash_bwd_preprocess_kernel.h LSE_log2; fa3 turns -inf into 0), rounded to exp_arg.
+template <class R>
+FASTUDY_HD inline float kernel_lse_log2(FlashKernel kernel, float lse) {
+  if (kernel == FlashKernel::fa3 && lse == neg_inf()) return 0.0f;
+  return round_exp_arg<R>(lse * 1.44269504088896340736f);
+}
+
+// The row block a KV block's thread visits at `step` of `blocks`: fa2 from the last to the first
+// (m_block = m_block_max - 1 down), fa3 from the first to the last.
+FASTUDY_HD inline std::int64_t kernel_row_block(FlashKernel kernel, std::int64_t step, std::int64_t blocks) {
+  return kernel == FlashKernel::fa2 ? blocks - 1 - step : step;
+}
+
+// One (i, j) entry of the fa2/fa3 backward: S unscaled, P = exp2(fma(S, scale_log2, -lse_log2_i))
+// unrounded, dS = grad(P (dP - D_i)); p_operand = p(P) for dV.
+template <class R>
+FASTUDY_HD inline void flash_kernel_backward_entry(const float* q_i, const float* k_j, const float* dout_i,
+                                                   const float* v_j, int d, float scale_log2, float lse_log2_i,
+                                                   float d_i, bool masked, float& p_operand, float& ds) {
+  const float s = R::s(dot<R>(q_i, k_j, 1, d));
+  const float dp = dot<R>(dout_i, v_j, 1, d);
+  const float p = masked ? 0.0f : exp2_f32(round_exp_arg<R>(fmaf(s, scale_log2, -lse_log2_i)));
+  ds = R::grad(p * (dp - d_i));
+  p_operand = R::p(p);
+}
+
 // ---- baseline: one whole row; s holds the N scores on entry and the normalised P on exit ----------
 template <class R>
 FASTUDY_HD inline float baseline_softmax_row(float* s, std::int64_t n) {
@@ -277,10 +432,13 @@ FASTUDY_HD inline void axpy(float a, const float* x, float* y, int d) {
 // the dots dO_i.v_j for j < j_end on entry; on exit p holds P_i (softmax recomputed from the scores,
 // normalised) and dp holds dS_i = grad(P (dP - D_i)) with D_i = sum_j P_ij dP_ij (accum, j in order).
 template <class R>
-FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t j_end, float scale) {
+FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t j_end, float scale,
+                                             TileScore store = TileScore::fused) {
   float m = neg_inf();
   for (std::int64_t j = 0; j < j_end; ++j) {
-    p[j] = R::s(p[j] * scale);
+    p[j] = store == TileScore::fused ? R::s(p[j] * scale)
+           : store == TileScore::after ? R::s(R::s(p[j]) * scale)
+                                       : R::s(p[j]);
     m = m < p[j] ? p[j] : m;  // std::max
   }
   m = R::stats(m);
@@ -296,6 +454,27 @@ FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t j
     d_i = R::accum(fmaf(p[j], dp[j], d_i));
   }
   for (std::int64_t j = 0; j < j_end; ++j) dp[j] = R::grad(p[j] * (dp[j] - d_i));
+  if (store == TileScore::after)  // the scaling op's backward: dS' = grad(dS * scale)
+    for (std::int64_t j = 0; j < j_end; ++j) dp[j] = R::grad(dp[j] * scale);
+}
+
+// dQ, dK, dV from their accumulators as the CPU kernels store them (store_gradients): flash kernels
+// and the baseline's `fused` scale dQ = grad(acc * scale), dK likewise; `after` grad(acc); `before`
+// dQ = grad(grad(acc) * scale), dK = grad(acc).
+template <class R>
+FASTUDY_HD inline void store_gradient_triple(ScalePlacement placement, float scale, float dq_acc, float dk_acc,
+                                             float dv_acc, float& dq, float& dk, float& dv) {
+  if (placement == ScalePlacement::fused) {
+    dq = R::grad(dq_acc * scale);
+    dk = R::grad(dk_acc * scale);
+  } else if (placement == ScalePlacement::after) {
+    dq = R::grad(dq_acc);
+    dk = R::grad(dk_acc);
+  } else {
+    dq = R::grad(R::grad(dq_acc) * scale);
+    dk = R::grad(dk_acc);
+  }
+  dv = R::grad(dv_acc);
 }
 
 }  // namespace fastudy::cuda_tile

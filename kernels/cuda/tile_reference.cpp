@@ -29,12 +29,29 @@ void flash_forward_head(const TileHead& h, LoopOrder order, const float* q, cons
   const std::int64_t nd = h.n * h.d;
   const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
   std::vector<float> s(h.bc), orow(h.d);
+  const float scale_log2 = scale_log2_of(h.scale);
   for (std::int64_t i0 = 0; i0 < h.n; i0 += h.br) {
     const std::int64_t i_end = std::min<std::int64_t>(h.n, i0 + h.br);
     const std::int64_t j_end = h.causal ? i_end : h.n;
+    const std::int64_t blocks = (j_end + h.bc - 1) / h.bc;
     for (std::int64_t i = i0; i < i_end; ++i) {  // one device thread
-      RowState st{neg_inf(), 0.0f};
       std::fill(orow.begin(), orow.end(), 0.0f);
+      if (h.kernel != FlashKernel::framework) {
+        // fa2 / fa3: KV blocks from the last to the first.
+        KernelRowState st{neg_inf(), {0.0f, 0.0f, 0.0f, 0.0f}};
+        for (std::int64_t jb = blocks - 1; jb >= 0; --jb) {
+          const std::int64_t j0 = jb * h.bc;
+          const int bc = static_cast<int>(std::min<std::int64_t>(h.bc, h.n - j0));
+          score_row<R>(qr.data() + i * h.d, kr.data() + j0 * h.d, h.d, bc, h.d, h.scale, h.causal, i, j0, s.data(),
+                       TileScore::raw);
+          flash_kernel_tile<R>(s.data(), bc, vr.data() + j0 * h.d, h.d, h.d, jb == blocks - 1, scale_log2, st,
+                               orow.data());
+        }
+        const float l = flash_kernel_finish<R>(h.kernel, st, h.scale, scale_log2, orow.data(), h.d, o + i * h.d);
+        if (lse) lse[i] = l;
+        continue;
+      }
+      RowState st{neg_inf(), 0.0f};
       for (std::int64_t j0 = 0; j0 < j_end; j0 += h.bc) {
         const int bc = static_cast<int>(std::min<std::int64_t>(h.bc, h.n - j0));
         score_row<R>(qr.data() + i * h.d, kr.data() + j0 * h.d, h.d, bc, h.d, h.scale, h.causal, i, j0, s.data());
@@ -51,14 +68,23 @@ void flash_forward_head(const TileHead& h, LoopOrder order, const float* q, cons
   }
 }
 
+// Q rounded as the baseline holds it: q(Q), and for the `before` placement q(q(Q) * scale).
+template <class R>
+std::vector<float> baseline_q(const TileHead& h, const float* q) {
+  std::vector<float> qr = rounded<R>(q, h.n * h.d, R::q);
+  if (h.placement == ScalePlacement::before)
+    for (float& x : qr) x = R::q(x * h.scale);
+  return qr;
+}
+
 template <class R>
 void baseline_forward_head(const TileHead& h, const float* q, const float* k, const float* v, float* o, float* lse) {
   const std::int64_t nd = h.n * h.d;
-  const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
+  const auto qr = baseline_q<R>(h, q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
   std::vector<float> s(h.n), acc(h.d);
   const int n = static_cast<int>(h.n);
   for (std::int64_t i = 0; i < h.n; ++i) {
-    score_row<R>(qr.data() + i * h.d, kr.data(), h.d, n, h.d, h.scale, h.causal, i, 0, s.data());
+    score_row<R>(qr.data() + i * h.d, kr.data(), h.d, n, h.d, h.scale, h.causal, i, 0, s.data(), tile_score_of(h));
     const float l = baseline_softmax_row<R>(s.data(), h.n);
     std::fill(acc.begin(), acc.end(), 0.0f);
     pv_row<R>(s.data(), vr.data(), h.d, n, h.d, acc.data());
@@ -70,11 +96,8 @@ void baseline_forward_head(const TileHead& h, const float* q, const float* k, co
 template <class R>
 void store_gradients(const TileHead& h, const std::vector<float>& dqa, const std::vector<float>& dka,
                      const std::vector<float>& dva, float* dq, float* dk, float* dv) {
-  for (std::int64_t x = 0; x < h.n * h.d; ++x) {
-    dq[x] = R::grad(dqa[x] * h.scale);
-    dk[x] = R::grad(dka[x] * h.scale);
-    dv[x] = R::grad(dva[x]);
-  }
+  for (std::int64_t x = 0; x < h.n * h.d; ++x)
+    store_gradient_triple<R>(h.placement, h.scale, dqa[x], dka[x], dva[x], dq[x], dk[x], dv[x]);
 }
 
 template <class R>
@@ -106,11 +129,60 @@ void flash_backward_head(const TileHead& h, const float* q, const float* k, cons
   store_gradients<R>(h, dqa, dka, dva, dq, dk, dv);
 }
 
+// fa2 / fa3: D from dot_do_o, P from exp2 of the saved lse, dS from the unrounded P. A key's thread
+// (dK, dV) visits the row blocks from the last to the first (fa2) or the first to the last (fa3), the
+// rows of a block in order; a row's thread (dQ) adds one part per KV block, each summed from zero.
+template <class R>
+void kernel_backward_head(const TileHead& h, const float* q, const float* k, const float* v, const float* o,
+                          const float* lse, const float* dout, float* dq, float* dk, float* dv) {
+  const std::int64_t nd = h.n * h.d;
+  const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
+  const auto dor = rounded<R>(dout, nd, R::grad), orr = rounded<R>(o, nd, R::o);
+  const float scale_log2 = scale_log2_of(h.scale);
+  std::vector<float> dd(h.n), lse2(h.n), dqa(nd, 0.0f), dka(nd, 0.0f), dva(nd, 0.0f), part(h.d);
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    dd[i] = R::stats_running(dot_do_o<R>(h.kernel, dor.data() + i * h.d, orr.data() + i * h.d, h.d));
+    lse2[i] = kernel_lse_log2<R>(h.kernel, lse[i]);
+  }
+  const std::int64_t row_blocks = (h.n + h.br - 1) / h.br;
+  for (std::int64_t j = 0; j < h.n; ++j) {  // one device thread of the dK/dV kernel
+    const std::int64_t j0 = j / h.bc * h.bc;
+    for (std::int64_t step = 0; step < row_blocks; ++step) {
+      const std::int64_t i0 = kernel_row_block(h.kernel, step, row_blocks) * h.br;
+      const std::int64_t i_end = std::min<std::int64_t>(h.n, i0 + h.br);
+      if (h.causal && i_end - 1 < j0) continue;  // the kernel skips blocks that precede the whole KV block
+      for (std::int64_t i = i0; i < i_end; ++i) {
+        float p, ds;
+        flash_kernel_backward_entry<R>(qr.data() + i * h.d, kr.data() + j * h.d, dor.data() + i * h.d,
+                                       vr.data() + j * h.d, h.d, scale_log2, lse2[i], dd[i], h.causal && j > i, p, ds);
+        axpy<R>(p, dor.data() + i * h.d, dva.data() + j * h.d, h.d);
+        axpy<R>(ds, qr.data() + i * h.d, dka.data() + j * h.d, h.d);
+      }
+    }
+  }
+  for (std::int64_t i = 0; i < h.n; ++i) {  // one device thread of the dQ kernel
+    const std::int64_t i0 = i / h.br * h.br;
+    for (std::int64_t j0 = 0; j0 < h.n; j0 += h.bc) {
+      if (h.causal && std::min<std::int64_t>(h.n, i0 + h.br) - 1 < j0) break;
+      const std::int64_t j_end = std::min<std::int64_t>(h.n, j0 + h.bc);
+      std::fill(part.begin(), part.end(), 0.0f);
+      for (std::int64_t j = j0; j < j_end; ++j) {
+        float p, ds;
+        flash_kernel_backward_entry<R>(qr.data() + i * h.d, kr.data() + j * h.d, dor.data() + i * h.d,
+                                       vr.data() + j * h.d, h.d, scale_log2, lse2[i], dd[i], h.causal && j > i, p, ds);
+        axpy<R>(ds, kr.data() + j * h.d, part.data(), h.d);
+      }
+      for (int t = 0; t < h.d; ++t) dqa[i * h.d + t] = R::accum(dqa[i * h.d + t] + part[t]);
+    }
+  }
+  store_gradients<R>(h, dqa, dka, dva, dq, dk, dv);
+}
+
 template <class R>
 void baseline_backward_head(const TileHead& h, const float* q, const float* k, const float* v, const float* dout,
                             float* dq, float* dk, float* dv) {
   const std::int64_t nd = h.n * h.d;
-  const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
+  const auto qr = baseline_q<R>(h, q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
   const auto dor = rounded<R>(dout, nd, R::grad);
   std::vector<float> p(h.n * h.n, 0.0f), ds(h.n * h.n, 0.0f), dqa(nd, 0.0f), dka(nd, 0.0f), dva(nd, 0.0f);
   for (std::int64_t i = 0; i < h.n; ++i) {  // one device thread of the softmax-backward kernel
@@ -121,7 +193,7 @@ void baseline_backward_head(const TileHead& h, const float* q, const float* k, c
       pi[j] = dot<R>(qr.data() + i * h.d, kr.data() + j * h.d, 1, h.d);
       dsi[j] = dot<R>(dor.data() + i * h.d, vr.data() + j * h.d, 1, h.d);
     }
-    baseline_backward_row<R>(pi, dsi, j_end, h.scale);
+    baseline_backward_row<R>(pi, dsi, j_end, h.scale, tile_score_of(h));
   }
   for (std::int64_t j = 0; j < h.n; ++j) {  // one device thread of the dK/dV kernel
     for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {
@@ -167,6 +239,9 @@ void attention_backward_host(const AttentionShape& shape, const AttentionParams&
       if (params.attention == AttentionKind::baseline) {
         baseline_backward_head<R>(h, q + b * nd, k + b * nd, v + b * nd, dout + b * nd, dq + b * nd, dk + b * nd,
                                   dv + b * nd);
+      } else if (h.kernel != FlashKernel::framework) {
+        kernel_backward_head<R>(h, q + b * nd, k + b * nd, v + b * nd, o + b * nd, lse + b * h.n, dout + b * nd,
+                                dq + b * nd, dk + b * nd, dv + b * nd);
       } else {
         flash_backward_head<R>(h, q + b * nd, k + b * nd, v + b * nd, o + b * nd, lse + b * h.n, dout + b * nd,
                                dq + b * nd, dk + b * nd, dv + b * nd);

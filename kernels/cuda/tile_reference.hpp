@@ -11,7 +11,8 @@
 
 namespace fastudy::cuda_tile {
 
-// Baseline or flash (params.attention, params.order, block sizes) in a pure or mixed fp32/fp16/bf16 policy;
+// Baseline or flash (params.attention, params.order or the policy's kernel, block sizes) in a policy of
+// the readings the tiles run (pure, eager, fa2, fa3, mixed of fp32/fp16/bf16);
 // throws UsageError for other policies. lse may be null.
 AttentionStats attention_forward_host(const AttentionShape& shape, const AttentionParams& params, const float* q,
                                       const float* k, const float* v, float* o, float* lse);

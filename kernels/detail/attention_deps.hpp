@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #endif
 
+#include "base/hash.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/format.hpp"
 #include "kernels/round.hpp"

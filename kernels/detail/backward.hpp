@@ -1,6 +1,6 @@
-// The backward kernels of one head: flash_backward and baseline_backward, with their workspace, the
-// rounded copies of the inputs and the store of the gradients (op decomposition in
-// kernels/detail/attention_impl.hpp).
+// The backward kernels of one head: flash_backward (the framework loops), flash_backward_kernel (the
+// FlashAttention-2 and -3 kernels) and baseline_backward, with their workspace, the rounded copies of
+// the inputs and the store of the gradients (op decomposition in kernels/detail/attention_impl.hpp).
 //
 // Flash: FA-2 order (outer KV tiles, inner Q blocks), on tiles with the forward's register-blocked
 // products: S^T and dP^T by score_tile, P = p(exp(S - lse)) from the saved lse, D_i = dO_i . O_i,
@@ -9,7 +9,10 @@
 // i (dV, dK: i ascending; dQ: keys j ascending), masked entries adding P = 0 exactly.
 // Baseline: row by row over the queries i, vectorised over the keys j (with K and V transposed) and
 // over the head dim t; P recomputed in full from q and k as in the forward pass, materialised
-// [N, N], D_i = sum_j P_ij dP_ij (the textbook softmax backward).
+// [N, N], D_i = sum_j P_ij dP_ij (the textbook softmax backward); the scale's ops differentiated as
+// autograd does (ScalePlacement): fused dQ = grad(dS K * scale); after dS' = grad(dS * scale),
+// dQ = grad(dS' K), dK = grad(dS'^T Q); before dQ = grad(grad(dS K) * scale), dK = grad(dS^T Q') with
+// Q' = q(Q * scale) the scaled Q the forward multiplied.
 #pragma once
 
 #include "kernels/detail/exp.hpp"
@@ -29,6 +32,7 @@ struct BackwardWorkspace {
   std::vector<T> p, ds;       // P and dS: flash's tiles [Bc, Br padded], baseline's rows [N, N padded]
   std::vector<T> scratch;     // V rounded [N, d_padded] while loading, then flash's rounded O row
   std::vector<T> qt, dout_t, k_packed, v_packed;  // flash: Q^T, dO^T [d, qt_stride]; K, V [N, d]
+  std::vector<T> dq_tile;     // fa2/fa3: one KV tile's part of dQ for a row block [Br, d_padded]
 };
 
 // The row length of K^T and V^T in the backward pass: a KV tile starting anywhere reads whole
@@ -74,6 +78,11 @@ void load_backward_inputs(const R& rd, const Head<T>& h, const T* q, const T* k,
       ws.dout[padded + t] = rd.grad(dout[packed + t]);
     }
   }
+  if (h.placement == ScalePlacement::before) {
+    // (Q * scale) as the op stores it: Q' = q(q(Q) * scale), what the forward multiplied by K^T.
+    for (std::int64_t i = 0; i < h.n * h.d_padded; ++i) ws.q[i] *= h.scale;
+    round_run<StepId::q>(rd, ws.q.data(), ws.q.data(), h.n * h.d_padded);
+  }
   transpose(ws.k.data(), h.d_padded, h.n, h.d, ws.kt.data(), kt_stride);
   transpose(ws.scratch.data(), h.d_padded, h.n, h.d, ws.vt.data(), kt_stride);
   ws.dq.assign(h.n * h.d_padded, T(0));
@@ -103,25 +112,40 @@ FASTUDY_INLINE void axpy(const R& rd, T a, const T* x, T* y, std::int64_t d_padd
   for (std::int64_t t = 0; t < d_padded; t += L) vstore(y + t, rd.accum(madd(a_vec, vload(x + t), vload(y + t))));
 }
 
+// dQ, dK, dV from their accumulators: every flash kernel and the baseline's `fused` scale multiply dQ
+// and dK by the scale once (dQ = grad(acc * scale)); `after` scaled dS already (grad(acc)); `before`
+// stores dQ' = grad(acc), then dQ = grad(dQ' * scale), and dK = grad(acc).
 template <class T, class R>
 void store_gradients(const R& rd, const Head<T>& h, BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
-  // Element by element dQ, dK then dV (the scalar order of the draws), whole vectors lane by lane.
+  // Element by element dQ (one rounding, two for `before`), dK then dV (the scalar order of the
+  // draws), whole vectors lane by lane.
   using V = vec_t<T>;
   constexpr int L = kLanes<T>;
-  const std::uint32_t stride = rd.template draws<StepId::grad>() ? 3 : 0, draw = stride / 3;
-  const V scale = splat(h.scale);
+  const bool dq_twice = h.placement == ScalePlacement::before;
+  const bool dq_scaled = h.placement != ScalePlacement::after, dk_scaled = h.placement == ScalePlacement::fused;
+  const std::uint32_t draw = rd.template draws<StepId::grad>() ? 1 : 0;
+  const std::uint32_t dk_offset = draw * (dq_twice ? 2 : 1), dv_offset = dk_offset + draw;
+  const std::uint32_t stride = dv_offset + draw;
+  const V scale = splat(h.scale), one = splat(T(1));
+  const V dq_factor = dq_scaled && !dq_twice ? scale : one, dk_factor = dk_scaled ? scale : one;
+  const T dq_factor_s = dq_scaled && !dq_twice ? h.scale : T(1), dk_factor_s = dk_scaled ? h.scale : T(1);
   for (std::int64_t i = 0; i < h.n; ++i) {
     const std::int64_t packed = i * h.d, padded = i * h.d_padded;  // row i in [N, d] and [N, d_padded]
     std::int64_t t = 0;
     for (; t + L <= h.d; t += L) {
-      vstore(dq + packed + t, rd.template lanes<StepId::grad>(vload(ws.dq.data() + padded + t) * scale, 0, stride));
-      vstore(dk + packed + t, rd.template lanes<StepId::grad>(vload(ws.dk.data() + padded + t) * scale, draw, stride));
-      vstore(dv + packed + t, rd.template lanes<StepId::grad>(vload(ws.dv.data() + padded + t), 2 * draw, stride));
+      V x = rd.template lanes<StepId::grad>(vload(ws.dq.data() + padded + t) * dq_factor, 0, stride);
+      if (dq_twice) x = rd.template lanes<StepId::grad>(x * scale, draw, stride);
+      vstore(dq + packed + t, x);
+      vstore(dk + packed + t,
+             rd.template lanes<StepId::grad>(vload(ws.dk.data() + padded + t) * dk_factor, dk_offset, stride));
+      vstore(dv + packed + t, rd.template lanes<StepId::grad>(vload(ws.dv.data() + padded + t), dv_offset, stride));
       rd.rng.skip(stride * L);
     }
     for (; t < h.d; ++t) {
-      dq[packed + t] = rd.grad(ws.dq[padded + t] * h.scale);
-      dk[packed + t] = rd.grad(ws.dk[padded + t] * h.scale);
+      T x = rd.grad(ws.dq[padded + t] * dq_factor_s);
+      if (dq_twice) x = rd.grad(x * h.scale);
+      dq[packed + t] = x;
+      dk[packed + t] = rd.grad(ws.dk[padded + t] * dk_factor_s);
       dv[packed + t] = rd.grad(ws.dv[padded + t]);
     }
   }
@@ -179,8 +203,8 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
       T* ds = ws.ds.data();
       score_tile(rd, ws.k_packed.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.qt_stride, bc, br_padded, h.scale, p,
                  br_padded);
-      score_tile<false>(rd, ws.v_packed.data() + j0 * h.d, h.d, ws.dout_t.data() + i0, h.qt_stride, bc, br_padded,
-                        T(1), ds, br_padded);
+      score_tile<ScoreStore::dot>(rd, ws.v_packed.data() + j0 * h.d, h.d, ws.dout_t.data() + i0, h.qt_stride, bc,
+                                  br_padded, T(1), ds, br_padded);
       if (h.causal && j0 + bc - 1 > i0) mask_tile(p, br_padded, bc, br_padded, j0, i0);
       for (std::int64_t c = 0; c < bc; ++c) {
         for (std::int64_t r = 0; r < br_padded; r += L) {
@@ -202,6 +226,127 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
   store_gradients(rd, h, ws, dq, dk, dv);
 }
 
+// ---- flash backward, the FlashAttention kernels (FlashKernel::fa2 and fa3) -------------------------
+// fa2: csrc/flash_attn/src/flash_bwd_preprocess_kernel.h (dot_do_o) and flash_bwd_kernel.h
+// (compute_dq_dk_dv_1colblock, the seqk-parallel kernel); fa3: hopper/flash_bwd_preprocess_kernel.h and
+// mainloop_bwd_sm90_tma_gmma_ws.hpp. One KV block of Bc keys is one thread block (its dK, dV in fp32
+// registers); its row blocks are visited from the last to the first (fa2: m_block = m_block_max - 1
+// down) or from the first to the last (fa3: ++m_block):
+//   D_i = sum_t dO_it O_it     dot_do_o: each of T threads of the row sums its 8-column chunks
+//                              (8 fp16/bf16 per 128-bit load; page width 8T) in order, product then
+//                              FMAs, then Allreduce<T> (shfl_xor T/2, ..., 1); fa2 T = kBlockKSmem / 8
+//                              (64 or 32 columns), fa3 T = kBlockKGmem / 8 (128, 64 or 32)
+//   S = s(Q_i K_j^T)           acc_s, unscaled fp32
+//   P = exp2f(S * scale_log2 - lse_i * log2 e)   scale_apply_exp2<Scale_max=false> (fa3: LSE_log2
+//                              precomputed the same way), one FMA; fp32, unrounded
+//   dP = dO_i V_j^T            acc_dp, fp32
+//   dS = P (dP - D_i)          pointwise_mult on the unrounded P, then convert_type<Element> (grad)
+//   dV_j += p(P)^T dO_i        P converted for the MMA, accumulating in fp32 registers
+//   dK_j += dS^T Q_i
+//   dQ_i += dS K_j             a fresh fp32 accumulator per (KV block, row block), atomicAdd into
+//                              dq_accum: tiles added in increasing j here (the GPU's order is that of
+//                              the atomics; deterministic mode serialises it)
+// end: dQ = grad(dQ * scale) (convert_dQ / the postprocess kernel), dK = grad(dK * scale), dV = grad(dV).
+template <FlashKernel K>
+std::int64_t dot_do_o_threads(std::int64_t d) {
+  // The head dim as the kernel is instantiated (rounded up to 32: 32, 64, 96, 128, ...).
+  const std::int64_t padded = round_up(d, 32);
+  const std::int64_t columns =
+      K == FlashKernel::fa3 && padded % 128 == 0 ? 128 : (padded % 64 == 0 ? 64 : 32);
+  return columns / 8;
+}
+
+template <FlashKernel K, class T, class R>
+T dot_do_o(const R& rd, const T* dout, const T* o, std::int64_t d, std::vector<T>& partial) {
+  const std::int64_t threads = dot_do_o_threads<K>(d), page = 8 * threads;
+  partial.assign(threads, T(0));
+  for (std::int64_t r = 0; r < threads; ++r) {
+    bool started = false;
+    for (std::int64_t p0 = 0; p0 < d; p0 += page)
+      for (std::int64_t t = p0 + 8 * r; t < std::min(d, p0 + 8 * r + 8); ++t) {
+        partial[r] = started ? rd.accum(madd(dout[t], o[t], partial[r])) : rd.accum(dout[t] * o[t]);
+        started = true;
+      }
+  }
+  for (std::int64_t offset = threads / 2; offset >= 1; offset /= 2)
+    for (std::int64_t r = 0; r < offset; ++r) partial[r] = rd.accum(partial[r] + partial[r + offset]);
+  return partial[0];
+}
+
+template <FlashKernel K, class T, class R>
+void flash_backward_kernel(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, const T* o,
+                           const T* lse, const T* dout, BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  load_backward_inputs(rd, h, q, k, v, dout, ws);
+  const std::int64_t kt_stride = backward_kt_stride(h);
+  ws.qt.assign(h.d * h.qt_stride, T(0));
+  ws.dout_t.assign(h.d * h.qt_stride, T(0));
+  ws.k_packed.resize(h.n * h.d);
+  ws.v_packed.resize(h.n * h.d);
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    for (std::int64_t t = 0; t < h.d; ++t) {
+      ws.qt[t * h.qt_stride + i] = ws.q[i * h.d_padded + t];
+      ws.dout_t[t * h.qt_stride + i] = ws.dout[i * h.d_padded + t];
+      ws.k_packed[i * h.d + t] = ws.k[i * h.d_padded + t];
+      ws.v_packed[i * h.d + t] = ws.vt[t * kt_stride + i];
+    }
+  }
+  const T scale_log2 = static_cast<T>(static_cast<double>(h.scale) * 1.44269504088896340736);
+  const T log2e = static_cast<T>(1.44269504088896340736);
+  ws.delta.assign(h.qt_stride, T(0));
+  ws.lse.assign(h.qt_stride, T(0));  // here lse_i * log2 e, the exp2 argument's offset
+  T* o_row = ws.scratch.data();      // free after load_backward_inputs
+  std::vector<T> partial;
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    round_run<StepId::o>(rd, o + i * h.d, o_row, h.d);
+    ws.delta[i] = rd.stats_running(dot_do_o<K>(rd, ws.dout.data() + i * h.d_padded, o_row, h.d, partial));
+    const T l = lse[i];
+    ws.lse[i] = K == FlashKernel::fa3 && l == kNegInf<T> ? T(0) : round_exp_arg(rd, l * log2e);
+  }
+  const std::int64_t br_padded_max = round_up(h.br, L);
+  ws.p.resize(h.bc * br_padded_max);
+  ws.ds.resize(h.bc * br_padded_max);
+  ws.dq_tile.resize(h.br * h.d_padded);
+  const V sl2 = splat(scale_log2);
+  const std::int64_t row_blocks = (h.n + h.br - 1) / h.br;
+  for (std::int64_t j0 = 0; j0 < h.n; j0 += h.bc) {
+    const std::int64_t bc = std::min(h.bc, h.n - j0);
+    for (std::int64_t step = 0; step < row_blocks; ++step) {
+      const std::int64_t ib = K == FlashKernel::fa2 ? row_blocks - 1 - step : step;
+      const std::int64_t i0 = ib * h.br;
+      const std::int64_t br = std::min(h.br, h.n - i0), br_padded = round_up(br, L);
+      if (h.causal && i0 + br - 1 < j0) continue;  // every row of the block precedes every key
+      T* p = ws.p.data();
+      T* ds = ws.ds.data();
+      score_tile<ScoreStore::raw>(rd, ws.k_packed.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.qt_stride, bc,
+                                  br_padded, T(1), p, br_padded);
+      score_tile<ScoreStore::dot>(rd, ws.v_packed.data() + j0 * h.d, h.d, ws.dout_t.data() + i0, h.qt_stride, bc,
+                                  br_padded, T(1), ds, br_padded);
+      if (h.causal && j0 + bc - 1 > i0) mask_tile(p, br_padded, bc, br_padded, j0, i0);
+      for (std::int64_t c = 0; c < bc; ++c) {
+        for (std::int64_t r = 0; r < br_padded; r += L) {
+          const V p_vec = vexp2(round_exp_arg(rd, madd(vload(p + c * br_padded + r), sl2,
+                                                       -vload(ws.lse.data() + i0 + r))));
+          vstore(ds + c * br_padded + r,
+                 rd.grad(p_vec * (vload(ds + c * br_padded + r) - vload(ws.delta.data() + i0 + r))));
+          vstore(p + c * br_padded + r, rd.p(p_vec));
+        }
+      }
+      pv_tile<true>(rd, p, br_padded, ws.dout.data() + i0 * h.d_padded, h.d_padded, br, bc,
+                    ws.dv.data() + j0 * h.d_padded, h.d_padded);
+      pv_tile<true>(rd, ds, br_padded, ws.q.data() + i0 * h.d_padded, h.d_padded, br, bc,
+                    ws.dk.data() + j0 * h.d_padded, h.d_padded);
+      std::fill(ws.dq_tile.begin(), ws.dq_tile.begin() + br * h.d_padded, T(0));
+      pv_tile(rd, ds, br_padded, ws.k.data() + j0 * h.d_padded, h.d_padded, bc, br, ws.dq_tile.data(), h.d_padded);
+      T* dq_rows = ws.dq.data() + i0 * h.d_padded;
+      for (std::int64_t x = 0; x < br * h.d_padded; x += L)
+        vstore(dq_rows + x, rd.accum(vload(dq_rows + x) + vload(ws.dq_tile.data() + x)));
+    }
+  }
+  store_gradients(rd, h, ws, dq, dk, dv);
+}
+
 template <class T, class R>
 void baseline_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, const T* dout,
                        BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
@@ -218,7 +363,11 @@ void baseline_backward(const R& rd, const Head<T>& h, const T* q, const T* k, co
     row_dot(rd, ws.dout.data() + i * h.d_padded, ws.vt.data(), kt_stride, h.d, std::int64_t(0), n_padded, ds);
     T m = kNegInf<T>;
     for (std::int64_t j = 0; j < j_end; ++j) {
-      p[j] = rd.s(p[j] * h.scale);
+      switch (h.placement) {
+        case ScalePlacement::fused: p[j] = rd.s(p[j] * h.scale); break;
+        case ScalePlacement::after: p[j] = rd.s(rd.s(p[j]) * h.scale); break;
+        case ScalePlacement::before: p[j] = rd.s(p[j]); break;
+      }
       m = std::max(m, p[j]);
     }
     m = rd.stats(m);
@@ -234,6 +383,8 @@ void baseline_backward(const R& rd, const Head<T>& h, const T* q, const T* k, co
       d_i = rd.accum(madd(p[j], ds[j], d_i));
     }
     for (std::int64_t j = 0; j < n_padded; ++j) ds[j] = j < j_end ? rd.grad(p[j] * (ds[j] - d_i)) : T(0);
+    if (h.placement == ScalePlacement::after)  // the scaling op's backward: dS' = grad(dS * scale)
+      for (std::int64_t j = 0; j < j_end; ++j) ds[j] = rd.grad(ds[j] * h.scale);
     for (std::int64_t j = j_end; j < n_padded; ++j) p[j] = 0;
   }
   for (std::int64_t i = 0; i < h.n; ++i) {

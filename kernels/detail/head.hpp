@@ -1,6 +1,7 @@
-// One head: its sizes (Head, which the backward shares), the forward's workspace, the rounded per-head
-// copies of Q, K and V the tiles read (load_inputs, through transpose), and the store of a finished
-// output row with its lse (store_row).
+// One head: its sizes and the policy's structural choices (Head, which the backward shares), the
+// forward's workspace, the rounded per-head copies of Q, K and V the tiles read (load_inputs, through
+// transpose; with the quantization and incoherent processing of FlashAttention-3's FP8 path and the
+// baseline's `before` scaling of Q), and the store of a finished output row with its lse (store_row).
 #pragma once
 
 #include "kernels/detail/rounding.hpp"
@@ -18,6 +19,11 @@ struct Head {
   T scale;
   bool causal;
   std::int64_t br, bc;  // block sizes clipped to N
+  FlashKernel kernel;          // the flash kind's kernel (params.policy.kernel); framework for baseline
+  ScalePlacement placement;    // baseline: where the scale is applied; flash kernels: fused
+  Quantization quantization;   // how Q, K, V enter their formats
+  bool incoherent;             // Hadamard transform with random signs on Q and K first
+  bool dequantize;             // quantized inputs held as x_q * c (the framework kinds) or x_q (fa2/fa3)
 };
 
 template <class T>
@@ -28,6 +34,8 @@ struct Workspace {
   std::vector<T> alpha;        // q_outer: the rescale factors of the current tile
   std::vector<T> pv;           // a tile's P.V [Br, d_padded] where it is an op of its own
   std::vector<T> q_rows;       // load_inputs: a buffer of rounded Q rows
+  std::vector<T> rows;         // load_inputs: one input of the head, prepared (transformed, quantized)
+  std::vector<T> q_scale, k_scale, v_scale;  // quantization: each row's factor c (empty without)
   std::vector<T> beta, alpha_l, l_new, m_tile;  // kv_outer only: per-row factors of the current tile
 };
 
@@ -43,7 +51,80 @@ Head<T> make_head(const AttentionShape& shape, const AttentionParams& params) {
   const double scale = shape.scale != 0.0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(h.d));
   h.scale = static_cast<T>(scale);
   h.causal = shape.causal;
+  const PrecisionPolicy& p = params.policy;
+  const bool flash = params.attention == AttentionKind::flash;
+  h.kernel = flash ? p.kernel : FlashKernel::framework;
+  h.placement = flash ? ScalePlacement::fused : p.scale;
+  h.quantization = p.quantization;
+  h.incoherent = p.incoherent;
+  h.dequantize = h.kernel == FlashKernel::framework;
   return h;
+}
+
+// The random signs of incoherent processing: sign t of the d-vector D (+1 or -1), the same for Q and
+// K, every head and every call, from a fixed SplitMix64 stream.
+inline constexpr std::uint64_t kIncoherentSignSeed = 0xF1A5A77E17C0FFEEull;
+template <class T>
+T incoherent_sign(std::int64_t t) {
+  return (splitmix64(kIncoherentSignSeed + static_cast<std::uint64_t>(t)) >> 63) ? T(-1) : T(1);
+}
+
+// x <- H D x / sqrt(d) for each of `rows` rows of d values (d a power of two): the random signs D,
+// then the fast Walsh-Hadamard transform (log2 d butterfly stages x_j, x_j+len <- x_j + x_j+len,
+// x_j - x_j+len, len = 1, 2, ..., d/2, in the buffer's precision), then the normalisation by
+// 1/sqrt(d) (exact when d is a power of 4). H D / sqrt(d) is orthogonal, so applied to both Q and K it
+// leaves every score q.k unchanged and spreads an outlier over all d components (FA3 §3.3).
+template <class T>
+void incoherent_transform(T* x, std::int64_t rows, std::int64_t d) {
+  const T norm = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    T* row = x + i * d;
+    for (std::int64_t t = 0; t < d; ++t) row[t] *= incoherent_sign<T>(t);
+    for (std::int64_t len = 1; len < d; len *= 2)
+      for (std::int64_t j0 = 0; j0 < d; j0 += 2 * len)
+        for (std::int64_t j = j0; j < j0 + len; ++j) {
+          const T a = row[j], b = row[j + len];
+          row[j] = a + b;
+          row[j + len] = a - b;
+        }
+    for (std::int64_t t = 0; t < d; ++t) row[t] *= norm;
+  }
+}
+
+// Quantization of one input of a head (Quantization, kernels/attention.hpp): x [rows, d] in place,
+// each group of `block` rows (all rows: per head) divided by its factor c = amax / largest_finite,
+// rounded by step Step, and multiplied back by c when h.dequantize; each row's c into `scale`.
+template <StepId Step, class T, class R>
+void quantize_rows(const R& rd, const Head<T>& h, T* x, std::int64_t rows, std::int64_t block,
+                   std::vector<T>& scale) {
+  const double largest = largest_finite(rd.template format_of<Step>());
+  scale.resize(rows);
+  for (std::int64_t r0 = 0; r0 < rows; r0 += block) {
+    const std::int64_t r1 = std::min(rows, r0 + block);
+    T amax = 0;
+    for (std::int64_t i = r0 * h.d; i < r1 * h.d; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const T c = amax > 0 ? static_cast<T>(amax / largest) : T(1);
+    for (std::int64_t i = r0 * h.d; i < r1 * h.d; ++i) x[i] /= c;
+    round_run<Step>(rd, x + r0 * h.d, x + r0 * h.d, (r1 - r0) * h.d);
+    if (h.dequantize)
+      for (std::int64_t i = r0 * h.d; i < r1 * h.d; ++i) x[i] *= c;
+    std::fill(scale.begin() + r0, scale.begin() + r1, c);
+  }
+}
+
+// One input of a head prepared in ws.rows [N, d]: incoherent processing (Q and K), then the
+// quantization with its factors into `scale`, or the plain rounding of step Step.
+template <StepId Step, class T, class R>
+void prepare_input(const R& rd, const Head<T>& h, const T* x, bool incoherent, std::int64_t block,
+                   std::vector<T>& rows, std::vector<T>& scale) {
+  rows.assign(x, x + h.n * h.d);
+  if (incoherent) incoherent_transform(rows.data(), h.n, h.d);
+  if (h.quantization == Quantization::none) {
+    round_run<Step>(rd, rows.data(), rows.data(), h.n * h.d);
+    scale.clear();
+    return;
+  }
+  quantize_rows<Step>(rd, h, rows.data(), h.n, h.quantization == Quantization::head ? h.n : block, scale);
 }
 
 // dst[t * ldd + i] = src[i * lds + t] for i < rows, t < cols: a transpose in blocks of 8 x 8.
@@ -62,23 +143,43 @@ void transpose(const T* src, std::int64_t lds, std::int64_t rows, std::int64_t c
 
 // Rounded per-head copies: Qt = q(Q)^T [d, qt_stride] (zero padded), K = k(K) [N, d], V = v(V) [N, d_padded];
 // Q, K and V are rounded in this order, each in its memory order (Q through a buffer of 64 rows).
+// With quantization, incoherent processing or the baseline's `before` scaling, each input is first
+// prepared whole (prepare_input; `before`: Q = q(q(Q) * scale)), in the same order.
 template <class T, class R>
 void load_inputs(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, Workspace<T>& ws) {
+  ws.qt.assign(h.d * h.qt_stride, T(0));
+  ws.k.resize(h.n * h.d);
+  ws.v.resize(h.n * h.d_padded);
+  if (h.quantization != Quantization::none || h.incoherent || h.placement == ScalePlacement::before) {
+    prepare_input<StepId::q>(rd, h, q, h.incoherent, h.br, ws.rows, ws.q_scale);
+    if (h.placement == ScalePlacement::before) {
+      for (T& x : ws.rows) x *= h.scale;
+      round_run<StepId::q>(rd, ws.rows.data(), ws.rows.data(), h.n * h.d);
+    }
+    transpose(ws.rows.data(), h.d, h.n, h.d, ws.qt.data(), h.qt_stride);
+    prepare_input<StepId::k>(rd, h, k, h.incoherent, h.bc, ws.k, ws.k_scale);
+    prepare_input<StepId::v>(rd, h, v, false, h.bc, ws.rows, ws.v_scale);
+    for (std::int64_t i = 0; i < h.n; ++i) {
+      std::copy(ws.rows.data() + i * h.d, ws.rows.data() + (i + 1) * h.d, ws.v.data() + i * h.d_padded);
+      std::fill(ws.v.data() + i * h.d_padded + h.d, ws.v.data() + (i + 1) * h.d_padded, T(0));
+    }
+    return;
+  }
   constexpr std::int64_t kRows = 64;
   ws.q_rows.resize(std::min(h.n, kRows) * h.d);
-  ws.qt.assign(h.d * h.qt_stride, T(0));
   for (std::int64_t i0 = 0; i0 < h.n; i0 += kRows) {
     const std::int64_t rows = std::min(kRows, h.n - i0);
     round_run<StepId::q>(rd, q + i0 * h.d, ws.q_rows.data(), rows * h.d);
     transpose(ws.q_rows.data(), h.d, rows, h.d, ws.qt.data() + i0, h.qt_stride);
   }
-  ws.k.resize(h.n * h.d);
   round_run<StepId::k>(rd, k, ws.k.data(), h.n * h.d);
-  ws.v.resize(h.n * h.d_padded);
   for (std::int64_t i = 0; i < h.n; ++i) {
     round_run<StepId::v>(rd, v + i * h.d, ws.v.data() + i * h.d_padded, h.d);
     std::fill(ws.v.data() + i * h.d_padded + h.d, ws.v.data() + (i + 1) * h.d_padded, T(0));
   }
+  ws.q_scale.clear();
+  ws.k_scale.clear();
+  ws.v_scale.clear();
 }
 
 // out[t] = o(division(acc[t] / l)) for t < d, then the row's lse = rounded lse_step(m + log l) when

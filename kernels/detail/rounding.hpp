@@ -78,18 +78,26 @@ struct RoundingState {
 };
 
 // Rounding object with compile-time formats, one per step class (PrecisionPolicy, kernels/attention.hpp):
-// storage steps (q, k, v, s, p, o, grad) in Storage, in-op steps (accum, stats, softmax, division) in
+// storage steps (q, k, v, p, grad) in Storage, s in Score and o in Out (both Storage unless a kernel
+// keeps S in registers or writes O in another type), in-op steps (accum, stats, softmax, division) in
 // InOp, state steps (stats_running, rescale, o_running, exp_arg) in State. pure is <f, f, f>, eager
-// <f, fp32, f>, mixed <f, fp32, fp32>.
-template <class T, Format Storage, Format InOp, Format State>
+// and the framework baseline <f, fp32, f>, mixed <f, fp32, fp32>, fa2/fa3 <f, fp32, fp32, fp32>,
+// fa3's FP8 flash <fp8, fp32, fp32, fp32, bf16>.
+template <class T, Format Storage, Format InOp, Format State, Format Score = Storage, Format Out = Storage>
 struct StaticRounding : RoundingState {
+  // The kernels this object is built for (the dispatch pairs it with no other): the framework
+  // kernels store S and O as their other tensors; the FlashAttention kernels keep S, the in-op values
+  // and the running state in the registers' precision (the buffer's).
+  static constexpr bool kFramework = Score == Storage && Out == Storage;
+  static constexpr bool kKernel =
+      round_is_identity<Score, T>() && round_is_identity<InOp, T>() && round_is_identity<State, T>();
   template <Format F, class X> FASTUDY_INLINE X round(X x) const { return round_any<F, T>(x, mode, rng); }
   template <class X> FASTUDY_INLINE X q(X x) const { return round<Storage>(x); }
   template <class X> FASTUDY_INLINE X k(X x) const { return round<Storage>(x); }
   template <class X> FASTUDY_INLINE X v(X x) const { return round<Storage>(x); }
-  template <class X> FASTUDY_INLINE X s(X x) const { return round<Storage>(x); }
+  template <class X> FASTUDY_INLINE X s(X x) const { return round<Score>(x); }
   template <class X> FASTUDY_INLINE X p(X x) const { return round<Storage>(x); }
-  template <class X> FASTUDY_INLINE X o(X x) const { return round<Storage>(x); }
+  template <class X> FASTUDY_INLINE X o(X x) const { return round<Out>(x); }
   template <class X> FASTUDY_INLINE X grad(X x) const { return round<Storage>(x); }
   template <class X> FASTUDY_INLINE X accum(X x) const { return round<InOp>(x); }
   template <class X> FASTUDY_INLINE X stats(X x) const { return round<InOp>(x); }
@@ -101,8 +109,12 @@ struct StaticRounding : RoundingState {
   template <class X> FASTUDY_INLINE X exp_arg(X x) const { return round<State>(x); }
   template <StepId Step>
   static constexpr Format format_of() {
-    if constexpr (Step == StepId::q || Step == StepId::k || Step == StepId::v || Step == StepId::s ||
-                  Step == StepId::p || Step == StepId::o || Step == StepId::grad) {
+    if constexpr (Step == StepId::s) {
+      return Score;
+    } else if constexpr (Step == StepId::o) {
+      return Out;
+    } else if constexpr (Step == StepId::q || Step == StepId::k || Step == StepId::v || Step == StepId::p ||
+                         Step == StepId::grad) {
       return Storage;
     } else if constexpr (Step == StepId::accum || Step == StepId::stats || Step == StepId::softmax ||
                          Step == StepId::division) {
@@ -127,6 +139,8 @@ struct StaticRounding : RoundingState {
 // Rounding object for any custom policy: a runtime switch per value (slower, same results).
 template <class T>
 struct RuntimeRounding : RoundingState {
+  static constexpr bool kFramework = true;
+  static constexpr bool kKernel = true;
   PrecisionPolicy policy;
   explicit RuntimeRounding(const PrecisionPolicy& p) : policy(p) {}
   template <class X>

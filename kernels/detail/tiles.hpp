@@ -1,5 +1,5 @@
 // The tile kernels, the hot loops of every forward and backward: score_tile (a transposed score
-// tile S^T = s(K Q^T * scale), or the plain dot products), pv_tile (Out += P V, the accumulation
+// tile S^T = s(K Q^T * scale), its other placements of the scale, or the plain dot products), pv_tile (Out += P V, the accumulation
 // rounded to accum after every add) and mask_tile (causal masking), built from register-blocked
 // score_block / pv_block.
 #pragma once
@@ -14,9 +14,17 @@ namespace {
 constexpr int kBlockRows = 4;
 constexpr int kBlockVecs = kVecBytes == 64 ? 4 : 2;
 
+// What score_tile stores of each dot product acc (accumulated in accum):
+//   fused  s(acc * scale)      the framework kinds' S (baseline `fused`, the framework flash loops)
+//   after  s(s(acc) * scale)   the baseline's `after`: the matmul's output, then the scaling op
+//   raw    s(acc)              unscaled: the baseline's `before` (Q holds the scale) and fa2/fa3 (the
+//                              scale folded into exp2; their s is fp32, so S is never rounded)
+//   dot    acc                 the plain dot products (the backward's dP = dO V^T)
+enum class ScoreStore { fused, after, raw, dot };
+
 // A CB x RV block of the transposed score tile: out[cb * ldst + rv * L] for key rows cb < CB and
 // query vectors rv < RV, each lane the dot product over t = 0..d-1 in order.
-template <int CB, int RV, bool kAsScore, class T, class R>
+template <int CB, int RV, ScoreStore Store, class T, class R>
 FASTUDY_INLINE void score_block(const R& rd, const T* k, std::int64_t d, const T* qt, std::int64_t ldq, T scale,
                                 T* out, std::int64_t ldst) {
   using V = vec_t<T>;
@@ -41,15 +49,17 @@ FASTUDY_INLINE void score_block(const R& rd, const T* k, std::int64_t d, const T
   for (int cb = 0; cb < CB; ++cb)
 #pragma GCC unroll 16
     for (int rv = 0; rv < RV; ++rv) {
-      if constexpr (kAsScore) vstore(out + cb * ldst + rv * L, rd.s(acc[cb][rv] * scale));
+      if constexpr (Store == ScoreStore::fused) vstore(out + cb * ldst + rv * L, rd.s(acc[cb][rv] * scale));
+      else if constexpr (Store == ScoreStore::after) vstore(out + cb * ldst + rv * L, rd.s(rd.s(acc[cb][rv]) * scale));
+      else if constexpr (Store == ScoreStore::raw) vstore(out + cb * ldst + rv * L, rd.s(acc[cb][rv]));
       else vstore(out + cb * ldst + rv * L, acc[cb][rv]);
     }
 }
 
 // St[c * ldst + r] = s(scale * (K_c . Q_r)) for c < bc and r < br_padded (a multiple of the lane count):
-// the transposed score tile. K is row-major [bc, d]; Qt is Q transposed, Qt[t * ldq + r]. With
-// kAsScore false, the plain dot products K_c . Q_r (accum, no scale, no s), as the backward's dP.
-template <bool kAsScore = true, class T, class R>
+// the transposed score tile, or what Store says of the dot product K_c . Q_r. K is row-major [bc, d];
+// Qt is Q transposed, Qt[t * ldq + r].
+template <ScoreStore Store = ScoreStore::fused, class T, class R>
 void score_tile(const R& rd, const T* k, std::int64_t d, const T* qt, std::int64_t ldq, std::int64_t bc,
                 std::int64_t br_padded, T scale, T* st, std::int64_t ldst) {
   constexpr int L = kLanes<T>;
@@ -58,16 +68,16 @@ void score_tile(const R& rd, const T* k, std::int64_t d, const T* qt, std::int64
   for (; c + CB <= bc; c += CB) {
     std::int64_t r = 0;
     for (; r + RV * L <= br_padded; r += RV * L)
-      score_block<CB, RV, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
+      score_block<CB, RV, Store>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
     for (; r < br_padded; r += L)
-      score_block<CB, 1, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
+      score_block<CB, 1, Store>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
   }
   for (; c < bc; ++c) {
     std::int64_t r = 0;
     for (; r + RV * L <= br_padded; r += RV * L)
-      score_block<1, RV, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
+      score_block<1, RV, Store>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
     for (; r < br_padded; r += L)
-      score_block<1, 1, kAsScore>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
+      score_block<1, 1, Store>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
   }
 }
 

@@ -39,7 +39,7 @@ std::string device_problem(const Variant& v, Device device) {
   }
   if (v.sdpa == SdpaBackend::none) {
     try {
-      cuda_tile::tile_storage_format(resolve_policy(v.attention_cfg, v.attention_cfg.policy, v.precision));
+      cuda_tile::tile_storage_format(resolve_policy(v.attention_cfg, v.attention_cfg.policy, v.precision, v.attention));
     } catch (const UsageError& e) {
       return e.what() + std::string(" (or train this variant with device = \"cpu\")");
     }
@@ -64,10 +64,10 @@ std::optional<SweepProblem> real_kernel_problem(const MicrobenchSweep& sw) {
                                 " (they run fp32, fp16 and bf16)",
                             "put the other formats in a sweep of their own without \"cuda\""};
     for (const auto& p : sw.policies)
-      if (p != "pure" && p != "eager" && p != "mixed")
+      if (p != "pure" && p != "eager" && p != "fa2" && p != "fa3" && p != "mixed")
         return SweepProblem{"policies",
                             "devices lists \"cuda\", and the CUDA kernels do not run policy \"" + p +
-                                "\" (they run the readings pure, eager and mixed)",
+                                "\" (they run the readings pure, eager, fa2, fa3 and mixed)",
                             "put custom policies in a sweep of their own without \"cuda\""};
     for (Rounding r : sw.roundings)
       if (r != Rounding::nearest)

@@ -61,15 +61,33 @@ const std::vector<std::string>& known_phases() {
   return phases;
 }
 
-PrecisionPolicy resolve_policy(const AttentionConfig& cfg, const std::string& name, Format f) {
+namespace {
+
+void apply(const PolicyOverrides& o, PrecisionPolicy& p) {
+  for (const auto& [step, fmt] : o.steps) p.*(find_policy_step(step)->member) = fmt;  // names checked on parse
+  if (o.scale) p.scale = *o.scale;
+  if (o.quantization) p.quantization = *o.quantization;
+  if (o.incoherent) p.incoherent = *o.incoherent;
+}
+
+}  // namespace
+
+PrecisionPolicy resolve_policy(const AttentionConfig& cfg, const std::string& name, Format f, AttentionKind kind) {
   auto it = cfg.custom_policies.find(name);
-  if (it == cfg.custom_policies.end()) return make_policy(name, f);
-  // A custom policy starts from its preset in the variant's format and overrides the steps it names.
-  PrecisionPolicy p = make_policy(it->second.preset, f);
+  if (it == cfg.custom_policies.end()) return make_policy(name, f, kind);
+  // A custom policy starts from its preset's policy of this kind in the variant's format, then sets
+  // what it names for both kinds, then what it names for this kind.
+  const CustomPolicy& custom = it->second;
+  PrecisionPolicy p = make_policy(custom.preset, f, kind);
   p.name = name;
-  p.rounding = it->second.rounding;
-  for (const auto& [step, fmt] : it->second.steps) p.*(find_policy_step(step)->member) = fmt;  // names checked on parse
+  p.rounding = custom.rounding;
+  apply(custom.both, p);
+  apply(kind == AttentionKind::flash ? custom.flash : custom.baseline, p);
   return p;
+}
+
+ReadingPolicies resolve_reading(const AttentionConfig& cfg, const std::string& name, Format f) {
+  return {resolve_policy(cfg, name, f, AttentionKind::flash), resolve_policy(cfg, name, f, AttentionKind::baseline)};
 }
 
 }  // namespace fastudy

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -92,12 +93,24 @@ struct TrainConfig {
   std::int64_t loss_scale_window = 200;  // fp16: grow the scale after this many finite steps
 };
 
-// A custom precision policy: a preset (the reading it starts from, in the variant's format), the
-// steps it sets to other formats, and its rounding mode.
+// What a custom policy changes in one attention kind's policy (or in both): steps set to other formats,
+// the baseline's scale placement, the quantization of Q, K, V and incoherent processing (unset: the
+// preset's).
+struct PolicyOverrides {
+  std::map<std::string, Format> steps;  // step -> format
+  std::optional<ScalePlacement> scale;
+  std::optional<Quantization> quantization;
+  std::optional<bool> incoherent;
+  bool empty() const { return steps.empty() && !scale && !quantization && !incoherent; }
+};
+
+// A custom precision policy: a preset (the reading it starts from, in the variant's format, one policy
+// per attention kind), its rounding mode, what it changes in both kinds (the keys of
+// [attention.policies.NAME]) and then in one kind only (its `flash` and `baseline` sub-tables).
 struct CustomPolicy {
   std::string preset = "pure";
-  std::map<std::string, Format> steps;  // step -> format
   Rounding rounding = Rounding::nearest;
+  PolicyOverrides both, flash, baseline;
 };
 
 // The attention kernel settings shared by every variant (grid axes may override some of them).
@@ -105,7 +118,9 @@ struct AttentionConfig {
   int block_q = 32;
   int block_kv = 32;
   LoopOrder loop_order = LoopOrder::q_outer;
-  std::string policy = "mixed";  // a preset (pure, eager, mixed) or the name of a [attention.policies.NAME]
+  // A reading (pure, eager, fa2, fa3, mixed) or the name of a [attention.policies.NAME]. The default stays
+  // mixed (the hypothetical reading), so that grids without the key keep their resolved text and hash.
+  std::string policy = "mixed";
   std::map<std::string, CustomPolicy> custom_policies;
 };
 
@@ -277,8 +292,10 @@ std::string grid_shape(const Study& st);
 Study load_study(const std::string& path);
 Study parse_study(const std::string& toml_text, const std::string& source_name);
 
-// The resolved policy a variant's attention runs with, for a format.
-PrecisionPolicy resolve_policy(const AttentionConfig& cfg, const std::string& name, Format f);
+// The resolved policy of a reading or custom policy `name` for attention kind `kind` in format f.
+PrecisionPolicy resolve_policy(const AttentionConfig& cfg, const std::string& name, Format f, AttentionKind kind);
+// Both kinds' (a microbenchmark point runs both).
+ReadingPolicies resolve_reading(const AttentionConfig& cfg, const std::string& name, Format f);
 
 // 64-bit FNV-1a of a string, as 16 hex digits: the content hash used for configs.
 std::string content_hash(const std::string& text);

@@ -174,6 +174,47 @@ void read_train(Section train, TrainConfig& t) {
   train.finish();
 }
 
+// The keys of a custom policy's table that are not step formats.
+const std::vector<std::string> kPolicyOptionKeys{"preset", "rounding", "scale", "quantization", "incoherent_processing",
+                                                 "flash", "baseline"};
+
+// The overrides of one table of a custom policy: step = "format" keys, scale, quantization and
+// incoherent_processing. `kind` is "" for the policy's own table (both kinds), else the sub-table's
+// kind ("flash", "baseline"), where what both kinds must share is refused: the inputs Q, K, V and dO
+// (q, k, v, grad and quantization) and, for flash, the baseline's scale placement.
+void read_overrides(Section& ps, PolicyOverrides& o, const std::string& kind) {
+  const std::string where = "[" + ps.name() + "] ";
+  for (const auto& step : policy_step_names()) {
+    std::string fmt;
+    ps.get(step, fmt);
+    if (fmt.empty()) continue;
+    auto f = parse_format(fmt);
+    if (!f) ps.fail(step, "unknown format \"" + fmt + "\"; allowed: " + format_names(), suggestion(fmt, words(kAllFormats)));
+    if (!kind.empty() && (step == "q" || step == "k" || step == "v" || step == "grad"))
+      ps.fail(step, where + step + " is the storage of an input both attention kinds share (Q, K, V, dO)",
+              "set " + step + " in the policy's own table, not in its " + kind + " table");
+    o.steps[step] = *f;
+  }
+  if (ps.has("scale")) {
+    if (kind == "flash")
+      ps.fail("scale", where + "scale places the baseline's softmax scale; the flash kernels apply it as their code "
+                                 "does (framework: inside the matmul, fa2/fa3: folded into exp2)",
+              "set scale in the policy's own table or in its baseline table");
+    o.scale = read_word(ps, "scale", kAllScalePlacements, ScalePlacement::fused);
+  }
+  if (ps.has("quantization")) {
+    if (!kind.empty())
+      ps.fail("quantization", where + "quantization decides how the inputs both kinds share enter their formats",
+              "set quantization in the policy's own table");
+    o.quantization = read_word(ps, "quantization", kAllQuantizations, Quantization::none);
+  }
+  if (ps.has("incoherent_processing")) {
+    bool on = false;
+    ps.get("incoherent_processing", on);
+    o.incoherent = on;
+  }
+}
+
 // Returns the names a `policy` may take: the presets and the custom policies.
 std::vector<std::string> read_attention(Section att, AttentionConfig& a, const ModelConfig& m, const std::string& file) {
   att.get("block_q", a.block_q);
@@ -200,13 +241,18 @@ std::vector<std::string> read_attention(Section att, AttentionConfig& a, const M
       Section ps(file, "attention.policies." + pname, pv.as_table(), pv.source());
       CustomPolicy& custom = a.custom_policies[pname];
       std::vector<std::string> keys = policy_step_names();
-      for (const auto& step : keys) {
-        std::string fmt;
-        ps.get(step, fmt);
-        if (fmt.empty()) continue;
-        auto f = parse_format(fmt);
-        if (!f) ps.fail(step, "unknown format \"" + fmt + "\"; allowed: " + format_names(), suggestion(fmt, words(kAllFormats)));
-        custom.steps[step] = *f;
+      read_overrides(ps, custom.both, "");
+      for (const char* kind : {"flash", "baseline"}) {
+        if (!ps.has(kind)) continue;
+        const toml::node* kn = ps.node(kind);
+        if (!kn->is_table())
+          ps.fail(kind, "[" + ps.name() + "] " + kind + " must be a table of what the " + kind + " kind changes",
+                  "write [attention.policies." + pname + "." + kind + "] with step = \"format\" lines");
+        Section ks(file, "attention.policies." + pname + "." + kind, kn->as_table(), kn->source());
+        read_overrides(ks, std::string(kind) == "flash" ? custom.flash : custom.baseline, kind);
+        std::vector<std::string> kind_keys = policy_step_names();
+        kind_keys.insert(kind_keys.end(), {"scale", "quantization", "incoherent_processing"});
+        ks.finish(kind_keys);
       }
       ps.get("preset", custom.preset);
       if (!is_policy_preset(custom.preset))
@@ -217,8 +263,7 @@ std::vector<std::string> read_attention(Section att, AttentionConfig& a, const M
       if (auto r = parse_rounding(rounding)) custom.rounding = *r;
       else ps.fail("rounding", "unknown rounding \"" + rounding + "\"; allowed: " + rounding_names(),
                    suggestion(rounding, {"nearest", "zero", "stochastic"}));
-      keys.push_back("preset");
-      keys.push_back("rounding");
+      keys.insert(keys.end(), kPolicyOptionKeys.begin(), kPolicyOptionKeys.end());
       ps.finish(keys);
     }
   }
@@ -381,8 +426,42 @@ void check_real_kernels(Section& own, Section& base, const MicrobenchSweep& mc) 
   at.fail(problem->key, sec + problem->message, problem->hint);
 }
 
+// What the readings of a finished sweep cannot run, refused at load: a policy that quantizes Q, K, V
+// (FlashAttention-3's FP8 path: the fa3 reading at fp8_e4m3, or a custom policy) has no backward pass,
+// and incoherent processing needs head dims that are powers of two (its Hadamard transform). `own` and
+// `base` as in check_real_kernels.
+void check_sweep_readings(Section& own, Section& base, const MicrobenchSweep& mc, const AttentionConfig& att,
+                          const ModelConfig& m) {
+  const std::string sec = "[" + own.name() + "] " + (own.name() == "microbench" ? "" : "'" + mc.name + "': ");
+  auto fail = [&](const std::string& key, const std::string& message, const std::string& hint) {
+    Section& at = own.node(key) || !base.node(key) ? own : base;
+    at.fail(key, sec + message, hint);
+  };
+  const bool backward = std::find(mc.passes.begin(), mc.passes.end(), Pass::backward) != mc.passes.end();
+  const bool captured = mc.distribution == InputDistribution::captured;
+  const std::vector<int> dims = captured ? std::vector<int>{m.d_model / m.heads} : mc.head_dims;
+  for (const auto& name : mc.policies)
+    for (Format f : mc.formats) {
+      const ReadingPolicies r = resolve_reading(att, name, f);
+      const std::string what = "policy \"" + name + "\" at " + std::string(to_string(f));
+      const bool quantized = r.flash.quantization != Quantization::none ||
+                             r.baseline.quantization != Quantization::none || r.flash.incoherent ||
+                             r.baseline.incoherent;
+      if (quantized && backward)
+        fail("passes", what + " quantizes Q, K, V (FlashAttention-3's FP8 path), which has no backward pass",
+             "run the backward pass in a sweep of its own without this policy and format, passes = [\"forward\"] here");
+      if (!r.flash.incoherent && !r.baseline.incoherent) continue;
+      for (int d : dims)
+        if ((d & (d - 1)) != 0)
+          fail(captured ? "distribution" : "head_dims",
+               what + " uses incoherent processing (a Hadamard transform), which needs a head dim that is a power of "
+                      "two, not " + std::to_string(d),
+               "use head dims 64, 128, ..., or a custom policy with incoherent_processing = false");
+    }
+}
+
 void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::string>& policy_names,
-                     const std::string& file) {
+                     const AttentionConfig& att, const ModelConfig& model, const std::string& file) {
   MicrobenchSweep base;
   read_sweep(mb, base, policy_names);
   if (mb.has("sweeps")) {
@@ -399,6 +478,7 @@ void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::s
       ss.get("name", sw.name);
       read_sweep(ss, sw, policy_names);
       check_real_kernels(ss, mb, sw);
+      check_sweep_readings(ss, mb, sw, att, model);
       if (!names.insert(sw.name).second)
         ss.fail("name", "[[microbench.sweeps]] name \"" + sw.name + "\" is used twice", "give every sweep its own name");
       ss.finish();
@@ -406,6 +486,7 @@ void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::s
     }
   } else {
     check_real_kernels(mb, mb, base);
+    check_sweep_readings(mb, mb, base, att, model);
     mbc.sweeps.push_back(base);
   }
   mb.finish();
@@ -469,6 +550,23 @@ void check_loop_axes(const Study& st, const toml::table& root, const std::string
   }
 }
 
+// Every variant's attention policy can train: one that quantizes Q, K, V (FlashAttention-3's FP8 path)
+// has no backward pass. The error points at the grid axis `policy` when the variant's value comes from
+// it, else at [attention] policy.
+void check_training_policies(const Study& st, const toml::table& root, const std::string& file) {
+  for (const Variant& v : st.variants) {
+    if (v.sdpa != SdpaBackend::none) continue;
+    const PrecisionPolicy p = resolve_policy(v.attention_cfg, v.attention_cfg.policy, v.precision, v.attention);
+    if (p.quantization == Quantization::none && !p.incoherent) continue;
+    const bool from_grid = !v.axis("policy").empty();
+    Section sec = open_section(root, file, from_grid ? "grid" : "attention");
+    sec.fail("policy",
+             "policy \"" + v.attention_cfg.policy + "\" quantizes Q, K, V (FlashAttention-3's FP8 path), which has no "
+                 "backward pass to train with (variant " + v.id + ")",
+             "train with a policy without quantization or incoherent processing");
+  }
+}
+
 }  // namespace
 
 Study load_study(const std::string& path) {
@@ -498,11 +596,12 @@ Study parse_study(const std::string& text, const std::string& file) {
   const std::vector<std::string> policy_names =
       read_attention(open_section(root, file, "attention"), st.attention, st.model, file);
   read_numerics(open_section(root, file, "numerics"), st.numerics, st.model);
-  read_microbench(open_section(root, file, "microbench"), st.microbench, policy_names, file);
+  read_microbench(open_section(root, file, "microbench"), st.microbench, policy_names, st.attention, st.model, file);
   read_reduce(open_section(root, file, "reduce"), st.reduce);
   read_grid(open_section(root, file, "grid"), st, policy_names, file);
   expand_variants(st);
   check_loop_axes(st, root, file);
+  check_training_policies(st, root, file);
   st.resolved_toml = resolved_study_toml(st);
   st.hash = content_hash(st.resolved_toml);
   return st;

@@ -80,9 +80,24 @@ toml::table attention_table(const AttentionConfig& a) {
                 {"policy", a.policy}};
   if (!a.custom_policies.empty()) {
     toml::table pols;
+    // The keys of issue 26 (scale, quantization, incoherent_processing, the flash and baseline tables)
+    // only where a policy sets them, so that the resolved text and hash of every older policy stay.
+    auto overrides = [](const PolicyOverrides& o, toml::table& t) {
+      for (const auto& [step, f] : o.steps) t.insert(step, std::string(to_string(f)));
+      if (o.scale) t.insert("scale", std::string(to_string(*o.scale)));
+      if (o.quantization) t.insert("quantization", std::string(to_string(*o.quantization)));
+      if (o.incoherent) t.insert("incoherent_processing", *o.incoherent);
+    };
     for (const auto& [name, custom] : a.custom_policies) {
       toml::table p{{"preset", custom.preset}, {"rounding", std::string(to_string(custom.rounding))}};
-      for (const auto& [step, f] : custom.steps) p.insert(step, std::string(to_string(f)));
+      overrides(custom.both, p);
+      for (const auto& [kind, o] : {std::pair<const char*, const PolicyOverrides&>{"flash", custom.flash},
+                                    std::pair<const char*, const PolicyOverrides&>{"baseline", custom.baseline}}) {
+        if (o.empty()) continue;
+        toml::table k;
+        overrides(o, k);
+        p.insert(kind, std::move(k));
+      }
       pols.insert(name, std::move(p));
     }
     t.insert("policies", std::move(pols));

@@ -138,6 +138,9 @@ std::vector<std::int64_t> list_checkpoint_steps(const std::string& dir);
 // The steps at which the trainer writes a checkpoint: every `every` steps (when every > 0) and the
 // last step, ascending.
 std::vector<std::int64_t> checkpoint_schedule(std::int64_t every, std::int64_t steps);
+// Whether a run of `steps` steps with checkpoint_every = `every` writes a checkpoint after `step`: the
+// one rule checkpoint_schedule lists and the trainer follows.
+bool is_checkpoint_step(std::int64_t every, std::int64_t steps, std::int64_t step);
 
 // The first checkpoint of a variant, among the `schedule` steps up to `upto` (inclusive), that is
 // missing or does not match its checksum sidecar; nullopt when all are whole. Checksums only (plain

@@ -49,6 +49,10 @@ std::vector<std::int64_t> checkpoint_schedule(std::int64_t every, std::int64_t s
   return out;
 }
 
+bool is_checkpoint_step(std::int64_t every, std::int64_t steps, std::int64_t step) {
+  return step > 0 && step <= steps && ((every > 0 && step % every == 0) || step == steps);
+}
+
 std::optional<CheckpointDamage> first_damaged_checkpoint(const std::string& out, const std::string& variant_id,
                                                          const std::vector<std::int64_t>& schedule, std::int64_t upto) {
   for (std::int64_t s : schedule) {

@@ -110,7 +110,7 @@ double learning_rate(const TrainConfig& t, std::int64_t step) {
 AttentionParams attention_params_of(const Variant& v, int threads) {
   AttentionParams p;
   p.attention = v.attention;
-  p.policy = resolve_policy(v.attention_cfg, v.attention_cfg.policy, v.precision);
+  p.policy = resolve_policy(v.attention_cfg, v.attention_cfg.policy, v.precision, v.attention);
   p.block_q = v.attention_cfg.block_q;
   p.block_kv = v.attention_cfg.block_kv;
   p.order = v.attention_cfg.loop_order;

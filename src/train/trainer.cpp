@@ -12,6 +12,7 @@
 
 #include "base/error.hpp"
 #include "base/number.hpp"
+#include "src/io/checkpoint.hpp"
 #include "src/train/engine.hpp"
 
 namespace fastudy {
@@ -123,7 +124,7 @@ TrainResult train_variant(const Variant& v, const std::string& variant_dir, cons
       return result;
     }
     if (hooks.on_step) hooks.on_step(l);
-    const bool at_checkpoint = (t.checkpoint_every > 0 && l.step % t.checkpoint_every == 0) || l.step == t.steps;
+    const bool at_checkpoint = is_checkpoint_step(t.checkpoint_every, t.steps, l.step);
     if (at_checkpoint) save();
     if (hooks.stop_requested && hooks.stop_requested()) {
       if (!at_checkpoint) save();

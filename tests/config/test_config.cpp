@@ -118,7 +118,7 @@ stats = "fp32"
 o_running = "fp32"
 )",
                          "a.toml");
-  PrecisionPolicy p = resolve_policy(st.attention, "acc32", Format::bf16);
+  PrecisionPolicy p = resolve_policy(st.attention, "acc32", Format::bf16, AttentionKind::flash);
   EXPECT_EQ(p.name, "acc32");
   EXPECT_EQ(p.accum, Format::fp32);
   EXPECT_EQ(p.stats, Format::fp32);
@@ -185,19 +185,78 @@ rounding = "stochastic"
 o = "fp32"
 )";
   Study st = parse_study(text, "a.toml");
-  PrecisionPolicy p = resolve_policy(st.attention, "sr", Format::bf16);
-  PrecisionPolicy eager = make_policy("eager", Format::bf16);
-  eager.name = "sr";
-  eager.o = Format::fp32;
-  eager.rounding = Rounding::stochastic;
-  for (const auto& step : kPolicySteps) EXPECT_EQ(p.*(step.member), eager.*(step.member)) << step.name;
-  EXPECT_EQ(p.rounding, Rounding::stochastic);
+  for (AttentionKind kind : {AttentionKind::flash, AttentionKind::baseline}) {
+    PrecisionPolicy p = resolve_policy(st.attention, "sr", Format::bf16, kind);
+    PrecisionPolicy eager = make_policy("eager", Format::bf16, kind);
+    eager.name = "sr";
+    eager.o = Format::fp32;
+    eager.rounding = Rounding::stochastic;
+    for (const auto& step : kPolicySteps) EXPECT_EQ(p.*(step.member), eager.*(step.member)) << step.name;
+    EXPECT_EQ(p.rounding, Rounding::stochastic);
+    EXPECT_EQ(p.scale, eager.scale);
+  }
   Study again = parse_study(st.resolved_toml, "study.toml");
   EXPECT_EQ(again.hash, st.hash);
-  EXPECT_EQ(resolve_policy(again.attention, "sr", Format::bf16).rounding, Rounding::stochastic);
+  EXPECT_EQ(resolve_policy(again.attention, "sr", Format::bf16, AttentionKind::flash).rounding, Rounding::stochastic);
   Study nearest = parse_study(text.substr(0, text.find("rounding")) + "o = \"fp32\"\n", "a.toml");
   EXPECT_NE(nearest.hash, st.hash);
-  EXPECT_EQ(resolve_policy(nearest.attention, "sr", Format::bf16).rounding, Rounding::nearest);
+  EXPECT_EQ(resolve_policy(nearest.attention, "sr", Format::bf16, AttentionKind::flash).rounding, Rounding::nearest);
+}
+
+// A custom policy says what each kind materialises: its own keys set both kinds, its `flash` and
+// `baseline` tables one kind each (after the own keys); scale, quantization and incoherent_processing
+// set the structural choices; each key reaches the resolved study.toml (and the hash), and a policy
+// without the new keys resolves to the text it always had.
+TEST(Config, CustomPolicyPerKindAndItsStructuralKeys) {
+  const std::string text = R"(
+[attention]
+[attention.policies.k]
+preset = "fa2"
+p = "fp32"
+scale = "before"
+[attention.policies.k.baseline]
+s = "fp32"
+softmax = "bf16"
+[attention.policies.k.flash]
+o_running = "bf16"
+incoherent_processing = true
+)";
+  Study st = parse_study(text, "k.toml");
+  const PrecisionPolicy flash = resolve_policy(st.attention, "k", Format::bf16, AttentionKind::flash);
+  const PrecisionPolicy base = resolve_policy(st.attention, "k", Format::bf16, AttentionKind::baseline);
+  EXPECT_EQ(flash.kernel, FlashKernel::fa2);
+  EXPECT_EQ(flash.p, Format::fp32);
+  EXPECT_EQ(flash.o_running, Format::bf16);
+  EXPECT_TRUE(flash.incoherent);
+  EXPECT_EQ(flash.s, Format::fp32);
+  EXPECT_EQ(base.kernel, FlashKernel::framework);
+  EXPECT_EQ(base.p, Format::fp32);
+  EXPECT_EQ(base.s, Format::fp32);
+  EXPECT_EQ(base.softmax, Format::bf16);
+  EXPECT_EQ(base.o_running, Format::bf16);  // the framework baseline's (unused) state steps stay in the format
+  EXPECT_FALSE(base.incoherent);
+  EXPECT_EQ(base.scale, ScalePlacement::before);
+  const ReadingPolicies both = resolve_reading(st.attention, "k", Format::bf16);
+  EXPECT_EQ(both.flash.o_running, flash.o_running);
+  EXPECT_EQ(both.baseline.softmax, base.softmax);
+  Study again = parse_study(st.resolved_toml, "study.toml");
+  EXPECT_EQ(again.hash, st.hash);
+  EXPECT_EQ(resolve_policy(again.attention, "k", Format::bf16, AttentionKind::baseline).softmax, Format::bf16);
+  EXPECT_TRUE(resolve_policy(again.attention, "k", Format::bf16, AttentionKind::flash).incoherent);
+  const std::string quant = "[attention.policies.nb]\npreset = \"fa3\"\nquantization = \"head\"\n";
+  EXPECT_EQ(resolve_policy(parse_study(quant, "q.toml").attention, "nb", Format::fp8_e4m3, AttentionKind::flash)
+                .quantization,
+            Quantization::head);
+  // Without the new keys the resolved policy table is the one older studies wrote: the same text, so the
+  // same hash as before per-kind policies existed (8966c48bf9b82d1f, computed by the build before them).
+  Study plain = parse_study("[study]\nname = \"h\"\nout = \"/tmp/hh\"\n[attention.policies.old]\npreset = "
+                            "\"eager\"\no = \"fp32\"\n", "o.toml");
+  EXPECT_EQ(plain.hash, "8966c48bf9b82d1f") << plain.resolved_toml;
+  const std::size_t table = plain.resolved_toml.find("[attention.policies.old]");
+  ASSERT_NE(table, std::string::npos);
+  const std::string old_table = plain.resolved_toml.substr(table, plain.resolved_toml.find("\n\n", table) - table);
+  for (const char* key : {"flash", "baseline", "scale", "quantization", "incoherent_processing"})
+    EXPECT_EQ(old_table.find(std::string(" ") + key + " ="), std::string::npos) << key << " in " << old_table;
 }
 
 TEST(Config, ShippedConfigsLoad) {
@@ -215,7 +274,7 @@ TEST(Config, ShippedConfigsLoad) {
   for (const auto& sw : mb.microbench.sweeps)
     if (sw.name == "readings") readings = &sw;
   ASSERT_NE(readings, nullptr);
-  EXPECT_EQ(readings->policies, (std::vector<std::string>{"pure", "eager", "mixed"}));
+  EXPECT_EQ(readings->policies, (std::vector<std::string>{"pure", "eager", "fa2", "mixed"}));
   int fewest = INT32_MAX, most = 0;
   for (int n : readings->seq_lens)
     for (const auto& [bq, bkv] : readings->blocks) {
@@ -273,8 +332,8 @@ TEST(PolicySteps, EachRowSetsExactlyItsMemberFromTheGrid) {
     SCOPED_TRACE(std::string(step.name));
     const std::string text = "[attention.policies.one]\n" + std::string(step.name) + " = \"fp16\"\n";
     Study st = parse_study(text, "g.toml");
-    const PrecisionPolicy got = resolve_policy(st.attention, "one", Format::fp32);
-    const PrecisionPolicy pure = make_policy("pure", Format::fp32);
+    const PrecisionPolicy got = resolve_policy(st.attention, "one", Format::fp32, AttentionKind::flash);
+    const PrecisionPolicy pure = make_policy("pure", Format::fp32, AttentionKind::flash);
     for (const auto& other : kPolicySteps) {
       const Format want = other.member == step.member ? Format::fp16 : pure.*(other.member);
       EXPECT_EQ(got.*(other.member), want) << other.name;

@@ -203,8 +203,8 @@ TEST_F(CudaAttention, EveryVariantFormatAndPolicyMatchesHostTwin) {
     shape.causal = causal;
     for (const Variant& var : kVariants)
       for (Format f : kCudaFormats)
-        for (const char* preset : {"pure", "eager", "mixed"}) {
-          const PrecisionPolicy policy = make_policy(preset, f);
+        for (const auto& reading : kPolicyPresets) {
+          const PrecisionPolicy policy = make_policy(reading.name, f, var.attention);
           check_case(shape, var, f, policy, 16, 20);
           if (f != Format::fp32) check_case(shape, var, Format::fp32, policy, 16, 20);  // fp32 tensors, rounded on load
         }
@@ -215,7 +215,8 @@ TEST_F(CudaAttention, LargeTilesUseOptInSharedMemory) {
   AttentionShape shape;
   shape.seq_len = 300;
   shape.head_dim = 128;
-  check_case(shape, kVariants[1], Format::bf16, make_policy("mixed", Format::bf16), 64, 64);
+  check_case(shape, kVariants[1], Format::bf16, make_policy("mixed", Format::bf16, AttentionKind::flash), 64, 64);
+  check_case(shape, kVariants[2], Format::bf16, make_policy("fa2", Format::bf16, AttentionKind::flash), 64, 64);
 }
 
 // Checked before any CUDA call: runs without a device too.
@@ -224,7 +225,7 @@ TEST(CudaAttentionApi, MismatchedStorageIsAUsageError) {
   shape.seq_len = 4;
   shape.head_dim = 2;
   AttentionParams params;
-  params.policy = make_policy("mixed", Format::bf16);
+  params.policy = make_policy("mixed", Format::bf16, AttentionKind::flash);
   EXPECT_THROW(cuda::attention_forward_cuda(shape, params, Format::fp16, nullptr, nullptr, nullptr, nullptr, nullptr),
                UsageError);
 }

@@ -47,7 +47,7 @@ MicrobenchPoint point(Pass pass, Format f, const char* policy, bool causal) {
 TEST_F(CudaMicrobench, RowsAreCheckedAgainstTheCpuKernels) {
   for (Pass pass : kAllPasses)
     for (Format f : {Format::fp32, Format::fp16, Format::bf16})
-      for (const char* policy : {"pure", "eager", "mixed"})
+      for (const char* policy : {"pure", "eager", "fa2", "fa3", "mixed"})
         for (bool causal : {false, true}) {
           const MicrobenchPoint p = point(pass, f, policy, causal);
           MicrobenchRun run;

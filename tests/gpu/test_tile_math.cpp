@@ -1,7 +1,8 @@
 // CPU tests of the CUDA kernels' numerics: the host twin (kernels/cuda/tile_reference.cpp) runs the
 // same tile math (kernels/cuda/tile_math.hpp) the device kernels run, in the same order. Checked
 // against the fp64 reference with unit-roundoff bounds through the check harness (kernels/check.hpp),
-// and against the CPU kernels of kernels/attention.hpp in the same policy. Runs on every machine; no
+// and against the CPU kernels of kernels/attention.hpp in the same policy (every reading but FA3's FP8
+// path, which the CUDA kernels do not run; each kind with its reading's policy). Runs on every machine; no
 // GPU involved.
 //
 // B batch, H heads, N sequence, d head dim.
@@ -66,6 +67,21 @@ TEST(TileMath, ExpMatchesStdExpWithinTwoUlpAndSpecialValues) {
   EXPECT_TRUE(std::isnan(cuda_tile::exp_f32(std::numeric_limits<float>::quiet_NaN())));
 }
 
+TEST(TileMath, Exp2MatchesStdExp2WithinTwoUlpAndSpecialValues) {
+  // exp2_f32 is the Cephes exp2f (~1 ulp); two ulp of fp32 is 2 * 2^-23 relative. Results below 2^-126
+  // are flushed to 0, as the GPU's ex2.approx.ftz does.
+  const double two_ulp = 2.0 * std::ldexp(1.0, -23);
+  for (float x = -126.0f; x <= 127.9f; x += 0.01953125f) {
+    const double ref = std::exp2(static_cast<double>(x));
+    EXPECT_LE(std::fabs(cuda_tile::exp2_f32(x) - ref), two_ulp * ref) << x;
+  }
+  for (int n = -126; n <= 127; ++n) EXPECT_EQ(cuda_tile::exp2_f32(static_cast<float>(n)), std::ldexp(1.0f, n)) << n;
+  EXPECT_EQ(cuda_tile::exp2_f32(-126.5f), 0.0f);
+  EXPECT_EQ(cuda_tile::exp2_f32(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isinf(cuda_tile::exp2_f32(128.0f)));
+  EXPECT_TRUE(std::isnan(cuda_tile::exp2_f32(std::numeric_limits<float>::quiet_NaN())));
+}
+
 TEST(TileMath, RoundingObjectsRoundAsThePolicySays) {
   using Mixed16 = cuda_tile::TileRounding<Format::fp16, Format::fp32, Format::fp32>;
   using Eager16 = cuda_tile::TileRounding<Format::fp16, Format::fp32, Format::fp16>;
@@ -88,13 +104,14 @@ void check_twin_forward(std::int64_t n, std::int64_t d) {
     const AttentionShape shape = make_shape(n, d, causal);
     const std::size_t size = static_cast<std::size_t>(shape.batch * shape.heads * n * d);
     const std::vector<float> q0 = random_normal(size, 11), k0 = random_normal(size, 12), v0 = random_normal(size, 13);
-    for (const char* preset : {"pure", "eager", "mixed"}) {
+    for (const auto& reading : kPolicyPresets) {
+      const std::string preset(reading.name);
       for (Format f : kCudaFormats) {
-        const PrecisionPolicy policy = make_policy(preset, f);
-        // The reference on Q, K, V rounded to f, as the kernels store them.
-        const AttentionReference ref = make_reference(shape, policy, widen(q0), widen(k0), widen(v0));
+        // The reference on Q, K, V rounded to f, as the kernels store them (both kinds alike).
+        const AttentionReference ref =
+            make_reference(shape, make_policy(preset, f, AttentionKind::flash), widen(q0), widen(k0), widen(v0));
         for (const Variant& var : kVariants) {
-          const AttentionParams params = make_params(var, policy);
+          const AttentionParams params = make_params(var, make_policy(preset, f, var.attention));
           // bound: forward_bound on float buffers (block_kv 10); lse: the same relative error as l plus
           // u_stats |lse| when stored (lse_bound).
           const ForwardCheck<float> twin = check_forward<float>(ref, params, cuda_tile::attention_forward_host);
@@ -129,14 +146,15 @@ TEST(TileMath, BackwardWithinUnitRoundoffBoundOfReference) {
     const std::size_t size = static_cast<std::size_t>(shape.batch * shape.heads * 21 * 8);
     const std::vector<float> q0 = random_normal(size, 21), k0 = random_normal(size, 22), v0 = random_normal(size, 23);
     const std::vector<float> g0 = random_normal(size, 24);
-    for (const char* preset : {"pure", "eager", "mixed"}) {
+    for (const auto& reading : kPolicyPresets) {
+      const std::string preset(reading.name);
       for (Format f : kCudaFormats) {
-        const PrecisionPolicy policy = make_policy(preset, f);
-        // Q, K, V and dO rounded to f (the policy's storage and grad formats).
-        const AttentionReference ref = make_reference(shape, policy, widen(q0), widen(k0), widen(v0), widen(g0));
+        // Q, K, V and dO rounded to f (the storage and grad formats of both kinds).
+        const AttentionReference ref = make_reference(shape, make_policy(preset, f, AttentionKind::flash), widen(q0),
+                                                      widen(k0), widen(v0), widen(g0));
         const std::vector<float> q = narrow(ref.q), k = narrow(ref.k), v = narrow(ref.v), g = narrow(ref.dout);
         for (const Variant& var : kVariants) {
-          const AttentionParams params = make_params(var, policy);
+          const AttentionParams params = make_params(var, make_policy(preset, f, var.attention));
           const BackwardCheck<float> twin = check_backward<float>(ref, params, cuda_tile::attention_forward_host,
                                                                   cuda_tile::attention_backward_host);
           const std::string what = std::string(var.name) + " " + preset + " " + std::string(to_string(f)) +
@@ -157,28 +175,54 @@ TEST(TileMath, BackwardWithinUnitRoundoffBoundOfReference) {
   }
 }
 
-TEST(TileMath, MixedFlashErrorAtMostTwiceBaseline) {
-  // FlashAttention's acceptance rule in the mixed policy at fp16/bf16 (16 KV tiles of 8 keys).
+TEST(TileMath, FlashErrorAtMostTwiceBaseline) {
+  // FlashAttention's acceptance rule, the kernels (fa2) and the mixed reading against the framework
+  // baseline at fp16/bf16 (16 KV tiles of 8 keys).
   const AttentionShape shape = make_shape(128, 16, false);
   const std::size_t size = static_cast<std::size_t>(shape.batch * shape.heads * 128 * 16);
   const std::vector<float> q0 = random_normal(size, 31), k0 = random_normal(size, 32), v0 = random_normal(size, 33);
-  for (Format f : {Format::fp16, Format::bf16}) {
-    const PrecisionPolicy policy = make_policy("mixed", f);
-    const AttentionReference ref = make_reference(shape, policy, widen(q0), widen(k0), widen(v0));
-    double err[3];
-    for (int i = 0; i < 3; ++i) {
-      AttentionParams params = make_params(kVariants[i], policy);
-      params.block_kv = 8;
-      err[i] = check_forward<float>(ref, params, cuda_tile::attention_forward_host).error.max_abs;
+  for (const char* reading : {"fa2", "mixed"}) {
+    for (Format f : {Format::fp16, Format::bf16}) {
+      const AttentionReference ref =
+          make_reference(shape, make_policy(reading, f, AttentionKind::flash), widen(q0), widen(k0), widen(v0));
+      double err[3];
+      for (int i = 0; i < 3; ++i) {
+        AttentionParams params = make_params(kVariants[i], make_policy(reading, f, kVariants[i].attention));
+        params.block_kv = 8;
+        err[i] = check_forward<float>(ref, params, cuda_tile::attention_forward_host).error.max_abs;
+      }
+      EXPECT_LE(err[1], 2 * err[0]) << reading << " " << to_string(f) << " flash kv_outer vs baseline";
+      EXPECT_LE(err[2], 2 * err[0]) << reading << " " << to_string(f) << " flash q_outer vs baseline";
     }
-    EXPECT_LE(err[1], 2 * err[0]) << to_string(f) << " flash q_outer vs baseline";
-    EXPECT_LE(err[2], 2 * err[0]) << to_string(f) << " flash kv_outer vs baseline";
+  }
+}
+
+// The baseline's scale placements in the twin: forward and backward bit for bit with the CPU kernels
+// (where they fuse) and within the bounds of the fp64 reference.
+TEST(TileMath, BaselineScalePlacementsMatchTheCpuKernels) {
+  const AttentionShape shape = make_shape(21, 12, true);
+  const std::size_t size = static_cast<std::size_t>(shape.batch * shape.heads * 21 * 12);
+  const std::vector<float> q0 = random_normal(size, 41), k0 = random_normal(size, 42), v0 = random_normal(size, 43);
+  const std::vector<float> g0 = random_normal(size, 44);
+  for (ScalePlacement placement : {ScalePlacement::fused, ScalePlacement::after, ScalePlacement::before}) {
+    PrecisionPolicy policy = make_policy("fa2", Format::bf16, AttentionKind::baseline);
+    policy.scale = placement;
+    const AttentionReference ref = make_reference(shape, policy, widen(q0), widen(k0), widen(v0), widen(g0));
+    const AttentionParams params = make_params(kVariants[0], policy);
+    const ForwardCheck<float> twin = check_forward<float>(ref, params, cuda_tile::attention_forward_host);
+    EXPECT_TRUE(twin.ok()) << to_string(placement) << ": " << twin.summary();
+    const BackwardCheck<float> twin_b = check_backward<float>(ref, params, cuda_tile::attention_forward_host,
+                                                              cuda_tile::attention_backward_host);
+    EXPECT_TRUE(twin_b.ok()) << to_string(placement) << ": " << twin_b.summary();
+    if (!cpu_kernels_fuse()) continue;
+    EXPECT_TRUE(bit_equal(twin.o, check_forward<float>(ref, params).o)) << to_string(placement);
+    EXPECT_TRUE(bit_equal(twin_b.grad, check_backward<float>(ref, params).grad)) << to_string(placement);
   }
 }
 
 TEST(TileMath, UnsupportedPoliciesAreRefusedWithTheirName) {
   AttentionParams params;
-  params.policy = make_policy("pure", Format::tf32);
+  params.policy = make_policy("pure", Format::tf32, AttentionKind::flash);
   const AttentionShape shape = make_shape(4, 2, false);
   std::vector<float> x(16), o(16);
   try {

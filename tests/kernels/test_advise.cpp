@@ -35,7 +35,7 @@ const StepAdvice& step(const PointAdvice& a, const std::string& name) {
 }
 
 TEST(Advise, MixedNeedsNoStepInFp32) {
-  const PointAdvice a = advise_point(point("mixed"), make_policy("mixed", Format::bf16), 0, 2);
+  const PointAdvice a = advise_point(point("mixed"), make_reading("mixed", Format::bf16), 0, 2);
   EXPECT_LE(a.flash, a.target);
   EXPECT_TRUE(a.minimal.empty());
   EXPECT_TRUE(a.met);
@@ -47,15 +47,15 @@ TEST(Advise, MixedNeedsNoStepInFp32) {
 }
 
 TEST(Advise, APlantedBf16RunningOutputIsTheOneStepToKeep) {
-  PrecisionPolicy planted = make_policy("mixed", Format::bf16);
-  planted.name = "mixed_o_running";
-  planted.o_running = Format::bf16;
+  ReadingPolicies planted = make_reading("mixed", Format::bf16);
+  planted.flash.name = planted.baseline.name = "mixed_o_running";
+  planted.flash.o_running = Format::bf16;
   const PointAdvice a = advise_point(point("mixed_o_running"), planted, 0, 2);
   ASSERT_GT(a.flash, a.baseline);
   EXPECT_EQ(a.minimal, std::vector<std::string>{"o_running"});
   EXPECT_TRUE(a.met);
   // With o_running back in fp32 the policy is mixed again: flash's error is mixed's.
-  const PointAdvice mixed = advise_point(point("mixed"), make_policy("mixed", Format::bf16), 0, 2);
+  const PointAdvice mixed = advise_point(point("mixed"), make_reading("mixed", Format::bf16), 0, 2);
   EXPECT_EQ(a.reached, mixed.flash);
   EXPECT_EQ(step(a, "o_running").flash_promoted, mixed.flash);
   EXPECT_GT(step(a, "o_running").share, 0.5);
@@ -64,7 +64,7 @@ TEST(Advise, APlantedBf16RunningOutputIsTheOneStepToKeep) {
 }
 
 TEST(Advise, EagersExcessComesFromFlashsStateBetweenTiles) {
-  const PointAdvice a = advise_point(point("eager"), make_policy("eager", Format::bf16), 0, 2);
+  const PointAdvice a = advise_point(point("eager"), make_reading("eager", Format::bf16), 0, 2);
   ASSERT_GT(a.flash, a.target);
   EXPECT_TRUE(a.met);
   // The running O, rounded to bf16 after each of the 15 rescales of a row, is the largest single cause;
@@ -88,7 +88,7 @@ TEST(Advise, BackwardAndAnUnreachableTargetAreReported) {
   MicrobenchPoint p = point("pure", Pass::backward);
   p.seq_len = 64;
   p.heads = 1;
-  const PointAdvice a = advise_point(p, make_policy("pure", Format::bf16), 1e-6, 2);
+  const PointAdvice a = advise_point(p, make_reading("pure", Format::bf16), 1e-6, 2);
   EXPECT_FALSE(a.met);
   EXPECT_GT(a.reached, a.target);
   EXPECT_LT(a.reached, a.flash);

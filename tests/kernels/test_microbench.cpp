@@ -157,19 +157,23 @@ TEST(Microbench, RowsAreTheHarnessMetricsWithinItsBounds) {
       const std::vector<MicrobenchRow> rows = run_microbench_point(p);
       const MicrobenchInputs in = microbench_inputs(p);
       const AttentionShape shape = microbench_shape(p);
+      // Each kind with the point's reading's policy of that kind.
+      const ReadingPolicies policies = make_reading(p.policy, p.format);
       AttentionParams params;
-      params.policy = make_policy(p.policy, p.format);
+      params.policy = policies.flash;
       params.block_q = p.block_q;
       params.block_kv = p.block_kv;
       params.order = p.loop_order;
       params.threads = 1;
       const AttentionReference ref = make_reference(shape, params.policy, in.q, in.k, in.v, in.dout);
       const std::string what = std::string(to_string(pass)) + " " + std::string(to_string(f));
+      AttentionParams base_params = params;
+      base_params.attention = AttentionKind::baseline;
+      base_params.policy = policies.baseline;
       if (p.pass == Pass::forward) {
         params.attention = AttentionKind::flash;
         const ForwardCheck<float> flash = check_forward<float>(ref, params);
-        params.attention = AttentionKind::baseline;
-        const ForwardCheck<float> baseline = check_forward<float>(ref, params);
+        const ForwardCheck<float> baseline = check_forward<float>(ref, base_params);
         expect_same(rows[0], flash.error, what + " flash");
         expect_same(rows[1], baseline.error, what + " baseline");
         expect_same(rows[2], error_metrics(flash.o, std::vector<double>(baseline.o.begin(), baseline.o.end())),
@@ -182,8 +186,7 @@ TEST(Microbench, RowsAreTheHarnessMetricsWithinItsBounds) {
       } else {
         params.attention = AttentionKind::flash;
         const BackwardCheck<float> flash = check_backward<float>(ref, params);
-        params.attention = AttentionKind::baseline;
-        const BackwardCheck<float> baseline = check_backward<float>(ref, params);
+        const BackwardCheck<float> baseline = check_backward<float>(ref, base_params);
         expect_same(rows[0], flash.error, what + " flash");
         expect_same(rows[1], baseline.error, what + " baseline");
         expect_same(rows[2],
@@ -200,9 +203,11 @@ TEST(Microbench, RowsAreTheHarnessMetricsWithinItsBounds) {
 TEST(Microbench, CustomPolicyOverride) {
   MicrobenchPoint p = small_point();
   p.policy = "p_only_bf16";
-  PrecisionPolicy custom = make_policy("pure", Format::fp32);
-  custom.name = p.policy;
-  custom.p = Format::bf16;
+  ReadingPolicies custom = make_reading("pure", Format::fp32);
+  for (PrecisionPolicy* kind : {&custom.flash, &custom.baseline}) {
+    kind->name = p.policy;
+    kind->p = Format::bf16;
+  }
   const auto rows = run_microbench_point(p, custom);
   EXPECT_GT(rows[0].max_abs, 0.0);
   EXPECT_THROW(run_microbench_point(p), std::exception);  // not a preset, and no override given
@@ -334,7 +339,7 @@ TEST(Microbench, RepeatedMaxRowsCountsTies) {
   // is attained by keys 0 and 1 (all rows repeated); causal, row 0 sees key 0 alone (3 of 4).
   AttentionShape shape{1, 1, 4, 1, false, 1.0};
   const std::vector<double> q{1, 1, 1, 1}, k{2, 2, 1, 0};
-  PrecisionPolicy fp32 = make_policy("pure", Format::fp32);
+  PrecisionPolicy fp32 = make_policy("pure", Format::fp32, AttentionKind::baseline);
   EXPECT_EQ(repeated_max_fraction(shape, fp32, 0, q.data(), k.data()), 1.0);
   shape.causal = true;
   EXPECT_EQ(repeated_max_fraction(shape, fp32, 0, q.data(), k.data()), 0.75);
@@ -343,7 +348,7 @@ TEST(Microbench, RepeatedMaxRowsCountsTies) {
   shape.causal = false;
   const std::vector<double> k2{1.0, 1.0 + 0x1p-10, 0, 0};
   EXPECT_EQ(repeated_max_fraction(shape, fp32, 0, q.data(), k2.data()), 0.0);
-  EXPECT_EQ(repeated_max_fraction(shape, make_policy("pure", Format::bf16), 0, q.data(), k2.data()), 1.0);
+  EXPECT_EQ(repeated_max_fraction(shape, make_policy("pure", Format::bf16, AttentionKind::baseline), 0, q.data(), k2.data()), 1.0);
 }
 
 TEST(Microbench, RoundingModeAndSeed) {
@@ -368,8 +373,8 @@ TEST(Microbench, RoundingModeAndSeed) {
   other.trial = 1;
   EXPECT_NE(microbench_rounding_seed(other), microbench_rounding_seed(p));
   // A custom policy's own rounding is kept when the point sets none.
-  PrecisionPolicy zero = make_policy("eager", Format::bf16);
-  zero.rounding = Rounding::zero;
+  ReadingPolicies zero = make_reading("eager", Format::bf16);
+  zero.flash.rounding = zero.baseline.rounding = Rounding::zero;
   MicrobenchPoint own = small_point();
   own.format = Format::bf16;
   EXPECT_EQ(run_microbench_point(own, zero)[0].rounding, Rounding::zero);

@@ -296,6 +296,14 @@ TEST(Checkpoint, ScheduleIsEveryNStepsAndTheLastStep) {
   EXPECT_EQ(checkpoint_schedule(50, 7), (Steps{7}));  // every > steps: the last step only
   EXPECT_EQ(checkpoint_schedule(0, 7), (Steps{7}));   // no periodic checkpoints
   EXPECT_EQ(checkpoint_schedule(4, 0), (Steps{}));
+  // The trainer asks is_checkpoint_step after each step: the steps it answers yes to are the schedule.
+  for (std::int64_t every : {0, 1, 3, 5, 50})
+    for (std::int64_t steps : {0, 1, 7, 10}) {
+      Steps asked;
+      for (std::int64_t s = 1; s <= steps; ++s)
+        if (is_checkpoint_step(every, steps, s)) asked.push_back(s);
+      EXPECT_EQ(asked, checkpoint_schedule(every, steps)) << "every " << every << ", steps " << steps;
+    }
 }
 
 TEST(Checkpoint, TemporaryAndInvalidFilesAreNeverTakenAsValid) {

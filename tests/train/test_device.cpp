@@ -164,7 +164,7 @@ TEST(DeviceProblem, NamesWhatEachDeviceCannotRun) {
     EXPECT_NE(device_problem(wide, Device::cuda).find("fp64"), std::string::npos);
     Variant stochastic = v;
     stochastic.attention_cfg.policy = "mixed";
-    stochastic.attention_cfg.custom_policies["sr"] = CustomPolicy{"mixed", {}, Rounding::stochastic};
+    stochastic.attention_cfg.custom_policies["sr"] = CustomPolicy{"mixed", Rounding::stochastic, {}, {}, {}};
     stochastic.attention_cfg.policy = "sr";
     EXPECT_NE(device_problem(stochastic, Device::cuda).find("not available in the CUDA"), std::string::npos);
   }

@@ -33,7 +33,7 @@ TEST_P(KernelAttentionFp64, ForwardAndBackwardMatchTorchAutograd) {
 
   AttentionSetup setup;
   setup.params.attention = GetParam();
-  setup.params.policy = make_policy("pure", Format::fp64);
+  setup.params.policy = make_policy("pure", Format::fp64, GetParam());
   setup.params.block_q = 8;  // 3 x 3 tiles, several rescales per row
   setup.params.block_kv = 8;
   const torch::Tensor o_kern = kernel_attention(qkv_kern, H, setup, 0);
@@ -70,11 +70,11 @@ TEST(KernelAttention, Bf16OutputsAndGradientsAreInTheFormat) {
   torch::manual_seed(6);
   const torch::Tensor qkv = torch::randn({2, 16, 3 * 8}).requires_grad_(true);
   AttentionSetup setup;
-  setup.params.policy = make_policy("mixed", Format::bf16);
   setup.params.block_q = 8;
   setup.params.block_kv = 8;
   for (AttentionKind kind : {AttentionKind::baseline, AttentionKind::flash}) {
     setup.params.attention = kind;
+    setup.params.policy = make_policy("fa2", Format::bf16, kind);
     qkv.mutable_grad() = torch::Tensor();
     const torch::Tensor o = kernel_attention(qkv, 2, setup, 0);
     o.backward(round_copy(torch::randn({2, 16, 8}), Format::bf16));
@@ -120,8 +120,8 @@ TEST(Gpt, Fp64ModelMatchesFp32ModelToFp32Roundoff) {
   g32.init(InitScheme::normal, 9);
   g64.init(InitScheme::normal, 9);
   AttentionSetup a32, a64;
-  a32.params.policy = make_policy("pure", Format::fp32);
-  a64.params.policy = make_policy("pure", Format::fp64);
+  a32.params.policy = make_policy("pure", Format::fp32, AttentionKind::flash);
+  a64.params.policy = make_policy("pure", Format::fp64, AttentionKind::flash);
   torch::manual_seed(5);
   const torch::Tensor tokens = torch::randint(0, 16, {3, 17}, torch::kLong);
   const double l32 = g32.loss(tokens, Emulation::of(Format::fp32), a32).item<double>();

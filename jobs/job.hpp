@@ -47,6 +47,12 @@ struct CliOptions {
   int measure_steps = 3;     // plan --measure-steps
   std::vector<std::string> variants;  // train --variant (empty: all)
   std::string device;        // train/run --device (overrides [train] device; "" keeps it)
+  std::int64_t from_step = -1;        // replay --from
+  std::int64_t replay_steps = 0;      // replay --steps (0: to the original's last step)
+  std::vector<std::string> sets;      // replay --set AXIS=VALUE
+  std::string against;                // bisect --against
+  std::int64_t at_step = -1;          // bisect --step
+  double target_ulps = 0;             // advise --target-ulps (0: the baseline's error)
   SlurmOptions slurm;
   std::string command_line;  // argv as shell words (shell_word) on one line, for provenance
 };
@@ -93,12 +99,18 @@ int job_reduce(JobContext& ctx);
 int job_report(JobContext& ctx);
 int job_status(JobContext& ctx);
 int job_slurm(JobContext& ctx);
+int job_replay(JobContext& ctx);
+int job_bisect(JobContext& ctx);
+int job_advise(JobContext& ctx);
 // Their own options (jobs without any have none here).
 void run_options(boost::program_options::options_description& d, CliOptions& o);
 void plan_options(boost::program_options::options_description& d, CliOptions& o);
 void train_options(boost::program_options::options_description& d, CliOptions& o);
 void reduce_options(boost::program_options::options_description& d, CliOptions& o);
 void slurm_options(boost::program_options::options_description& d, CliOptions& o);
+void replay_options(boost::program_options::options_description& d, CliOptions& o);
+void bisect_options(boost::program_options::options_description& d, CliOptions& o);
+void advise_options(boost::program_options::options_description& d, CliOptions& o);
 
 // Whether the report renderer's interpreter imports the modules it needs: nullopt, or the problem
 // with an install hint (report.cpp; the preflight of a grid with the report phase).

@@ -24,6 +24,7 @@
 #include "base/progress.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
+#include "jobs/microbench_points.hpp"
 #include "jobs/microbench_preflight.hpp"
 #include "jobs/microbench_sdpa.hpp"
 #include "jobs/microbench_torch.hpp"
@@ -45,17 +46,6 @@ namespace {
 
 using microbench_table::Record;
 
-struct SweepPoint {
-  std::string sweep;
-  MicrobenchPoint point;
-  const MicrobenchSweep* source = nullptr;  // the sweep it came from (captured inputs: where they are)
-  bool cuda = false;                        // also our CUDA kernels (devices lists "cuda")
-  std::vector<std::string> framework;       // a framework point (policy "native"): these SDPA backends
-  std::vector<std::string> torch_cpu;       // also these LibTorch CPU algorithms (microbench_torch.hpp)
-  // A framework point: the tiles of the kernel of the reading that claims to model a backend (kRealCode),
-  // which its rows are compared with: the sweep's first tiles at the point's head dim.
-  int reading_block_q = 0, reading_block_kv = 0;
-};
 
 // The tiles of a sweep at head dim d: its `blocks`, or (when it lists SRAM sizes) each SRAM size
 // under each tile rule, as {block_q, block_kv, sram, rule}.
@@ -182,6 +172,7 @@ void add_points(std::vector<SweepPoint>& pts, const MicrobenchSweep& sw, const M
                       p.outlier_fraction = sw.outlier_fraction;
                       p.outlier_scale = sw.outlier_scale;
                       p.sink_logit = sw.sink_logit;
+                      p.repeated_keys = sw.repeated_keys;
                       p.seed = sw.seed;
                       // FlashAttention-2's loop runs at FA-2's loop order only.
                       std::vector<std::string> torch_rows;
@@ -191,6 +182,8 @@ void add_points(std::vector<SweepPoint>& pts, const MicrobenchSweep& sw, const M
                       pts.push_back({sw.name, p, &source, cuda, framework, torch_rows});
                     }
 }
+
+}  // namespace
 
 std::vector<SweepPoint> expand_points(const Study& st) {
   std::vector<SweepPoint> pts;
@@ -236,6 +229,8 @@ std::vector<SweepPoint> expand_points(const Study& st) {
   }
   return pts;
 }
+
+namespace {
 
 // Checked before anything is written: the checkpoint of every captured sweep exists (its variant and
 // layer were checked by expand_points).

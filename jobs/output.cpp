@@ -79,7 +79,8 @@ std::vector<manifest::Entry> outputs_of(const std::string& job) {
       {Kind::file, "reduce", "verdict.csv"},        {Kind::file, "reduce", "twins.csv"},
       {Kind::file, "report", "report.html"},        {Kind::file, "report", "report.md"},
       {Kind::dir, "report", "report_files"},        {Kind::scratch, "report", "report.staging"},
-      {Kind::file, "slurm", "fastudy.sbatch"}};
+      {Kind::file, "slurm", "fastudy.sbatch"},      {Kind::dir, "replay", "replays"},
+      {Kind::dir, "bisect", "bisect"},             {Kind::file, "advise", "advice.csv"}};
   std::vector<manifest::Entry> out;
   for (const auto& e : kOutputs)
     if (e.job == job) out.push_back(e);

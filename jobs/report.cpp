@@ -61,7 +61,7 @@ constexpr const char* kInstallHint =
 // has none).
 constexpr const char* kSealedOutputs[] = {"study.toml",  "variants.csv",  "status.csv",    "microbench.h5", "microbench.csv",
                                           "deviation.h5", "deviation.csv", "axes.csv",      "ranking.csv",
-                                          "verdict.csv",  "twins.csv"};
+                                          "verdict.csv",  "twins.csv",     "advice.csv"};
 
 std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);
@@ -303,6 +303,14 @@ void render(const Study& st, const std::string& out_dir) {
       verify_sealed(p.string(), std::string("rerun the phase that writes ") + name + " (with --resume or --force), then the report");
   }
   check_results_belong(st, out_dir);
+  // ... and the replays' and bisections' tables (fastudy replay, fastudy bisect).
+  for (const char* dir : {"replays", "bisect"}) {
+    if (!fs::is_directory(fs::path(out_dir) / dir, ec)) continue;
+    for (const auto& e : fs::recursive_directory_iterator(fs::path(out_dir) / dir, ec)) {
+      if (e.path().extension() == ".csv" && fs::exists(e.path().string() + ".crc", ec))
+        verify_sealed(e.path().string(), std::string("run the ") + (dir[0] == 'r' ? "replay" : "bisect") + " again, then the report");
+    }
+  }
   const std::string python = find_python();
   const fs::path script = find_script();
   check_modules(python);

@@ -76,6 +76,7 @@ std::string_view to_string(InputDistribution d) {
     case InputDistribution::uniform: return "uniform";
     case InputDistribution::outliers: return "outliers";
     case InputDistribution::sink: return "sink";
+    case InputDistribution::repeated_max: return "repeated_max";
     case InputDistribution::captured: return "captured";
     case InputDistribution::file: return "file";
   }
@@ -153,6 +154,7 @@ void generate_values(std::mt19937_64& rng, InputDistribution distribution, doubl
   switch (distribution) {
     case InputDistribution::normal:
     case InputDistribution::sink:
+    case InputDistribution::repeated_max:
       for (std::size_t i = 0; i < n; ++i) out[i] = normal();
       return;
     case InputDistribution::uniform: {
@@ -189,21 +191,25 @@ MicrobenchInputs microbench_inputs(const MicrobenchPoint& point) {
     const InputDistribution dist = given ? InputDistribution::normal : point.distribution;
     generate_values(rng, dist, point.outlier_fraction, point.outlier_scale, x->data(), size);
   }
-  if (point.distribution == InputDistribution::sink) {
+  if (point.distribution == InputDistribution::sink || point.distribution == InputDistribution::repeated_max) {
     const std::int64_t n = point.seq_len, d = point.head_dim;
     const double key0 = point.sink_logit * std::sqrt(static_cast<double>(d));
+    // sink: key 0 alone; repeated_max: keys 0 to repeated_keys - 1, all the same vector.
+    const std::int64_t sinks = point.distribution == InputDistribution::sink ? 1 : std::min<std::int64_t>(point.repeated_keys, n);
     for (std::int64_t h = 0; h < static_cast<std::int64_t>(point.batch) * point.heads; ++h)
       for (std::int64_t j = 0; j < n; ++j) {
         double* qj = in.q.data() + (h * n + j) * d;
         double* kj = in.k.data() + (h * n + j) * d;
         qj[0] = 1.0;
-        if (j == 0) {
+        if (j < sinks) {
           for (std::int64_t t = 0; t < d; ++t) kj[t] = 0.0;
           kj[0] = key0;
         } else {
           kj[0] = 0.0;
         }
       }
+    if (point.distribution == InputDistribution::repeated_max)
+      for (double& x : in.v) x -= 1.0;  // N(-1, 1): mostly negative values
   }
   return in;
 }

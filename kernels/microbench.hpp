@@ -26,14 +26,16 @@ std::string_view to_string(Pass p);  // "forward", "backward"
 std::optional<Pass> parse_pass(std::string_view name);
 
 // Where a point's Q, K, V come from: drawn by generate_values (normal, uniform, outliers), normal with
-// an attention sink (sink, see microbench_inputs), captured from a layer of the study's own model
-// (captured), or read from a file a user's framework wrote (file: Q, K, V and dO). For captured and file
-// the caller passes them; see prepare_microbench_point.
-enum class InputDistribution : std::uint8_t { normal, uniform, outliers, sink, captured, file };
+// an attention sink (sink, see microbench_inputs), k keys sharing each row's largest logit (repeated_max,
+// see microbench_inputs), captured from a layer of the study's own model (captured), or read from a file
+// a user's framework wrote (file: Q, K, V and dO). For captured and file the caller passes them; see
+// prepare_microbench_point.
+enum class InputDistribution : std::uint8_t { normal, uniform, outliers, sink, repeated_max, captured, file };
 inline constexpr InputDistribution kAllInputDistributions[] = {
-    InputDistribution::normal, InputDistribution::uniform,  InputDistribution::outliers,
-    InputDistribution::sink,   InputDistribution::captured, InputDistribution::file};
-std::string_view to_string(InputDistribution d);  // "normal", "uniform", "outliers", "sink", "captured", "file"
+    InputDistribution::normal,       InputDistribution::uniform,  InputDistribution::outliers, InputDistribution::sink,
+    InputDistribution::repeated_max, InputDistribution::captured, InputDistribution::file};
+// "normal", "uniform", "outliers", "sink", "repeated_max", "captured", "file"
+std::string_view to_string(InputDistribution d);
 std::optional<InputDistribution> parse_input_distribution(std::string_view name);
 
 struct MicrobenchPoint {
@@ -53,7 +55,9 @@ struct MicrobenchPoint {
   int batch = 1, heads = 2;
   InputDistribution distribution = InputDistribution::normal;
   double outlier_fraction = 0.001, outlier_scale = 10.0;  // FA3's recipe (see generate_values)
-  double sink_logit = 10.0;  // sink: the scaled logit of key 0 for every query (see microbench_inputs)
+  double sink_logit = 10.0;  // sink: the scaled logit of key 0 for every query (see microbench_inputs);
+                             // repeated_max: the logit the repeated keys share
+  int repeated_keys = 4;     // repeated_max: how many keys share each row's largest logit
   std::uint64_t seed = 7;
 };
 
@@ -206,7 +210,11 @@ void generate_values(std::mt19937_64& rng, InputDistribution distribution, doubl
 // attends to strongly) generates normal values, then in every head sets component 0 of every query
 // to 1, component 0 of every key but key 0 to 0, and key 0 to sink_logit * sqrt(d) * e_0: with the
 // default scale 1/sqrt(d) key 0's logit is exactly sink_logit for every query, while the others keep
-// the normal logits of d - 1 components (mean 0, variance (d - 1) / d).
+// the normal logits of d - 1 components (mean 0, variance (d - 1) / d). distribution "repeated_max"
+// (Qiu & Yao, arXiv 2510.04212: repeated row maxima with mostly negative values bias bf16 attention)
+// is "sink" with keys 0 to repeated_keys - 1 (clipped to N) all equal to the sink key, so that they
+// share each row's largest logit, sink_logit (exactly, in every format: the same products), and V drawn
+// as N(-1, 1) (84% of the values negative).
 struct MicrobenchInputs {
   std::vector<double> q, k, v, dout;
 };

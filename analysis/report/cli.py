@@ -10,7 +10,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from . import deviation, microbench, provenance, training, verdict
+from . import deviation, explain, microbench, provenance, training, verdict
 from .doc import Section, text
 from .figures import FigureWriter, WriteError, style, write_text
 from .readers import load_study
@@ -48,7 +48,10 @@ def build_report(out_dir, errors=None, into=None):
     sections = []
     with style():
         state = provenance.phase_state(data)
-        for title, anchor, build in SECTIONS:
+        sections_of_study = SECTIONS + ((("6. Explanations", "explanations",
+                                           lambda data, figs, state: explain.build(data, figs)),)
+                                         if explain.present(data) else ())
+        for title, anchor, build in sections_of_study:
             try:
                 sections.append(build(data, figs, state))
             except WriteError:
@@ -66,7 +69,7 @@ def build_report(out_dir, errors=None, into=None):
                     f"report of the files its phases wrote ({phases}). How to read it: section 1 "
                     "answers whether the optimisation's effect on the weights stays within the deviation that accepted "
                     "practices (another init seed, another training precision) already cause; sections 2–4 show the "
-                    "evidence; section 5 how it was produced."]
+                    "evidence; section 5 how it was produced; section 6, when present, the replays and bisections run on it."]
     title = f"fastudy deviation-bound report: {name}"
     html_path, md_path = dest / "report.html", dest / "report.md"
     write_text(md_path, render_markdown(title, subtitle, sections))

@@ -105,6 +105,9 @@ class StudyData:
     axes: list = None  # [AxisInfo] from axes.csv, grid order; None for outputs of an older reduce
     variants: CsvTable = None  # variants.csv: every variant's value of every axis (None: older outputs)
     twins: CsvTable = None
+    advice: CsvTable = None  # advice.csv (fastudy advise)
+    replays: dict = field(default_factory=dict)  # replays/<name>/replay.csv by name (fastudy replay)
+    bisects: dict = field(default_factory=dict)  # bisect/<name>.csv by name (fastudy bisect)
     problems: list = field(default_factory=list)
 
     def grid(self):
@@ -334,6 +337,17 @@ def load_study(out_dir):
         data.deviation = _guard(p, "deviation.h5", read_deviation_h5, out / "deviation.h5", p)
     if data.deviation is None and (out / "deviation.csv").is_file():
         data.deviation = _guard(p, "deviation.csv", read_deviation_csv, out / "deviation.csv")
+    data.advice = _guard(p, "advice.csv", read_csv_table, out / "advice.csv")
+    if (out / "replays").is_dir():
+        for d in sorted((out / "replays").iterdir()):
+            table = _guard(p, f"replays/{d.name}/replay.csv", read_csv_table, d / "replay.csv")
+            if table is not None and table.rows:
+                data.replays[d.name] = table
+    if (out / "bisect").is_dir():
+        for f in sorted((out / "bisect").glob("*.csv")):
+            table = _guard(p, f"bisect/{f.name}", read_csv_table, f)
+            if table is not None and table.rows:
+                data.bisects[f.stem] = table
     variants_dir = out / "variants"
     if variants_dir.is_dir():
         for d in sorted(variants_dir.iterdir()):

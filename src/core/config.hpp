@@ -164,7 +164,8 @@ struct MicrobenchSweep {
   InputDistribution distribution = InputDistribution::normal;
   double outlier_fraction = 0.001;      // outliers: N(0,1) + N(0, outlier_scale^2) * Bernoulli(outlier_fraction)
   double outlier_scale = 10.0;          //   (FA3's recipe: N(0, 100) on 0.1% of entries)
-  double sink_logit = 10.0;             // sink: the logit of key 0 for every query
+  double sink_logit = 10.0;             // sink: the logit of key 0 for every query; repeated_max: of the repeated keys
+  int repeated_keys = 4;                // repeated_max: the keys that share each row's largest logit (>= 2)
   // captured: Q, K, V of one attention layer of this study's own model, from a checkpoint of one of its
   // variants (in the output directory), on one global batch of the variant's data. The points take
   // the model's seq_len, head dim and heads and the variant's [train] batch.
@@ -314,6 +315,13 @@ struct Study {
   bool imported() const { return import.present(); }
 };
 
+// Variant `base` of study `st` with some axes set to other values (`fastudy replay --set AXIS=VALUE`):
+// each axis must be one of fastudy's grid axes (known_axes) and each value one the axis allows in this
+// study (a word it lists, a policy of the study, an integer in range, a positive number); the
+// training-loop keys are checked against the batch as when the grid loads. The id gets
+// "+AXIS=VALUE" per axis set; the resolved TOML and the hash are those of the new configuration.
+// Throws UsageError naming the axis or the value, with the allowed ones.
+Variant variant_with(const Study& st, const Variant& base, const std::vector<std::pair<std::string, std::string>>& set);
 // The grid axes fastudy knows, with what each overrides.
 const std::vector<std::string>& known_axes();
 const char* axis_role_name(AxisRole role);  // "optimisation", "reference", "setting", "noise"

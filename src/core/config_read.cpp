@@ -396,6 +396,7 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   mb.get("outlier_fraction", mc.outlier_fraction);
   mb.get("outlier_scale", mc.outlier_scale);
   mb.get("sink_logit", mc.sink_logit);
+  mb.get("repeated_keys", mc.repeated_keys);
   mb.get("captured_variant", mc.captured_variant);
   mb.get("captured_step", mc.captured_step);
   mb.get("captured_layer", mc.captured_layer);
@@ -417,6 +418,8 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   require(mc.outlier_scale > 0, mb, "outlier_scale", sec + "outlier_scale must be > 0");
   require(mc.sink_logit > 0, mb, "sink_logit", sec + "sink_logit must be > 0",
           "the logit of the sink key for every query, e.g. sink_logit = 10");
+  require(mc.repeated_keys >= 2, mb, "repeated_keys", sec + "repeated_keys must be >= 2",
+          "the number of keys that share each row's largest logit under distribution = \"repeated_max\", e.g. 4");
   require(mc.distribution != InputDistribution::captured || !mc.captured_variant.empty(), mb, "distribution",
           sec + "distribution = \"captured\" needs captured_variant (the variant whose checkpoint to read)",
           "add captured_variant = \"ID\" (and captured_step, captured_layer, captured_batch)");

@@ -5,10 +5,15 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "base/error.hpp"
 #include "base/number.hpp"
 #include "fastudy/version.hpp"  // FASTUDY_TORCH_SDPA, FASTUDY_TORCH_VERSION
 #include "src/core/import.hpp"
@@ -437,6 +442,95 @@ std::uint64_t listed_variants(const Study& st) {
     total = total > kMax - n ? kMax : total + n;
   }
   return total;
+}
+
+namespace {
+
+// Whole text as a number, or nullopt.
+std::optional<std::int64_t> whole_number(const std::string& x) {
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(x.c_str(), &end, 10);
+  if (x.empty() || *end != '\0' || errno == ERANGE) return std::nullopt;
+  return n;
+}
+std::optional<double> real_number(const std::string& x) {
+  char* end = nullptr;
+  const double r = std::strtod(x.c_str(), &end);
+  if (x.empty() || *end != '\0') return std::nullopt;
+  return r;
+}
+
+// The problem with value `x` of axis `row` in study `st` ("" when it is allowed): what read_axis_values
+// checks for a value the grid lists, for a value from the command line.
+std::string axis_value_problem(const Study& st, const GridAxis& row, const std::string& x) {
+  const std::string axis = row.name;
+  switch (row.type) {
+    case AxisType::word: {
+      std::vector<std::string> policies;
+      for (const auto& preset : kPolicyPresets) policies.emplace_back(preset.name);
+      for (const auto& [name, custom] : st.attention.custom_policies) policies.push_back(name);
+      const std::vector<std::string> allowed = row.allowed(policies);
+      if (std::find(allowed.begin(), allowed.end(), x) != allowed.end()) return "";
+      std::string hint = row.unknown_hint ? row.unknown_hint(x) : std::string();
+      if (hint.empty()) hint = suggestion(x, allowed);
+      return "value \"" + x + "\" is not allowed for " + axis + "; allowed: " + join(allowed) +
+             (hint.empty() ? "" : " (" + hint + ")");
+    }
+    case AxisType::integer: {
+      const std::optional<std::int64_t> n = whole_number(x);
+      if (!n || *n < row.min_value)
+        return "value \"" + x + "\" is not allowed for " + axis + ": it takes a whole number >= " + std::to_string(row.min_value);
+      if (axis == "split_k" && *n > max_split_k(st.model))
+        return "split_k = " + x + " is larger than the shortest reduction of the model's linear layers (" +
+               std::to_string(max_split_k(st.model)) + ")";
+      if (row.at_most_seq_len && *n > st.model.seq_len)
+        return axis + " = " + x + " is larger than [model] seq_len = " + std::to_string(st.model.seq_len);
+      return "";
+    }
+    case AxisType::real: {
+      const std::optional<double> r = real_number(x);
+      if (!r || !(*r > 0) || !std::isfinite(*r)) return "value \"" + x + "\" is not allowed for " + axis + ": it takes a positive number";
+      return "";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+Variant variant_with(const Study& st, const Variant& base, const std::vector<std::pair<std::string, std::string>>& set) {
+  Variant var = base;
+  std::string suffix;
+  for (const auto& [axis, raw] : set) {
+    const GridAxis* row = find_axis(axis);
+    if (row == nullptr) {
+      std::string hint = suggestion(axis, known_axes());
+      throw UsageError("--set " + axis + "=" + raw + ": `" + axis + "` is not a grid axis",
+                       hint.empty() ? "the grid axes are " + join(known_axes()) : hint);
+    }
+    if (const std::string problem = axis_value_problem(st, *row, raw); !problem.empty())
+      throw UsageError("--set " + axis + "=" + raw + ": " + problem, "pass a value the axis allows");
+    // The value as the grid would hold it: integers and reals in their shortest text.
+    std::string value = raw;
+    if (row->type == AxisType::integer) value = std::to_string(*whole_number(raw));
+    if (row->type == AxisType::real) value = shortest_number_text(*real_number(raw));
+    row->apply(var, value);
+    auto it = std::find_if(var.axes.begin(), var.axes.end(), [&](const auto& a) { return a.first == axis; });
+    if (it != var.axes.end()) it->second = value;
+    else var.axes.emplace_back(axis, value);
+    suffix += "+" + axis + "=" + value;
+  }
+  const TrainConfig& t = var.train;
+  const int width = t.dp_width > 0 ? t.dp_width : t.ranks_per_variant;
+  if (t.batch % width != 0 || (t.batch / width) % t.grad_accum != 0)
+    throw UsageError("--set: dp_width = " + std::to_string(width) + " and grad_accum = " + std::to_string(t.grad_accum) +
+                         " do not cut [train] batch = " + std::to_string(t.batch) + " into equal shards and micro-batches",
+                     "choose a dp_width that divides batch and a grad_accum that divides batch / dp_width");
+  var.id = base.id + suffix;
+  var.resolved_toml = config_detail::variant_toml(var);
+  var.hash = content_hash(var.resolved_toml);
+  return var;
 }
 
 namespace config_detail {

@@ -145,6 +145,7 @@ toml::table sweep_table(const MicrobenchSweep& mc) {
   t.insert("outlier_fraction", mc.outlier_fraction);
   t.insert("outlier_scale", mc.outlier_scale);
   t.insert("sink_logit", mc.sink_logit);
+  if (mc.repeated_keys != MicrobenchSweep{}.repeated_keys) t.insert("repeated_keys", mc.repeated_keys);
   if (!mc.captured_variant.empty()) {
     t.insert("captured_variant", mc.captured_variant);
     t.insert("captured_step", mc.captured_step);

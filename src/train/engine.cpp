@@ -246,6 +246,36 @@ CapturedAttention Engine::capture(int layer, std::int64_t cursor) {
   return cap;
 }
 
+std::vector<std::pair<std::string, torch::Tensor>> Engine::trace_step(
+    const std::function<double(const std::string&)>& factor) {
+  c10::OptionalDeviceGuard on_device;
+  if (!device_.is_cpu()) on_device.reset_device(device_);
+  const TrainConfig& t = v_.train;
+  auto& params = model_.params();
+  for (auto& [name, p] : params) p.mutable_grad() = torch::Tensor();
+  OpTrace trace;
+  trace.factor = factor;
+  AttentionSetup setup = attention_;
+  setup.shadow = false;
+  setup.trace = &trace;
+  setup.params.rounding_seed =
+      Rng(v_.seed ^ fnv1a64("attention.rounding"), static_cast<std::uint64_t>(step_ + 1)).next();
+  setup.params.head_offset = 0;
+  std::vector<std::int64_t> rows = data_.rows(cursor_, t.batch, 0, t.batch);
+  const torch::Tensor tokens = torch::from_blob(rows.data(), {t.batch, v_.model.seq_len + 1}, torch::kLong).to(device_);
+  const torch::Tensor loss = model_.loss(tokens, emu_, setup);
+  (loss_scale_ == 1.0 ? loss : loss * loss_scale_).backward();
+  std::vector<std::pair<std::string, torch::Tensor>> out = std::move(trace.outputs);
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    const torch::Tensor& g = it->second.grad();
+    torch::Tensor grad = g.defined() ? g.detach().clone() : torch::zeros_like(it->second);
+    if (loss_scale_ != 1.0) grad.div_(loss_scale_);
+    out.emplace_back("grad " + it->first, grad);
+  }
+  for (auto& [name, p] : params) p.mutable_grad() = torch::Tensor();
+  return out;
+}
+
 Engine::Step Engine::step() {
   c10::OptionalDeviceGuard on_device;  // the CUDA kernels use the current device
   if (!device_.is_cpu()) on_device.reset_device(device_);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,13 @@ class Engine {
   };
   // One optimizer step on the next global batch.
   Step step();
+
+  // One forward and backward pass of the whole global batch at the data cursor, as the next step
+  // runs them (its attention rounding seed, its loss scale) but as one shard and without the update:
+  // every op's output in forward order (OpTrace), then each parameter's gradient, unscaled, as
+  // "grad <name>", the last parameter first (the order the backward pass reaches them). `factor`: a
+  // planted change (OpTrace::factor; tests). For fastudy bisect.
+  std::vector<std::pair<std::string, torch::Tensor>> trace_step(const std::function<double(const std::string&)>& factor);
 
   TrainState state() const;
   // Q, K, V of attention layer `layer` on global batch `cursor` (see capture_attention_inputs).

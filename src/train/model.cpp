@@ -435,6 +435,15 @@ struct LayerNormFn : public torch::autograd::Function<LayerNormFn> {
 // Causal attention of qkv [B, N, 3D] -> [B, N, D] in qkv's dtype: LibTorch's SDPA with the setup's
 // backend, or fastudy's kernels (on float containers: native formats are widened and the result cast
 // back, the kernels' policy doing the rounding).
+// Q, K and V of a fused projection [B, N, 3D] recorded in the trace (they travel on as one tensor).
+void trace_qkv(const AttentionSetup& setup, const std::string& block, const torch::Tensor& qkv) {
+  if (setup.trace == nullptr) return;
+  const std::int64_t D = qkv.size(-1) / 3;
+  for (int j = 0; j < 3; ++j) {
+    setup.trace->outputs.emplace_back(block + "attn." + "qkv"[j], qkv.narrow(-1, j * D, D).detach().clone());
+  }
+}
+
 torch::Tensor attend(const torch::Tensor& qkv, int heads, const AttentionSetup& setup, int layer) {
   if (setup.sdpa != SdpaBackend::none) {
     const std::int64_t B = qkv.size(0), N = qkv.size(1), D = qkv.size(2) / 3, d = D / heads;
@@ -461,12 +470,18 @@ torch::Tensor native_layer_norm(const torch::Tensor& x, const torch::Tensor& w, 
 // One transformer block in the native arithmetic (see model.hpp): the residual stream stays fp32.
 torch::Tensor native_block_forward(const torch::Tensor& x, torch::TensorList p, int heads, const Emulation& e,
                                    const AttentionSetup& setup, int layer) {
-  torch::Tensor h = native_layer_norm(x, p[kLn1W], p[kLn1B]);
-  h = attend(native_linear(h, p[kQkvW], p[kQkvB], e), heads, setup, layer);
-  const torch::Tensor y = x + native_linear(h, p[kProjW], p[kProjB], e).to(x.scalar_type());
-  h = native_layer_norm(y, p[kLn2W], p[kLn2B]);
-  h = torch::gelu(native_linear(h, p[kFcW], p[kFcB], e), e.numerics.gelu == GeluApproximation::tanh ? "tanh" : "none");
-  return y + native_linear(h, p[kMlpProjW], p[kMlpProjB], e).to(x.scalar_type());
+  const std::string at = "blocks." + std::to_string(layer) + ".";
+  torch::Tensor h = traced(setup, at + "ln1", native_layer_norm(x, p[kLn1W], p[kLn1B]));
+  h = traced(setup, at + "attn.qkv", native_linear(h, p[kQkvW], p[kQkvB], e));
+  trace_qkv(setup, at, h);
+  h = traced(setup, at + "attn.out", attend(h, heads, setup, layer));
+  const torch::Tensor y =
+      x + traced(setup, at + "attn.proj", native_linear(h, p[kProjW], p[kProjB], e)).to(x.scalar_type());
+  h = traced(setup, at + "ln2", native_layer_norm(y, p[kLn2W], p[kLn2B]));
+  h = traced(setup, at + "mlp.fc", native_linear(h, p[kFcW], p[kFcB], e));
+  h = traced(setup, at + "mlp.gelu", torch::gelu(h, e.numerics.gelu == GeluApproximation::tanh ? "tanh" : "none"));
+  return traced(setup, at + "out",
+                y + traced(setup, at + "mlp.proj", native_linear(h, p[kMlpProjW], p[kMlpProjB], e)).to(x.scalar_type()));
 }
 
 // One transformer block: x [B, N, D] -> [B, N, D], params in BlockParam order.
@@ -477,14 +492,17 @@ torch::Tensor block_forward(const torch::Tensor& x, torch::TensorList p, int hea
   // attention output (stored in policy.o), GELU's output, and the attention's dQKV (policy.grad).
   const bool attention_out_in_format = attention.params.policy.o == e.precision;
   const bool attention_grad_in_format = attention.params.policy.grad == e.precision;
-  torch::Tensor h = layer_norm(x, p[kLn1W], p[kLn1B], e.numerics.layernorm);
-  h = emulated_linear(h, p[kQkvW], p[kQkvB], e, false, attention_grad_in_format);  // [B, N, 3D]
-  h = attend(h, heads, attention, layer);                                           // [B, N, D]
-  torch::Tensor y = x + emulated_linear(h, p[kProjW], p[kProjB], e, attention_out_in_format);
-  h = layer_norm(y, p[kLn2W], p[kLn2B], e.numerics.layernorm);
-  h = emulated_linear(h, p[kFcW], p[kFcB], e);
-  h = round_activation(gelu(h, e.numerics.gelu), e);
-  return y + emulated_linear(h, p[kMlpProjW], p[kMlpProjB], e, e.round_storage);
+  const std::string at = "blocks." + std::to_string(layer) + ".";
+  torch::Tensor h = traced(attention, at + "ln1", layer_norm(x, p[kLn1W], p[kLn1B], e.numerics.layernorm));
+  h = traced(attention, at + "attn.qkv", emulated_linear(h, p[kQkvW], p[kQkvB], e, false, attention_grad_in_format));  // [B, N, 3D]
+  trace_qkv(attention, at, h);
+  h = traced(attention, at + "attn.out", attend(h, heads, attention, layer));  // [B, N, D]
+  torch::Tensor y = x + traced(attention, at + "attn.proj", emulated_linear(h, p[kProjW], p[kProjB], e, attention_out_in_format));
+  h = traced(attention, at + "ln2", layer_norm(y, p[kLn2W], p[kLn2B], e.numerics.layernorm));
+  h = traced(attention, at + "mlp.fc", emulated_linear(h, p[kFcW], p[kFcB], e));
+  h = traced(attention, at + "mlp.gelu", round_activation(gelu(h, e.numerics.gelu), e));
+  return traced(attention, at + "out",
+                y + traced(attention, at + "mlp.proj", emulated_linear(h, p[kMlpProjW], p[kMlpProjB], e, e.round_storage)));
 }
 
 // recompute = on: a block whose forward keeps only its input and parameters and runs again inside
@@ -513,6 +531,7 @@ struct RecomputedBlockFn : public torch::autograd::Function<RecomputedBlockFn> {
     AttentionSetup rerun = *reinterpret_cast<const AttentionSetup*>(address("setup"));
     rerun.shadow = false;
     rerun.capture = nullptr;
+    rerun.trace = nullptr;
     variable_list inputs;
     for (const torch::Tensor& t : ctx->get_saved_variables()) inputs.push_back(t.detach().requires_grad_(true));
     torch::Tensor y;
@@ -639,7 +658,7 @@ torch::Tensor Gpt::loss(const torch::Tensor& tokens, const Emulation& e, const A
   const std::int64_t N = config_.seq_len;
   const torch::Tensor inputs = tokens.narrow(1, 0, N);
   const torch::Tensor targets = tokens.narrow(1, 1, N).reshape({-1});
-  torch::Tensor x = torch::embedding(p(0), inputs) + p(1);  // [B, N, D]
+  torch::Tensor x = traced(attention, "embed", torch::embedding(p(0), inputs) + p(1));  // [B, N, D]
   // Recomputation only where there is a backward pass (not under the capture's NoGradGuard).
   const bool recompute = e.numerics.recompute && torch::GradMode::is_enabled();
   for (int i = 0; i < config_.layers; ++i) {
@@ -658,12 +677,24 @@ torch::Tensor Gpt::loss(const torch::Tensor& tokens, const Emulation& e, const A
   const std::size_t f = 2 + static_cast<std::size_t>(config_.layers) * kBlockParams;
   if (e.native) {
     // Autocast's rules: the LM head in the compute format, the loss in fp32.
-    const torch::Tensor logits = native_linear(native_layer_norm(x, p(f), p(f + 1)), p(f + 2), torch::Tensor(), e);
-    return torch::nn::functional::cross_entropy(logits.reshape({-1, config_.vocab}).to(e.dtype), targets);
+    x = traced(attention, "ln_f", native_layer_norm(x, p(f), p(f + 1)));
+    const torch::Tensor logits = traced(attention, "logits", native_linear(x, p(f + 2), torch::Tensor(), e));
+    return traced(attention, "loss",
+                  torch::nn::functional::cross_entropy(logits.reshape({-1, config_.vocab}).to(e.dtype), targets));
   }
-  x = layer_norm(x, p(f), p(f + 1), e.numerics.layernorm);
-  const torch::Tensor logits = emulated_linear(x, p(f + 2), torch::Tensor(), e);  // [B, N, V]
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, config_.vocab}), targets);
+  x = traced(attention, "ln_f", layer_norm(x, p(f), p(f + 1), e.numerics.layernorm));
+  const torch::Tensor logits = traced(attention, "logits", emulated_linear(x, p(f + 2), torch::Tensor(), e));  // [B, N, V]
+  return traced(attention, "loss", torch::nn::functional::cross_entropy(logits.reshape({-1, config_.vocab}), targets));
+}
+
+torch::Tensor traced(const AttentionSetup& setup, const std::string& name, torch::Tensor t) {
+  if (setup.trace == nullptr) return t;
+  if (setup.trace->factor) {
+    const double f = setup.trace->factor(name);
+    if (f != 1.0) t = t * f;
+  }
+  setup.trace->outputs.emplace_back(name, t.detach().clone());
+  return t;
 }
 
 }  // namespace fastudy::train

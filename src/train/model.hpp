@@ -71,6 +71,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -134,6 +135,17 @@ struct ShadowRecord {
   double max_abs, mean_abs;  // |O_kind - O_other| over the whole output
 };
 
+// The outputs of a forward pass, op by op (fastudy bisect): each op appends a detached copy of its
+// output under its name, in forward order: "embed"; per block "blocks.<i>." + ln1, attn.q, attn.k,
+// attn.v, attn.out (the attention kernel's output), attn.proj, ln2, mlp.fc, mlp.gelu, mlp.proj, out
+// (the residual stream after the block); then "ln_f", "logits", "loss". `factor`, when set, is a
+// planted change (tests): the op's output is multiplied by factor(name) before it goes on (1: none;
+// not applied to attn.q/k/v, which are views of one product, attn.qkv).
+struct OpTrace {
+  std::vector<std::pair<std::string, torch::Tensor>> outputs;
+  std::function<double(const std::string&)> factor;
+};
+
 struct AttentionSetup {
   AttentionParams params;         // the variant's kind, policy, blocks and loop order
   SdpaBackend sdpa = SdpaBackend::none;  // set: LibTorch's SDPA with this backend instead of the kernels
@@ -142,7 +154,11 @@ struct AttentionSetup {
   // When set, the forward of layer capture_layer copies its Q, K, V here (see capture_attention_inputs).
   CapturedAttention* capture = nullptr;
   int capture_layer = -1;
+  OpTrace* trace = nullptr;  // when set, every op of the forward pass records its output here
 };
+
+// `t`, recorded in setup.trace under `name` (and multiplied by its planted factor) when there is one.
+torch::Tensor traced(const AttentionSetup& setup, const std::string& name, torch::Tensor t);
 
 // Causal multi-head attention of a fused projection: qkv [B, N, 3D] (q | k | v, heads contiguous
 // inside each) -> [B, N, D], forward and backward through the kernels (custom autograd function,

@@ -570,7 +570,7 @@ TEST(Usage, UnknownJobMissingStudyAndBadGracePeriodAreNamed) {
   RunResult r = run_fastudy("trian " + grid);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("unknown job 'trian'"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("the jobs are run, plan, microbench, train, reduce, report, status, slurm"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the jobs are run, plan, microbench, train, advise, replay, bisect, reduce, report, status, slurm"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("positional"), std::string::npos) << r.output;
 
   for (const char* job : {"status", "reduce", "report"}) {

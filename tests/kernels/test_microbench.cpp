@@ -326,6 +326,32 @@ TEST(Microbench, SinkKeyHasItsLogit) {
   EXPECT_LT(worst_other, p.sink_logit - 5.0);
 }
 
+// repeated_max: keys 0 to repeated_keys - 1 are one vector, so they share every row's largest logit
+// exactly (the same products in every format); every row's maximum repeats (N - 1 of N causal rows:
+// row 0 sees one key); V is N(-1, 1): with B H N d = 1536 values its mean is within 4 sd (0.1) of -1.
+TEST(Microbench, RepeatedMaxKeysShareEveryRowsLargestLogit) {
+  MicrobenchPoint p = small_point();
+  p.distribution = InputDistribution::repeated_max;
+  p.repeated_keys = 3;
+  const MicrobenchInputs in = microbench_inputs(p);
+  const int n = p.seq_len, d = p.head_dim;
+  for (int h = 0; h < p.batch * p.heads; ++h)
+    for (int j = 1; j < p.repeated_keys; ++j)
+      for (int t = 0; t < d; ++t) ASSERT_EQ(in.k[(h * n + j) * d + t], in.k[(h * n) * d + t]);
+  double mean_v = 0;
+  for (double x : in.v) mean_v += x;
+  mean_v /= static_cast<double>(in.v.size());
+  EXPECT_NEAR(mean_v, -1.0, 0.1);
+  for (const auto& [format, policy] : {std::pair{Format::bf16, "pure"}, std::pair{Format::fp32, "mixed"}}) {
+    p.format = format;
+    p.policy = policy;
+    p.causal = false;
+    EXPECT_EQ(run_microbench_point(p)[0].repeated_max_rows, 1.0);
+    p.causal = true;
+    EXPECT_DOUBLE_EQ(run_microbench_point(p)[0].repeated_max_rows, (n - 1.0) / n);
+  }
+}
+
 // The words of a point's pass and distribution (CSV columns, grid.toml) read back to their values, and
 // nothing else reads as one.
 TEST(Microbench, PassAndDistributionWordsRoundTrip) {

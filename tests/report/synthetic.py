@@ -118,6 +118,47 @@ def write_training(out, states=None, diverged="flash-bf16-s2"):
     out.joinpath("status.csv").write_text("\n".join(rows) + "\n")
 
 
+def write_explanations(out):
+    """advice.csv, replays/*/replay.csv and bisect/*.csv as fastudy advise, replay and bisect write them
+    (the replays with the diverged variant of write_training: NaN at step 14)."""
+    header = "step,loss,original_loss,spike,original_spike,skipped,original_skipped,diverged,original_diverged,w1,max_abs"
+    replays = {
+        "baseline-fp32-s1-from10": [f"{s},{3.0 - 0.01 * s!r},{3.0 - 0.01 * s!r},0,0,0,0,0,0,{'0,0' if s == 20 else ','}"
+                                    for s in range(11, 21)],
+        "flash-bf16-s2-from10": [f"{s},{'nan' if s == 14 else 3.0},{'nan' if s == 14 else 3.0},0,0,0,0,"
+                                 f"{int(s == 14)},{int(s == 14)},," for s in range(11, 15)],
+        "flash-bf16-s2-from10+precision=fp32": [f"{s},{2.9!r},{'nan' if s == 14 else '3.0' if s < 14 else ''},0,0,0,0,0,"
+                                                f"{int(s == 14)},," for s in range(11, 21)],
+    }
+    for name, rows in replays.items():
+        d = out / "replays" / name
+        d.mkdir(parents=True)
+        d.joinpath("replay.csv").write_text(PROVENANCE.format(phase="replay") + header + "\n" + "\n".join(rows) + "\n")
+    ops = [("embed", "-", 0, 1), ("blocks.0.ln1", "0", 0, 1), ("blocks.0.attn.qkv", "0", 0.5, 0),
+           ("blocks.0.attn.out", "0", 250.0, 0), ("blocks.1.ln1", "1", 0, 1), ("loss", "-", 3.0, 0),
+           ("grad blocks.0.attn.qkv.weight", "0", 9.0, 0)]
+    lines = ["op,layer,numel,max_abs,ref_max,ulps,bound_ulps,identical,beyond,first"]
+    for op, layer, ulps, identical in ops:
+        beyond = int(ulps > 4)
+        lines.append(f"{op},{layer},64,{ulps * 1e-3!r},1,{ulps!r},4,{identical},{beyond},{int(op == 'blocks.0.attn.out')}")
+    point = "main,forward,bf16,{policy},nearest,256,32,16,16,q_outer,0,normal"
+    head = ("sweep,pass,format,policy,rounding,seq_len,head_dim,block_q,block_kv,loop_order,causal,distribution,"
+            "flash,baseline,target,u,reached,met,step,in_format,flash_promoted,baseline_promoted,flash_demoted,"
+            "baseline_demoted,share,order")
+    advice = [head]
+    # eager: flash 0.008 against a baseline of 0.004; o_running then s bring it to 0.0036 (0.9x).
+    for step, in_format, promoted, share, order in (("o_running", 1, 0.005, 0.75, 1), ("s", 1, 0.0075, 0.125, 2),
+                                                    ("accum", 0, 0.008, 0.0, 0)):
+        advice.append(point.format(policy="eager") + f",0.008,0.004,0.004,0.00390625,0.0036,1,{step},{in_format},"
+                      f"{promoted},0.004,0.008,0.004,{share},{order}")
+    advice.append(point.format(policy="mixed") + ",0.0039,0.004,0.004,0.00390625,0.0039,1,o,1,0.0038,0.0039,"
+                  "0.0039,0.004,0,0")
+    out.joinpath("advice.csv").write_text(PROVENANCE.format(phase="advise") + "\n".join(advice) + "\n")
+    (out / "bisect").mkdir()
+    (out / "bisect" / "flash-bf16-s2--flash-fp32-s2-step13.csv").write_text(
+        PROVENANCE.format(phase="bisect") + "\n".join(lines) + "\n")
+
+
 def contribution(axis, attention_w1):
     return {"attention": attention_w1, "precision": 3e-5, "seed": 4e-4, "repeat": 2e-6}[axis]
 

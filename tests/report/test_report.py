@@ -145,6 +145,39 @@ class PartialStudyTest(unittest.TestCase):
         self.assertIn("OUTSIDE the bounds<span class=\"sub\">vs precision fp32↔bf16, seed; by the slope ratio", html)
         self.assertEqual(checks.verdict_matches_csv(self, out / "report.html", out / "verdict.csv"), 2)
 
+    def test_explanations_shown_when_their_files_exist(self):
+        # Advice for two readings, a replay that repeats a diverged original, one whose fix removes the
+        # divergence, and a bisection whose first op beyond the bound is layer 0's attention output; no
+        # section 6 without them.
+        out = self.dir / "explain"
+        out.mkdir()
+        synthetic.write_study_toml(out)
+        synthetic.write_training(out)
+        _, md = self.render(out)
+        self.assertNotIn("6. Explanations", md)
+        synthetic.write_explanations(out)
+        html, md = self.render(out)
+        self.assertIn("## 6. Explanations: advice, replays and bisections", md)
+        self.assertIn("| flash-bf16-s2 | 10 | none | 0 spike(s), diverged at step 14 | 0 spike(s), diverged at step 14 "
+                      "| yes |", md)
+        self.assertIn("| flash-bf16-s2 | 10 | precision=fp32 | 0 spike(s), diverged at step 14 | 0 spike(s) | no |", md)
+        self.assertIn("| baseline-fp32-s1 | 10 | none | 0 spike(s) | 0 spike(s) | – |", md)
+        nums = {k: float(v) for k, v, _ in checks.NUM_SPAN.findall(html) if k.startswith("explain.")}
+        self.assertEqual(nums["explain.replay.baseline-fp32-s1-from10.max_abs"], 0.0)
+        self.assertAlmostEqual(nums["explain.replay.flash-bf16-s2-from10+precision=fp32.loss"], 2.9)
+        self.assertIn("the first op beyond the bound (4 roundings) is `blocks.0.attn.out` (", md)
+        self.assertAlmostEqual(nums["explain.bisect.flash-bf16-s2--flash-fp32-s2-step13.first_ulps"], 250.0)
+        self.assertIn("| 0 | blocks.0.attn.qkv | 250 | 9 | blocks.0.attn.out, grad blocks.0.attn.qkv.weight |", md)
+        self.assertIn("| 1 | none (identical) | 0 | 0 | none |", md)
+        self.assertIn("Under `eager` at bf16, flash exceeds the target at 1 of 1 point(s); the steps kept in fp32 "
+                      "there: `o_running` (1 of 1), `s` (1 of 1); with them flash reaches 0.9x the baseline's error "
+                      "(target met at 1 of 1).", md)
+        self.assertIn("Under `mixed` at bf16, flash is within the target at all 1 point(s): no step needs fp32.", md)
+        self.assertIn("| eager bf16 forward, N 256, d 32, 16 KV tiles | 0.008 | 0.004 | 2 | 0.004 | o_running, s | 0.9 "
+                      "| yes |", md)
+        self.assertAlmostEqual(nums["explain.advice.eager.bf16.reached_min"], 0.9)
+        self.assertIn('id="fig-explain_advice"', html)
+
     def test_deviation_csv_without_h5(self):
         # Without deviation.h5 the matrices come from deviation.csv and the variants' axes from the grid.
         out = self.dir / "csv"

@@ -190,13 +190,14 @@ def force_damaged_manifest(c):
 
 
 def slurm_hostile_paths(c):
-    """slurm with a grid path and a study name holding newlines, $(...), backticks, quotes and ';', and an
-    --out with $(...), backticks and ';': the script passes bash -n, runs nothing else, and hands fastudy
-    the exact paths."""
+    """slurm with a grid path holding newlines, $(...), backticks, quotes and ';', and an --out with $(...),
+    backticks and ';': the script passes bash -n, runs nothing else, and hands fastudy the exact paths. (A
+    study name like that never reaches the script: the naming rule refuses it at load, see
+    study-name-with-newline.)"""
     gdir = c.dir / "g\nid>pwned\n$(touch M1)`touch M2`;touch M3 'q\" \\"
     gdir.mkdir()
     grid = gdir / "grid.toml"
-    grid.write_text(GRID.format(out="unused").replace('name = "flips"', 'name = "n\\nid>pwned2\\n$(touch${IFS}M4)`touch${IFS}M5`"'))
+    grid.write_text(GRID.format(out="unused"))
     out = c.dir / "o$(touch${IFS}M6)`touch${IFS}M7`;touch${IFS}M8"
     run, stub = c.dir / "run", c.dir / "bin"
     run.mkdir()
@@ -467,12 +468,85 @@ def grace_not_a_number(c):
                   names="FASTUDY_STOP_GRACE_S", check=lambda r: ["the study was written"] if c.out.exists() else [])
 
 
+def nothing_written(c):
+    return lambda r: ["the study was written"] if c.out.exists() else []
+
+
+def policy_named_as_path(c):
+    """A custom policy named like a path that would become OUT/checkpoints/<id> (item 1): refused at load,
+    naming the policy and the rule; nothing written inside or outside the study."""
+    grid = GRID.format(out=c.out).replace('precision = ["fp32", "bf16"]',
+                                          'precision = ["fp32", "bf16"]\npolicy = ["../../../x", "mixed"]')
+    c.grid.write_text(grid + '[attention.policies."../../../x"]\npreset = "mixed"\n')
+    return Expect([c.fastudy, c.grid], (2,), c.out, names="holds '/'", check=nothing_written(c))
+
+
+def study_name_with_newline(c):
+    """A study name with a newline and a NUL escape (items 1, 9): refused at load, naming the key."""
+    c.grid.write_text(GRID.format(out=c.out).replace('name = "flips"', 'name = "a\\nb"'))
+    return Expect([c.fastudy, c.grid], (2,), c.out, names="[study] name", check=nothing_written(c))
+
+
+def deep_dotted_key(c):
+    """A dotted key 100,000 levels deep (item 4): refused before the TOML parser recurses."""
+    c.grid.write_text(GRID.format(out=c.out) + "x" + ".a" * 100000 + " = 1\n")
+    return Expect([c.fastudy, "plan", c.grid], (2,), c.out, names="levels deep", check=nothing_written(c))
+
+
+def grid_dev_zero(c):
+    """/dev/zero as the grid (item 5): named as not a regular file, no unbounded read."""
+    return Expect([c.fastudy, "plan", "/dev/zero"], (2,), c.out, names="/dev/zero")
+
+
+def grid_fifo(c):
+    """A FIFO nobody writes to as the grid (item 5): named, no hang."""
+    fifo = c.dir / "grid.fifo"
+    os.mkfifo(fifo)
+    # own: the harness's snapshot of the case's folder must not open the FIFO itself
+    return Expect([c.fastudy, "plan", fifo], (2,), c.out, names="grid.fifo", own=(fifo,))
+
+
+def grid_empty(c):
+    """An empty grid and /dev/null (item 5): refused at load, not run as one default variant."""
+    c.grid.write_text("# nothing here\n\n")
+    return Expect([c.fastudy, c.grid], (2,), c.out, names="sets nothing", check=nothing_written(c))
+
+
+def huge_grid(c):
+    """2 x 10^9 variants (item 6): refused within seconds, counted from the axis sizes, never expanded."""
+    seeds = "[" + ", ".join(str(i) for i in range(1, 1001)) + "]"
+    grid = GRID.format(out=c.out).replace('precision = ["fp32", "bf16"]',
+                                          f"seed = {seeds}\nrepeat = {seeds}\nlr = [" +
+                                          ", ".join(f"0.{i:04d}" for i in range(1, 1001)) + "]")
+    c.grid.write_text(grid)
+    return Expect([c.fastudy, "plan", c.grid], (2,), c.out, names="max_variants",
+                  check=lambda r: [f"took {r.seconds:.1f} s"] if r.seconds > 10 else [])
+
+
+def changed_configuration(c):
+    """A grid of another configuration into a trained study (item 8): refused naming the setting; study.toml
+    and the verdict stay as they were."""
+    out = c.study()
+    before = (out / "study.toml").read_text()
+    c.grid.write_text(GRID.format(out=out).replace("warmup = 2", "warmup = 3"))
+    return Expect([c.fastudy, "reduce", c.grid, "--resume", "--force"], (2,), out, names="train.warmup",
+                  verdict_same=True,
+                  check=lambda r: [] if (out / "study.toml").read_text() == before else ["study.toml was rewritten"])
+
 CASES = [
     (2, "force-fake-study", force_fake_study),
     (2, "force-out-dot", force_out_dot),
     (2, "force-keeps-user-files", force_keeps_user_files),
     (2, "reduce-force-keeps-checkpoints", reduce_force_keeps_checkpoints),
     (2, "force-damaged-manifest", force_damaged_manifest),
+    (1, "policy-named-as-path", policy_named_as_path),
+    (1, "study-name-with-newline", study_name_with_newline),
+    (4, "deep-dotted-key", deep_dotted_key),
+    (5, "grid-dev-zero", grid_dev_zero),
+    (5, "grid-fifo", grid_fifo),
+    (5, "grid-empty", grid_empty),
+    (6, "huge-grid", huge_grid),
+    (8, "changed-configuration", changed_configuration),
     (3, "slurm-hostile-paths", slurm_hostile_paths),
     (3, "slurm-out-with-newline", slurm_out_with_newline),
     (10, "status-csv-directory", status_csv_directory),

@@ -84,9 +84,14 @@ struct RunResult {
   std::string output;  // stdout and stderr together
 };
 
+// Each command gets an Open MPI session directory of its own (orte_tmpdir_base), removed after it: two
+// commands of parallel tests share /tmp/ompi.HOST.UID otherwise, and one ending can remove the job-family
+// folder the other is creating ("A call to mkdir was unable to create the desired directory").
 inline RunResult run_command(const std::string& cmd) {
   RunResult r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  const std::string own_session = "export OMPI_MCA_orte_tmpdir_base=\"$(mktemp -d)\"; ";
+  const std::string cleanup = "; rc=$?; rm -rf \"$OMPI_MCA_orte_tmpdir_base\"; exit $rc";
+  FILE* p = popen((own_session + cmd + " 2>&1" + cleanup).c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf{};
   std::size_t n;

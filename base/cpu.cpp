@@ -22,7 +22,7 @@ Isa cpu_isa() {
   return isa;
 }
 
-const char* to_string(Isa isa) {
+std::string_view to_string(Isa isa) {
   switch (isa) {
     case Isa::avx512: return "avx512";
     case Isa::avx2: return "avx2";

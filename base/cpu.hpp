@@ -4,6 +4,8 @@
 // Every variant rounds identically (no FMA contraction), so the choice changes speed, never results.
 #pragma once
 
+#include <string_view>
+
 namespace fastudy {
 
 enum class Isa { generic, avx2, avx512 };
@@ -11,7 +13,7 @@ enum class Isa { generic, avx2, avx512 };
 // avx512: AVX-512 F/VL/DQ/BW with AVX2, FMA, F16C; avx2: AVX2, FMA, F16C; generic otherwise (and on
 // compilers or architectures without GCC's x86 target attributes).
 Isa cpu_isa();
-const char* to_string(Isa isa);
+std::string_view to_string(Isa isa);
 
 // The training threads asked for by FASTUDY_TORCH_THREADS: 0 when it is unset or empty (the trainer
 // then uses the rank's share of the CPUs), else its count in [1, 1024]. Throws UsageError naming

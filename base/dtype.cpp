@@ -12,7 +12,7 @@ std::size_t dtype_size(DType t) {
   return 1;
 }
 
-const char* to_string(DType t) {
+std::string_view to_string(DType t) {
   switch (t) {
     case DType::f32: return "f32";
     case DType::f64: return "f64";

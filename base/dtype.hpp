@@ -4,11 +4,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace fastudy {
 
 enum class DType : std::uint8_t { f32, f64, i64, u8 };
 std::size_t dtype_size(DType t);
-const char* to_string(DType t);
+std::string_view to_string(DType t);
 
 }  // namespace fastudy

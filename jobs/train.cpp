@@ -368,7 +368,7 @@ int job_train(JobContext& ctx) {
   for (const auto& row : res.rows) {
     if (row.state != TaskState::failed && row.state != TaskState::diverged) continue;
     if (++named > kNamed) continue;
-    log::error("  " + row.variant + " " + to_string(row.state) + " at step " + std::to_string(row.step) +
+    log::error("  " + row.variant + " " + std::string(to_string(row.state)) + " at step " + std::to_string(row.step) +
                (row.reason.empty() ? std::string() : ": " + row.reason));
   }
   if (named > kNamed)

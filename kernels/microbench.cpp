@@ -230,7 +230,7 @@ Within2x within_2x(double real_error, double reading_error) {
   return Within2x::within;
 }
 
-const char* to_string(Within2x v) {
+std::string_view to_string(Within2x v) {
   switch (v) {
     case Within2x::within: return "within 2x";
     case Within2x::real_larger: return "real > 2x reading";

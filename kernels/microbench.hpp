@@ -181,7 +181,7 @@ void set_agreement(MicrobenchRow& row, const std::vector<double>& values, const 
 enum class Within2x { within, real_larger, reading_larger };
 Within2x within_2x(double real_error, double reading_error);
 // "within 2x", "real > 2x reading", "reading > 2x real".
-const char* to_string(Within2x v);
+std::string_view to_string(Within2x v);
 
 // The stochastic-rounding seed of a point: a hash of microbench_seed(point), so it depends on the
 // point alone (never on the MPI rank that computes it; a point runs whole on one rank, head_offset 0).

@@ -35,7 +35,7 @@ std::string device_problem(const Variant& v, Device device) {
   }
   if (v.precision == Format::fp64) return "fp64 variants train on the CPU only (the CUDA kernels have no fp64)";
   if (v.numerics.layernorm != LayerNormAlgorithm::torch) {
-    return std::string("[numerics] layernorm = ") + to_string(v.numerics.layernorm) + " runs on the CPU only";
+    return "[numerics] layernorm = " + std::string(to_string(v.numerics.layernorm)) + " runs on the CPU only";
   }
   if (v.sdpa == SdpaBackend::none) {
     try {

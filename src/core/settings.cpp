@@ -17,7 +17,7 @@ std::optional<E> parse_word(const E (&all)[N], std::string_view name) {
 
 }  // namespace
 
-const char* to_string(Device d) {
+std::string_view to_string(Device d) {
   switch (d) {
     case Device::auto_: return "auto";
     case Device::cpu: return "cpu";
@@ -27,7 +27,7 @@ const char* to_string(Device d) {
 }
 std::optional<Device> parse_device(std::string_view name) { return parse_word(kAllDevices, name); }
 
-const char* to_string(Arithmetic a) {
+std::string_view to_string(Arithmetic a) {
   switch (a) {
     case Arithmetic::emulated: return "emulated";
     case Arithmetic::native: return "native";
@@ -36,7 +36,7 @@ const char* to_string(Arithmetic a) {
 }
 std::optional<Arithmetic> parse_arithmetic(std::string_view name) { return parse_word(kAllArithmetics, name); }
 
-const char* to_string(Schedule s) {
+std::string_view to_string(Schedule s) {
   switch (s) {
     case Schedule::cosine: return "cosine";
     case Schedule::constant: return "constant";
@@ -45,7 +45,7 @@ const char* to_string(Schedule s) {
 }
 std::optional<Schedule> parse_schedule(std::string_view name) { return parse_word(kAllSchedules, name); }
 
-const char* to_string(ReduceOrder order) {
+std::string_view to_string(ReduceOrder order) {
   switch (order) {
     case ReduceOrder::rank: return "rank";
     case ReduceOrder::ring: return "ring";
@@ -55,7 +55,7 @@ const char* to_string(ReduceOrder order) {
 }
 std::optional<ReduceOrder> parse_reduce_order(std::string_view name) { return parse_word(kAllReduceOrders, name); }
 
-const char* to_string(DataKind k) {
+std::string_view to_string(DataKind k) {
   switch (k) {
     case DataKind::synthetic: return "synthetic";
     case DataKind::text: return "text";
@@ -65,7 +65,7 @@ const char* to_string(DataKind k) {
 }
 std::optional<DataKind> parse_data_kind(std::string_view name) { return parse_word(kAllDataKinds, name); }
 
-const char* to_string(InitScheme s) {
+std::string_view to_string(InitScheme s) {
   switch (s) {
     case InitScheme::normal: return "normal";
     case InitScheme::xavier_uniform: return "xavier_uniform";
@@ -76,7 +76,7 @@ const char* to_string(InitScheme s) {
 }
 std::optional<InitScheme> parse_init_scheme(std::string_view name) { return parse_word(kAllInitSchemes, name); }
 
-const char* to_string(MatmulArithmetic m) {
+std::string_view to_string(MatmulArithmetic m) {
   switch (m) {
     case MatmulArithmetic::fp32: return "fp32";
     case MatmulArithmetic::tf32: return "tf32";
@@ -89,7 +89,7 @@ std::optional<MatmulArithmetic> parse_matmul_arithmetic(std::string_view name) {
   return parse_word(kAllMatmulArithmetics, name);
 }
 
-const char* to_string(LayerNormAlgorithm l) {
+std::string_view to_string(LayerNormAlgorithm l) {
   switch (l) {
     case LayerNormAlgorithm::torch: return "torch";
     case LayerNormAlgorithm::two_pass: return "two_pass";
@@ -101,7 +101,7 @@ std::optional<LayerNormAlgorithm> parse_layernorm_algorithm(std::string_view nam
   return parse_word(kAllLayerNormAlgorithms, name);
 }
 
-const char* to_string(GeluApproximation g) {
+std::string_view to_string(GeluApproximation g) {
   switch (g) {
     case GeluApproximation::erf: return "erf";
     case GeluApproximation::tanh: return "tanh";
@@ -112,7 +112,7 @@ std::optional<GeluApproximation> parse_gelu_approximation(std::string_view name)
   return parse_word(kAllGeluApproximations, name);
 }
 
-const char* to_string(SdpaBackend b) {
+std::string_view to_string(SdpaBackend b) {
   switch (b) {
     case SdpaBackend::none: return "";
     case SdpaBackend::flash: return "sdpa_flash";

@@ -80,7 +80,7 @@ MpiError::MpiError(std::string call, int rank, int code, const char* file, int l
       rank_(rank),
       code_(code) {}
 
-const char* to_string(ThreadLevel t) {
+std::string_view to_string(ThreadLevel t) {
   switch (t) {
     case ThreadLevel::single: return "MPI_THREAD_SINGLE";
     case ThreadLevel::funneled: return "MPI_THREAD_FUNNELED";
@@ -123,8 +123,8 @@ MpiSession::MpiSession(int* argc, char*** argv, ThreadLevel requested, ThreadLev
   set_process_rank(world_rank());
   provided_ = provided_level();
   if (static_cast<int>(provided_) < static_cast<int>(required)) {
-    throw Error(std::string("the MPI library provides only ") + to_string(provided_) + ", fastudy needs " +
-                    to_string(required),
+    throw Error("the MPI library provides only " + std::string(to_string(provided_)) + ", fastudy needs " +
+                    std::string(to_string(required)),
                 "use an MPI built with thread support (Open MPI: --enable-mpi-thread-multiple)");
   }
 }

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <mpi.h>
@@ -40,7 +41,7 @@ class MpiError : public Error {
 };
 
 enum class ThreadLevel { single, funneled, serialized, multiple };
-const char* to_string(ThreadLevel t);
+std::string_view to_string(ThreadLevel t);
 
 // Initialises MPI (MPI_Init_thread) for the lifetime of the object and finalises it on destruction,
 // unless MPI was already initialised by someone else (then it does neither). Before initialising it

@@ -24,8 +24,8 @@ double now_s() {
 
 
 std::string encode(int task, const TaskOutcome& o) {
-  return std::to_string(task) + " " + to_string(o.state) + " " + std::to_string(o.step) + " " + number_text(o.loss) +
-         "\n" + o.reason;
+  return std::to_string(task) + " " + std::string(to_string(o.state)) + " " + std::to_string(o.step) + " " +
+         number_text(o.loss) + "\n" + o.reason;
 }
 
 std::pair<int, TaskOutcome> decode(const std::string& s) {
@@ -262,7 +262,7 @@ ScheduleResult run_schedule(const mpi::Comm& world, int ranks_per_group, const s
   const int groups = world.size() / ranks_per_group;
   if (groups > 1 && mpi::MpiSession::provided_level() != mpi::ThreadLevel::multiple) {
     throw Error("the scheduler needs MPI_THREAD_MULTIPLE for " + std::to_string(groups) +
-                    " rank groups, but MPI provides " + to_string(mpi::MpiSession::provided_level()),
+                    " rank groups, but MPI provides " + std::string(to_string(mpi::MpiSession::provided_level())),
                 "use an MPI library with thread support, or run one group (ranks_per_variant = number of ranks)");
   }
   mpi::Comm group = world.split(world.rank() / ranks_per_group, world.rank());

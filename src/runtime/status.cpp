@@ -43,7 +43,7 @@ std::string exact_number(double v) {
 
 }  // namespace
 
-const char* to_string(TaskState s) {
+std::string_view to_string(TaskState s) {
   switch (s) {
     case TaskState::queued: return "queued";
     case TaskState::running: return "running";
@@ -141,7 +141,7 @@ void print_status(std::ostream& os, const std::vector<StatusRow>& rows, const Va
       auto it = c.find(t);
       if (it == c.end()) continue;
       if (!s.empty()) s += ", ";
-      s += std::to_string(it->second) + " " + to_string(t);
+      s += std::to_string(it->second) + " " + std::string(to_string(t));
     }
     return s.empty() ? std::string("none") : s;
   };

@@ -13,12 +13,13 @@
 #include <ostream>
 #include <string>
 #include <utility>
+#include <string_view>
 #include <vector>
 
 namespace fastudy {
 
 enum class TaskState { queued, running, done, diverged, failed };
-const char* to_string(TaskState s);
+std::string_view to_string(TaskState s);
 TaskState parse_task_state(const std::string& s);  // throws Error for an unknown word
 
 struct StatusRow {

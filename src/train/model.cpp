@@ -633,7 +633,7 @@ torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const t
   const std::int64_t d = x.size(-1);
   if (algorithm == LayerNormAlgorithm::torch) return fixed::layer_norm(x, w, b, kLayerNormEps);
   if (!x.is_cpu()) {
-    throw Error(std::string("[numerics] layernorm = ") + to_string(algorithm) + " runs on the CPU only",
+    throw Error("[numerics] layernorm = " + std::string(to_string(algorithm)) + " runs on the CPU only",
                 "use layernorm = \"torch\" on a GPU, or [train] device = \"cpu\"");
   }
   return LayerNormFn::apply(x.reshape({-1, d}), w, b, static_cast<std::int64_t>(algorithm)).view(x.sizes());

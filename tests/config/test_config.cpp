@@ -325,15 +325,15 @@ TEST(Settings, EveryWordReadsBackToItsValue) {
   expect_words_round_trip(kAllLayerNormAlgorithms, parse_layernorm_algorithm);
   expect_words_round_trip(kAllGeluApproximations, parse_gelu_approximation);
   expect_words_round_trip(kSdpaKinds, parse_sdpa_backend);
-  EXPECT_STREQ(to_string(Device::auto_), "auto");
-  EXPECT_STREQ(to_string(Schedule::constant), "constant");
-  EXPECT_STREQ(to_string(ReduceOrder::tree), "tree");
-  EXPECT_STREQ(to_string(DataKind::tokens), "tokens");
-  EXPECT_STREQ(to_string(InitScheme::xavier_uniform), "xavier_uniform");
-  EXPECT_STREQ(to_string(InitScheme::kaiming_normal), "kaiming_normal");
-  EXPECT_STREQ(to_string(LayerNormAlgorithm::two_pass), "two_pass");
-  EXPECT_STREQ(to_string(SdpaBackend::efficient), "sdpa_efficient");
-  EXPECT_STREQ(to_string(SdpaBackend::none), "");
+  EXPECT_EQ(to_string(Device::auto_), "auto");
+  EXPECT_EQ(to_string(Schedule::constant), "constant");
+  EXPECT_EQ(to_string(ReduceOrder::tree), "tree");
+  EXPECT_EQ(to_string(DataKind::tokens), "tokens");
+  EXPECT_EQ(to_string(InitScheme::xavier_uniform), "xavier_uniform");
+  EXPECT_EQ(to_string(InitScheme::kaiming_normal), "kaiming_normal");
+  EXPECT_EQ(to_string(LayerNormAlgorithm::two_pass), "two_pass");
+  EXPECT_EQ(to_string(SdpaBackend::efficient), "sdpa_efficient");
+  EXPECT_EQ(to_string(SdpaBackend::none), "");
   EXPECT_FALSE(parse_sdpa_backend("").has_value());  // none is not a kind
 }
 

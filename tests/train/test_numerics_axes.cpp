@@ -314,7 +314,7 @@ TEST(NumericsAxes, EveryNonBaselineValueChangesTheWeights) {
   for (MatmulArithmetic m : {MatmulArithmetic::tf32, MatmulArithmetic::bf16, MatmulArithmetic::bf16x3}) {
     NumericsConfig n;
     n.matmul = m;
-    values.emplace_back(std::string("matmul ") + to_string(m), n);
+    values.emplace_back("matmul " + std::string(to_string(m)), n);
   }
   for (int k : {2, 3}) {
     NumericsConfig n;
@@ -324,7 +324,7 @@ TEST(NumericsAxes, EveryNonBaselineValueChangesTheWeights) {
   for (LayerNormAlgorithm l : {LayerNormAlgorithm::two_pass, LayerNormAlgorithm::welford}) {
     NumericsConfig n;
     n.layernorm = l;
-    values.emplace_back(std::string("layernorm ") + to_string(l), n);
+    values.emplace_back("layernorm " + std::string(to_string(l)), n);
   }
   NumericsConfig tanh;
   tanh.gelu = GeluApproximation::tanh;

@@ -93,7 +93,7 @@ __global__ void flash_forward_kernel(TileHead h, const float* q, const float* k,
     }
     __syncthreads();
     if (active) {
-      score_row<R>(q + off + i * h.d, ks, h.d, bc, h.d, h.scale, h.causal, i, j0, s);
+      score_row<R>(q + off + i * h.d, ks, h.d, bc, h.d, h.scale, h.causal, i, j0, s, tile_score_of(h));
       if constexpr (Order == LoopOrder::q_outer) {
         flash_q_outer_tile<R>(s, bc, vs, h.d, h.d, j0 > 0, st, orow);
       } else {
@@ -182,7 +182,7 @@ __global__ void flash_dkdv_kernel(TileHead h, const float* q, const float* k, co
   for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {
     float p, ds;
     flash_backward_entry<R>(q + off + i * h.d, k + off + j * h.d, dout + off + i * h.d, v + off + j * h.d, h.d,
-                            h.scale, lse[base + i], dd[base + i], p, ds);
+                            h.scale, tile_score_of(h), lse[base + i], dd[base + i], p, ds);
     axpy<R>(p, dout + off + i * h.d, dva + off + j * h.d, h.d);
     axpy<R>(ds, q + off + i * h.d, dka + off + j * h.d, h.d);
   }
@@ -198,7 +198,7 @@ __global__ void flash_dq_kernel(TileHead h, const float* q, const float* k, cons
   for (std::int64_t j = 0; j < j_end; ++j) {
     float p, ds;
     flash_backward_entry<R>(q + off + i * h.d, k + off + j * h.d, dout + off + i * h.d, v + off + j * h.d, h.d,
-                            h.scale, lse[base + i], dd[base + i], p, ds);
+                            h.scale, tile_score_of(h), lse[base + i], dd[base + i], p, ds);
     axpy<R>(ds, k + off + j * h.d, dqa + off + i * h.d, h.d);
   }
 }
@@ -366,11 +366,11 @@ void forward_impl(const AttentionShape& shape, const AttentionParams& params, co
   load<T, R, kStepK>(k, kr.get(), total, stream);
   load<T, R, kStepV>(v, vr.get(), total, stream);
   T* out = static_cast<T*>(o);
+  if (h.placement == ScalePlacement::before) {  // the framework kinds' `before`
+    scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(qr.get(), total, h.scale);
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+  }
   if (params.attention == AttentionKind::baseline) {
-    if (h.placement == ScalePlacement::before) {
-      scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(qr.get(), total, h.scale);
-      FASTUDY_CUDA_CHECK(cudaGetLastError());
-    }
     DeviceBuffer<float> s_ws(heads * h.n * h.n), acc_ws(total);
     baseline_forward_kernel<T, R><<<row_grid(h, heads), kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(),
                                                                               s_ws.get(), acc_ws.get(), out, lse);
@@ -400,11 +400,11 @@ void backward_impl(const AttentionShape& shape, const AttentionParams& params, c
   for (float* a : {dqa.get(), dka.get(), dva.get()})
     FASTUDY_CUDA_CHECK(cudaMemsetAsync(a, 0, sizeof(float) * total, stream));
   const dim3 grid = row_grid(h, heads);
+  if (h.placement == ScalePlacement::before) {  // the framework kinds' `before`
+    scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(qr.get(), total, h.scale);
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+  }
   if (params.attention == AttentionKind::baseline) {
-    if (h.placement == ScalePlacement::before) {
-      scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(qr.get(), total, h.scale);
-      FASTUDY_CUDA_CHECK(cudaGetLastError());
-    }
     DeviceBuffer<float> p_ws(heads * h.n * h.n), ds_ws(heads * h.n * h.n);
     baseline_softmax_backward_kernel<R>
         <<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), p_ws.get(), ds_ws.get());
@@ -441,7 +441,7 @@ void backward_impl(const AttentionShape& shape, const AttentionParams& params, c
     FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   store_gradients_kernel<T, R><<<elementwise_blocks(total), kThreads, 0, stream>>>(
-      total, h.placement, h.scale, dqa.get(), dka.get(), dva.get(), static_cast<T*>(dq), static_cast<T*>(dk),
+      total, h.grad_placement, h.scale, dqa.get(), dka.get(), dva.get(), static_cast<T*>(dq), static_cast<T*>(dk),
       static_cast<T*>(dv));
   FASTUDY_CUDA_CHECK(cudaGetLastError());
   FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -43,7 +43,9 @@ struct TileHead {
   float scale;
   bool causal;
   FlashKernel kernel;        // the flash kind's kernel; framework for the baseline
-  ScalePlacement placement;  // the baseline's scale placement; fused for flash
+  ScalePlacement placement;       // the framework kinds' scale placement (baseline, framework flash); fused for fa2/fa3
+  ScalePlacement grad_placement;  // how dQ, dK take the scale (store_gradient_triple): the framework
+                                  // flash loops' `after` differentiates as `fused`
 };
 
 inline TileHead make_tile_head(const AttentionShape& shape, const AttentionParams& params) {
@@ -56,7 +58,8 @@ inline TileHead make_tile_head(const AttentionShape& shape, const AttentionParam
   h.causal = shape.causal;
   const bool flash = params.attention == AttentionKind::flash;
   h.kernel = flash ? params.policy.kernel : FlashKernel::framework;
-  h.placement = flash ? ScalePlacement::fused : params.policy.scale;
+  h.placement = h.kernel == FlashKernel::framework ? params.policy.scale : ScalePlacement::fused;
+  h.grad_placement = flash && h.placement == ScalePlacement::after ? ScalePlacement::fused : h.placement;
   return h;
 }
 
@@ -410,15 +413,18 @@ FASTUDY_HD inline float baseline_softmax_row(float* s, std::int64_t n) {
 }
 
 // ---- backward ------------------------------------------------------------------------------------
-// One (i, j) entry of the flash backward: P_ij = p(exp(s(scale q_i.k_j) - lse_i)) recomputed from the
-// saved lse, dS_ij = grad(P_ij (dO_i.v_j - D_i)).
+// One (i, j) entry of the flash backward: P_ij = p(exp(S_ij - lse_i)) recomputed from the saved lse with
+// S_ij = s(scale q_i.k_j) (or what `store` says, as score_row), dS_ij = grad(P_ij (dO_i.v_j - D_i)).
 template <class R>
 FASTUDY_HD inline void flash_backward_entry(const float* q_i, const float* k_j, const float* dout_i,
-                                            const float* v_j, int d, float scale, float lse_i, float d_i, float& p,
-                                            float& ds) {
-  const float s = dot<R>(q_i, k_j, 1, d);
+                                            const float* v_j, int d, float scale, TileScore store, float lse_i,
+                                            float d_i, float& p, float& ds) {
+  const float acc = dot<R>(q_i, k_j, 1, d);
   const float dp = dot<R>(dout_i, v_j, 1, d);
-  p = R::p(exp_f32(round_exp_arg<R>(R::s(s * scale) - lse_i)));
+  const float s = store == TileScore::fused ? R::s(acc * scale)
+                  : store == TileScore::after ? R::s(R::s(acc) * scale)
+                                              : R::s(acc);
+  p = R::p(exp_f32(round_exp_arg<R>(s - lse_i)));
   ds = R::grad(p * (dp - d_i));
 }
 
@@ -430,7 +436,8 @@ FASTUDY_HD inline void axpy(float a, const float* x, float* y, int d) {
 
 // One row of the baseline backward, as the CPU kernels do it: p holds the raw score dots q_i.k_j and dp
 // the dots dO_i.v_j for j < j_end on entry; on exit p holds P_i (softmax recomputed from the scores,
-// normalised) and dp holds dS_i = grad(P (dP - D_i)) with D_i = sum_j P_ij dP_ij (accum, j in order).
+// normalised) and dp holds dS_i = grad(P (dP - D_i)) with dP = grad(dot) and D_i = sum_j P_ij dP_ij
+// (accum, j in order).
 template <class R>
 FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t j_end, float scale,
                                              TileScore store = TileScore::fused) {
@@ -451,6 +458,7 @@ FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t j
   float d_i = 0.0f;
   for (std::int64_t j = 0; j < j_end; ++j) {
     p[j] = R::p(R::division(p[j] / l));
+    dp[j] = R::grad(dp[j]);  // dP = grad(dO V^T), the matmul backward's output tensor
     d_i = R::accum(fmaf(p[j], dp[j], d_i));
   }
   for (std::int64_t j = 0; j < j_end; ++j) dp[j] = R::grad(p[j] * (dp[j] - d_i));

@@ -112,17 +112,19 @@ FASTUDY_INLINE void axpy(const R& rd, T a, const T* x, T* y, std::int64_t d_padd
   for (std::int64_t t = 0; t < d_padded; t += L) vstore(y + t, rd.accum(madd(a_vec, vload(x + t), vload(y + t))));
 }
 
-// dQ, dK, dV from their accumulators: every flash kernel and the baseline's `fused` scale multiply dQ
-// and dK by the scale once (dQ = grad(acc * scale)); `after` scaled dS already (grad(acc)); `before`
-// stores dQ' = grad(acc), then dQ = grad(dQ' * scale), and dK = grad(acc).
+// dQ, dK, dV from their accumulators, the scale as `placement` says: `fused` (every flash kernel, the
+// framework flash loops' `after`, the baseline's `fused`) multiplies dQ and dK by the scale once
+// (dQ = grad(acc * scale)); the baseline's `after` scaled dS already (grad(acc)); `before` stores
+// dQ' = grad(acc), then dQ = grad(dQ' * scale), and dK = grad(acc).
 template <class T, class R>
-void store_gradients(const R& rd, const Head<T>& h, BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
+void store_gradients(const R& rd, const Head<T>& h, ScalePlacement placement, BackwardWorkspace<T>& ws, T* dq, T* dk,
+                     T* dv) {
   // Element by element dQ (one rounding, two for `before`), dK then dV (the scalar order of the
   // draws), whole vectors lane by lane.
   using V = vec_t<T>;
   constexpr int L = kLanes<T>;
-  const bool dq_twice = h.placement == ScalePlacement::before;
-  const bool dq_scaled = h.placement != ScalePlacement::after, dk_scaled = h.placement == ScalePlacement::fused;
+  const bool dq_twice = placement == ScalePlacement::before;
+  const bool dq_scaled = placement != ScalePlacement::after, dk_scaled = placement == ScalePlacement::fused;
   const std::uint32_t draw = rd.template draws<StepId::grad>() ? 1 : 0;
   const std::uint32_t dk_offset = draw * (dq_twice ? 2 : 1), dv_offset = dk_offset + draw;
   const std::uint32_t stride = dv_offset + draw;
@@ -201,8 +203,8 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
       if (h.causal && i0 + br - 1 < j0) continue;  // every row of the block precedes every key
       T* p = ws.p.data();
       T* ds = ws.ds.data();
-      score_tile(rd, ws.k_packed.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.qt_stride, bc, br_padded, h.scale, p,
-                 br_padded);
+      placed_score_tile(h.placement, rd, ws.k_packed.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.qt_stride, bc,
+                        br_padded, h.scale, p, br_padded);
       score_tile<ScoreStore::dot>(rd, ws.v_packed.data() + j0 * h.d, h.d, ws.dout_t.data() + i0, h.qt_stride, bc,
                                   br_padded, T(1), ds, br_padded);
       if (h.causal && j0 + bc - 1 > i0) mask_tile(p, br_padded, bc, br_padded, j0, i0);
@@ -223,7 +225,8 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
               h.d_padded);
     }
   }
-  store_gradients(rd, h, ws, dq, dk, dv);
+  // The framework loop's S = s(s(Q K^T) * scale) differentiates to dS * scale, as `fused`.
+  store_gradients(rd, h, h.placement == ScalePlacement::after ? ScalePlacement::fused : h.placement, ws, dq, dk, dv);
 }
 
 // ---- flash backward, the FlashAttention kernels (FlashKernel::fa2 and fa3) -------------------------
@@ -344,7 +347,7 @@ void flash_backward_kernel(const R& rd, const Head<T>& h, const T* q, const T* k
         vstore(dq_rows + x, rd.accum(vload(dq_rows + x) + vload(ws.dq_tile.data() + x)));
     }
   }
-  store_gradients(rd, h, ws, dq, dk, dv);
+  store_gradients(rd, h, ScalePlacement::fused, ws, dq, dk, dv);
 }
 
 template <class T, class R>
@@ -377,11 +380,15 @@ void baseline_backward(const R& rd, const Head<T>& h, const T* q, const T* k, co
       p[j] = rd.softmax(sexp(rd.softmax(x)));
       l = rd.stats(l + p[j]);
     }
+    // dP = grad(dO V^T): the output of the P.V matmul's backward, a tensor in grad; then the softmax
+    // backward dS = grad(P (dP - D)), its row dot D rounded to grad under LibTorch 1.x's CPU kernel.
     T d_i = 0;
     for (std::int64_t j = 0; j < j_end; ++j) {
       p[j] = rd.p(rd.division(p[j] / l));
+      ds[j] = rd.grad(ds[j]);
       d_i = rd.accum(madd(p[j], ds[j], d_i));
     }
+    if (h.libtorch1_cpu) d_i = rd.grad(d_i);
     for (std::int64_t j = 0; j < n_padded; ++j) ds[j] = j < j_end ? rd.grad(p[j] * (ds[j] - d_i)) : T(0);
     if (h.placement == ScalePlacement::after)  // the scaling op's backward: dS' = grad(dS * scale)
       for (std::int64_t j = 0; j < j_end; ++j) ds[j] = rd.grad(ds[j] * h.scale);
@@ -397,7 +404,7 @@ void baseline_backward(const R& rd, const Head<T>& h, const T* q, const T* k, co
       axpy(rd, ds[j], ws.k.data() + j * h.d_padded, ws.dq.data() + i * h.d_padded, h.d_padded);
     }
   }
-  store_gradients(rd, h, ws, dq, dk, dv);
+  store_gradients(rd, h, h.placement, ws, dq, dk, dv);
 }
 
 }  // namespace

@@ -107,26 +107,13 @@ void flash_backward_head(const TileHead& h, const float* q, const float* k, cons
   const std::int64_t nd = h.n * h.d;
   const auto qr = framework_q<R>(h, q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
   const auto dor = rounded<R>(dout, nd, R::grad), orr = rounded<R>(o, nd, R::o);
-  std::vector<float> dd(h.n), dqa(nd, 0.0f), dka(nd, 0.0f), dva(nd, 0.0f);
-  for (std::int64_t i = 0; i < h.n; ++i) dd[i] = R::stats_running(dot<R>(dor.data() + i * h.d, orr.data() + i * h.d, 1, h.d));
-  for (std::int64_t j = 0; j < h.n; ++j) {  // one device thread of the dK/dV kernel
-    for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {
-      float p, ds;
-      flash_backward_entry<R>(qr.data() + i * h.d, kr.data() + j * h.d, dor.data() + i * h.d, vr.data() + j * h.d,
-                              h.d, h.scale, tile_score_of(h), lse[i], dd[i], p, ds);
-      axpy<R>(p, dor.data() + i * h.d, dva.data() + j * h.d, h.d);
-      axpy<R>(ds, qr.data() + i * h.d, dka.data() + j * h.d, h.d);
-    }
-  }
-  for (std::int64_t i = 0; i < h.n; ++i) {  // one device thread of the dQ kernel
-    const std::int64_t j_end = h.causal ? i + 1 : h.n;
-    for (std::int64_t j = 0; j < j_end; ++j) {
-      float p, ds;
-      flash_backward_entry<R>(qr.data() + i * h.d, kr.data() + j * h.d, dor.data() + i * h.d, vr.data() + j * h.d,
-                              h.d, h.scale, tile_score_of(h), lse[i], dd[i], p, ds);
-      axpy<R>(ds, kr.data() + j * h.d, dqa.data() + i * h.d, h.d);
-    }
-  }
+  std::vector<float> dd(h.n), dqa(nd, 0.0f), dka(nd, 0.0f), dva(nd, 0.0f), tk(h.d), tv(h.d);
+  for (std::int64_t i = 0; i < h.n; ++i) dd[i] = flash_delta<R>(dor.data() + i * h.d, orr.data() + i * h.d, h.d, h.ops);
+  for (std::int64_t j = 0; j < h.n; ++j)  // one device thread of the dK/dV kernel
+    flash_dkdv_key<R>(h, qr.data(), kr.data(), vr.data(), dor.data(), lse, dd.data(), j, dka.data() + j * h.d,
+                      dva.data() + j * h.d, tk.data(), tv.data());
+  for (std::int64_t i = 0; i < h.n; ++i)  // one device thread of the dQ kernel
+    flash_dq_row<R>(h, qr.data(), kr.data(), vr.data(), dor.data(), lse, dd.data(), i, dqa.data() + i * h.d, tk.data());
   store_gradients<R>(h, dqa, dka, dva, dq, dk, dv);
 }
 

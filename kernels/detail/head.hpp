@@ -205,7 +205,9 @@ FASTUDY_INLINE void store_row(const R& rd, const T* acc, std::int64_t d, T l, bo
     rd.rng.skip(stride * L);
   }
   for (; t < d; ++t) out[t] = divide ? rd.o(rd.division(acc[t] / l)) : rd.o(acc[t]);
-  if (lse) *lse = rd.template step<LseStep>(m + std::log(l));
+  // lse = m + log(l) as the framework writes it: log(l) an op of its own, each result in LseStep's format
+  // (FA-2 as ops: `m + torch.log(l)`; exact where the step is as wide as T).
+  if (lse) *lse = rd.template step<LseStep>(m + rd.template step<LseStep>(static_cast<T>(std::log(l))));
 }
 
 }  // namespace

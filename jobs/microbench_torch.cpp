@@ -227,22 +227,67 @@ TorchAttention torch_attention(const MicrobenchRun& run, const std::string& algo
   return out;
 }
 
+FrameworkOps torch_cpu_ops() {
+  // Asked of LibTorch itself on bf16 tensors (FrameworkOps in kernels/attention.hpp): both probes must
+  // show LibTorch 1.x's behaviour, else the readings' opmath is what it runs.
+  static const FrameworkOps ops = [] {
+    // The scalar: x * s for bf16 values x = 1 + k/128, against round(x * s) and round(x * bf16(s)).
+    const double s = 1.0 / std::sqrt(48.0);  // not a bf16 value
+    const double s_bf16 = round_to(Format::bf16, s);
+    const torch::Tensor x = torch::arange(128, 256, torch::kFloat64) / 128.0;  // exact in bf16
+    const torch::Tensor got = (x.to(torch::kBFloat16) * s).to(torch::kFloat64);
+    bool scalar_rounded = true, any_differs = false;
+    for (std::int64_t i = 0; i < x.size(0); ++i) {
+      const double xi = x[i].item<double>(), g = got[i].item<double>();
+      const double exact = round_to(Format::bf16, xi * s), rounded = round_to(Format::bf16, xi * s_bf16);
+      any_differs = any_differs || exact != rounded;
+      scalar_rounded = scalar_rounded && g == rounded;
+    }
+    // The softmax backward: (dY - D) * Y with D = sum dY * Y in fp32, or rounded to bf16 first.
+    const torch::Tensor y = torch::softmax(torch::linspace(-3.0, 3.0, 64, torch::kFloat64), 0).to(torch::kBFloat16);
+    const torch::Tensor dy = torch::linspace(-1.0, 1.3, 64, torch::kFloat64).to(torch::kBFloat16);
+    const torch::Tensor gi = torch::_softmax_backward_data(dy, y, 0, torch::kBFloat16).to(torch::kFloat64);
+    const torch::Tensor yd = y.to(torch::kFloat64), dyd = dy.to(torch::kFloat64);
+    const double dot = (yd * dyd).sum().item<double>();
+    bool dot_rounded = true, dot_differs = false;
+    for (std::int64_t i = 0; i < 64; ++i) {
+      const double yi = yd[i].item<double>(), dyi = dyd[i].item<double>(), g = gi[i].item<double>();
+      const double opmath = round_to(Format::bf16, static_cast<double>(static_cast<float>((dyi - dot) * yi)));
+      const double lib1 = round_to(Format::bf16, (dyi - round_to(Format::bf16, dot)) * yi);
+      dot_differs = dot_differs || opmath != lib1;
+      dot_rounded = dot_rounded && g == lib1;
+    }
+    return any_differs && scalar_rounded && dot_differs && dot_rounded ? FrameworkOps::libtorch1_cpu
+                                                                       : FrameworkOps::opmath;
+  }();
+  return ops;
+}
+
 MicrobenchRow microbench_torch_row(const MicrobenchRun& run, const std::string& algorithm) {
   const TorchAttention t = torch_attention(run, algorithm);
   const RealCode& code = *find_real_code(algorithm);
   const AttentionKind kind = code.kind;
   MicrobenchRow row = microbench_row(run, algorithm, t.values, run.golden, t.stats);
-  const std::string reading = run.point.policy + " " + std::string(to_string(kind));
-  if (kind == AttentionKind::baseline && run.baseline_policy.scale != code.scale) {
-    // The reading's baseline with the code's scale placement (README "Readings": fused, after, before).
-    PrecisionPolicy placed = run.baseline_policy;
+  // The reading with the code's scale placement (README "Readings": fused, after, before) and, where
+  // its kernels are framework ops, LibTorch's own treatment of the scalar and the softmax backward
+  // (FrameworkOps, probed): named "READING[/scale_PLACEMENT][/OPS] KIND", the kind the last word.
+  PrecisionPolicy placed = run.policy_of(kind);
+  std::string name = run.point.policy;
+  const bool framework = kind == AttentionKind::baseline || placed.kernel == FlashKernel::framework;
+  if (framework && placed.scale != code.scale) {
     placed.scale = code.scale;
-    // Named "READING/scale_PLACEMENT KIND": the kind stays the last word, as readers expect.
-    set_agreement(row, t.values, policy_values(run, placed, kind),
-                  run.point.policy + "/scale_" + std::string(to_string(code.scale)) + " " + std::string(to_string(kind)));
-  } else {
-    set_agreement(row, t.values, (kind == AttentionKind::flash ? run.flash : run.baseline).values, reading);
+    name += "/scale_" + std::string(to_string(code.scale));
   }
+  const FrameworkOps ops = torch_cpu_ops();
+  if (framework && ops != placed.framework_ops) {
+    placed.framework_ops = ops;
+    name += "/" + std::string(to_string(ops));
+  }
+  name += " " + std::string(to_string(kind));
+  if (name == run.point.policy + " " + std::string(to_string(kind)))
+    set_agreement(row, t.values, (kind == AttentionKind::flash ? run.flash : run.baseline).values, name);
+  else
+    set_agreement(row, t.values, policy_values(run, placed, kind), name);
   return row;
 }
 

@@ -42,6 +42,10 @@ TorchAttention torch_attention(const MicrobenchRun& run, const std::string& algo
 // CPU's model name; what decides its kernels' summation orders).
 std::string torch_cpu_machine();
 
+// Which FrameworkOps LibTorch's CPU kernels run on bf16 tensors (kernels/attention.hpp), probed once on
+// LibTorch itself: the softmax scale's scalar and the softmax backward's row dot.
+FrameworkOps torch_cpu_ops();
+
 // The row of `algorithm`: torch_attention against the golden value, with its agreement with the
 // reading's kernel of the same kind on the same inputs (run.flash or run.baseline: they must have run),
 // named "<policy> <kind>".

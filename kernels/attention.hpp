@@ -48,13 +48,28 @@ std::optional<FlashKernel> parse_flash_kernel(std::string_view name);
 //           again, `(q @ k.transpose(-2, -1)) * scale` (nanoGPT, minGPT, most user code).
 //   before  S = s(q(Q * scale) K^T): Q scaled and rounded first, `(q * scale) @ k.T` (PyTorch 1.13's
 //           SDPA math path _scaled_dot_product_attention_math, flash-attn's tests' attention_ref).
-// The backward pass is the autograd of the same ops. Flash kernels apply the scale as their code
-// does (framework: fused; fa2/fa3: folded into exp2), whatever this says.
+// The backward pass is the autograd of the same ops. The framework flash loops (FlashKernel::framework)
+// apply it as this says too (`eager`'s flash: after, as `(q @ k.T) * scale` in a re-implementation);
+// fa2/fa3 fold it into exp2, whatever this says.
 enum class ScalePlacement : std::uint8_t { fused, after, before };
 inline constexpr ScalePlacement kAllScalePlacements[] = {ScalePlacement::fused, ScalePlacement::after,
                                                          ScalePlacement::before};
 std::string_view to_string(ScalePlacement s);
 std::optional<ScalePlacement> parse_scale_placement(std::string_view name);
+
+// How the framework's ops treat a reduced format (framework kinds only: the baseline and the framework
+// flash loops), measured on LibTorch's own ops (jobs/microbench_torch.cpp probes which one it runs):
+//   opmath         every op computes in fp32 and rounds its output once: a Python scalar (the softmax
+//                  scale) multiplies in fp32 and the softmax backward keeps its row dot sum(dY * Y) in
+//                  fp32 (PyTorch's CUDA kernels, accscalar_t / opmath_t). What the readings model.
+//   libtorch1_cpu  LibTorch 1.x's CPU kernels on bf16 tensors: the scalar is first converted to the
+//                  tensor's dtype (aten/src/ATen/native/cpu/BinaryOpsKernel.cpp mul_kernel: a wrapped
+//                  scalar takes the common dtype; `x * s` == round(x * bf16(s)) on every value tried),
+//                  and the softmax backward rounds its row dot to the format before subtracting it
+//                  (aten/src/ATen/native/cpu/SoftMaxKernel.cpp _vec_host_softmax_backward_lastdim:
+//                  (dY - bf16(sum dY * Y)) * Y on every value tried). Emulated on the CPU only.
+enum class FrameworkOps : std::uint8_t { opmath, libtorch1_cpu };
+std::string_view to_string(FrameworkOps o);
 
 // How Q, K and V enter their formats q, k, v:
 //   none   rounded as given (the caller holds them in those formats; the usual case).
@@ -105,7 +120,8 @@ struct PrecisionPolicy {
   Format exp_arg = Format::fp32;        // flash: the arguments S - m and m_old - m_new of its exps
   Rounding rounding = Rounding::nearest;  // how every step above rounds
   FlashKernel kernel = FlashKernel::framework;   // how the flash kind is built (flash only)
-  ScalePlacement scale = ScalePlacement::fused;  // where the baseline applies the scale (baseline only)
+  ScalePlacement scale = ScalePlacement::fused;  // where the scale is applied (baseline, framework flash)
+  FrameworkOps framework_ops = FrameworkOps::opmath;  // LibTorch 1.x CPU's scalar and softmax backward
   Quantization quantization = Quantization::none;  // how Q, K, V enter q, k, v
   bool incoherent = false;  // FA3's incoherent processing: Q and K times a Hadamard matrix with random
                             // signs (H D / sqrt(d), orthogonal: Q K^T is unchanged) before they are

@@ -88,6 +88,7 @@ PrecisionPolicy make_policy(std::string_view preset, Format f, AttentionKind kin
     if (!flash) return framework_baseline(preset, f);
     PrecisionPolicy p = storage_policy(preset, f);
     in_op_fp32(p, f);
+    p.scale = ScalePlacement::after;  // S = (q @ k.T) * scale per tile, as a re-implementation writes it
     return p;
   }
   if (preset == "mixed") {
@@ -179,6 +180,10 @@ std::string_view to_string(ScalePlacement s) {
     case ScalePlacement::before: return "before";
   }
   return "unknown";
+}
+
+std::string_view to_string(FrameworkOps o) {
+  return o == FrameworkOps::libtorch1_cpu ? "libtorch1_cpu" : "opmath";
 }
 
 std::optional<ScalePlacement> parse_scale_placement(std::string_view name) {

@@ -134,8 +134,8 @@ struct RealCode {
   AttentionKind kind;
   std::string_view reading;
   std::string_view code;
-  // Where a baseline code applies the softmax scale (ScalePlacement): the reading's baseline is run with
-  // the same placement when it is compared with this code. Flash codes: fused (unused).
+  // Where the code applies the softmax scale (ScalePlacement): the reading's framework kinds (baseline,
+  // framework flash loops) are run with the same placement when they are compared with this code.
   ScalePlacement scale = ScalePlacement::fused;
 };
 inline constexpr RealCode kRealCode[] = {
@@ -150,7 +150,8 @@ inline constexpr RealCode kRealCode[] = {
     {"torch_flash", "cpu", AttentionKind::flash, "eager",
      "FlashAttention-2 (q_outer) as a loop of LibTorch ops on the format's tensors on the CPU: per Q block and "
      "KV tile S = (Q_i K_j^T) * scale, running max, exp, rescale alpha, running sum and O, final division; "
-     "backward: FA-2's Algorithm 2 as ops (KV tiles outer, P from the saved lse)"},
+     "backward: FA-2's Algorithm 2 as ops (KV tiles outer, P from the saved lse)",
+     ScalePlacement::after},
     {"sdpa_flash", "cuda", AttentionKind::flash, "fa2",
      "LibTorch's scaled_dot_product_attention, flash backend (the FlashAttention-2 CUDA kernel); autograd"},
     {"sdpa_efficient", "cuda", AttentionKind::flash, "",

@@ -93,7 +93,7 @@ __global__ void flash_forward_kernel(TileHead h, const float* q, const float* k,
     }
     __syncthreads();
     if (active) {
-      score_row<R>(q + off + i * h.d, ks, h.d, bc, h.d, h.scale, h.causal, i, j0, s);
+      score_row<R>(q + off + i * h.d, ks, h.d, bc, h.d, h.scale, h.causal, i, j0, s, tile_score_of(h));
       if constexpr (Order == LoopOrder::q_outer) {
         flash_q_outer_tile<R>(s, bc, vs, h.d, h.d, j0 > 0, st, orow);
       } else {
@@ -170,37 +170,29 @@ __global__ void flash_dd_kernel(TileHead h, const float* dout, const float* o, f
   const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (i >= h.n) return;
   const std::int64_t row = blockIdx.y * h.n + i;
-  dd[row] = R::stats_running(dot<R>(dout + row * h.d, o + row * h.d, 1, h.d));
+  dd[row] = flash_delta<R>(dout + row * h.d, o + row * h.d, h.d, h.ops);
 }
 
+// tk, tv: each key's tile sums with h.ops ([B*H*N, d], unused otherwise).
 template <class R>
 __global__ void flash_dkdv_kernel(TileHead h, const float* q, const float* k, const float* v, const float* dout,
-                                  const float* lse, const float* dd, float* dka, float* dva) {
+                                  const float* lse, const float* dd, float* dka, float* dva, float* tk, float* tv) {
   const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (j >= h.n) return;
   const std::int64_t base = blockIdx.y * h.n, off = base * h.d;
-  for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {
-    float p, ds;
-    flash_backward_entry<R>(q + off + i * h.d, k + off + j * h.d, dout + off + i * h.d, v + off + j * h.d, h.d,
-                            h.scale, lse[base + i], dd[base + i], p, ds);
-    axpy<R>(p, dout + off + i * h.d, dva + off + j * h.d, h.d);
-    axpy<R>(ds, q + off + i * h.d, dka + off + j * h.d, h.d);
-  }
+  flash_dkdv_key<R>(h, q + off, k + off, v + off, dout + off, lse + base, dd + base, j, dka + off + j * h.d,
+                    dva + off + j * h.d, tk + off + j * h.d, tv + off + j * h.d);
 }
 
+// tq: each row's tile sum with h.ops ([B*H*N, d], unused otherwise).
 template <class R>
 __global__ void flash_dq_kernel(TileHead h, const float* q, const float* k, const float* v, const float* dout,
-                                const float* lse, const float* dd, float* dqa) {
+                                const float* lse, const float* dd, float* dqa, float* tq) {
   const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (i >= h.n) return;
   const std::int64_t base = blockIdx.y * h.n, off = base * h.d;
-  const std::int64_t j_end = h.causal ? i + 1 : h.n;
-  for (std::int64_t j = 0; j < j_end; ++j) {
-    float p, ds;
-    flash_backward_entry<R>(q + off + i * h.d, k + off + j * h.d, dout + off + i * h.d, v + off + j * h.d, h.d,
-                            h.scale, lse[base + i], dd[base + i], p, ds);
-    axpy<R>(ds, k + off + j * h.d, dqa + off + i * h.d, h.d);
-  }
+  flash_dq_row<R>(h, q + off, k + off, v + off, dout + off, lse + base, dd + base, i, dqa + off + i * h.d,
+                  tq + off + i * h.d);
 }
 
 // fa2 / fa3: D from dot_do_o and lse * log2 e per row.
@@ -366,11 +358,11 @@ void forward_impl(const AttentionShape& shape, const AttentionParams& params, co
   load<T, R, kStepK>(k, kr.get(), total, stream);
   load<T, R, kStepV>(v, vr.get(), total, stream);
   T* out = static_cast<T*>(o);
+  if (h.placement == ScalePlacement::before) {  // the framework kinds' `before`
+    scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(qr.get(), total, h.scale);
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+  }
   if (params.attention == AttentionKind::baseline) {
-    if (h.placement == ScalePlacement::before) {
-      scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(qr.get(), total, h.scale);
-      FASTUDY_CUDA_CHECK(cudaGetLastError());
-    }
     DeviceBuffer<float> s_ws(heads * h.n * h.n), acc_ws(total);
     baseline_forward_kernel<T, R><<<row_grid(h, heads), kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(),
                                                                               s_ws.get(), acc_ws.get(), out, lse);
@@ -400,11 +392,11 @@ void backward_impl(const AttentionShape& shape, const AttentionParams& params, c
   for (float* a : {dqa.get(), dka.get(), dva.get()})
     FASTUDY_CUDA_CHECK(cudaMemsetAsync(a, 0, sizeof(float) * total, stream));
   const dim3 grid = row_grid(h, heads);
+  if (h.placement == ScalePlacement::before) {  // the framework kinds' `before`
+    scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(qr.get(), total, h.scale);
+    FASTUDY_CUDA_CHECK(cudaGetLastError());
+  }
   if (params.attention == AttentionKind::baseline) {
-    if (h.placement == ScalePlacement::before) {
-      scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(qr.get(), total, h.scale);
-      FASTUDY_CUDA_CHECK(cudaGetLastError());
-    }
     DeviceBuffer<float> p_ws(heads * h.n * h.n), ds_ws(heads * h.n * h.n);
     baseline_softmax_backward_kernel<R>
         <<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), p_ws.get(), ds_ws.get());
@@ -428,20 +420,20 @@ void backward_impl(const AttentionShape& shape, const AttentionParams& params, c
     FASTUDY_CUDA_CHECK(cudaGetLastError());
     FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
   } else {
-    DeviceBuffer<float> orr(total), dd(heads * h.n);
+    DeviceBuffer<float> orr(total), dd(heads * h.n), tk(h.ops ? total : 1), tv(h.ops ? total : 1);
     load<T, R, kStepO>(o, orr.get(), total, stream);
     flash_dd_kernel<R><<<grid, kThreads, 0, stream>>>(h, dor.get(), orr.get(), dd.get());
     FASTUDY_CUDA_CHECK(cudaGetLastError());
     flash_dkdv_kernel<R><<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), lse, dd.get(),
-                                                       dka.get(), dva.get());
+                                                       dka.get(), dva.get(), tk.get(), tv.get());
     FASTUDY_CUDA_CHECK(cudaGetLastError());
     flash_dq_kernel<R><<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), lse, dd.get(),
-                                                     dqa.get());
+                                                     dqa.get(), tk.get());
     FASTUDY_CUDA_CHECK(cudaGetLastError());
     FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   store_gradients_kernel<T, R><<<elementwise_blocks(total), kThreads, 0, stream>>>(
-      total, h.placement, h.scale, dqa.get(), dka.get(), dva.get(), static_cast<T*>(dq), static_cast<T*>(dk),
+      total, h.grad_placement, h.scale, dqa.get(), dka.get(), dva.get(), static_cast<T*>(dq), static_cast<T*>(dk),
       static_cast<T*>(dv));
   FASTUDY_CUDA_CHECK(cudaGetLastError());
   FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));

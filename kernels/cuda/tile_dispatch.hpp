@@ -4,7 +4,8 @@
 // division) all in C and state steps (stats_running, rescale, o_running, exp_arg) all in R, with S one
 // of fp32, fp16, bf16 and (C, R) = (S, S) (pure), (fp32, S) (eager and the framework baseline) or
 // (fp32, fp32) (mixed, fa2, fa3); s in S, or in fp32 with the FlashAttention kernels (fa2, fa3); no
-// quantization, rounding to nearest. Other policies throw UsageError naming the policy (the CPU
+// quantization, FrameworkOps::opmath (LibTorch 1.x's CPU semantics are the CPU kernels' only), rounding
+// to nearest. Other policies throw UsageError naming the policy (the CPU
 // kernels run every policy).
 #pragma once
 
@@ -26,13 +27,14 @@ inline Format tile_storage_format(const PrecisionPolicy& p) {
   const bool kernel = p.kernel != FlashKernel::framework;
   const bool reading_ok = kernel ? (c == Format::fp32 && r == Format::fp32 && p.s == Format::fp32)
                                  : (p.s == s && ((c == s && r == s) || (c == Format::fp32 && (r == s || r == Format::fp32))));
-  const bool plain = p.quantization == Quantization::none && !p.incoherent;
+  const bool plain = p.quantization == Quantization::none && !p.incoherent && p.framework_ops == FrameworkOps::opmath;
   if (!uniform || !storage_ok || !reading_ok || !plain || p.rounding != Rounding::nearest) {
     throw UsageError("precision policy '" + p.name + "' (storage " + std::string(to_string(s)) + ", scores " +
                          std::string(to_string(p.s)) + ", accumulator " + std::string(to_string(c)) +
                          ", running state " + std::string(to_string(r)) + ", kernel " +
                          std::string(to_string(p.kernel)) + ", quantization " +
-                         std::string(to_string(p.quantization)) + ", rounding " +
+                         std::string(to_string(p.quantization)) + ", framework ops " +
+                         std::string(to_string(p.framework_ops)) + ", rounding " +
                          std::string(to_string(p.rounding)) + ") is not available in the CUDA attention kernels",
                      "the CUDA kernels run the pure, eager, fa2, fa3 and mixed readings of fp32, fp16 and bf16 "
                      "rounding to nearest; use the CPU kernels for other policies");

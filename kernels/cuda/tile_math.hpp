@@ -43,7 +43,10 @@ struct TileHead {
   float scale;
   bool causal;
   FlashKernel kernel;        // the flash kind's kernel; framework for the baseline
-  ScalePlacement placement;  // the baseline's scale placement; fused for flash
+  ScalePlacement placement;       // the framework kinds' scale placement (baseline, framework flash); fused for fa2/fa3
+  ScalePlacement grad_placement;  // how dQ, dK take the scale at the end (store_gradient_triple)
+  bool ops;  // framework flash backward with its running gradients stored (o_running narrower than fp32):
+             // FA-2's Algorithm 2 as framework ops (the CPU kernels' `ops`, kernels/detail/backward.hpp)
 };
 
 inline TileHead make_tile_head(const AttentionShape& shape, const AttentionParams& params) {
@@ -56,7 +59,12 @@ inline TileHead make_tile_head(const AttentionShape& shape, const AttentionParam
   h.causal = shape.causal;
   const bool flash = params.attention == AttentionKind::flash;
   h.kernel = flash ? params.policy.kernel : FlashKernel::framework;
-  h.placement = flash ? ScalePlacement::fused : params.policy.scale;
+  h.placement = h.kernel == FlashKernel::framework ? params.policy.scale : ScalePlacement::fused;
+  h.ops = flash && h.kernel == FlashKernel::framework && params.policy.o_running != Format::fp32;
+  // As ops dQ and dK hold the scale already (`before`: dQ = grad(dQ' * scale) still); otherwise the
+  // framework flash loops' `after` differentiates as `fused`.
+  if (h.ops) h.grad_placement = h.placement == ScalePlacement::before ? ScalePlacement::before : ScalePlacement::after;
+  else h.grad_placement = flash && h.placement == ScalePlacement::after ? ScalePlacement::fused : h.placement;
   return h;
 }
 
@@ -252,7 +260,7 @@ FASTUDY_HD inline void flash_q_outer_tile(float* s, int bc, const float* v, int 
 template <class R>
 FASTUDY_HD inline float flash_q_outer_finish(const RowState& st, const float* o, int d, float* out) {
   for (int t = 0; t < d; ++t) out[t] = R::o(R::division(o[t] / st.l));
-  return R::stats_running(st.m + logf(st.l));
+  return R::stats_running(st.m + R::stats_running(logf(st.l)));  // log(l) an op of its own
 }
 
 // ---- FA-1 (kv_outer): one tile of one row, O re-normalised (FA-1 Algorithm 1, line 12) -----------
@@ -291,7 +299,7 @@ FASTUDY_HD inline bool flash_kv_outer_tile(float* s, int bc, const float* v, int
 template <class R>
 FASTUDY_HD inline float flash_kv_outer_finish(const RowState& st, const float* o, int d, float* out) {
   for (int t = 0; t < d; ++t) out[t] = R::o(o[t]);
-  return R::stats_running(st.m + logf(st.l));
+  return R::stats_running(st.m + R::stats_running(logf(st.l)));  // log(l) an op of its own
 }
 
 // ---- fa2 / fa3 (FlashKernel): one KV block of one row, s holding the unscaled scores on entry and
@@ -406,20 +414,48 @@ FASTUDY_HD inline float baseline_softmax_row(float* s, std::int64_t n) {
     l = R::stats(l + s[c]);
   }
   for (std::int64_t c = 0; c < n; ++c) s[c] = R::p(R::division(s[c] / l));
-  return R::stats(m + logf(l));
+  return R::stats(m + R::stats(logf(l)));
 }
 
 // ---- backward ------------------------------------------------------------------------------------
-// One (i, j) entry of the flash backward: P_ij = p(exp(s(scale q_i.k_j) - lse_i)) recomputed from the
-// saved lse, dS_ij = grad(P_ij (dO_i.v_j - D_i)).
+// One (i, j) entry of the flash backward: P_ij = p(exp(S_ij - lse_i)) recomputed from the saved lse with
+// S_ij = s(scale q_i.k_j) (or what `store` says, as score_row), dS_ij = grad(P_ij (dO_i.v_j - D_i)).
+// With `ops` (TileHead::ops) dP and dP - D are ops of their own: dS = grad(P grad(grad(dP) - D)).
 template <class R>
 FASTUDY_HD inline void flash_backward_entry(const float* q_i, const float* k_j, const float* dout_i,
-                                            const float* v_j, int d, float scale, float lse_i, float d_i, float& p,
-                                            float& ds) {
-  const float s = dot<R>(q_i, k_j, 1, d);
+                                            const float* v_j, int d, float scale, TileScore store, bool ops,
+                                            float lse_i, float d_i, float& p, float& ds) {
+  const float acc = dot<R>(q_i, k_j, 1, d);
   const float dp = dot<R>(dout_i, v_j, 1, d);
-  p = R::p(exp_f32(round_exp_arg<R>(R::s(s * scale) - lse_i)));
-  ds = R::grad(p * (dp - d_i));
+  const float s = store == TileScore::fused ? R::s(acc * scale)
+                  : store == TileScore::after ? R::s(R::s(acc) * scale)
+                                              : R::s(acc);
+  p = R::p(exp_f32(round_exp_arg<R>(s - lse_i)));
+  ds = ops ? R::grad(p * R::grad(R::grad(dp) - d_i)) : R::grad(p * (dp - d_i));
+}
+
+// The flash backward's D_i = dO_i . O_i: stats_running of the accum-sequence of fused products, or with
+// `ops` of the grad-rounded products (`(dO * O).sum(-1)`: a product op, then a sum op).
+template <class R>
+FASTUDY_HD inline float flash_delta(const float* dout_i, const float* o_i, int d, bool ops) {
+  if (!ops) return R::stats_running(dot<R>(dout_i, o_i, 1, d));
+  float acc = 0.0f;
+  for (int t = 0; t < d; ++t) acc = R::accum(acc + R::grad(dout_i[t] * o_i[t]));
+  return R::stats_running(acc);
+}
+
+// With `ops`, one tile's product handed on to its running gradient (the CPU kernels' add_tile_op):
+// acc[t] = o_running(acc[t] + g(tile[t])), g = grad(grad(x) * scale) (`after`), grad(x * scale)
+// (`fused`), grad(x) (`before` and dV: no scale).
+template <class R>
+FASTUDY_HD inline void add_tile_op(const float* tile, float* acc, int d, ScalePlacement scaled, float scale) {
+  for (int t = 0; t < d; ++t) {
+    float g = tile[t];
+    if (scaled == ScalePlacement::after) g = R::grad(R::grad(g) * scale);
+    else if (scaled == ScalePlacement::fused) g = R::grad(g * scale);
+    else g = R::grad(g);
+    acc[t] = R::o_running(acc[t] + g);
+  }
 }
 
 // y[t] = accum(fma(a, x[t], y[t])) for t < d.
@@ -428,9 +464,61 @@ FASTUDY_HD inline void axpy(float a, const float* x, float* y, int d) {
   for (int t = 0; t < d; ++t) y[t] = R::accum(fmaf(a, x[t], y[t]));
 }
 
+// One key's dK and dV of the framework flash backward (thread j of the dK/dV kernel), q, k, v, dout, lse
+// and dd of its head: the rows that see key j in order, products accumulated straight into dka_j and
+// dva_j; with h.ops grouped by row blocks of Br, each block's products summed from zero in tk and tv
+// and handed on by add_tile_op (dV unscaled, dK with the scale's op).
+template <class R>
+FASTUDY_HD inline void flash_dkdv_key(const TileHead& h, const float* q, const float* k, const float* v,
+                                      const float* dout, const float* lse, const float* dd, std::int64_t j,
+                                      float* dka_j, float* dva_j, float* tk, float* tv) {
+  const std::int64_t first = h.causal ? j : 0, step = h.ops ? h.br : h.n;
+  for (std::int64_t i0 = h.ops ? first / h.br * h.br : first; i0 < h.n; i0 += step) {
+    float* ak = h.ops ? tk : dka_j;
+    float* av = h.ops ? tv : dva_j;
+    if (h.ops)
+      for (int t = 0; t < h.d; ++t) tk[t] = tv[t] = 0.0f;
+    const std::int64_t i_end = i0 + step < h.n ? i0 + step : h.n;
+    for (std::int64_t i = i0 > first ? i0 : first; i < i_end; ++i) {
+      float p, ds;
+      flash_backward_entry<R>(q + i * h.d, k + j * h.d, dout + i * h.d, v + j * h.d, h.d, h.scale, tile_score_of(h),
+                              h.ops, lse[i], dd[i], p, ds);
+      axpy<R>(p, dout + i * h.d, av, h.d);
+      axpy<R>(ds, q + i * h.d, ak, h.d);
+    }
+    if (h.ops) {
+      add_tile_op<R>(tv, dva_j, h.d, ScalePlacement::before, h.scale);
+      add_tile_op<R>(tk, dka_j, h.d, h.placement, h.scale);
+    }
+  }
+}
+
+// One row's dQ of the framework flash backward (thread i of the dQ kernel): the keys it sees in order,
+// straight into dqa_i, or with h.ops per KV tile of Bc summed from zero in tq and handed on.
+template <class R>
+FASTUDY_HD inline void flash_dq_row(const TileHead& h, const float* q, const float* k, const float* v,
+                                    const float* dout, const float* lse, const float* dd, std::int64_t i,
+                                    float* dqa_i, float* tq) {
+  const std::int64_t j_end = h.causal ? i + 1 : h.n, step = h.ops ? h.bc : h.n;
+  for (std::int64_t j0 = 0; j0 < j_end; j0 += step) {
+    float* aq = h.ops ? tq : dqa_i;
+    if (h.ops)
+      for (int t = 0; t < h.d; ++t) tq[t] = 0.0f;
+    const std::int64_t j_stop = j0 + step < j_end ? j0 + step : j_end;
+    for (std::int64_t j = j0; j < j_stop; ++j) {
+      float p, ds;
+      flash_backward_entry<R>(q + i * h.d, k + j * h.d, dout + i * h.d, v + j * h.d, h.d, h.scale, tile_score_of(h),
+                              h.ops, lse[i], dd[i], p, ds);
+      axpy<R>(ds, k + j * h.d, aq, h.d);
+    }
+    if (h.ops) add_tile_op<R>(tq, dqa_i, h.d, h.placement, h.scale);
+  }
+}
+
 // One row of the baseline backward, as the CPU kernels do it: p holds the raw score dots q_i.k_j and dp
 // the dots dO_i.v_j for j < j_end on entry; on exit p holds P_i (softmax recomputed from the scores,
-// normalised) and dp holds dS_i = grad(P (dP - D_i)) with D_i = sum_j P_ij dP_ij (accum, j in order).
+// normalised) and dp holds dS_i = grad(P (dP - D_i)) with dP = grad(dot) and D_i = sum_j P_ij dP_ij
+// (accum, j in order).
 template <class R>
 FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t j_end, float scale,
                                              TileScore store = TileScore::fused) {
@@ -451,6 +539,7 @@ FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t j
   float d_i = 0.0f;
   for (std::int64_t j = 0; j < j_end; ++j) {
     p[j] = R::p(R::division(p[j] / l));
+    dp[j] = R::grad(dp[j]);  // dP = grad(dO V^T), the matmul backward's output tensor
     d_i = R::accum(fmaf(p[j], dp[j], d_i));
   }
   for (std::int64_t j = 0; j < j_end; ++j) dp[j] = R::grad(p[j] * (dp[j] - d_i));

@@ -23,11 +23,20 @@ std::vector<float> rounded(const float* x, std::int64_t n, Step step) {
   return r;
 }
 
+// Q rounded as the framework kinds hold it: q(Q), and for the `before` placement q(q(Q) * scale).
+template <class R>
+std::vector<float> framework_q(const TileHead& h, const float* q) {
+  std::vector<float> qr = rounded<R>(q, h.n * h.d, R::q);
+  if (h.placement == ScalePlacement::before)
+    for (float& x : qr) x = R::q(x * h.scale);
+  return qr;
+}
+
 template <class R>
 void flash_forward_head(const TileHead& h, LoopOrder order, const float* q, const float* k, const float* v,
                         float* o, float* lse) {
   const std::int64_t nd = h.n * h.d;
-  const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
+  const auto qr = framework_q<R>(h, q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
   std::vector<float> s(h.bc), orow(h.d);
   const float scale_log2 = scale_log2_of(h.scale);
   for (std::int64_t i0 = 0; i0 < h.n; i0 += h.br) {
@@ -54,7 +63,8 @@ void flash_forward_head(const TileHead& h, LoopOrder order, const float* q, cons
       RowState st{neg_inf(), 0.0f};
       for (std::int64_t j0 = 0; j0 < j_end; j0 += h.bc) {
         const int bc = static_cast<int>(std::min<std::int64_t>(h.bc, h.n - j0));
-        score_row<R>(qr.data() + i * h.d, kr.data() + j0 * h.d, h.d, bc, h.d, h.scale, h.causal, i, j0, s.data());
+        score_row<R>(qr.data() + i * h.d, kr.data() + j0 * h.d, h.d, bc, h.d, h.scale, h.causal, i, j0, s.data(),
+                     tile_score_of(h));
         if (order == LoopOrder::q_outer) {
           flash_q_outer_tile<R>(s.data(), bc, vr.data() + j0 * h.d, h.d, h.d, j0 > 0, st, orow.data());
         } else {
@@ -68,19 +78,10 @@ void flash_forward_head(const TileHead& h, LoopOrder order, const float* q, cons
   }
 }
 
-// Q rounded as the baseline holds it: q(Q), and for the `before` placement q(q(Q) * scale).
-template <class R>
-std::vector<float> baseline_q(const TileHead& h, const float* q) {
-  std::vector<float> qr = rounded<R>(q, h.n * h.d, R::q);
-  if (h.placement == ScalePlacement::before)
-    for (float& x : qr) x = R::q(x * h.scale);
-  return qr;
-}
-
 template <class R>
 void baseline_forward_head(const TileHead& h, const float* q, const float* k, const float* v, float* o, float* lse) {
   const std::int64_t nd = h.n * h.d;
-  const auto qr = baseline_q<R>(h, q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
+  const auto qr = framework_q<R>(h, q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
   std::vector<float> s(h.n), acc(h.d);
   const int n = static_cast<int>(h.n);
   for (std::int64_t i = 0; i < h.n; ++i) {
@@ -97,35 +98,22 @@ template <class R>
 void store_gradients(const TileHead& h, const std::vector<float>& dqa, const std::vector<float>& dka,
                      const std::vector<float>& dva, float* dq, float* dk, float* dv) {
   for (std::int64_t x = 0; x < h.n * h.d; ++x)
-    store_gradient_triple<R>(h.placement, h.scale, dqa[x], dka[x], dva[x], dq[x], dk[x], dv[x]);
+    store_gradient_triple<R>(h.grad_placement, h.scale, dqa[x], dka[x], dva[x], dq[x], dk[x], dv[x]);
 }
 
 template <class R>
 void flash_backward_head(const TileHead& h, const float* q, const float* k, const float* v, const float* o,
                          const float* lse, const float* dout, float* dq, float* dk, float* dv) {
   const std::int64_t nd = h.n * h.d;
-  const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
+  const auto qr = framework_q<R>(h, q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
   const auto dor = rounded<R>(dout, nd, R::grad), orr = rounded<R>(o, nd, R::o);
-  std::vector<float> dd(h.n), dqa(nd, 0.0f), dka(nd, 0.0f), dva(nd, 0.0f);
-  for (std::int64_t i = 0; i < h.n; ++i) dd[i] = R::stats_running(dot<R>(dor.data() + i * h.d, orr.data() + i * h.d, 1, h.d));
-  for (std::int64_t j = 0; j < h.n; ++j) {  // one device thread of the dK/dV kernel
-    for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {
-      float p, ds;
-      flash_backward_entry<R>(qr.data() + i * h.d, kr.data() + j * h.d, dor.data() + i * h.d, vr.data() + j * h.d,
-                              h.d, h.scale, lse[i], dd[i], p, ds);
-      axpy<R>(p, dor.data() + i * h.d, dva.data() + j * h.d, h.d);
-      axpy<R>(ds, qr.data() + i * h.d, dka.data() + j * h.d, h.d);
-    }
-  }
-  for (std::int64_t i = 0; i < h.n; ++i) {  // one device thread of the dQ kernel
-    const std::int64_t j_end = h.causal ? i + 1 : h.n;
-    for (std::int64_t j = 0; j < j_end; ++j) {
-      float p, ds;
-      flash_backward_entry<R>(qr.data() + i * h.d, kr.data() + j * h.d, dor.data() + i * h.d, vr.data() + j * h.d,
-                              h.d, h.scale, lse[i], dd[i], p, ds);
-      axpy<R>(ds, kr.data() + j * h.d, dqa.data() + i * h.d, h.d);
-    }
-  }
+  std::vector<float> dd(h.n), dqa(nd, 0.0f), dka(nd, 0.0f), dva(nd, 0.0f), tk(h.d), tv(h.d);
+  for (std::int64_t i = 0; i < h.n; ++i) dd[i] = flash_delta<R>(dor.data() + i * h.d, orr.data() + i * h.d, h.d, h.ops);
+  for (std::int64_t j = 0; j < h.n; ++j)  // one device thread of the dK/dV kernel
+    flash_dkdv_key<R>(h, qr.data(), kr.data(), vr.data(), dor.data(), lse, dd.data(), j, dka.data() + j * h.d,
+                      dva.data() + j * h.d, tk.data(), tv.data());
+  for (std::int64_t i = 0; i < h.n; ++i)  // one device thread of the dQ kernel
+    flash_dq_row<R>(h, qr.data(), kr.data(), vr.data(), dor.data(), lse, dd.data(), i, dqa.data() + i * h.d, tk.data());
   store_gradients<R>(h, dqa, dka, dva, dq, dk, dv);
 }
 
@@ -182,7 +170,7 @@ template <class R>
 void baseline_backward_head(const TileHead& h, const float* q, const float* k, const float* v, const float* dout,
                             float* dq, float* dk, float* dv) {
   const std::int64_t nd = h.n * h.d;
-  const auto qr = baseline_q<R>(h, q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
+  const auto qr = framework_q<R>(h, q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
   const auto dor = rounded<R>(dout, nd, R::grad);
   std::vector<float> p(h.n * h.n, 0.0f), ds(h.n * h.n, 0.0f), dqa(nd, 0.0f), dka(nd, 0.0f), dva(nd, 0.0f);
   for (std::int64_t i = 0; i < h.n; ++i) {  // one device thread of the softmax-backward kernel

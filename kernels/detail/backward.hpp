@@ -32,7 +32,8 @@ struct BackwardWorkspace {
   std::vector<T> p, ds;       // P and dS: flash's tiles [Bc, Br padded], baseline's rows [N, N padded]
   std::vector<T> scratch;     // V rounded [N, d_padded] while loading, then flash's rounded O row
   std::vector<T> qt, dout_t, k_packed, v_packed;  // flash: Q^T, dO^T [d, qt_stride]; K, V [N, d]
-  std::vector<T> dq_tile;     // fa2/fa3: one KV tile's part of dQ for a row block [Br, d_padded]
+  std::vector<T> dq_tile;     // fa2/fa3, framework ops: one KV tile's part of dQ for a row block [Br, d_padded]
+  std::vector<T> dkv_tile;    // framework ops: one row block's part of dK or dV for a KV tile [Bc, d_padded]
 };
 
 // The row length of K^T and V^T in the backward pass: a KV tile starting anywhere reads whole
@@ -112,17 +113,19 @@ FASTUDY_INLINE void axpy(const R& rd, T a, const T* x, T* y, std::int64_t d_padd
   for (std::int64_t t = 0; t < d_padded; t += L) vstore(y + t, rd.accum(madd(a_vec, vload(x + t), vload(y + t))));
 }
 
-// dQ, dK, dV from their accumulators: every flash kernel and the baseline's `fused` scale multiply dQ
-// and dK by the scale once (dQ = grad(acc * scale)); `after` scaled dS already (grad(acc)); `before`
-// stores dQ' = grad(acc), then dQ = grad(dQ' * scale), and dK = grad(acc).
+// dQ, dK, dV from their accumulators, the scale as `placement` says: `fused` (every flash kernel, the
+// framework flash loops' `after`, the baseline's `fused`) multiplies dQ and dK by the scale once
+// (dQ = grad(acc * scale)); the baseline's `after` scaled dS already (grad(acc)); `before` stores
+// dQ' = grad(acc), then dQ = grad(dQ' * scale), and dK = grad(acc).
 template <class T, class R>
-void store_gradients(const R& rd, const Head<T>& h, BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
+void store_gradients(const R& rd, const Head<T>& h, ScalePlacement placement, BackwardWorkspace<T>& ws, T* dq, T* dk,
+                     T* dv) {
   // Element by element dQ (one rounding, two for `before`), dK then dV (the scalar order of the
   // draws), whole vectors lane by lane.
   using V = vec_t<T>;
   constexpr int L = kLanes<T>;
-  const bool dq_twice = h.placement == ScalePlacement::before;
-  const bool dq_scaled = h.placement != ScalePlacement::after, dk_scaled = h.placement == ScalePlacement::fused;
+  const bool dq_twice = placement == ScalePlacement::before;
+  const bool dq_scaled = placement != ScalePlacement::after, dk_scaled = placement == ScalePlacement::fused;
   const std::uint32_t draw = rd.template draws<StepId::grad>() ? 1 : 0;
   const std::uint32_t dk_offset = draw * (dq_twice ? 2 : 1), dv_offset = dk_offset + draw;
   const std::uint32_t stride = dv_offset + draw;
@@ -151,6 +154,23 @@ void store_gradients(const R& rd, const Head<T>& h, BackwardWorkspace<T>& ws, T*
   }
 }
 
+// The framework loop as ops (`ops` in flash_backward): acc[x] = o_running(acc[x] + g(tile[x])) for x < n,
+// g the op that hands the tile's product on: grad(grad(tile) * scale) (`after`: a matmul, then the
+// scaling op), grad(tile * scale) (`fused`), grad(tile) (no scale: dV, and `before`, whose Q holds it).
+template <class T, class R>
+void add_tile_op(const R& rd, const T* tile, T* acc, std::int64_t n, ScalePlacement scaled, T scale) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  const V s = splat(scale);
+  for (std::int64_t x = 0; x < n; x += L) {
+    V g = vload(tile + x);
+    if (scaled == ScalePlacement::after) g = rd.grad(rd.grad(g) * s);
+    else if (scaled == ScalePlacement::fused) g = rd.grad(g * s);
+    else g = rd.grad(g);
+    vstore(acc + x, rd.o_running(vload(acc + x) + g));
+  }
+}
+
 template <class T, class R>
 void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, const T* o, const T* lse,
                     const T* dout, BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
@@ -176,12 +196,23 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
   // never summed).
   ws.delta.assign(h.qt_stride, T(0));
   ws.lse.assign(h.qt_stride, T(0));
+  // `ops`: the running gradients are stored between tiles (o_running narrower than the kernel's type):
+  // the loop is FA-2's Algorithm 2 written as framework ops (the `torch_flash` row's code), each op's
+  // output a tensor of grad: D = stats_running(sum_t grad(dO_t O_t)), dP = grad(dO V^T),
+  // dS = grad(P grad(dP - D)), and per (KV tile, row block) dV_j = o_running(dV_j + grad(P^T dO_i)),
+  // dK_j = o_running(dK_j + g(dS^T Q_i)), dQ_i = o_running(dQ_i + g(dS K_j)) with g the scale's op
+  // (add_tile_op). Otherwise (running state in registers) the products accumulate straight into dQ, dK
+  // and dV.
+  const bool ops = !rd.exact_running_o;
   // A row's o roundings first (as whole vectors) where the accumulation takes no draws between them.
   const bool o_first = !rd.template draws<StepId::accum>();
   T* o_row = ws.scratch.data();  // free after load_backward_inputs
   for (std::int64_t i = 0; i < h.n; ++i) {
     T acc = 0;
-    if (o_first) {
+    if (ops) {
+      round_run<StepId::o>(rd, o + i * h.d, o_row, h.d);
+      for (std::int64_t t = 0; t < h.d; ++t) acc = rd.accum(acc + rd.grad(ws.dout[i * h.d_padded + t] * o_row[t]));
+    } else if (o_first) {
       round_run<StepId::o>(rd, o + i * h.d, o_row, h.d);
       for (std::int64_t t = 0; t < h.d; ++t) acc = rd.accum(madd(ws.dout[i * h.d_padded + t], o_row[t], acc));
     } else {
@@ -194,6 +225,10 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
   const std::int64_t br_padded_max = round_up(h.br, L);
   ws.p.resize(h.bc * br_padded_max);
   ws.ds.resize(h.bc * br_padded_max);
+  if (ops) {
+    ws.dq_tile.resize(h.br * h.d_padded);
+    ws.dkv_tile.resize(h.bc * h.d_padded);
+  }
   for (std::int64_t j0 = 0; j0 < h.n; j0 += h.bc) {
     const std::int64_t bc = std::min(h.bc, h.n - j0);
     for (std::int64_t i0 = 0; i0 < h.n; i0 += h.br) {
@@ -201,8 +236,8 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
       if (h.causal && i0 + br - 1 < j0) continue;  // every row of the block precedes every key
       T* p = ws.p.data();
       T* ds = ws.ds.data();
-      score_tile(rd, ws.k_packed.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.qt_stride, bc, br_padded, h.scale, p,
-                 br_padded);
+      placed_score_tile(h.placement, rd, ws.k_packed.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.qt_stride, bc,
+                        br_padded, h.scale, p, br_padded);
       score_tile<ScoreStore::dot>(rd, ws.v_packed.data() + j0 * h.d, h.d, ws.dout_t.data() + i0, h.qt_stride, bc,
                                   br_padded, T(1), ds, br_padded);
       if (h.causal && j0 + bc - 1 > i0) mask_tile(p, br_padded, bc, br_padded, j0, i0);
@@ -210,9 +245,25 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
         for (std::int64_t r = 0; r < br_padded; r += L) {
           const V p_vec = rd.p(vexp(round_exp_arg(rd, vload(p + c * br_padded + r) - vload(ws.lse.data() + i0 + r))));
           vstore(p + c * br_padded + r, p_vec);
-          vstore(ds + c * br_padded + r,
-                 rd.grad(p_vec * (vload(ds + c * br_padded + r) - vload(ws.delta.data() + i0 + r))));
+          const V dp = vload(ds + c * br_padded + r), d_i = vload(ws.delta.data() + i0 + r);
+          vstore(ds + c * br_padded + r, ops ? rd.grad(p_vec * rd.grad(rd.grad(dp) - d_i)) : rd.grad(p_vec * (dp - d_i)));
         }
+      }
+      if (ops) {
+        // Each product a matmul of its own, handed on by add_tile_op; the tiles [key][query] read as rows.
+        const std::int64_t kv_elems = bc * h.d_padded, q_elems = br * h.d_padded;
+        std::fill(ws.dkv_tile.begin(), ws.dkv_tile.begin() + kv_elems, T(0));
+        pv_tile<true>(rd, p, br_padded, ws.dout.data() + i0 * h.d_padded, h.d_padded, br, bc, ws.dkv_tile.data(),
+                      h.d_padded);
+        add_tile_op(rd, ws.dkv_tile.data(), ws.dv.data() + j0 * h.d_padded, kv_elems, ScalePlacement::before, h.scale);
+        std::fill(ws.dkv_tile.begin(), ws.dkv_tile.begin() + kv_elems, T(0));
+        pv_tile<true>(rd, ds, br_padded, ws.q.data() + i0 * h.d_padded, h.d_padded, br, bc, ws.dkv_tile.data(),
+                      h.d_padded);
+        add_tile_op(rd, ws.dkv_tile.data(), ws.dk.data() + j0 * h.d_padded, kv_elems, h.placement, h.scale);
+        std::fill(ws.dq_tile.begin(), ws.dq_tile.begin() + q_elems, T(0));
+        pv_tile(rd, ds, br_padded, ws.k.data() + j0 * h.d_padded, h.d_padded, bc, br, ws.dq_tile.data(), h.d_padded);
+        add_tile_op(rd, ws.dq_tile.data(), ws.dq.data() + i0 * h.d_padded, q_elems, h.placement, h.scale);
+        continue;
       }
       // dV_j += P^T dO_i and dK_j += dS^T Q_i read the tiles [key][query] as rows of P and dS.
       pv_tile<true>(rd, p, br_padded, ws.dout.data() + i0 * h.d_padded, h.d_padded, br, bc,
@@ -223,7 +274,12 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
               h.d_padded);
     }
   }
-  store_gradients(rd, h, ws, dq, dk, dv);
+  // As ops, dQ and dK hold the scale already (but `before`'s dQ = grad(dQ' * scale), the autograd of
+  // Q * scale); otherwise the framework loop's S = s(s(Q K^T) * scale) differentiates to dS * scale, as
+  // `fused`.
+  const ScalePlacement store = ops ? (h.placement == ScalePlacement::before ? ScalePlacement::before : ScalePlacement::after)
+                                   : (h.placement == ScalePlacement::after ? ScalePlacement::fused : h.placement);
+  store_gradients(rd, h, store, ws, dq, dk, dv);
 }
 
 // ---- flash backward, the FlashAttention kernels (FlashKernel::fa2 and fa3) -------------------------
@@ -344,7 +400,7 @@ void flash_backward_kernel(const R& rd, const Head<T>& h, const T* q, const T* k
         vstore(dq_rows + x, rd.accum(vload(dq_rows + x) + vload(ws.dq_tile.data() + x)));
     }
   }
-  store_gradients(rd, h, ws, dq, dk, dv);
+  store_gradients(rd, h, ScalePlacement::fused, ws, dq, dk, dv);
 }
 
 template <class T, class R>
@@ -377,11 +433,15 @@ void baseline_backward(const R& rd, const Head<T>& h, const T* q, const T* k, co
       p[j] = rd.softmax(sexp(rd.softmax(x)));
       l = rd.stats(l + p[j]);
     }
+    // dP = grad(dO V^T): the output of the P.V matmul's backward, a tensor in grad; then the softmax
+    // backward dS = grad(P (dP - D)), its row dot D rounded to grad under LibTorch 1.x's CPU kernel.
     T d_i = 0;
     for (std::int64_t j = 0; j < j_end; ++j) {
       p[j] = rd.p(rd.division(p[j] / l));
+      ds[j] = rd.grad(ds[j]);
       d_i = rd.accum(madd(p[j], ds[j], d_i));
     }
+    if (h.libtorch1_cpu) d_i = rd.grad(d_i);
     for (std::int64_t j = 0; j < n_padded; ++j) ds[j] = j < j_end ? rd.grad(p[j] * (ds[j] - d_i)) : T(0);
     if (h.placement == ScalePlacement::after)  // the scaling op's backward: dS' = grad(dS * scale)
       for (std::int64_t j = 0; j < j_end; ++j) ds[j] = rd.grad(ds[j] * h.scale);
@@ -397,7 +457,7 @@ void baseline_backward(const R& rd, const Head<T>& h, const T* q, const T* k, co
       axpy(rd, ds[j], ws.k.data() + j * h.d_padded, ws.dq.data() + i * h.d_padded, h.d_padded);
     }
   }
-  store_gradients(rd, h, ws, dq, dk, dv);
+  store_gradients(rd, h, h.placement, ws, dq, dk, dv);
 }
 
 }  // namespace

@@ -33,8 +33,8 @@ void flash_forward_q_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o
     for (std::int64_t j0 = 0; j0 < j_end; j0 += h.bc) {
       const std::int64_t bc = std::min(h.bc, h.n - j0);
       T* st = ws.st.data();
-      score_tile(rd, ws.k.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.qt_stride, bc, br_padded, h.scale, st,
-                 br_padded);
+      placed_score_tile(h.placement, rd, ws.k.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.qt_stride, bc, br_padded,
+                        h.scale, st, br_padded);
       if (h.causal && j0 + bc - 1 > i0) mask_tile(st, br_padded, bc, br_padded, j0, i0);
       for (std::int64_t r = 0; r < br_padded; r += L) {
         V m_tile = splat(kNegInf<T>);
@@ -120,8 +120,8 @@ void flash_forward_kv_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* 
       const std::int64_t br = std::min(h.br, h.n - i0), br_padded = round_up(br, L);
       if (h.causal && i0 + br - 1 < j0) continue;  // every row of the block precedes every key
       T* st = ws.st.data();
-      score_tile(rd, ws.k.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.qt_stride, bc, br_padded, h.scale, st,
-                 br_padded);
+      placed_score_tile(h.placement, rd, ws.k.data() + j0 * h.d, h.d, ws.qt.data() + i0, h.qt_stride, bc, br_padded,
+                        h.scale, st, br_padded);
       if (h.causal && j0 + bc - 1 > i0) mask_tile(st, br_padded, bc, br_padded, j0, i0);
       std::fill(m_block.begin(), m_block.end(), kNegInf<T>);
       std::fill(l_block.begin(), l_block.end(), T(0));
@@ -315,21 +315,7 @@ void baseline_forward(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o, T* 
   const std::int64_t n_padded = round_up(h.n, L);
   ws.st.resize(h.n * n_padded);
   T* st = ws.st.data();  // St[j][i]: S transposed, so each softmax row is a lane across j
-  // The scale where the framework code applies it (ScalePlacement; `before`: Q holds it already).
-  switch (h.placement) {
-    case ScalePlacement::fused:
-      score_tile<ScoreStore::fused>(rd, ws.k.data(), h.d, ws.qt.data(), h.qt_stride, h.n, n_padded, h.scale, st,
-                                    n_padded);
-      break;
-    case ScalePlacement::after:
-      score_tile<ScoreStore::after>(rd, ws.k.data(), h.d, ws.qt.data(), h.qt_stride, h.n, n_padded, h.scale, st,
-                                    n_padded);
-      break;
-    case ScalePlacement::before:
-      score_tile<ScoreStore::raw>(rd, ws.k.data(), h.d, ws.qt.data(), h.qt_stride, h.n, n_padded, h.scale, st,
-                                  n_padded);
-      break;
-  }
+  placed_score_tile(h.placement, rd, ws.k.data(), h.d, ws.qt.data(), h.qt_stride, h.n, n_padded, h.scale, st, n_padded);
   if (h.causal) mask_tile(st, n_padded, h.n, n_padded, std::int64_t(0), std::int64_t(0));
   ws.m.resize(n_padded);
   ws.l.resize(n_padded);

@@ -20,10 +20,12 @@ struct Head {
   bool causal;
   std::int64_t br, bc;  // block sizes clipped to N
   FlashKernel kernel;          // the flash kind's kernel (params.policy.kernel); framework for baseline
-  ScalePlacement placement;    // baseline: where the scale is applied; flash kernels: fused
+  ScalePlacement placement;    // baseline, framework flash: where the scale is applied; fa2/fa3: fused
   Quantization quantization;   // how Q, K, V enter their formats
   bool incoherent;             // Hadamard transform with random signs on Q and K first
   bool dequantize;             // quantized inputs held as x_q * c (the framework kinds) or x_q (fa2/fa3)
+  bool libtorch1_cpu;          // FrameworkOps::libtorch1_cpu (framework kinds): scale rounded to the
+                               // format above, the softmax backward's row dot rounded to grad
 };
 
 template <class T>
@@ -54,7 +56,10 @@ Head<T> make_head(const AttentionShape& shape, const AttentionParams& params) {
   const PrecisionPolicy& p = params.policy;
   const bool flash = params.attention == AttentionKind::flash;
   h.kernel = flash ? p.kernel : FlashKernel::framework;
-  h.placement = flash ? ScalePlacement::fused : p.scale;
+  h.placement = h.kernel == FlashKernel::framework ? p.scale : ScalePlacement::fused;
+  // LibTorch 1.x's CPU mul converts the scalar to the dtype of the tensor it multiplies (FrameworkOps).
+  h.libtorch1_cpu = h.kernel == FlashKernel::framework && p.framework_ops == FrameworkOps::libtorch1_cpu;
+  if (h.libtorch1_cpu) h.scale = round_to(h.placement == ScalePlacement::before ? p.q : p.s, h.scale);
   h.quantization = p.quantization;
   h.incoherent = p.incoherent;
   h.dequantize = h.kernel == FlashKernel::framework;
@@ -200,7 +205,9 @@ FASTUDY_INLINE void store_row(const R& rd, const T* acc, std::int64_t d, T l, bo
     rd.rng.skip(stride * L);
   }
   for (; t < d; ++t) out[t] = divide ? rd.o(rd.division(acc[t] / l)) : rd.o(acc[t]);
-  if (lse) *lse = rd.template step<LseStep>(m + std::log(l));
+  // lse = m + log(l) as the framework writes it: log(l) an op of its own, each result in LseStep's format
+  // (FA-2 as ops: `m + torch.log(l)`; exact where the step is as wide as T).
+  if (lse) *lse = rd.template step<LseStep>(m + rd.template step<LseStep>(static_cast<T>(std::log(l))));
 }
 
 }  // namespace

@@ -15,8 +15,8 @@ constexpr int kBlockRows = 4;
 constexpr int kBlockVecs = kVecBytes == 64 ? 4 : 2;
 
 // What score_tile stores of each dot product acc (accumulated in accum):
-//   fused  s(acc * scale)      the framework kinds' S (baseline `fused`, the framework flash loops)
-//   after  s(s(acc) * scale)   the baseline's `after`: the matmul's output, then the scaling op
+//   fused  s(acc * scale)      the framework kinds' S with the scale inside the matmul (`fused`)
+//   after  s(s(acc) * scale)   `after`: the matmul's output, then the scaling op (eager's flash too)
 //   raw    s(acc)              unscaled: the baseline's `before` (Q holds the scale) and fa2/fa3 (the
 //                              scale folded into exp2; their s is fp32, so S is never rounded)
 //   dot    acc                 the plain dot products (the backward's dP = dO V^T)
@@ -78,6 +78,18 @@ void score_tile(const R& rd, const T* k, std::int64_t d, const T* qt, std::int64
       score_block<1, RV, Store>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
     for (; r < br_padded; r += L)
       score_block<1, 1, Store>(rd, k + c * d, d, qt + r, ldq, scale, st + c * ldst + r, ldst);
+  }
+}
+
+// score_tile with the scale where the framework code applies it (ScalePlacement; `before`: Q holds it
+// already): the baseline and the framework flash loops.
+template <class T, class R>
+void placed_score_tile(ScalePlacement placement, const R& rd, const T* k, std::int64_t d, const T* qt,
+                       std::int64_t ldq, std::int64_t bc, std::int64_t br_padded, T scale, T* st, std::int64_t ldst) {
+  switch (placement) {
+    case ScalePlacement::fused: score_tile<ScoreStore::fused>(rd, k, d, qt, ldq, bc, br_padded, scale, st, ldst); break;
+    case ScalePlacement::after: score_tile<ScoreStore::after>(rd, k, d, qt, ldq, bc, br_padded, scale, st, ldst); break;
+    case ScalePlacement::before: score_tile<ScoreStore::raw>(rd, k, d, qt, ldq, bc, br_padded, scale, st, ldst); break;
   }
 }
 

@@ -63,9 +63,11 @@ const std::vector<std::string>& known_phases() {
 
 namespace {
 
-void apply(const PolicyOverrides& o, PrecisionPolicy& p) {
+// `scale_too`: whether o's scale applies (the policy's own table places the baseline's scale only; the
+// flash table places the framework flash loops').
+void apply(const PolicyOverrides& o, PrecisionPolicy& p, bool scale_too) {
   for (const auto& [step, fmt] : o.steps) p.*(find_policy_step(step)->member) = fmt;  // names checked on parse
-  if (o.scale) p.scale = *o.scale;
+  if (o.scale && scale_too) p.scale = *o.scale;
   if (o.quantization) p.quantization = *o.quantization;
   if (o.incoherent) p.incoherent = *o.incoherent;
 }
@@ -81,8 +83,8 @@ PrecisionPolicy resolve_policy(const AttentionConfig& cfg, const std::string& na
   PrecisionPolicy p = make_policy(custom.preset, f, kind);
   p.name = name;
   p.rounding = custom.rounding;
-  apply(custom.both, p);
-  apply(kind == AttentionKind::flash ? custom.flash : custom.baseline, p);
+  apply(custom.both, p, kind == AttentionKind::baseline);
+  apply(kind == AttentionKind::flash ? custom.flash : custom.baseline, p, true);
   return p;
 }
 

@@ -201,13 +201,9 @@ void read_overrides(Section& ps, PolicyOverrides& o, const std::string& kind) {
               "set " + step + " in the policy's own table, not in its " + kind + " table");
     o.steps[step] = *f;
   }
-  if (ps.has("scale")) {
-    if (kind == "flash")
-      ps.fail("scale", where + "scale places the baseline's softmax scale; the flash kernels apply it as their code "
-                                 "does (framework: inside the matmul, fa2/fa3: folded into exp2)",
-              "set scale in the policy's own table or in its baseline table");
-    o.scale = read_word(ps, "scale", kAllScalePlacements, ScalePlacement::fused);
-  }
+  // The policy's own table places the baseline's scale; the flash table the framework flash loops'
+  // (fa2/fa3 fold it into exp2 whatever it says).
+  if (ps.has("scale")) o.scale = read_word(ps, "scale", kAllScalePlacements, ScalePlacement::fused);
   if (ps.has("quantization")) {
     if (!kind.empty())
       ps.fail("quantization", where + "quantization decides how the inputs both kinds share enter their formats",

@@ -236,6 +236,13 @@ incoherent_processing = true
   EXPECT_EQ(base.o_running, Format::bf16);  // the framework baseline's (unused) state steps stay in the format
   EXPECT_FALSE(base.incoherent);
   EXPECT_EQ(base.scale, ScalePlacement::before);
+  EXPECT_EQ(flash.scale, ScalePlacement::fused);  // the own table's scale is the baseline's only
+  const std::string flash_scale = "[attention.policies.e]\npreset = \"eager\"\n[attention.policies.e.flash]\n"
+                                  "scale = \"fused\"\n";
+  const Study placed = parse_study(flash_scale, "e.toml");
+  EXPECT_EQ(make_policy("eager", Format::bf16, AttentionKind::flash).scale, ScalePlacement::after);
+  EXPECT_EQ(resolve_policy(placed.attention, "e", Format::bf16, AttentionKind::flash).scale, ScalePlacement::fused);
+  EXPECT_EQ(resolve_policy(placed.attention, "e", Format::bf16, AttentionKind::baseline).scale, ScalePlacement::after);
   const ReadingPolicies both = resolve_reading(st.attention, "k", Format::bf16);
   EXPECT_EQ(both.flash.o_running, flash.o_running);
   EXPECT_EQ(both.baseline.softmax, base.softmax);

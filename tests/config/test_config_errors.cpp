@@ -178,8 +178,8 @@ const BadCase kCases[] = {
     // Per-kind custom policies and the structural keys of issue 26.
     {"custom_policy_input_step_per_kind", "[attention.policies.x.flash]\nq = \"fp32\"\n", 2,
      "attention.policies.x.flash.q", "an input both attention kinds share", "in the policy's own table"},
-    {"custom_policy_scale_for_flash", "[attention.policies.x.flash]\nscale = \"after\"\n", 2,
-     "attention.policies.x.flash.scale", "places the baseline's softmax scale"},
+    {"custom_policy_bad_scale_for_flash", "[attention.policies.x.flash]\nscale = \"inside\"\n", 2,
+     "attention.policies.x.flash.scale", "allowed: fused, after, before"},
     {"custom_policy_bad_scale", "[attention.policies.x]\nscale = \"afterwards\"\n", 2, "attention.policies.x.scale",
      "allowed: fused, after, before", "did you mean `after`?"},
     {"custom_policy_bad_quantization", "[attention.policies.x]\nquantization = \"blocks\"\n", 2,

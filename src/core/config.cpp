@@ -68,6 +68,7 @@ void apply(const PolicyOverrides& o, PrecisionPolicy& p) {
   if (o.scale) p.scale = *o.scale;
   if (o.quantization) p.quantization = *o.quantization;
   if (o.incoherent) p.incoherent = *o.incoherent;
+  if (o.max_offset) p.max_offset = *o.max_offset;
 }
 
 }  // namespace

@@ -73,8 +73,9 @@ Head<T> make_head(const AttentionShape& shape, const AttentionParams& params) {
 //   block_max = where(repeated & (block_max > 0), beta * block_max, block_max)
 //   block_max = where(repeated & (block_max < 0), 0, block_max)
 // score(c) gives the tile's scores c < cols (a scalar or a vector of rows), `tolerance` is 1e-3 in the
-// units of those scores. A row with no key in the tile (m = -inf) keeps m: the reference would count
-// its -inf scores as ties and set 0, which only shifts the running max of a row that has seen nothing.
+// units of those scores. A row with no key in the tile (m = -inf) keeps m: the reference, whose masked
+// scores are -finfo.max, would count them as ties and set 0, which only shifts the running max of a row
+// that has seen nothing.
 // m = 0 is kept (neither branch of the reference applies). Works on scalars and vectors alike.
 template <class V, class Score>
 FASTUDY_INLINE V offset_tile_max(V m, std::int64_t cols, V beta, V tolerance, V neg_inf, Score score) {

@@ -32,6 +32,15 @@ MicrobenchPoint repeated_point(int trial) {
   return p;
 }
 
+// The same at N 64, d 16, 2 heads, for the tests that run every kernel at several formats.
+MicrobenchPoint small_repeated_point(int trial) {
+  MicrobenchPoint p = repeated_point(trial);
+  p.seq_len = 64;
+  p.head_dim = 16;
+  p.heads = 2;
+  return p;
+}
+
 AttentionReference reference_of(const MicrobenchPoint& p, const PrecisionPolicy& storage, bool backward) {
   MicrobenchInputs in = microbench_inputs(p);
   return make_reference(microbench_shape(p), storage, std::move(in.q), std::move(in.k), std::move(in.v),
@@ -42,11 +51,8 @@ AttentionReference reference_of(const MicrobenchPoint& p, const PrecisionPolicy&
 // maximum repeats exactly, while the logits keep unit scale, so that the backward's dQ is not the near
 // zero of repeated_max (whose rows attend to 4 equal keys alone: dS ~ 0, and any rel_l2 of dQ is large).
 AttentionReference tied_reference(const PrecisionPolicy& storage, bool causal, bool backward) {
-  MicrobenchPoint p = repeated_point(1);
+  MicrobenchPoint p = small_repeated_point(1);
   p.distribution = InputDistribution::normal;
-  p.seq_len = 64;
-  p.head_dim = 16;
-  p.heads = 2;
   p.causal = causal;
   MicrobenchInputs in = microbench_inputs(p);
   const std::int64_t n = p.seq_len, d = p.head_dim;
@@ -172,9 +178,7 @@ TEST(MaxOffset, ForwardWithinTheUnitRoundoffBoundOfTheFp64Reference) {
 // fp64 buffers and the fp64 policy: the adjusted algorithm is the reference's function to fp64's
 // unit roundoff (2^-53; the bound of check.hpp with every u = 2^-53).
 TEST(MaxOffset, Fp64PolicyMatchesTheReferenceToFp64Roundoff) {
-  MicrobenchPoint p = repeated_point(0);
-  p.seq_len = 64;
-  p.head_dim = 16;
+  const MicrobenchPoint p = small_repeated_point(0);
   for (const Kernel& k : kKernels) {
     const AttentionReference ref = reference_of(p, make_policy(k.reading, Format::fp64, k.kind), false);
     const AttentionParams params = params_of(k, Format::fp64, 2.0, 16);
@@ -206,9 +210,7 @@ TEST(MaxOffset, BackwardWithinTheUnitRoundoffBoundOfTheFp64Reference) {
 
 // Off is 0: the kernels' results are those of a policy that never had the option, bit for bit.
 TEST(MaxOffset, ZeroIsOffBitForBit) {
-  MicrobenchPoint p = repeated_point(0);
-  p.seq_len = 64;
-  p.head_dim = 16;
+  const MicrobenchPoint p = small_repeated_point(0);
   for (const Kernel& k : kKernels) {
     const AttentionReference ref = reference_of(p, make_policy(k.reading, Format::bf16, k.kind), false);
     AttentionParams plain = params_of(k, Format::bf16, 0.0, 16);

@@ -76,9 +76,9 @@ void print_global_help(std::ostream& os) {
   }
   os << "\nprecision policy steps (a custom [attention.policies.NAME] starts from `preset` (default pure),\n"
         "sets some of them: step = \"format\", and may set rounding = \"nearest\" | \"zero\" | \"stochastic\",\n"
-        "scale = \"fused\" | \"after\" | \"before\" (the baseline's), quantization = \"none\" | \"head\" | \"block\"\n"
-        "and incoherent_processing; its tables [attention.policies.NAME.flash] and [...NAME.baseline] set\n"
-        "steps of one attention kind only):\n";
+        "scale = \"fused\" | \"after\" | \"before\" (the baseline's), quantization = \"none\" | \"head\" | \"block\",\n"
+        "incoherent_processing and max_offset = beta (> 1: Qiu & Yao's fix for repeated row maxima); its\n"
+        "tables [attention.policies.NAME.flash] and [...NAME.baseline] set steps of one attention kind only):\n";
   for (const auto& step : kPolicySteps)
     os << "  " << step.name << std::string(15 - std::min<std::size_t>(14, step.name.size()), ' ') << step.what << "\n";
   os << "\ncommon options: --out DIR, --resume, --force, -q/--quiet, -v/--verbose, -h/--help, --version\n"

@@ -4,6 +4,7 @@
 //
 // B batch, H heads, N sequence, d head dim; tensors are contiguous [B, H, N, d], lse is [B, H, N].
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <string>
 
@@ -52,6 +53,12 @@ void check_arguments(const AttentionShape& shape, const AttentionParams& params,
     throw Error(where + "incoherent processing (policy '" + params.policy.name + "') needs a head_dim that is a power "
                     "of two (the Hadamard transform), not " + std::to_string(d),
                 "use head_dim 64, 128, ... or set incoherent_processing = false in the policy");
+  }
+  const double beta = params.policy.max_offset;
+  if (beta != 0.0 && !(beta > 1.0 && std::isfinite(beta))) {
+    throw Error(where + "max_offset = " + std::to_string(beta) + " (policy '" + params.policy.name +
+                    "') must be a finite number > 1, or 0 for off",
+                "Qiu & Yao use beta = 2; remove max_offset to subtract the plain row max");
   }
 }
 

@@ -126,7 +126,16 @@ struct PrecisionPolicy {
   bool incoherent = false;  // FA3's incoherent processing: Q and K times a Hadamard matrix with random
                             // signs (H D / sqrt(d), orthogonal: Q K^T is unchanged) before they are
                             // quantized; head_dim must be a power of two
+  double max_offset = 0.0;  // Qiu & Yao's fix (arXiv 2510.04212 §4), beta > 1, 0 off: where two or more
+                            // scores of a tile (the baseline: of the row) lie within kRepeatedMaxTolerance
+                            // of its max m, the tile's max becomes beta m (m > 0) or 0 (m < 0), so that no
+                            // P is exactly 1 (see kernels/detail/forward.hpp, offset_tile_max)
 };
+
+// The tie test of max_offset: scores (scaled logits) within this much of their tile's max count as
+// that max, as in the reference code (github ucker/why-low-precision-training-fails, attention.py:
+// `S_tile >= block_max - 1e-3`).
+inline constexpr double kRepeatedMaxTolerance = 1e-3;
 
 // The format the caller holds Q, K and V in for a policy: their storage format, or fp32 when the
 // kernel quantizes them itself (quantization != none: the quantization is the kernel's error).

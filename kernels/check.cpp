@@ -73,7 +73,13 @@ double score_magnitude(const AttentionShape& shape, const T* q, const T* k) {
 // + u_p + (N + 1) u_stats + u_division + 4 u_buffer (see forward_bound in check.hpp), with the scale
 // placement's extra rounding in |dS| and the FlashAttention kernels' exp2 argument.
 namespace {
+// max_offset beta moves the max subtracted from S to beta m or 0: the exp arguments S - m' reach
+// (1 + beta) Smag <= 2 beta Smag, and m_old - m_new 2 beta Smag, so every Smag that bounds an exp
+// argument is beta Smag (1 without the option).
+double exp_arg_reach(const PrecisionPolicy& p) { return p.max_offset > 1 ? p.max_offset : 1.0; }
+
 double softmax_term(const PrecisionPolicy& p, double n, double d, Format buffer, double smag) {
+  const double exp_smag = exp_arg_reach(p) * smag;
   const double ua = step_u(p.accum, buffer), us = step_u(p.s, buffer), up = step_u(p.p, buffer);
   const double ust = step_u(p.stats, buffer), udiv = step_u(p.division, buffer);
   const double usm = step_u(p.softmax, buffer), uea = step_u(p.exp_arg, buffer);
@@ -82,8 +88,8 @@ double softmax_term(const PrecisionPolicy& p, double n, double d, Format buffer,
                            : p.scale == ScalePlacement::before ? step_u(p.q, buffer)
                                                                : 0.0;
   const double ds = (d * ua + us + placement) * smag;
-  const double kernel = p.kernel == FlashKernel::framework ? 0.0 : smag * uea + 2 * smag * ut + udiv;
-  return 2 * ds + 2 * smag * (usm + uea) + usm + up + (n + 1) * ust + udiv + 4 * ut + kernel;
+  const double kernel = p.kernel == FlashKernel::framework ? 0.0 : exp_smag * uea + 2 * exp_smag * ut + udiv;
+  return 2 * ds + 2 * exp_smag * (usm + uea) + usm + up + (n + 1) * ust + udiv + 4 * ut + kernel;
 }
 // Rounding toward zero or stochastically errs by less than one ulp (2u), twice nearest's u.
 double mode_factor(const PrecisionPolicy& p) { return p.rounding == Rounding::nearest ? 1.0 : 2.0; }
@@ -101,10 +107,12 @@ double forward_bound(const PrecisionPolicy& p, const AttentionShape& shape, Form
   const double tiles = std::ceil(n / std::min<double>(block_kv, n));
   const double softmax = softmax_term(p, n, d, buffer, smag);
   const double pv = n * ua;
-  const double flash = tiles * (ur + 2 * smag * uea + 3 * uor + ua + udiv + 3 * usr);
+  const double flash = tiles * (ur + 2 * exp_arg_reach(p) * smag * uea + 3 * uor + ua + udiv + 3 * usr);
   const bool fp8_p = p.p == Format::fp8_e4m3 || p.p == Format::fp8_e5m2;
   const double max_offset = p.kernel == FlashKernel::fa3 && fp8_p ? 256.0 : 1.0;
-  const double underflow = n * subnormal_spacing(p.p) / 2 / max_offset;
+  // max_offset: the row's largest P is exp(m - m') >= exp(-max(beta - 1, 1) Smag), not 1.
+  const double least_p = p.max_offset > 1 ? std::exp(-std::max(p.max_offset - 1, 1.0) * smag) : 1.0;
+  const double underflow = n * subnormal_spacing(p.p) / 2 / max_offset / least_p;
   double quantized = 0;
   if (p.quantization != Quantization::none) {
     const double uq = step_u(p.q, buffer), uk = step_u(p.k, buffer), uv = step_u(p.v, buffer);

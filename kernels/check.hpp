@@ -102,6 +102,9 @@ double score_magnitude(const AttentionShape& shape, const std::vector<T>& q, con
 //           (alpha and its argument) + 3 u_o_running (alpha O, the tile's P.V, their sum) + u_accum +
 //           u_division + 3 u_stats_running (alpha l, the tile's row sum, their sum) per tile (FA-1
 //           re-normalises each tile, FA-2 rescales by alpha). Bc = block_kv, clipped to N.
+//   max_offset beta (Qiu & Yao): the subtracted max is beta m or 0, so the exp arguments reach
+//           (1 + beta) Smag and m_old - m_new 2 beta Smag: beta Smag replaces Smag in every exp-argument
+//           term above and below, and the row sum is only >= exp(-max(beta - 1, 1) Smag) (P underflow).
 //   output: u_o.
 //   P underflow: P below its format's smallest normal errs by up to half the subnormal spacing in
 //           absolute terms; over N keys, against a row sum >= 2^Max_offset (the row's largest P):

@@ -95,9 +95,9 @@ __global__ void flash_forward_kernel(TileHead h, const float* q, const float* k,
     if (active) {
       score_row<R>(q + off + i * h.d, ks, h.d, bc, h.d, h.scale, h.causal, i, j0, s, tile_score_of(h));
       if constexpr (Order == LoopOrder::q_outer) {
-        flash_q_outer_tile<R>(s, bc, vs, h.d, h.d, j0 > 0, st, orow);
+        flash_q_outer_tile<R>(s, bc, vs, h.d, h.d, j0 > 0, st, orow, h);
       } else {
-        flash_kv_outer_tile<R>(s, bc, vs, h.d, h.d, st, orow);
+        flash_kv_outer_tile<R>(s, bc, vs, h.d, h.d, st, orow, h);
       }
     }
     __syncthreads();
@@ -137,7 +137,7 @@ __global__ void kernel_forward_kernel(TileHead h, const float* q, const float* k
     __syncthreads();
     if (active) {
       score_row<R>(q + off + i * h.d, ks, h.d, bc, h.d, h.scale, h.causal, i, j0, s, TileScore::raw);
-      flash_kernel_tile<R>(s, bc, vs, h.d, h.d, jb == blocks - 1, scale_log2, st, orow);
+      flash_kernel_tile<R>(s, bc, vs, h.d, h.d, jb == blocks - 1, scale_log2, st, orow, h);
     }
     __syncthreads();
   }
@@ -157,7 +157,7 @@ __global__ void baseline_forward_kernel(TileHead h, const float* q, const float*
   float* acc = acc_ws + row * h.d;
   const int n = static_cast<int>(h.n);
   score_row<R>(q + off + i * h.d, k + off, h.d, n, h.d, h.scale, h.causal, i, 0, s, tile_score_of(h));
-  const float l = baseline_softmax_row<R>(s, h.n);
+  const float l = baseline_softmax_row<R>(s, h.n, h);
   for (int t = 0; t < h.d; ++t) acc[t] = 0.0f;
   pv_row<R>(s, v + off, h.d, n, h.d, acc);
   for (int t = 0; t < h.d; ++t) o[off + i * h.d + t] = from_float<T>(R::o(acc[t]));
@@ -266,7 +266,7 @@ __global__ void baseline_softmax_backward_kernel(TileHead h, const float* q, con
     p[j] = dot<R>(q + off + i * h.d, k + off + j * h.d, 1, h.d);
     ds[j] = dot<R>(dout + off + i * h.d, v + off + j * h.d, 1, h.d);
   }
-  baseline_backward_row<R>(p, ds, jn, h.scale, tile_score_of(h));
+  baseline_backward_row<R>(p, ds, jn, h);
 }
 
 template <class R>

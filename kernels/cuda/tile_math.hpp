@@ -47,7 +47,14 @@ struct TileHead {
   ScalePlacement grad_placement;  // how dQ, dK take the scale at the end (store_gradient_triple)
   bool ops;  // framework flash backward with its running gradients stored (o_running narrower than fp32):
              // FA-2's Algorithm 2 as framework ops (the CPU kernels' `ops`, kernels/detail/backward.hpp)
+  float max_offset;          // the policy's max_offset beta (0: off), see offset_tile_max
+  float tie_tolerance;       // its tie test in the units of the scores the tiles hold (the CPU kernels' own)
 };
+
+// scale_log2 = float(softmax_scale * M_LOG2E), in double (flash_api.cpp, mainloop_fwd_sm90).
+FASTUDY_HD inline float scale_log2_of(float scale) {
+  return static_cast<float>(static_cast<double>(scale) * 1.44269504088896340736);
+}
 
 inline TileHead make_tile_head(const AttentionShape& shape, const AttentionParams& params) {
   TileHead h;
@@ -65,12 +72,14 @@ inline TileHead make_tile_head(const AttentionShape& shape, const AttentionParam
   // framework flash loops' `after` differentiates as `fused`.
   if (h.ops) h.grad_placement = h.placement == ScalePlacement::before ? ScalePlacement::before : ScalePlacement::after;
   else h.grad_placement = flash && h.placement == ScalePlacement::after ? ScalePlacement::fused : h.placement;
+  h.max_offset = static_cast<float>(params.policy.max_offset);
+  // The framework kernels and the baseline hold scaled scores: 1e-3 as the reference tests them; fa2 and
+  // fa3 hold S unscaled, whose scaled logit is S * scale_log2 / log2 e (forward.hpp's tie_raw).
+  h.tie_tolerance = h.kernel == FlashKernel::framework
+                        ? static_cast<float>(kRepeatedMaxTolerance)
+                        : static_cast<float>(kRepeatedMaxTolerance * 1.44269504088896340736 /
+                                             static_cast<double>(scale_log2_of(h.scale)));
   return h;
-}
-
-// scale_log2 = float(softmax_scale * M_LOG2E), in double (flash_api.cpp, mainloop_fwd_sm90).
-FASTUDY_HD inline float scale_log2_of(float scale) {
-  return static_cast<float>(static_cast<double>(scale) * 1.44269504088896340736);
 }
 
 // Storage steps in S (s in Score), in-op steps in C, state steps in R: the pure <S, S, S>, eager and
@@ -154,6 +163,20 @@ FASTUDY_HD inline float exp2_f32(float x) {
   return x != x ? x : res;
 }
 
+// Qiu & Yao's max_offset on the max m of one tile of one row (the baseline: the whole row), the CPU
+// kernels' offset_tile_max (kernels/detail/head.hpp), from the reference code's FA-2 forward
+// (github ucker/why-low-precision-training-fails, attention.py, STABLE=1): two or more scores within
+// tolerance of m make m beta m (m > 0) or 0 (m < 0); m = 0, m = -inf (no key in the tile) and beta = 0
+// (off) keep m.
+FASTUDY_HD inline float offset_tile_max(const float* s, std::int64_t n, float m, const TileHead& h) {
+  if (h.max_offset == 0.0f || m == neg_inf()) return m;
+  const float floor = m - h.tie_tolerance;
+  int close = 0;
+  for (std::int64_t c = 0; c < n; ++c) close += s[c] >= floor ? 1 : 0;
+  if (close < 2) return m;
+  return m > 0.0f ? h.max_offset * m : (m < 0.0f ? 0.0f : m);
+}
+
 // A row max rounded to stats (in one op) or stats_running (flash's running max), an exp argument
 // rounded to exp_arg, each except the -inf sentinel ("no key seen yet", a masked score).
 template <class R>
@@ -218,9 +241,10 @@ struct RowState {
 // ---- FA-2 (q_outer): one tile of one row; s holds the scores on entry and P on exit -----------------
 template <class R>
 FASTUDY_HD inline void flash_q_outer_tile(float* s, int bc, const float* v, int ldv, int d, bool rescale_o,
-                                          RowState& st, float* o) {
+                                          RowState& st, float* o, const TileHead& h) {
   float m_tile = neg_inf();
   for (int c = 0; c < bc; ++c) m_tile = max_of(m_tile, s[c]);
+  m_tile = offset_tile_max(s, bc, m_tile, h);  // max_offset: attention.py's block_max before new_max
   const float m_new = round_running_max<R>(max_of(st.m, m_tile));
   const float m_safe = m_new == neg_inf() ? 0.0f : m_new;  // keeps exp(-inf - m) = 0, never NaN
   const float alpha = R::rescale(exp_f32(round_exp_arg<R>(st.m - m_safe)));
@@ -269,10 +293,10 @@ FASTUDY_HD inline float flash_q_outer_finish(const RowState& st, const float* o,
 // key of this tile (a rescale happened).
 template <class R>
 FASTUDY_HD inline bool flash_kv_outer_tile(float* s, int bc, const float* v, int ldv, int d, RowState& st,
-                                           float* o) {
+                                           float* o, const TileHead& h) {
   float m_tile = neg_inf();
   for (int c = 0; c < bc; ++c) m_tile = max_of(m_tile, s[c]);
-  m_tile = round_running_max<R>(m_tile);
+  m_tile = round_running_max<R>(offset_tile_max(s, bc, m_tile, h));  // max_offset: the tile's m~
   if (m_tile == neg_inf()) return false;  // the row sees no key of this tile: nothing to update
   float l_tile = 0.0f;
   for (int c = 0; c < bc; ++c) {
@@ -310,9 +334,10 @@ struct KernelRowState {
 
 template <class R>
 FASTUDY_HD inline void flash_kernel_tile(float* s, int bc, const float* v, int ldv, int d, bool first,
-                                         float scale_log2, KernelRowState& st, float* o) {
+                                         float scale_log2, KernelRowState& st, float* o, const TileHead& h) {
   float m_tile = neg_inf();
   for (int c = 0; c < bc; ++c) m_tile = max_of(m_tile, s[c]);
+  m_tile = offset_tile_max(s, bc, m_tile, h);  // max_offset on the raw tile (h.tie_tolerance in its units)
   const float m_new = round_running_max<R>(max_of(st.m, m_tile));
   const float m_use = m_new == neg_inf() ? 0.0f : m_new;  // Check_inf
   float alpha = 1.0f;
@@ -403,10 +428,10 @@ FASTUDY_HD inline void flash_kernel_backward_entry(const float* q_i, const float
 
 // ---- baseline: one whole row; s holds the N scores on entry and the normalised P on exit ----------
 template <class R>
-FASTUDY_HD inline float baseline_softmax_row(float* s, std::int64_t n) {
+FASTUDY_HD inline float baseline_softmax_row(float* s, std::int64_t n, const TileHead& h) {
   float m = neg_inf();
   for (std::int64_t c = 0; c < n; ++c) m = max_of(m, s[c]);
-  m = round_max<R>(m);
+  m = round_max<R>(offset_tile_max(s, n, m, h));  // max_offset: the whole row is the one tile
   float l = 0.0f;
   for (std::int64_t c = 0; c < n; ++c) {
     const float x = s[c] - m;
@@ -518,10 +543,12 @@ FASTUDY_HD inline void flash_dq_row(const TileHead& h, const float* q, const flo
 // One row of the baseline backward, as the CPU kernels do it: p holds the raw score dots q_i.k_j and dp
 // the dots dO_i.v_j for j < j_end on entry; on exit p holds P_i (softmax recomputed from the scores,
 // normalised) and dp holds dS_i = grad(P (dP - D_i)) with dP = grad(dot) and D_i = sum_j P_ij dP_ij
-// (accum, j in order).
+// (accum, j in order); the scale and its placement are the head's, and so is max_offset (the forward's
+// adjusted row max).
 template <class R>
-FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t j_end, float scale,
-                                             TileScore store = TileScore::fused) {
+FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t j_end, const TileHead& h) {
+  const float scale = h.scale;
+  const TileScore store = tile_score_of(h);
   float m = neg_inf();
   for (std::int64_t j = 0; j < j_end; ++j) {
     p[j] = store == TileScore::fused ? R::s(p[j] * scale)
@@ -529,7 +556,7 @@ FASTUDY_HD inline void baseline_backward_row(float* p, float* dp, std::int64_t j
                                        : R::s(p[j]);
     m = m < p[j] ? p[j] : m;  // std::max
   }
-  m = R::stats(m);
+  m = R::stats(offset_tile_max(p, j_end, m, h));
   float l = 0.0f;
   for (std::int64_t j = 0; j < j_end; ++j) {
     const float x = p[j] - m;

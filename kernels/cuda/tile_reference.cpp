@@ -54,7 +54,7 @@ void flash_forward_head(const TileHead& h, LoopOrder order, const float* q, cons
           score_row<R>(qr.data() + i * h.d, kr.data() + j0 * h.d, h.d, bc, h.d, h.scale, h.causal, i, j0, s.data(),
                        TileScore::raw);
           flash_kernel_tile<R>(s.data(), bc, vr.data() + j0 * h.d, h.d, h.d, jb == blocks - 1, scale_log2, st,
-                               orow.data());
+                               orow.data(), h);
         }
         const float l = flash_kernel_finish<R>(h.kernel, st, h.scale, scale_log2, orow.data(), h.d, o + i * h.d);
         if (lse) lse[i] = l;
@@ -66,9 +66,9 @@ void flash_forward_head(const TileHead& h, LoopOrder order, const float* q, cons
         score_row<R>(qr.data() + i * h.d, kr.data() + j0 * h.d, h.d, bc, h.d, h.scale, h.causal, i, j0, s.data(),
                      tile_score_of(h));
         if (order == LoopOrder::q_outer) {
-          flash_q_outer_tile<R>(s.data(), bc, vr.data() + j0 * h.d, h.d, h.d, j0 > 0, st, orow.data());
+          flash_q_outer_tile<R>(s.data(), bc, vr.data() + j0 * h.d, h.d, h.d, j0 > 0, st, orow.data(), h);
         } else {
-          flash_kv_outer_tile<R>(s.data(), bc, vr.data() + j0 * h.d, h.d, h.d, st, orow.data());
+          flash_kv_outer_tile<R>(s.data(), bc, vr.data() + j0 * h.d, h.d, h.d, st, orow.data(), h);
         }
       }
       const float l = order == LoopOrder::q_outer ? flash_q_outer_finish<R>(st, orow.data(), h.d, o + i * h.d)
@@ -86,7 +86,7 @@ void baseline_forward_head(const TileHead& h, const float* q, const float* k, co
   const int n = static_cast<int>(h.n);
   for (std::int64_t i = 0; i < h.n; ++i) {
     score_row<R>(qr.data() + i * h.d, kr.data(), h.d, n, h.d, h.scale, h.causal, i, 0, s.data(), tile_score_of(h));
-    const float l = baseline_softmax_row<R>(s.data(), h.n);
+    const float l = baseline_softmax_row<R>(s.data(), h.n, h);
     std::fill(acc.begin(), acc.end(), 0.0f);
     pv_row<R>(s.data(), vr.data(), h.d, n, h.d, acc.data());
     for (int t = 0; t < h.d; ++t) o[i * h.d + t] = R::o(acc[t]);
@@ -181,7 +181,7 @@ void baseline_backward_head(const TileHead& h, const float* q, const float* k, c
       pi[j] = dot<R>(qr.data() + i * h.d, kr.data() + j * h.d, 1, h.d);
       dsi[j] = dot<R>(dor.data() + i * h.d, vr.data() + j * h.d, 1, h.d);
     }
-    baseline_backward_row<R>(pi, dsi, j_end, h.scale, tile_score_of(h));
+    baseline_backward_row<R>(pi, dsi, j_end, h);
   }
   for (std::int64_t j = 0; j < h.n; ++j) {  // one device thread of the dK/dV kernel
     for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {

@@ -426,6 +426,10 @@ void baseline_backward(const R& rd, const Head<T>& h, const T* q, const T* k, co
       }
       m = std::max(m, p[j]);
     }
+    // max_offset: the forward's adjusted row max recomputed (baseline_forward, offset_tile_max), so
+    // that P is the forward's P.
+    if (h.max_offset != T(0))
+      m = offset_tile_max(m, j_end, h.max_offset, h.tie_tolerance, kNegInf<T>, [&](std::int64_t j) { return p[j]; });
     m = rd.stats(m);
     T l = 0;
     for (std::int64_t j = 0; j < j_end; ++j) {

@@ -12,6 +12,17 @@
 namespace fastudy {
 namespace {
 
+// The max m of rows r..r+L-1 of a tile S^T [cols][ld] after max_offset (offset_tile_max, head.hpp):
+// m itself when the policy has none, so that the kernels pay one untaken branch per row vector and
+// tile. `tolerance` is the tie test's 1e-3 in the units of the tile's scores.
+template <class T>
+FASTUDY_INLINE vec_t<T> tile_max_offset(const Head<T>& h, const T* st, std::int64_t ld, std::int64_t cols,
+                                        std::int64_t r, vec_t<T> m, T tolerance) {
+  if (h.max_offset == T(0)) return m;
+  return offset_tile_max(m, cols, splat(h.max_offset), splat(tolerance), splat(kNegInf<T>),
+                         [&](std::int64_t c) { return vload(st + c * ld + r); });
+}
+
 // ---- flash forward, Q-outer (FlashAttention-2): one final normalisation -------------------------
 template <class T, class R>
 void flash_forward_q_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o, T* lse) {
@@ -39,6 +50,8 @@ void flash_forward_q_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o
       for (std::int64_t r = 0; r < br_padded; r += L) {
         V m_tile = splat(kNegInf<T>);
         for (std::int64_t c = 0; c < bc; ++c) m_tile = vmax(m_tile, vload(st + c * br_padded + r));
+        // max_offset: block_max adjusted before new_max = maximum(block_max, running_max) (attention.py).
+        m_tile = tile_max_offset(h, st, br_padded, bc, r, m_tile, h.tie_tolerance);
         const V m_old = vload(ws.m.data() + r);
         const V m_new = round_running_max(rd, vmax(m_old, m_tile));
         // Lanes with no score yet (m_new = -inf) subtract 0 instead, to keep exp(-inf) = 0, not NaN.
@@ -130,7 +143,8 @@ void flash_forward_kv_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* 
       for (std::int64_t r = 0; r < br_padded; r += L) {
         V m_tile = splat(kNegInf<T>);
         for (std::int64_t c = 0; c < bc; ++c) m_tile = vmax(m_tile, vload(st + c * br_padded + r));
-        m_tile = round_running_max(rd, m_tile);
+        // max_offset: the tile's m~ adjusted (attention.py's block_max), then P~ = exp(S - m~) with it.
+        m_tile = round_running_max(rd, tile_max_offset(h, st, br_padded, bc, r, m_tile, h.tie_tolerance));
         const V m_tile_safe = m_tile == kNegInf<T> ? V{} : m_tile;
         V l_tile{};
         for (std::int64_t c = 0; c < bc; ++c) {
@@ -220,6 +234,10 @@ void flash_forward_kernel(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o,
   const bool per_head = h.quantization == Quantization::head, per_block = h.quantization == Quantization::block;
   if (per_head) scale_log2 *= ws.q_scale[0] * ws.k_scale[0];
   const T v_scale_head = per_head ? ws.v_scale[0] : T(1);
+  // max_offset's tie test: the tile holds S unscaled (times c_q c_k with block quantization), the
+  // scaled logit the reference tests is S * scale_log2 / log2 e, so its 1e-3 is 1e-3 log2 e / scale_log2
+  // on the tile (per-head quantization's factors are in scale_log2).
+  const T tie_raw = static_cast<T>(kRepeatedMaxTolerance * 1.44269504088896340736 / static_cast<double>(scale_log2));
   for (std::int64_t i0 = 0; i0 < h.n; i0 += h.br) {
     const std::int64_t br = std::min(h.br, h.n - i0), br_padded = round_up(br, L);
     std::fill(ws.m.begin(), ws.m.end(), kNegInf<T>);
@@ -242,6 +260,9 @@ void flash_forward_kernel(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o,
       for (std::int64_t r = 0; r < br_padded; r += L) {
         V m_tile = splat(kNegInf<T>);
         for (std::int64_t c = 0; c < bc; ++c) m_tile = vmax(m_tile, vload(st + c * br_padded + r));
+        // max_offset on the raw tile (attention.py's block_max): beta m_raw scales to beta m, and the
+        // scaled logits' 1e-3 is tie_raw here.
+        m_tile = tile_max_offset(h, st, br_padded, bc, r, m_tile, tie_raw);
         const V m_old = vload(ws.m.data() + r);
         const V m_new = round_running_max(rd, vmax(m_old, m_tile));
         const V m_use = m_new == kNegInf<T> ? V{} : m_new;  // Check_inf
@@ -322,7 +343,8 @@ void baseline_forward(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o, T* 
   for (std::int64_t r = 0; r < n_padded; r += L) {
     V m = splat(kNegInf<T>);
     for (std::int64_t c = 0; c < h.n; ++c) m = vmax(m, vload(st + c * n_padded + r));
-    m = round_max(rd, m);
+    // max_offset with the whole row as the one tile (S holds the scaled logits in every placement).
+    m = round_max(rd, tile_max_offset(h, st, n_padded, h.n, r, m, h.tie_tolerance));
     V l{};
     for (std::int64_t c = 0; c < h.n; ++c) {
       const V x = vload(st + c * n_padded + r) - m;

@@ -26,6 +26,9 @@ struct Head {
   bool dequantize;             // quantized inputs held as x_q * c (the framework kinds) or x_q (fa2/fa3)
   bool libtorch1_cpu;          // FrameworkOps::libtorch1_cpu (framework kinds): scale rounded to the
                                // format above, the softmax backward's row dot rounded to grad
+  T max_offset;                // the policy's max_offset beta (0: off); see offset_tile_max
+  T tie_tolerance;             // max_offset's tie test on the stored scaled scores (framework kernels and
+                               // baseline): kRepeatedMaxTolerance; fa2/fa3 convert it to their raw tile
 };
 
 template <class T>
@@ -63,7 +66,30 @@ Head<T> make_head(const AttentionShape& shape, const AttentionParams& params) {
   h.quantization = p.quantization;
   h.incoherent = p.incoherent;
   h.dequantize = h.kernel == FlashKernel::framework;
+  h.max_offset = static_cast<T>(p.max_offset);
+  h.tie_tolerance = static_cast<T>(kRepeatedMaxTolerance);
   return h;
+}
+
+// Qiu & Yao's fix (PrecisionPolicy::max_offset = beta), on the max m of one tile (the baseline: of the
+// whole row) before it enters the running max, as the reference code does per KV block
+// (github ucker/why-low-precision-training-fails, attention.py, the FA-2 forward with STABLE=1):
+//   close = S_tile >= block_max - 1e-3; repeated = close.sum(-1) > 1
+//   block_max = where(repeated & (block_max > 0), beta * block_max, block_max)
+//   block_max = where(repeated & (block_max < 0), 0, block_max)
+// score(c) gives the tile's scores c < cols (a scalar or a vector of rows), `tolerance` is 1e-3 in the
+// units of those scores. A row with no key in the tile (m = -inf) keeps m: the reference, whose masked
+// scores are -finfo.max, would count them as ties and set 0, which only shifts the running max of a row
+// that has seen nothing.
+// m = 0 is kept (neither branch of the reference applies). Works on scalars and vectors alike.
+template <class V, class Score>
+FASTUDY_INLINE V offset_tile_max(V m, std::int64_t cols, V beta, V tolerance, V neg_inf, Score score) {
+  const V zero{}, one = zero + 1;
+  const V floor = m - tolerance;
+  V close = zero;
+  for (std::int64_t c = 0; c < cols; ++c) close += score(c) >= floor ? one : zero;
+  const V adjusted = m > zero ? beta * m : (m < zero ? zero : m);
+  return ((close > one) & (m != neg_inf)) ? adjusted : m;
 }
 
 // The random signs of incoherent processing: sign t of the d-vector D (+1 or -1), the same for Q and

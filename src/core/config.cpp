@@ -70,6 +70,7 @@ void apply(const PolicyOverrides& o, PrecisionPolicy& p, bool scale_too) {
   if (o.scale && scale_too) p.scale = *o.scale;
   if (o.quantization) p.quantization = *o.quantization;
   if (o.incoherent) p.incoherent = *o.incoherent;
+  if (o.max_offset) p.max_offset = *o.max_offset;
 }
 
 }  // namespace

@@ -94,14 +94,15 @@ struct TrainConfig {
 };
 
 // What a custom policy changes in one attention kind's policy (or in both): steps set to other formats,
-// the baseline's scale placement, the quantization of Q, K, V and incoherent processing (unset: the
-// preset's).
+// the baseline's scale placement, the quantization of Q, K, V, incoherent processing and Qiu & Yao's
+// max_offset (unset: the preset's).
 struct PolicyOverrides {
   std::map<std::string, Format> steps;  // step -> format
   std::optional<ScalePlacement> scale;
   std::optional<Quantization> quantization;
   std::optional<bool> incoherent;
-  bool empty() const { return steps.empty() && !scale && !quantization && !incoherent; }
+  std::optional<double> max_offset;  // beta > 1 (PrecisionPolicy::max_offset)
+  bool empty() const { return steps.empty() && !scale && !quantization && !incoherent && !max_offset; }
 };
 
 // A custom precision policy: a preset (the reading it starts from, in the variant's format, one policy

@@ -182,10 +182,10 @@ void read_train(Section train, TrainConfig& t) {
 
 // The keys of a custom policy's table that are not step formats.
 const std::vector<std::string> kPolicyOptionKeys{"preset", "rounding", "scale", "quantization", "incoherent_processing",
-                                                 "flash", "baseline"};
+                                                 "max_offset", "flash", "baseline"};
 
-// The overrides of one table of a custom policy: step = "format" keys, scale, quantization and
-// incoherent_processing. `kind` is "" for the policy's own table (both kinds), else the sub-table's
+// The overrides of one table of a custom policy: step = "format" keys, scale, quantization,
+// incoherent_processing and max_offset. `kind` is "" for the policy's own table (both kinds), else the sub-table's
 // kind ("flash", "baseline"), where what both kinds must share is refused: the inputs Q, K, V and dO
 // (q, k, v, grad and quantization) and, for flash, the baseline's scale placement.
 void read_overrides(Section& ps, PolicyOverrides& o, const std::string& kind) {
@@ -214,6 +214,16 @@ void read_overrides(Section& ps, PolicyOverrides& o, const std::string& kind) {
     bool on = false;
     ps.get("incoherent_processing", on);
     o.incoherent = on;
+  }
+  if (ps.has("max_offset")) {
+    double beta = 0;
+    ps.get("max_offset", beta);
+    if (!(beta > 1))
+      ps.fail("max_offset",
+              where + "max_offset must be > 1: the factor beta a tile's repeated row maximum is multiplied by "
+                      "(Qiu & Yao)",
+              "their code uses max_offset = 2; remove the key to subtract the plain maximum");
+    o.max_offset = beta;
   }
 }
 
@@ -254,7 +264,7 @@ std::vector<std::string> read_attention(Section att, AttentionConfig& a, const M
         Section ks(file, "attention.policies." + pname + "." + kind, kn->as_table(), kn->source());
         read_overrides(ks, std::string(kind) == "flash" ? custom.flash : custom.baseline, kind);
         std::vector<std::string> kind_keys = policy_step_names();
-        kind_keys.insert(kind_keys.end(), {"scale", "quantization", "incoherent_processing"});
+        kind_keys.insert(kind_keys.end(), {"scale", "quantization", "incoherent_processing", "max_offset"});
         ks.finish(kind_keys);
       }
       ps.get("preset", custom.preset);

@@ -92,6 +92,7 @@ toml::table attention_table(const AttentionConfig& a) {
       if (o.scale) t.insert("scale", std::string(to_string(*o.scale)));
       if (o.quantization) t.insert("quantization", std::string(to_string(*o.quantization)));
       if (o.incoherent) t.insert("incoherent_processing", *o.incoherent);
+      if (o.max_offset) t.insert("max_offset", *o.max_offset);  // issue 29, likewise only where set
     };
     for (const auto& [name, custom] : a.custom_policies) {
       toml::table p{{"preset", custom.preset}, {"rounding", std::string(to_string(custom.rounding))}};

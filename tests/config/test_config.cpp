@@ -262,12 +262,34 @@ incoherent_processing = true
   const std::size_t table = plain.resolved_toml.find("[attention.policies.old]");
   ASSERT_NE(table, std::string::npos);
   const std::string old_table = plain.resolved_toml.substr(table, plain.resolved_toml.find("\n\n", table) - table);
-  for (const char* key : {"flash", "baseline", "scale", "quantization", "incoherent_processing"})
+  for (const char* key : {"flash", "baseline", "scale", "quantization", "incoherent_processing", "max_offset"})
     EXPECT_EQ(old_table.find(std::string(" ") + key + " ="), std::string::npos) << key << " in " << old_table;
 }
 
+// max_offset (issue 29, Qiu & Yao's fix) in a policy's own table reaches both kinds, in a kind's table
+// that kind only; it is in the resolved study.toml and the hash, and a policy without it keeps its
+// hash (the pinned one above).
+TEST(Config, CustomPolicyMaxOffsetReachesItsKindsAndTheHash) {
+  const std::string both = "[attention]\npolicy = \"qy\"\n[attention.policies.qy]\npreset = \"fa2\"\nmax_offset = 2\n";
+  Study st = parse_study(both, "qy.toml");
+  EXPECT_EQ(resolve_policy(st.attention, "qy", Format::bf16, AttentionKind::flash).max_offset, 2.0);
+  EXPECT_EQ(resolve_policy(st.attention, "qy", Format::bf16, AttentionKind::baseline).max_offset, 2.0);
+  EXPECT_NE(st.resolved_toml.find("max_offset = 2"), std::string::npos) << st.resolved_toml;
+  Study again = parse_study(st.resolved_toml, "study.toml");
+  EXPECT_EQ(again.hash, st.hash);
+  EXPECT_EQ(resolve_policy(again.attention, "qy", Format::bf16, AttentionKind::flash).max_offset, 2.0);
+  Study off = parse_study("[attention]\npolicy = \"qy\"\n[attention.policies.qy]\npreset = \"fa2\"\n", "qy.toml");
+  EXPECT_NE(off.hash, st.hash);
+  EXPECT_EQ(resolve_policy(off.attention, "qy", Format::bf16, AttentionKind::flash).max_offset, 0.0);
+  Study flash_only = parse_study("[attention.policies.qy]\npreset = \"eager\"\n[attention.policies.qy.flash]\n"
+                                 "max_offset = 1.5\n", "qy.toml");
+  EXPECT_EQ(resolve_policy(flash_only.attention, "qy", Format::bf16, AttentionKind::flash).max_offset, 1.5);
+  EXPECT_EQ(resolve_policy(flash_only.attention, "qy", Format::bf16, AttentionKind::baseline).max_offset, 0.0);
+  EXPECT_EQ(parse_study(flash_only.resolved_toml, "study.toml").hash, flash_only.hash);
+}
+
 TEST(Config, ShippedConfigsLoad) {
-  for (const char* name : {"quick.toml", "ci.toml", "microbench.toml", "paper.toml"}) {
+  for (const char* name : {"quick.toml", "ci.toml", "microbench.toml", "paper.toml", "repeated_max.toml"}) {
     SCOPED_TRACE(name);
     Study st = load_study(std::string(FASTUDY_CONFIGS) + "/" + name);
     EXPECT_FALSE(st.variants.empty());

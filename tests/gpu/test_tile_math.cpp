@@ -220,6 +220,41 @@ TEST(TileMath, BaselineScalePlacementsMatchTheCpuKernels) {
   }
 }
 
+// max_offset (Qiu & Yao's fix) in the twin: every reading's kernels (framework loops, fa2, fa3, the
+// baseline) with beta = 2 on inputs whose row maxima repeat (keys 0 to 3 one vector with a large
+// logit), forward and backward bit for bit with the CPU kernels (where they fuse) and within the
+// bounds of the fp64 reference.
+TEST(TileMath, MaxOffsetMatchesTheCpuKernels) {
+  const AttentionShape shape = make_shape(37, 12, true);
+  const std::int64_t n = 37, d = 12;
+  const std::size_t size = static_cast<std::size_t>(shape.batch * shape.heads * n * d);
+  std::vector<float> q0 = random_normal(size, 51), k0 = random_normal(size, 52), v0 = random_normal(size, 53);
+  const std::vector<float> g0 = random_normal(size, 54);
+  for (std::int64_t h = 0; h < shape.batch * shape.heads; ++h)
+    for (std::int64_t j = 0; j < 4; ++j)
+      for (std::int64_t t = 0; t < d; ++t) k0[(h * n + j) * d + t] = 3.0f * q0[(h * n + 5) * d + t];
+  for (const auto& reading : kPolicyPresets) {
+    const std::string preset(reading.name);
+    for (const Variant& var : kVariants) {
+      PrecisionPolicy policy = make_policy(preset, Format::bf16, var.attention);
+      policy.max_offset = 2.0;
+      const AttentionReference ref = make_reference(shape, policy, widen(q0), widen(k0), widen(v0), widen(g0));
+      const AttentionParams params = make_params(var, policy);
+      const std::string what = std::string(var.name) + " " + preset;
+      const ForwardCheck<float> twin = check_forward<float>(ref, params, cuda_tile::attention_forward_host);
+      EXPECT_TRUE(twin.ok()) << what << ": " << twin.summary();
+      const BackwardCheck<float> twin_b = check_backward<float>(ref, params, cuda_tile::attention_forward_host,
+                                                                cuda_tile::attention_backward_host);
+      EXPECT_TRUE(twin_b.ok()) << what << ": " << twin_b.summary();
+      if (!cpu_kernels_fuse()) continue;
+      const ForwardCheck<float> cpu = check_forward<float>(ref, params);
+      EXPECT_TRUE(bit_equal(twin.o, cpu.o)) << what << " O";
+      EXPECT_TRUE(bit_equal(twin.lse, cpu.lse)) << what << " lse";
+      EXPECT_TRUE(bit_equal(twin_b.grad, check_backward<float>(ref, params).grad)) << what << " grad";
+    }
+  }
+}
+
 TEST(TileMath, UnsupportedPoliciesAreRefusedWithTheirName) {
   AttentionParams params;
   params.policy = make_policy("pure", Format::tf32, AttentionKind::flash);

@@ -228,8 +228,9 @@ TorchAttention torch_attention(const MicrobenchRun& run, const std::string& algo
 }
 
 FrameworkOps torch_cpu_ops() {
-  // Asked of LibTorch itself on bf16 tensors (FrameworkOps in kernels/attention.hpp): both probes must
-  // show LibTorch 1.x's behaviour, else the readings' opmath is what it runs.
+  // Asked of LibTorch itself on bf16 tensors (FrameworkOps in kernels/attention.hpp): the scalar and the
+  // softmax backward must both show LibTorch 1.x's behaviour, else the readings' opmath is what it runs;
+  // then its GEMM tells libtorch1_cpu (oneDNN's, fp32 accumulators) from libtorch1_cpublas.
   static const FrameworkOps ops = [] {
     // The scalar: x * s for bf16 values x = 1 + k/128, against round(x * s) and round(x * bf16(s)).
     const double s = 1.0 / std::sqrt(48.0);  // not a bf16 value
@@ -257,8 +258,28 @@ FrameworkOps torch_cpu_ops() {
       dot_differs = dot_differs || opmath != lib1;
       dot_rounded = dot_rounded && g == lib1;
     }
-    return any_differs && scalar_rounded && dot_differs && dot_rounded ? FrameworkOps::libtorch1_cpu
-                                                                       : FrameworkOps::opmath;
+    if (!(any_differs && scalar_rounded && dot_differs && dot_rounded)) return FrameworkOps::opmath;
+    // The GEMM: a @ b with both operands contiguous (P V's layout), 64 x 64 x 64 (oneDNN, where LibTorch
+    // has it, takes products of more than 16^3 multiply-adds), against LibTorch 1.x's cpublas
+    // gemm_notrans_ (acc = bf16(acc + bf16(a_l b_l)), l ascending, each add in fp32) and an fp32 sum
+    // rounded once. Each row of a is 1 and then 63 terms 2^-10 (an eighth of bf16's spacing at 1), b is
+    // ones: one fp32 sum gives 1 + 63 2^-10, which rounds to 1 + 2^-4; the bf16 accumulator stays at 1.
+    constexpr std::int64_t kSize = 64;
+    const torch::Tensor a = torch::full({kSize, kSize}, 0x1p-10, torch::kFloat64);
+    a.select(1, 0).fill_(1.0);
+    const torch::Tensor b = torch::ones({kSize, kSize}, torch::kFloat64);
+    const torch::Tensor product =
+        torch::matmul(a.to(torch::kBFloat16), b.to(torch::kBFloat16)).to(torch::kFloat64);
+    double in_format = 0.0, opmath = 0.0;
+    for (std::int64_t l = 0; l < kSize; ++l) {
+      const double term = a[0][l].item<double>();
+      in_format = round_to(Format::bf16, static_cast<double>(static_cast<float>(in_format) +
+                                                             static_cast<float>(round_to(Format::bf16, term))));
+      opmath += term;
+    }
+    opmath = round_to(Format::bf16, opmath);
+    const bool gemm_in_format = (product == in_format).all().item<bool>();
+    return gemm_in_format && in_format != opmath ? FrameworkOps::libtorch1_cpublas : FrameworkOps::libtorch1_cpu;
   }();
   return ops;
 }
@@ -269,8 +290,8 @@ MicrobenchRow microbench_torch_row(const MicrobenchRun& run, const std::string& 
   const AttentionKind kind = code.kind;
   MicrobenchRow row = microbench_row(run, algorithm, t.values, run.golden, t.stats);
   // The reading with the code's scale placement (README "Readings": fused, after, before) and, where
-  // its kernels are framework ops, LibTorch's own treatment of the scalar and the softmax backward
-  // (FrameworkOps, probed): named "READING[/scale_PLACEMENT][/OPS] KIND", the kind the last word.
+  // its kernels are framework ops, LibTorch's own treatment of the scalar, the softmax backward and its
+  // GEMM (FrameworkOps, probed): named "READING[/scale_PLACEMENT][/OPS] KIND", the kind the last word.
   PrecisionPolicy placed = run.policy_of(kind);
   std::string name = run.point.policy;
   const bool framework = kind == AttentionKind::baseline || placed.kernel == FlashKernel::framework;

@@ -43,7 +43,7 @@ TorchAttention torch_attention(const MicrobenchRun& run, const std::string& algo
 std::string torch_cpu_machine();
 
 // Which FrameworkOps LibTorch's CPU kernels run on bf16 tensors (kernels/attention.hpp), probed once on
-// LibTorch itself: the softmax scale's scalar and the softmax backward's row dot.
+// LibTorch itself: the softmax scale's scalar, the softmax backward's row dot and the GEMM of P V.
 FrameworkOps torch_cpu_ops();
 
 // The row of `algorithm`: torch_attention against the golden value, with its agreement with the

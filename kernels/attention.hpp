@@ -67,8 +67,17 @@ std::optional<ScalePlacement> parse_scale_placement(std::string_view name);
 //                  scalar takes the common dtype; `x * s` == round(x * bf16(s)) on every value tried),
 //                  and the softmax backward rounds its row dot to the format before subtracting it
 //                  (aten/src/ATen/native/cpu/SoftMaxKernel.cpp _vec_host_softmax_backward_lastdim:
-//                  (dY - bf16(sum dY * Y)) * Y on every value tried). Emulated on the CPU only.
-enum class FrameworkOps : std::uint8_t { opmath, libtorch1_cpu };
+//                  (dY - bf16(sum dY * Y)) * Y on every value tried). Its bf16 matmuls run in
+//                  oneDNN's GEMM (fp32 accumulators), which it picks on CPUs with AVX-512 (BW, VL, DQ).
+//   libtorch1_cpublas  as libtorch1_cpu, on a CPU without those (AVX2): LibTorch 1.x then multiplies
+//                  bf16 matrices with its own cpublas GEMM. Where the second operand is a transposed
+//                  view (Q K^T, dO V^T: gemm_transa_ in its column-major terms) each output is an fp32
+//                  dot product rounded once, as under opmath; every other matmul (P V, dS K, P^T dO,
+//                  dS^T Q) is gemm_notrans_ (aten/src/ATen/native/cpu/BlasKernel.cpp), which adds each
+//                  product into the bf16 output in order of the summed index: acc = bf16(acc + bf16(a b))
+//                  (`c[j * ldc + i] += a[i + l * lda] * val` on a BFloat16 c). Emulated on the CPU only,
+//                  in the framework kinds' matmuls that are ops of their own (pv_tile's in-format mode).
+enum class FrameworkOps : std::uint8_t { opmath, libtorch1_cpu, libtorch1_cpublas };
 std::string_view to_string(FrameworkOps o);
 
 // How Q, K and V enter their formats q, k, v:
@@ -121,7 +130,7 @@ struct PrecisionPolicy {
   Rounding rounding = Rounding::nearest;  // how every step above rounds
   FlashKernel kernel = FlashKernel::framework;   // how the flash kind is built (flash only)
   ScalePlacement scale = ScalePlacement::fused;  // where the scale is applied (baseline, framework flash)
-  FrameworkOps framework_ops = FrameworkOps::opmath;  // LibTorch 1.x CPU's scalar and softmax backward
+  FrameworkOps framework_ops = FrameworkOps::opmath;  // LibTorch 1.x CPU's scalar, softmax backward, GEMM
   Quantization quantization = Quantization::none;  // how Q, K, V enter q, k, v
   bool incoherent = false;  // FA3's incoherent processing: Q and K times a Hadamard matrix with random
                             // signs (H D / sqrt(d), orthogonal: Q K^T is unchanged) before they are

@@ -183,7 +183,12 @@ std::string_view to_string(ScalePlacement s) {
 }
 
 std::string_view to_string(FrameworkOps o) {
-  return o == FrameworkOps::libtorch1_cpu ? "libtorch1_cpu" : "opmath";
+  switch (o) {
+    case FrameworkOps::libtorch1_cpu: return "libtorch1_cpu";
+    case FrameworkOps::libtorch1_cpublas: return "libtorch1_cpublas";
+    case FrameworkOps::opmath: break;
+  }
+  return "opmath";
 }
 
 std::optional<ScalePlacement> parse_scale_placement(std::string_view name) {

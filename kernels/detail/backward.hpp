@@ -104,13 +104,31 @@ FASTUDY_INLINE void row_dot(const R& rd, const T* a, const T* bt, std::int64_t l
   }
 }
 
-// y[t] = accum(y[t] + a * x[t]) for t < d_padded.
-template <class T, class R>
+// y[t] += a * x[t] for t < d_padded, added as GemmAccum says (tiles.hpp): y a gradient's accumulator,
+// stored in grad.
+template <GemmAccum Accum, class T, class R>
 FASTUDY_INLINE void axpy(const R& rd, T a, const T* x, T* y, std::int64_t d_padded) {
   using V = vec_t<T>;
   constexpr int L = kLanes<T>;
   const V a_vec = splat(a);
-  for (std::int64_t t = 0; t < d_padded; t += L) vstore(y + t, rd.accum(madd(a_vec, vload(x + t), vload(y + t))));
+  for (std::int64_t t = 0; t < d_padded; t += L)
+    vstore(y + t, gemm_add<Accum, StepId::grad>(rd, a_vec, vload(x + t), vload(y + t)));
+}
+
+// The baseline's three gradient matmuls, row i of P and dS: dV += P_i^T dO_i, dK += dS_i^T Q_i,
+// dQ_i += dS_i K, each a sum over its index ascending (dV, dK: queries i; dQ: keys j).
+template <GemmAccum Accum, class T, class R>
+void baseline_gradient_rows(const R& rd, const Head<T>& h, std::int64_t n_padded, BackwardWorkspace<T>& ws) {
+  for (std::int64_t i = 0; i < h.n; ++i) {
+    const std::int64_t j_end = h.causal ? i + 1 : h.n;
+    const T* p = ws.p.data() + i * n_padded;
+    const T* ds = ws.ds.data() + i * n_padded;
+    for (std::int64_t j = 0; j < j_end; ++j) {
+      axpy<Accum>(rd, p[j], ws.dout.data() + i * h.d_padded, ws.dv.data() + j * h.d_padded, h.d_padded);
+      axpy<Accum>(rd, ds[j], ws.q.data() + i * h.d_padded, ws.dk.data() + j * h.d_padded, h.d_padded);
+      axpy<Accum>(rd, ds[j], ws.k.data() + j * h.d_padded, ws.dq.data() + i * h.d_padded, h.d_padded);
+    }
+  }
 }
 
 // dQ, dK, dV from their accumulators, the scale as `placement` says: `fused` (every flash kernel, the
@@ -253,15 +271,16 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
         // Each product a matmul of its own, handed on by add_tile_op; the tiles [key][query] read as rows.
         const std::int64_t kv_elems = bc * h.d_padded, q_elems = br * h.d_padded;
         std::fill(ws.dkv_tile.begin(), ws.dkv_tile.begin() + kv_elems, T(0));
-        pv_tile<true>(rd, p, br_padded, ws.dout.data() + i0 * h.d_padded, h.d_padded, br, bc, ws.dkv_tile.data(),
-                      h.d_padded);
+        op_pv_tile<StepId::grad, true>(h.gemm_in_format, rd, p, br_padded, ws.dout.data() + i0 * h.d_padded, h.d_padded,
+                                       br, bc, ws.dkv_tile.data(), h.d_padded);
         add_tile_op(rd, ws.dkv_tile.data(), ws.dv.data() + j0 * h.d_padded, kv_elems, ScalePlacement::before, h.scale);
         std::fill(ws.dkv_tile.begin(), ws.dkv_tile.begin() + kv_elems, T(0));
-        pv_tile<true>(rd, ds, br_padded, ws.q.data() + i0 * h.d_padded, h.d_padded, br, bc, ws.dkv_tile.data(),
-                      h.d_padded);
+        op_pv_tile<StepId::grad, true>(h.gemm_in_format, rd, ds, br_padded, ws.q.data() + i0 * h.d_padded, h.d_padded,
+                                       br, bc, ws.dkv_tile.data(), h.d_padded);
         add_tile_op(rd, ws.dkv_tile.data(), ws.dk.data() + j0 * h.d_padded, kv_elems, h.placement, h.scale);
         std::fill(ws.dq_tile.begin(), ws.dq_tile.begin() + q_elems, T(0));
-        pv_tile(rd, ds, br_padded, ws.k.data() + j0 * h.d_padded, h.d_padded, bc, br, ws.dq_tile.data(), h.d_padded);
+        op_pv_tile<StepId::grad>(h.gemm_in_format, rd, ds, br_padded, ws.k.data() + j0 * h.d_padded, h.d_padded, bc, br,
+                                 ws.dq_tile.data(), h.d_padded);
         add_tile_op(rd, ws.dq_tile.data(), ws.dq.data() + i0 * h.d_padded, q_elems, h.placement, h.scale);
         continue;
       }
@@ -451,16 +470,10 @@ void baseline_backward(const R& rd, const Head<T>& h, const T* q, const T* k, co
       for (std::int64_t j = 0; j < j_end; ++j) ds[j] = rd.grad(ds[j] * h.scale);
     for (std::int64_t j = j_end; j < n_padded; ++j) p[j] = 0;
   }
-  for (std::int64_t i = 0; i < h.n; ++i) {
-    const std::int64_t j_end = h.causal ? i + 1 : h.n;
-    const T* p = ws.p.data() + i * n_padded;
-    const T* ds = ws.ds.data() + i * n_padded;
-    for (std::int64_t j = 0; j < j_end; ++j) {
-      axpy(rd, p[j], ws.dout.data() + i * h.d_padded, ws.dv.data() + j * h.d_padded, h.d_padded);
-      axpy(rd, ds[j], ws.q.data() + i * h.d_padded, ws.dk.data() + j * h.d_padded, h.d_padded);
-      axpy(rd, ds[j], ws.k.data() + j * h.d_padded, ws.dq.data() + i * h.d_padded, h.d_padded);
-    }
-  }
+  // The gradient matmuls: LibTorch 1.x's cpublas GEMM adds in grad (autograd's dV = P^T dO, dK^T = Q^T dS
+  // and dQ = dS K are all gemm_notrans_-shaped; FrameworkOps::libtorch1_cpublas), else fused.
+  if (h.gemm_in_format) baseline_gradient_rows<GemmAccum::in_format>(rd, h, n_padded, ws);
+  else baseline_gradient_rows<GemmAccum::fused>(rd, h, n_padded, ws);
   store_gradients(rd, h, h.placement, ws, dq, dk, dv);
 }
 

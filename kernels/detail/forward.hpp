@@ -95,8 +95,8 @@ void flash_forward_q_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o
       } else {
         // The running O stored between tiles: P.V is a matmul of its own, then added.
         std::fill(ws.pv.begin(), ws.pv.begin() + br * h.d_padded, T(0));
-        pv_tile(rd, st, br_padded, ws.v.data() + j0 * h.d_padded, h.d_padded, bc, br, ws.pv.data(),
-                h.d_padded);
+        op_pv_tile<StepId::o_running>(h.gemm_in_format, rd, st, br_padded, ws.v.data() + j0 * h.d_padded, h.d_padded,
+                                      bc, br, ws.pv.data(), h.d_padded);
         for (std::int64_t i = 0; i < br * h.d_padded; i += L)
           vstore(ws.o.data() + i, rd.o_running(vload(ws.o.data() + i) + rd.o_running(vload(ws.pv.data() + i))));
       }
@@ -166,7 +166,8 @@ void flash_forward_kv_outer(const R& rd, const Head<T>& h, Workspace<T>& ws, T* 
         vstore(m_block.data() + r, m_new);
       }
       std::fill(ws.pv.begin(), ws.pv.end(), T(0));
-      pv_tile(rd, st, br_padded, ws.v.data() + j0 * h.d_padded, h.d_padded, bc, br, ws.pv.data(), h.d_padded);
+      op_pv_tile<StepId::o_running>(h.gemm_in_format, rd, st, br_padded, ws.v.data() + j0 * h.d_padded, h.d_padded, bc,
+                                    br, ws.pv.data(), h.d_padded);
       for (std::int64_t r = 0; r < br; ++r) {
         if (ws.m_tile[r] == kNegInf<T>) continue;  // the row sees no key of this tile: nothing to update
         const V alpha_l = splat(ws.alpha_l[r]), beta = splat(ws.beta[r]), l_new = splat(ws.l_new[r]);
@@ -358,7 +359,7 @@ void baseline_forward(const R& rd, const Head<T>& h, Workspace<T>& ws, T* o, T* 
     vstore(ws.l.data() + r, l);
   }
   ws.o.assign(h.n * h.d_padded, T(0));
-  pv_tile(rd, st, n_padded, ws.v.data(), h.d_padded, h.n, h.n, ws.o.data(), h.d_padded);
+  op_pv_tile<StepId::o>(h.gemm_in_format, rd, st, n_padded, ws.v.data(), h.d_padded, h.n, h.n, ws.o.data(), h.d_padded);
   for (std::int64_t i = 0; i < h.n; ++i) {
     store_row<StepId::stats>(rd, ws.o.data() + i * h.d_padded, h.d, ws.l[i], false, ws.m[i], o + i * h.d,
                              lse ? lse + i : nullptr);

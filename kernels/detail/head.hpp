@@ -24,8 +24,11 @@ struct Head {
   Quantization quantization;   // how Q, K, V enter their formats
   bool incoherent;             // Hadamard transform with random signs on Q and K first
   bool dequantize;             // quantized inputs held as x_q * c (the framework kinds) or x_q (fa2/fa3)
-  bool libtorch1_cpu;          // FrameworkOps::libtorch1_cpu (framework kinds): scale rounded to the
-                               // format above, the softmax backward's row dot rounded to grad
+  bool libtorch1_cpu;          // FrameworkOps::libtorch1_cpu or _cpublas (framework kinds): scale rounded
+                               // to the format above, the softmax backward's row dot rounded to grad
+  bool gemm_in_format;         // FrameworkOps::libtorch1_cpublas (framework kinds): the matmuls that are
+                               // ops of their own and not Q K^T-shaped add each product into their
+                               // output's format (op_pv_tile, the baseline backward's axpy)
   T max_offset;                // the policy's max_offset beta (0: off); see offset_tile_max
   T tie_tolerance;             // max_offset's tie test on the stored scaled scores (framework kernels and
                                // baseline): kRepeatedMaxTolerance; fa2/fa3 convert it to their raw tile
@@ -61,7 +64,8 @@ Head<T> make_head(const AttentionShape& shape, const AttentionParams& params) {
   h.kernel = flash ? p.kernel : FlashKernel::framework;
   h.placement = h.kernel == FlashKernel::framework ? p.scale : ScalePlacement::fused;
   // LibTorch 1.x's CPU mul converts the scalar to the dtype of the tensor it multiplies (FrameworkOps).
-  h.libtorch1_cpu = h.kernel == FlashKernel::framework && p.framework_ops == FrameworkOps::libtorch1_cpu;
+  h.libtorch1_cpu = h.kernel == FlashKernel::framework && p.framework_ops != FrameworkOps::opmath;
+  h.gemm_in_format = h.kernel == FlashKernel::framework && p.framework_ops == FrameworkOps::libtorch1_cpublas;
   if (h.libtorch1_cpu) h.scale = round_to(h.placement == ScalePlacement::before ? p.q : p.s, h.scale);
   h.quantization = p.quantization;
   h.incoherent = p.incoherent;

@@ -4,6 +4,7 @@
 // score_block / pv_block.
 #pragma once
 
+#include "kernels/detail/rounding.hpp"
 #include "kernels/detail/vec.hpp"
 
 namespace fastudy {
@@ -93,9 +94,23 @@ void placed_score_tile(ScalePlacement placement, const R& rd, const T* k, std::i
   }
 }
 
+// How pv_tile adds a product a b into its accumulator acc (FrameworkOps, kernels/attention.hpp):
+//   fused      acc = accum(acc + a b), the product fused into the add where the ISA has FMA: every GEMM
+//              the readings model (fp32 accumulators inside the op, as PyTorch's CUDA matmuls and oneDNN)
+//   in_format  acc = Out(acc + Out(a b)), Out the step that stores the op's output: LibTorch 1.x's own
+//              CPU GEMM on bf16 (gemm_notrans_ in aten/src/ATen/native/cpu/BlasKernel.cpp adds
+//              `a * val` into the BFloat16 output, the summed index ascending), libtorch1_cpublas
+enum class GemmAccum { fused, in_format };
+
+template <GemmAccum Accum, StepId Out, class V, class R>
+FASTUDY_INLINE V gemm_add(const R& rd, V factor, V x, V acc) {
+  if constexpr (Accum == GemmAccum::in_format) return rd.template step<Out>(acc + rd.template step<Out>(factor * x));
+  else return rd.accum(madd(factor, x, acc));
+}
+
 // An RB x TV block of Out += P.V: rows rb < RB, head-dim vectors tv < TV, the sum over c in order.
 // The factor of row rb and term c is p[c * ldp + rb], or p[rb * ldp + c] with kRowsOfP.
-template <int RB, int TV, bool kRowsOfP, class T, class R>
+template <int RB, int TV, bool kRowsOfP, GemmAccum Accum, StepId Out, class T, class R>
 FASTUDY_INLINE void pv_block(const R& rd, const T* p, std::int64_t ldp, const T* v, std::int64_t d_padded,
                              std::int64_t bc, T* out, std::int64_t ldo) {
   using V = vec_t<T>;
@@ -113,7 +128,7 @@ FASTUDY_INLINE void pv_block(const R& rd, const T* p, std::int64_t ldp, const T*
     for (int rb = 0; rb < RB; ++rb) {
       const V factor = splat(kRowsOfP ? p[rb * ldp + c] : p[c * ldp + rb]);
 #pragma GCC unroll 16
-      for (int tv = 0; tv < TV; ++tv) acc[rb][tv] = rd.accum(madd(factor, v_vecs[tv], acc[rb][tv]));
+      for (int tv = 0; tv < TV; ++tv) acc[rb][tv] = gemm_add<Accum, Out>(rd, factor, v_vecs[tv], acc[rb][tv]);
     }
   }
 #pragma GCC unroll 16
@@ -125,8 +140,8 @@ FASTUDY_INLINE void pv_block(const R& rd, const T* p, std::int64_t ldp, const T*
 // Out[r * ldo + t] = accum-sequence of Out[r][t] + sum_c P[c * ldp + r] * V[c * d_padded + t], for
 // r < br and t < d_padded (a multiple of the lane count), c in order: p holds P transposed. With
 // kRowsOfP the factors are read as P[r * ldp + c] (the same products in the same order: no
-// transposed copy needed).
-template <bool kRowsOfP = false, class T, class R>
+// transposed copy needed). Accum and Out: how each product is added (GemmAccum).
+template <bool kRowsOfP = false, GemmAccum Accum = GemmAccum::fused, StepId Out = StepId::accum, class T, class R>
 void pv_tile(const R& rd, const T* p, std::int64_t ldp, const T* v, std::int64_t d_padded, std::int64_t bc,
              std::int64_t br, T* out, std::int64_t ldo) {
   constexpr int L = kLanes<T>;
@@ -137,18 +152,27 @@ void pv_tile(const R& rd, const T* p, std::int64_t ldp, const T* v, std::int64_t
     const T* p_rows = p + r * row_step;
     std::int64_t t = 0;
     for (; t + TV * L <= d_padded; t += TV * L)
-      pv_block<RB, TV, kRowsOfP>(rd, p_rows, ldp, v + t, d_padded, bc, out + r * ldo + t, ldo);
+      pv_block<RB, TV, kRowsOfP, Accum, Out>(rd, p_rows, ldp, v + t, d_padded, bc, out + r * ldo + t, ldo);
     for (; t < d_padded; t += L)
-      pv_block<RB, 1, kRowsOfP>(rd, p_rows, ldp, v + t, d_padded, bc, out + r * ldo + t, ldo);
+      pv_block<RB, 1, kRowsOfP, Accum, Out>(rd, p_rows, ldp, v + t, d_padded, bc, out + r * ldo + t, ldo);
   }
   for (; r < br; ++r) {
     const T* p_rows = p + r * row_step;
     std::int64_t t = 0;
     for (; t + TV * L <= d_padded; t += TV * L)
-      pv_block<1, TV, kRowsOfP>(rd, p_rows, ldp, v + t, d_padded, bc, out + r * ldo + t, ldo);
+      pv_block<1, TV, kRowsOfP, Accum, Out>(rd, p_rows, ldp, v + t, d_padded, bc, out + r * ldo + t, ldo);
     for (; t < d_padded; t += L)
-      pv_block<1, 1, kRowsOfP>(rd, p_rows, ldp, v + t, d_padded, bc, out + r * ldo + t, ldo);
+      pv_block<1, 1, kRowsOfP, Accum, Out>(rd, p_rows, ldp, v + t, d_padded, bc, out + r * ldo + t, ldo);
   }
+}
+
+// pv_tile as a framework matmul that is an op of its own, its output stored by step Out: in the format
+// where the framework's GEMM adds in it (Head::gemm_in_format), else fused.
+template <StepId Out, bool kRowsOfP = false, class T, class R>
+void op_pv_tile(bool in_format, const R& rd, const T* p, std::int64_t ldp, const T* v, std::int64_t d_padded,
+                std::int64_t bc, std::int64_t br, T* out, std::int64_t ldo) {
+  if (in_format) pv_tile<kRowsOfP, GemmAccum::in_format, Out>(rd, p, ldp, v, d_padded, bc, br, out, ldo);
+  else pv_tile<kRowsOfP>(rd, p, ldp, v, d_padded, bc, br, out, ldo);
 }
 
 // Sets St[c][r] = -inf where key j0 + c comes after query i0 + r (causal masking).

@@ -3,13 +3,18 @@
 // golden value to fp64's rounding, forward and backward, with and without causal masking, on tiles that
 // do not divide N); at bf16 they agree bit for bit with the eager reading on at least 99% of the output
 // elements (forward: both kinds; backward: the baseline; head dims with an exact and an inexact scale,
-// normal and outlier inputs), the reading run with LibTorch's own ops (FrameworkOps, probed); the same
+// normal and outlier inputs), the reading run with LibTorch's own ops (FrameworkOps, probed: on an
+// AVX-512 CPU its oneDNN GEMM, on an AVX2 CPU its cpublas GEMM adding in bf16); the same
 // bits on one and two LibTorch threads; fp16 refused with LibTorch's reason.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -66,12 +71,29 @@ TEST(MicrobenchTorch, Fp64IsTheGoldenValue) {
     }
 }
 
+// Whether this CPU has what oneDNN's bf16 GEMM needs (mkldnn_bf16_device_check in LibTorch's
+// aten/src/ATen/native/mkldnn/Utils.h: AVX-512 BW, VL and DQ), read from /proc/cpuinfo.
+bool cpu_has_onednn_bf16() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::set<std::string> flags{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+    return flags.count("avx512bw") && flags.count("avx512vl") && flags.count("avx512dq");
+  }
+  return false;
+}
+
 // Which ops LibTorch's CPU kernels run (FrameworkOps), probed on LibTorch itself: Debian's LibTorch 1.13
 // rounds the scalar to bf16 and the softmax backward's row dot (measured with its Python binding on
-// 10^5 values each); a later LibTorch may not, and is then compared with the readings as they are.
+// 10^5 values each), and multiplies bf16 matrices in oneDNN where the CPU has AVX-512 (BW, VL, DQ), else
+// in its own cpublas GEMM, which adds most of them in bf16 (measured on an AVX2 CPU: P V, P^T dO, dS K
+// and dS^T Q on every element); a later LibTorch may do none of this, and is then compared with the
+// readings as they are.
 TEST(MicrobenchTorch, ProbesLibTorchsOwnOps) {
   if (std::string(FASTUDY_TORCH_VERSION).rfind("1.", 0) == 0) {
-    EXPECT_EQ(torch_cpu_ops(), FrameworkOps::libtorch1_cpu);
+    EXPECT_EQ(torch_cpu_ops(), cpu_has_onednn_bf16() ? FrameworkOps::libtorch1_cpu : FrameworkOps::libtorch1_cpublas)
+        << torch_cpu_machine();
   }
   EXPECT_EQ(torch_cpu_ops(), torch_cpu_ops());  // asked once
 }

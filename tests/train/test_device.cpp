@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -118,8 +119,14 @@ TEST(Native, Bf16LossIsWithinBf16RoundoffOfFp64AndNotFp32s) {
   // bf16: the inputs of every linear layer and its product are rounded to bf16 (2 roundings per layer,
   // 5 layers along the longest path: 10u), with a factor 5 for the attention's and GELU's amplification.
   EXPECT_LE(std::abs(l16 - l64), 50 * kUBf16 * l64);
-  // ... and the bf16 arithmetic really ran: far outside fp32's bound.
-  EXPECT_GT(std::abs(l16 - l32), 5 * 64 * kU32 * l64);
+  // ... and the bf16 arithmetic really ran: its losses leave fp32's bound. One loss is a mean over the
+  // batch's tokens, whose bf16 errors can cancel (at step 1 on an AVX2 CPU |l16 - l32| was 0.55 of the
+  // bound), so the largest difference over the first four steps is asserted.
+  Engine e32(native_variant(Format::fp32), TrainHooks{}, nullptr);
+  Engine e16(native_variant(Format::bf16), TrainHooks{}, nullptr);
+  double largest = 0.0;
+  for (int i = 0; i < 4; ++i) largest = std::max(largest, std::abs(e16.step().log.loss - e32.step().log.loss));
+  EXPECT_GT(largest, 5 * 64 * kU32 * l64);
 }
 
 TEST(Native, EmulatedBf16TracksItAndItResumesBitIdentically) {

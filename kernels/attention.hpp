@@ -68,7 +68,9 @@ std::optional<ScalePlacement> parse_scale_placement(std::string_view name);
 //                  and the softmax backward rounds its row dot to the format before subtracting it
 //                  (aten/src/ATen/native/cpu/SoftMaxKernel.cpp _vec_host_softmax_backward_lastdim:
 //                  (dY - bf16(sum dY * Y)) * Y on every value tried). Its bf16 matmuls run in
-//                  oneDNN's GEMM (fp32 accumulators), which it picks on CPUs with AVX-512 (BW, VL, DQ).
+//                  oneDNN's GEMM (fp32 accumulators), which it picks on CPUs with AVX-512 (BW, VL, DQ)
+//                  for products of more than 16^3 multiply-adds (batch included); smaller ones take
+//                  the cpublas path below even there, which this mode does not model.
 //   libtorch1_cpublas  as libtorch1_cpu, on a CPU without those (AVX2): LibTorch 1.x then multiplies
 //                  bf16 matrices with its own cpublas GEMM. Where the second operand is a transposed
 //                  view (Q K^T, dO V^T: gemm_transa_ in its column-major terms) each output is an fp32

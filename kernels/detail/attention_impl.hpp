@@ -57,7 +57,10 @@
 // keeps in-op values in fp32; mixed keeps state in fp32 too; pure rounds everything.
 //   inputs      Q, K, V rounded to q, k, v on entry into per-head copies (dO and O to grad and o).
 //   matmul      acc_0 = 0, acc_t = accum(acc_{t-1} + a_t b_t), in order t = 0..k-1 (the product is
-//               fused into the add (FMA) where the instruction set has it, as GPU kernels do).
+//               fused into the add (FMA) where the instruction set has it, as GPU kernels do). Under
+//               FrameworkOps::libtorch1_cpublas the framework kinds' matmuls that are ops of their own
+//               and not Q K^T-shaped (P V, P^T dO, dS K, dS^T Q) add acc_t = out(acc_{t-1} + out(a_t b_t)),
+//               out the step that stores the op's output (GemmAccum in tiles.hpp).
 //   exp         a vectorised Cephes-style expf (about 1 ulp) for float, std::exp for double.
 // Baseline (S materialised, one fused softmax, P.V):
 //   S = s(Q K^T * scale)                                  matmul

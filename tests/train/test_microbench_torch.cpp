@@ -11,10 +11,6 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
-#include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -72,16 +68,10 @@ TEST(MicrobenchTorch, Fp64IsTheGoldenValue) {
 }
 
 // Whether this CPU has what oneDNN's bf16 GEMM needs (mkldnn_bf16_device_check in LibTorch's
-// aten/src/ATen/native/mkldnn/Utils.h: AVX-512 BW, VL and DQ), read from /proc/cpuinfo.
+// aten/src/ATen/native/mkldnn/Utils.h: AVX-512 BW, VL and DQ).
 bool cpu_has_onednn_bf16() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line.substr(line.find(':') + 1));
-    std::set<std::string> flags{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
-    return flags.count("avx512bw") && flags.count("avx512vl") && flags.count("avx512dq");
-  }
-  return false;
+  return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq");
 }
 
 // Which ops LibTorch's CPU kernels run (FrameworkOps), probed on LibTorch itself: Debian's LibTorch 1.13

@@ -34,7 +34,10 @@ std::vector<std::string> code_notes(const std::vector<Record>& rows, const std::
 // points of the per-point ratio, of max |d| and of rel_l2:
 //   table 1: per sweep, pass, format, policy (reading) and rounding, with the median errors beside;
 //   table 2 (the readings question): per sweep, pass, policy, rounding, format and number of KV tiles,
-//            for every such group whose sweep covers two or more tile counts.
+//            for every such group whose sweep covers two or more tile counts;
+//   table 3 (Qiu & Yao's bias, rows on repeated_max inputs only): per sweep, pass, policy, rounding
+//            and format, the median signed error (mean_signed) of flash, its share of flash's RMSE and
+//            the baseline's median signed error.
 std::string summary_tables(const std::vector<Record>& rows);
 
 // The real-kernel tables (errors max |d| against the fp64 golden value, medians over trials):

@@ -85,5 +85,38 @@ TEST(MicrobenchTables, NoneWithoutRealKernelRows) {
   EXPECT_EQ(failed, 0u);
 }
 
+// The signed-error table (Qiu & Yao's repeated maxima, configs/repeated_max.toml): flash's mean_signed,
+// its share of flash's RMSE and the baseline's, medians over a sweep's points, for repeated_max rows only.
+TEST(MicrobenchTables, SignedErrorOnRepeatedMaximaOnly) {
+  std::vector<Record> rows;
+  for (int trial : {0, 1})
+    for (const char* policy : {"eager", "eager_qy"}) {
+      const bool fixed = std::string(policy) == "eager_qy";
+      MicrobenchRow f = row("flash", policy, 64, trial, 1e-2);
+      f.point.distribution = InputDistribution::repeated_max;
+      f.mean_signed = fixed ? 1e-5 * (trial ? 1 : -1) : -1e-3 * (trial ? 1.0 : 0.8);
+      f.rmse = 2e-3;
+      MicrobenchRow b = row("baseline", policy, 64, trial, 1e-2);
+      b.point.distribution = InputDistribution::repeated_max;
+      b.mean_signed = -5e-4;
+      rows.push_back(microbench_table::record_of("tied_pair", f));
+      rows.push_back(microbench_table::record_of("tied_pair", b));
+      MicrobenchRow n = row("flash", policy, 64, trial, 1e-2);  // normal inputs: not in the table
+      n.mean_signed = 7e-3;
+      n.rmse = 1e-2;
+      rows.push_back(microbench_table::record_of("normal", n));
+    }
+  const std::string text = microbench_table::summary_tables(rows);
+  EXPECT_NE(text.find("signed error (mean_signed"), std::string::npos) << text;
+  EXPECT_NE(line_with(text, {"tied_pair", "eager  ", "-9.000e-04", "-0.45", "-5.000e-04", "2"}), "") << text;
+  EXPECT_NE(line_with(text, {"tied_pair", "eager_qy", "+0.000e+00", "+0.00", "-5.000e-04"}), "") << text;
+  EXPECT_EQ(line_with(text, {"normal", "+7.000e-03"}), "") << text;
+  // Without repeated_max rows there is no such table.
+  std::vector<Record> plain;
+  for (const auto& r : rows)
+    if (microbench_table::text_at(r, "sweep") == "normal") plain.push_back(r);
+  EXPECT_EQ(microbench_table::summary_tables(plain).find("signed error"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace fastudy

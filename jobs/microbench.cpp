@@ -3,7 +3,8 @@
 // rows on rank 0 in point order (so the output does not depend on the number of ranks) and writes
 // OUT/microbench.csv and OUT/microbench.h5 (microbench_table.hpp), both from one schema of columns
 // (microbench_columns.hpp). Rank 0 prints the flash/baseline error ratio per format, reading (policy)
-// and rounding, and against the number of KV tiles.
+// and rounding, and against the number of KV tiles. Sweeps with save_outputs also put every point's
+// inputs and outputs in OUT/microbench_outputs.h5 (microbench_saved.hpp), each rank writing its points.
 // Real kernels (README "Real kernels"): a sweep with devices = ["cpu", "cuda"] adds our CUDA kernels'
 // rows to each point (checked against the CPU kernels), one with framework = [...] adds points of
 // policy "native" with LibTorch's SDPA rows; the preflight (microbench_preflight.hpp) refuses them
@@ -26,6 +27,7 @@
 #include "jobs/job.hpp"
 #include "jobs/microbench_points.hpp"
 #include "jobs/microbench_preflight.hpp"
+#include "jobs/microbench_saved.hpp"
 #include "jobs/microbench_sdpa.hpp"
 #include "jobs/microbench_torch.hpp"
 #include "jobs/microbench_table.hpp"
@@ -255,10 +257,46 @@ std::vector<CudaPointTiles> cuda_point_tiles(const std::vector<SweepPoint>& poin
   return tiles;
 }
 
+// Whether a framework backend's rows are compared with the reading that claims to model it (a reading
+// this build has): then its point saves that reading's output too, as "<backend>_reading".
+bool compared_with_reading(const std::string& backend) {
+  const RealCode& code = *find_real_code(backend);
+  return !code.reading.empty() && is_policy_preset(code.reading);
+}
+
+// The algorithms whose outputs a point saves (OUT/microbench_outputs.h5, save_outputs): the fp64 golden
+// value, then what point_rows computes, in its order; a real code's row compared with a reading's output
+// (its column vs_reading) also saves that output, as "<algorithm>_reading".
+std::vector<std::string> saved_algorithms(const SweepPoint& sp) {
+  std::vector<std::string> names{"golden"};
+  if (!sp.framework.empty()) {
+    for (const auto& backend : sp.framework) {
+      names.push_back(backend);
+      if (compared_with_reading(backend)) names.push_back(backend + "_reading");
+    }
+    return names;
+  }
+  names.insert(names.end(), {"flash", "baseline"});
+  for (const auto& a : sp.torch_cpu) names.insert(names.end(), {a, a + "_reading"});
+  if (sp.cuda) names.insert(names.end(), {"cuda_flash", "cuda_baseline"});
+  return names;
+}
+
+// A point's inputs and fp64 golden value, as it saves them.
+void keep_inputs(const MicrobenchRun& run, SavedValues& saved) {
+  saved.q = run.q;
+  saved.k = run.k;
+  saved.v = run.v;
+  if (run.point.pass == Pass::backward) saved.dout = run.dout;
+  saved.outputs["golden"] = run.golden;
+}
+
 // The rows of one point: our CPU kernels' (and, with sp.cuda, our CUDA kernels'), or for a framework
-// point each SDPA backend's on CUDA device `device`.
+// point each SDPA backend's on CUDA device `device`. `saved`, when given, receives the point's inputs
+// and the outputs of saved_algorithms(sp) by name.
 std::vector<MicrobenchRow> point_rows(const Study& st, const std::string& out_dir, const SweepPoint& sp, int threads,
-                                      int device, std::map<std::string, MicrobenchInputs>& capture_cache) {
+                                      int device, std::map<std::string, MicrobenchInputs>& capture_cache,
+                                      SavedValues* saved) {
   std::optional<ReadingPolicies> policy;
   if (st.attention.custom_policies.count(sp.point.policy))
     policy = resolve_reading(st.attention, sp.point.policy, sp.point.format);
@@ -268,26 +306,40 @@ std::vector<MicrobenchRow> point_rows(const Study& st, const std::string& out_di
   if (!sp.framework.empty()) {
     // The inputs rounded to the format (the pure reading's q, k, v and grad formats).
     const MicrobenchRun run = prepare_microbench_point(sp.point, make_reading("pure", sp.point.format), threads, captured);
+    if (saved != nullptr) keep_inputs(run, *saved);
     for (const auto& backend : sp.framework) {
       std::vector<double> values;
       rows.push_back(microbench_sdpa_row(run, backend, device, &values));
       // Beside the reading that claims to model the backend, where this build has that reading.
-      const RealCode& code = *find_real_code(backend);
-      if (!code.reading.empty() && is_policy_preset(code.reading)) {
-        set_agreement(rows.back(), values,
-                      reading_values(run, code.reading, code.kind, sp.reading_block_q, sp.reading_block_kv,
-                                     LoopOrder::q_outer),
-                      std::string(code.reading) + " " + std::string(to_string(code.kind)));
+      if (compared_with_reading(backend)) {
+        const RealCode& code = *find_real_code(backend);
+        std::vector<double> reading = reading_values(run, code.reading, code.kind, sp.reading_block_q,
+                                                     sp.reading_block_kv, LoopOrder::q_outer);
+        set_agreement(rows.back(), values, reading, std::string(code.reading) + " " + std::string(to_string(code.kind)));
+        if (saved != nullptr) saved->outputs[backend + "_reading"] = std::move(reading);
       }
+      if (saved != nullptr) saved->outputs[backend] = std::move(values);
     }
     return rows;
   }
   MicrobenchRun run;
   rows = run_microbench_point(sp.point, policy, threads, captured, &run);
-  for (const auto& a : sp.torch_cpu) rows.push_back(microbench_torch_row(run, a));
+  if (saved != nullptr) {
+    keep_inputs(run, *saved);
+    saved->outputs["flash"] = run.flash.values;
+    saved->outputs["baseline"] = run.baseline.values;
+  }
+  for (const auto& a : sp.torch_cpu) {
+    std::vector<double> values, reading;
+    rows.push_back(microbench_torch_row(run, a, &values, &reading));
+    if (saved != nullptr) {
+      saved->outputs[a] = std::move(values);
+      saved->outputs[a + "_reading"] = std::move(reading);
+    }
+  }
   if (sp.cuda) {
 #if FASTUDY_HAVE_CUDA_KERNELS
-    for (auto& r : cuda::microbench_cuda_rows(run)) rows.push_back(std::move(r));
+    for (auto& r : cuda::microbench_cuda_rows(run, saved != nullptr ? &saved->outputs : nullptr)) rows.push_back(std::move(r));
 #else
     throw std::logic_error("microbench: a CUDA point in a build without CUDA kernels");
 #endif
@@ -318,17 +370,30 @@ int job_microbench(JobContext& ctx) {
   check_captured_checkpoints(st, ctx.out_dir);
   const int device = microbench_cuda_preflight(st, cuda_point_tiles(points), world);
 
+  // save_outputs: the points of the sweeps that ask, numbered in point order (microbench_saved.hpp).
+  const std::string saved_path = (fs::path(ctx.out_dir) / kSavedOutputsName).string();
+  std::vector<SavedPoint> saved_points;
+  std::vector<std::ptrdiff_t> saved_index(points.size(), -1);
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const SweepPoint& sp = points[i];
+    if (sp.source == nullptr || !sp.source->save_outputs) continue;
+    saved_index[i] = static_cast<std::ptrdiff_t>(saved_points.size());
+    saved_points.push_back({sp.sweep, sp.point, saved_algorithms(sp)});
+  }
+
   bool skip = false;
   on_root(world, [&] {
     prepare_output(ctx);
     skip = ctx.opts.resume && !ctx.opts.force && file_exists(csv_path) && file_exists(h5_path) &&
+           (saved_points.empty() || file_exists(saved_path)) &&
            read_text_file(csv_path).find("# config_hash: " + st.hash) != std::string::npos;
   });
   std::int64_t skip_flag = skip ? 1 : 0;
   world.bcast(skip_flag);
   if (skip_flag) {
     log::info("microbench: " + csv_path + " is complete for this grid; skipped (`fastudy microbench GRID --out OUT "
-              "--force` computes it again, replacing only microbench.csv and microbench.h5)");
+              "--force` computes it again, replacing only microbench.csv and microbench.h5, and " +
+              std::string(kSavedOutputsName) + " where a sweep has save_outputs)");
     return kExitOk;
   }
 
@@ -347,6 +412,9 @@ int job_microbench(JobContext& ctx) {
   for (std::size_t i = 0; i < owner.size(); ++i)
     if (owner[i] == world.rank()) ++mine_total, mine_cost += costs[i];
   std::map<std::string, MicrobenchInputs> capture_cache;
+  // Collective: created by every rank before any point runs; each rank writes the points it computes.
+  std::optional<SavedOutputs> saved;
+  if (!saved_points.empty()) saved.emplace(saved_path, saved_points, ctx.prov, world);
   ByteWriter mine;
   std::size_t done = 0;
   // Rank 0's share on the console (the deal gives every rank about the same cost): points done, the
@@ -358,8 +426,11 @@ int job_microbench(JobContext& ctx) {
     if (owner[i] != world.rank()) continue;
     if (stop_signal_received()) break;  // checked again collectively below
     const SweepPoint& sp = points[i];
-    for (const auto& row : point_rows(st, ctx.out_dir, sp, threads, device, capture_cache))
+    SavedValues values;
+    const bool save = saved_index[i] >= 0;
+    for (const auto& row : point_rows(st, ctx.out_dir, sp, threads, device, capture_cache, save ? &values : nullptr))
       microbench_table::put_record(mine, i, microbench_table::record_of(sp.sweep, row));
+    if (save) saved->write(static_cast<std::size_t>(saved_index[i]), values);
     ++done;
     done_cost += costs[i];
     const double t = busy_s();
@@ -374,7 +445,9 @@ int job_microbench(JobContext& ctx) {
   const double busy_max = busy_range[0], busy_min = -busy_range[1];
   if (world.size() > 1)
     log::info("microbench: ranks busy " + number_text(busy_min, 3) + " s to " + number_text(busy_max, 3) + " s");
-  if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {
+  const bool stopped = world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0;
+  if (saved) saved->finish(!stopped);  // collective; a stopped run removes its unfinished file
+  if (stopped) {
     log::warn("microbench: stopped by a signal; nothing written (it reruns with --resume)");
     return kExitFailure;
   }

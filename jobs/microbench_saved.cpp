@@ -69,21 +69,26 @@ SavedOutputs::SavedOutputs(const std::string& path, const std::vector<SavedPoint
   }
 }
 
-void SavedOutputs::write(std::size_t index, const MicrobenchRun& run,
-                         const std::map<std::string, std::vector<double>>& values) {
+void SavedOutputs::write(std::size_t index, const SavedValues& values) {
   const SavedPoint& sp = points_.at(index);
   const MicrobenchPoint& p = sp.point;
   const h5::Transfer independent(*file_, false);
   h5::Group g = file_->root().open_group(point_group(index));
-  const std::size_t n = run.q.size();
-  const std::vector<const std::vector<double>*> inputs{&run.q, &run.k, &run.v, &run.dout};
+  const std::size_t n = static_cast<std::size_t>(p.batch) * p.heads * p.seq_len * p.head_dim;
+  const std::vector<const std::vector<double>*> inputs{&values.q, &values.k, &values.v, &values.dout};
   const std::vector<std::string> in_names = input_names(p);
-  for (std::size_t t = 0; t < in_names.size(); ++t)
+  for (std::size_t t = 0; t < in_names.size(); ++t) {
+    if (inputs[t]->size() != n) {
+      throw Error("microbench: the input " + in_names[t] + " of point " + std::to_string(index) + " has " +
+                  std::to_string(inputs[t]->size()) + " values, not " + std::to_string(n) + ", so " + path_ +
+                  " cannot be written");
+    }
     g.open_dataset(in_names[t]).write_rows(inputs[t]->data(), 0, p.batch, independent);
+  }
   const std::vector<std::string> out_names = output_names(p);
   for (const auto& alg : sp.algorithms) {
-    const auto it = values.find(alg);
-    if (it == values.end() || it->second.size() != out_names.size() * n) {
+    const auto it = values.outputs.find(alg);
+    if (it == values.outputs.end() || it->second.size() != out_names.size() * n) {
       throw Error("microbench: the outputs of " + alg + " at point " + std::to_string(index) + " are missing or of " +
                   "the wrong size, so " + path_ + " cannot be written");
     }

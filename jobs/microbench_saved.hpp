@@ -13,7 +13,10 @@
 //                          backward points only
 //     golden/o             the fp64 golden value; backward points: golden/dq, golden/dk, golden/dv
 //     flash/o, baseline/o  our CPU kernels under the point's policy (dq, dk, dv likewise)
-//     ALGORITHM/o          each real code the point ran (torch_flash, torch_baseline, sdpa_flash, ...)
+//     ALGORITHM/o          each real code the point ran (torch_flash, torch_baseline, sdpa_flash, ...),
+//                          and our CUDA kernels (cuda_flash, cuda_baseline) where they ran
+//     ALGORITHM_reading/o  beside a real code whose row names a reading (column vs_reading): that
+//                          reading's output, which the row's bit_identical compares it with
 //   A framework point (policy "native") has golden and its SDPA backends' groups.
 #pragma once
 
@@ -40,15 +43,22 @@ struct SavedPoint {
   std::vector<std::string> algorithms;
 };
 
+// What one point saves: its inputs as every algorithm ran on them (dout empty on a forward point) and
+// each algorithm's output by name (O, or dQ|dK|dV concatenated as the rows compare them).
+struct SavedValues {
+  std::vector<double> q, k, v, dout;
+  std::map<std::string, std::vector<double>> outputs;
+};
+
 class SavedOutputs {
  public:
   // Collective over `world`: creates the file under a temporary name beside `path` and every point's
   // group and datasets.
   SavedOutputs(const std::string& path, const std::vector<SavedPoint>& points, const Provenance& prov,
                mpi::Comm& world);
-  // This rank's point `index`: its inputs (run.q, run.k, run.v, run.dout) and `values` (algorithm ->
-  // O, or dQ|dK|dV concatenated as the rows compare them), one independent transfer each.
-  void write(std::size_t index, const MicrobenchRun& run, const std::map<std::string, std::vector<double>>& values);
+  // This rank's point `index`: its inputs and every algorithm's output, one independent transfer each;
+  // Error naming the algorithm where one is missing or of the wrong size.
+  void write(std::size_t index, const SavedValues& values);
   // Collective: closes the file; rank 0 moves it to `path`, sealed. With `keep` false (a stopped run)
   // the temporary file is removed instead.
   void finish(bool keep);

@@ -284,7 +284,8 @@ FrameworkOps torch_cpu_ops() {
   return ops;
 }
 
-MicrobenchRow microbench_torch_row(const MicrobenchRun& run, const std::string& algorithm) {
+MicrobenchRow microbench_torch_row(const MicrobenchRun& run, const std::string& algorithm, std::vector<double>* values,
+                                   std::vector<double>* reading) {
   const TorchAttention t = torch_attention(run, algorithm);
   const RealCode& code = *find_real_code(algorithm);
   const AttentionKind kind = code.kind;
@@ -305,10 +306,12 @@ MicrobenchRow microbench_torch_row(const MicrobenchRun& run, const std::string& 
     name += "/" + std::string(to_string(ops));
   }
   name += " " + std::string(to_string(kind));
-  if (name == run.point.policy + " " + std::string(to_string(kind)))
-    set_agreement(row, t.values, (kind == AttentionKind::flash ? run.flash : run.baseline).values, name);
-  else
-    set_agreement(row, t.values, policy_values(run, placed, kind), name);
+  std::vector<double> theirs = name == run.point.policy + " " + std::string(to_string(kind))
+                                   ? (kind == AttentionKind::flash ? run.flash : run.baseline).values
+                                   : policy_values(run, placed, kind);
+  set_agreement(row, t.values, theirs, name);
+  if (values != nullptr) *values = t.values;
+  if (reading != nullptr) *reading = std::move(theirs);
   return row;
 }
 

@@ -48,7 +48,9 @@ FrameworkOps torch_cpu_ops();
 
 // The row of `algorithm`: torch_attention against the golden value, with its agreement with the
 // reading's kernel of the same kind on the same inputs (run.flash or run.baseline: they must have run),
-// named "<policy> <kind>".
-MicrobenchRow microbench_torch_row(const MicrobenchRun& run, const std::string& algorithm);
+// named "<policy> <kind>". `values` and `reading`, when given, receive the code's output and that
+// reading's, as the row compares them (OUT/microbench_outputs.h5).
+MicrobenchRow microbench_torch_row(const MicrobenchRun& run, const std::string& algorithm,
+                                   std::vector<double>* values = nullptr, std::vector<double>* reading = nullptr);
 
 }  // namespace fastudy

@@ -32,7 +32,8 @@ bool cpu_bit_identity_promised(const MicrobenchRun& run) {
   return run.float_buffers && attention_isa_name() != "generic";
 }
 
-std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run) {
+std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run,
+                                                std::map<std::string, std::vector<double>>* saved) {
   // UsageError naming the policy when the kernels lack one of the two.
   cuda_tile::tile_storage_format(run.policy);
   cuda_tile::tile_storage_format(run.baseline_policy);
@@ -71,6 +72,7 @@ std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run) {
     MicrobenchRow row = microbench_row(run, kind == AttentionKind::flash ? "cuda_flash" : "cuda_baseline", values,
                                        run.golden, stats);
     set_cpu_check(row, values, cpu.values, promised, bound);
+    if (saved != nullptr) (*saved)[row.algorithm] = values;
     out.push_back(std::move(row));
   }
   return out;

@@ -15,6 +15,8 @@
 // differ from the host's in the last bit), so the comparison is of the backward kernels alone.
 #pragma once
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "kernels/microbench.hpp"
@@ -27,6 +29,8 @@ bool cpu_bit_identity_promised(const MicrobenchRun& run);
 // The two rows (cuda_flash, cuda_baseline) of a run filled by run_microbench_point(..., keep). The
 // policies must be ones the CUDA kernels run (a pure, eager, fa2, fa3 or mixed reading of fp32, fp16 or bf16,
 // rounding to nearest): UsageError otherwise. Runs on the current CUDA device.
-std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run);
+// `values`, when given, receives each row's output under its algorithm's name (OUT/microbench_outputs.h5).
+std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run,
+                                                std::map<std::string, std::vector<double>>* values = nullptr);
 
 }  // namespace fastudy::cuda

@@ -5,14 +5,17 @@ numpy and Python's PyTorch (the same LibTorch fastudy links):
   - every point group has the layout README "Microbenchmark" documents (attributes, inputs, one group per
     algorithm with o or dq, dk, dv of shape [B, H, N, d]);
   - every row of microbench.csv is recomputed from the saved values: max |d| against the golden value (and
-    flash_vs_baseline's against baseline) equal to the CSV's bit for bit, and the torch_* rows' bit_identical
-    fraction against the reading they name;
+    flash_vs_baseline's against baseline) equal to the CSV's bit for bit, and the real code's bit_identical
+    fraction against the reading it names (saved as ALGORITHM_reading);
   - a user's own framework run on the saved inputs: the baseline written in Python as PyTorch users write it,
     softmax((q @ k^T) * scale) @ v on bf16 tensors (autograd for the backward pass), gives torch_baseline's
     saved output bit for bit.
 
+With a second directory OTHER (the same grid run on another number of ranks), also checks that its
+microbench_outputs.h5 holds the same groups, attributes and values, bit for bit.
+
 Prints one line per check; exits 1 with the first failure named.
-Usage: check_microbench_outputs.py OUT
+Usage: check_microbench_outputs.py OUT [OTHER]
 """
 import csv
 import io
@@ -92,7 +95,11 @@ def main(out):
                 fail(f"{name} {alg}: max_abs {r['max_abs']} in microbench.csv, {np.max(np.abs(values - ref))!r} "
                      "from the saved values")
             if r["vs_reading"] != "-":
-                reading = outputs(g[r["vs_reading"].rsplit(" ", 1)[-1]], names)
+                # The reading's output the row was compared with, saved beside the real code's.
+                if alg + "_reading" not in g:
+                    fail(f"{name} {alg}: compared with {r['vs_reading']} in microbench.csv, but the file has no "
+                         f"{alg}_reading")
+                reading = outputs(g[alg + "_reading"], names)
                 same = np.mean(values.view(np.uint64) == reading.view(np.uint64))
                 if float(r["bit_identical"]) != float(same):
                     fail(f"{name} {alg}: bit_identical {r['bit_identical']} in microbench.csv, {same!r} from the "
@@ -110,5 +117,26 @@ def main(out):
           "reproduced bit for bit by Python's PyTorch")
 
 
+def same_file(out, other):
+    a = h5py.File(Path(out) / "microbench_outputs.h5", "r")
+    b = h5py.File(Path(other) / "microbench_outputs.h5", "r")
+    names_a, names_b = [], []
+    a.visit(names_a.append)
+    b.visit(names_b.append)
+    if names_a != names_b:
+        fail(f"{other} holds other groups or datasets than {out}")
+    datasets = 0
+    for n in names_a:
+        if dict(a[n].attrs) != dict(b[n].attrs):
+            fail(f"{n}: attributes differ between {out} and {other}")
+        if isinstance(a[n], h5py.Dataset):
+            if not np.array_equal(a[n][()].view(np.uint64), b[n][()].view(np.uint64)):
+                fail(f"{n}: values differ between {out} and {other}")
+            datasets += 1
+    print(f"ok: {other} holds the same {datasets} datasets bit for bit")
+
+
 if __name__ == "__main__":
     main(sys.argv[1])
+    if len(sys.argv) > 2:
+        same_file(sys.argv[1], sys.argv[2])

@@ -88,6 +88,46 @@ TEST(E2E, W1MatchesScipyOnCheckpointTensors) {
   EXPECT_NE(r.output.find("checked"), std::string::npos) << r.output;
 }
 
+// save_outputs (README "Microbenchmark"): OUT/microbench_outputs.h5 holds every point's inputs, golden
+// value and outputs, ours and LibTorch's, such that a user recomputes every row of microbench.csv from it
+// bit for bit with h5py and numpy and reproduces torch_baseline with Python's PyTorch on the saved inputs
+// (check_microbench_outputs.py); written collectively, it is the same file on 1, 2 and 4 ranks.
+TEST(E2E, MicrobenchSavedOutputsReproduceTheRowsOnOneTwoAndFourRanks) {
+  if (run_command("/usr/bin/python3 -c 'import h5py, numpy, torch'").code != 0)
+    GTEST_SKIP() << "python3-h5py or python3-torch is not installed (apt-get install python3-h5py python3-torch)";
+  TempDir dir;
+  auto grid = [&](const std::string& out, bool save) {
+    return dir.file(fs::path(out).filename().string() + ".toml",
+                    "[study]\nname = \"saved\"\nout = \"" + out + "\"\nphases = [\"microbench\"]\n\n"
+                    "[microbench]\nformats = [\"bf16\"]\nseq_lens = [64]\nhead_dims = [16]\nblocks = [[16, 16]]\n"
+                    "loop_orders = [\"q_outer\", \"kv_outer\"]\npasses = [\"forward\", \"backward\"]\n"
+                    "trials = 1\nheads = 2\nbatch = 2\npolicies = [\"eager\", \"fa2\"]\n"
+                    "framework = [\"torch_baseline\", \"torch_flash\"]\n" +
+                        std::string(save ? "save_outputs = true\n" : ""));
+  };
+  const std::string one = (dir / "one").string();
+  ASSERT_EQ(run_fastudy("microbench " + grid(one, true) + " -q").code, 0);
+  const std::string checker = "/usr/bin/python3 " + std::string(FASTUDY_CLI_TESTS) + "/check_microbench_outputs.py ";
+  RunResult r = run_command(checker + one);
+  EXPECT_EQ(r.code, 0) << r.output;
+  // 8 points (2 passes x 2 policies x 2 loop orders); the rows: flash, baseline, flash_vs_baseline on
+  // each, torch_baseline on each, torch_flash at q_outer only.
+  EXPECT_NE(r.output.find("ok: 8 points, 36 rows recomputed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("8 points reproduced bit for bit by Python's PyTorch"), std::string::npos) << r.output;
+  for (int ranks : {2, 4}) {
+    SCOPED_TRACE(ranks);
+    const std::string other = (dir / ("ranks" + std::to_string(ranks))).string();
+    ASSERT_EQ(run_fastudy_mpi(ranks, "microbench " + grid(other, true) + " -q").code, 0);
+    r = run_command(checker + one + " " + other);
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("holds the same"), std::string::npos) << r.output;
+  }
+  // Without save_outputs there is no such file.
+  const std::string plain = (dir / "plain").string();
+  ASSERT_EQ(run_fastudy("microbench " + grid(plain, false) + " -q").code, 0);
+  EXPECT_FALSE(fs::exists(plain + "/microbench_outputs.h5"));
+}
+
 // Complete checkpoints of every variant of `out`, and whether a checkpoint is being written (a
 // temporary file exists).
 struct Progress {

@@ -306,12 +306,26 @@ class PartialStudyTest(unittest.TestCase):
         links = checks.md_files(self, out / "report.md")
         self.assertEqual({Path(l).stem for l in links}, {"microbench_formats"})
         self.assertNotIn("Real kernels", md)  # no real-kernel rows: no such tables
+        self.assertNotIn("Signed error", md)  # no repeated_max rows: no signed-error table
         self.assertIn("Fig. 5 (deviation against sequence length) needs a sweep", md)
         self.assertIn("No verdict yet", md)
         self.assertIn("ranking.csv is missing", md)
         self.assertIn("Training has not run", md)
         self.assertIn("train: not run (no status.csv)", md)
         self.assertIn("No weight deviation yet", md)
+
+    def test_signed_error_on_repeated_maxima(self):
+        # Qiu & Yao's case (configs/repeated_max.toml): flash's bias under eager and under eager with their fix,
+        # its share of the RMSE and the baseline's, medians over the sweep's two points.
+        out = self.dir / "qy"
+        out.mkdir()
+        synthetic.write_study_toml(out)
+        synthetic.write_microbench(out, sweeps=("repeated_max",))
+        html, md = self.render(out)
+        self.assertIn('id="table-signed-error"', html)
+        table = md.split("Signed error (mean_signed", 1)[1].split("\n\n", 2)[1]
+        self.assertIn("| tied_pair | forward | bf16 | eager | nearest | -0.001 | -0.5 | -0.0005 | 2 |", table)
+        self.assertIn("| tied_pair | forward | bf16 | eager_qy | nearest | 0 | 0 | -0.0005 | 2 |", table)
 
     def test_readings_without_10x(self):
         # No reading reaches 10x: the paragraph names the largest ratio instead (eager at 256 tiles: 1 + 0.01 * 256).

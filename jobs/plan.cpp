@@ -225,8 +225,9 @@ int job_plan(JobContext& ctx) {
   const std::string per_node = std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s") + " per node" +
                                (modelled ? " (--gpus-per-node)" : " (seen here)");
   os << "device: " << to_string(st.train.device);
-  if (st.train.device == Device::auto_) os << " -> " << (on_gpu ? "cuda, one GPU per rank by node-local rank, " + per_node : "cpu (" + no_gpu + ")");
-  else if (on_gpu) os << ", one GPU per rank by node-local rank, " << per_node;
+  const std::string gpu_text = "one GPU per rank by node-local rank, " + per_node;
+  if (st.train.device == Device::auto_) os << " -> " << (on_gpu ? "cuda, " + gpu_text : "cpu (" + no_gpu + ")");
+  else if (on_gpu) os << ", " << gpu_text;
   os << "\n";
   if (ctx.opts.ranks_per_node > 0) {
     const int nodes = (ranks + ctx.opts.ranks_per_node - 1) / ctx.opts.ranks_per_node;

@@ -226,7 +226,9 @@ int job_train(JobContext& ctx) {
     group_on_gpu = group_on_gpu && placements[static_cast<std::size_t>(r)].device >= 0;
   std::string no_gpu;  // why this rank has no GPU, for a variant that needs one
   if (want_gpu && my_device < 0) rank_has_gpu(&no_gpu);
-  if (std::any_of(reducers.begin(), reducers.end(), [](const ReducerChoice& c) { return c.backend == "nccl" || c.host_copies; }))
+  // Rank 0 names the reducer of the groups on GPUs (a group on the CPU has MPI, as always).
+  const auto on_gpus = [](const ReducerChoice& c) { return c.backend == "nccl" || c.host_copies; };
+  if (std::any_of(reducers.begin(), reducers.end(), on_gpus))
     for (const std::string& line : describe_reducers(reducers, rpv)) log::info("train: reducer of " + line);
 
   const auto t0 = std::chrono::steady_clock::now();

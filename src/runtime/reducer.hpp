@@ -3,8 +3,9 @@
 // The trainer buckets all gradients of a step into one flat buffer and calls allreduce_mean once:
 // afterwards every rank of the group holds the element-wise mean over the group's ranks. Backends:
 // "mpi" (MPI_Allreduce on the group's communicator; host buffers, or device buffers on a host copy)
-// and "nccl" (CUDA builds with NCCL, one GPU per rank; device buffers). The result is deterministic for a fixed group size and backend: the reduction
-// order depends only on the rank count, so resumed runs are bit-identical.
+// and "nccl" (CUDA builds with NCCL, one GPU per rank; device buffers). The result is deterministic
+// for a fixed group size and backend: the reduction order depends only on the rank count, so resumed
+// runs are bit-identical.
 #pragma once
 
 #include <cstddef>

@@ -41,7 +41,10 @@ class NcclReducer final : public GradientReducer {
     ncclUniqueId id{};
     if (group.rank() == 0) FASTUDY_NCCL_CHECK(ncclGetUniqueId(&id));
     group.bcast(&id, sizeof id);
-    FASTUDY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // A blocking stream: its work waits for what the trainer queued on the legacy default stream
+    // (LibTorch's default: the backward that wrote the gradients), and the default stream's later
+    // work waits for the allreduce. A non-blocking stream would read gradients still being written.
+    FASTUDY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
     FASTUDY_NCCL_CHECK(ncclCommInitRank(&comm_, group.size(), id, group.rank()));
   }
   ~NcclReducer() override {

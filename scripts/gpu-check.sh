@@ -706,6 +706,7 @@ export FASTUDY_BENCH_MIN_TIME=0.2
 # with the test's number, which keeps parallel tests apart.
 skipped_tests() {
   awk '{
+      gsub(/\033\[[0-9;]*m/, "")  # colours (gtest under mpirun writes to a terminal)
       p = $1; line = $0; sub(/^[0-9]+: /, "", line)
       if (wait_reason[p]) { reason[p] = line; wait_reason[p] = 0; next }
       if (line ~ /: Skipped$/) { wait_reason[p] = 1; next }
@@ -722,7 +723,7 @@ not_a_gap='^(needs more GPUs|a CUDA device exists)'
 
 step_ctest_gpu() {
   local log=$check/ctest-gpu.out rc=0
-  ctest --test-dir "$build" -L gpu -V -j "$jobs" --timeout 900 > "$log" 2>&1 || rc=$?
+  GTEST_COLOR=no ctest --test-dir "$build" -L gpu -V -j "$jobs" --timeout 900 > "$log" 2>&1 || rc=$?
   tail -40 "$log"
   grep -q 'Total Tests: [1-9]\|tests passed' "$log" || { echo "FAIL: no test has the label gpu"; return 1; }
   skipped_tests "$log" > "$check/ctest-gpu-skipped.tsv"

@@ -2,6 +2,7 @@
 #include "base/quote.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cctype>
 #include <cstring>
 
@@ -66,6 +67,32 @@ std::string one_line(std::string_view s) {
   std::string text(s);
   std::replace_if(text.begin(), text.end(), is_control, ' ');
   return text;
+}
+
+std::string escaped(std::string_view s) {
+  std::string out;
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\\') {
+      out += "\\\\";
+    } else if (is_control(ch)) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+std::string quoted_name(std::string_view s) {
+  constexpr std::size_t kShown = 200;
+  return "'" + escaped(s.substr(0, kShown)) + (s.size() > kShown ? "'..." : "'");
 }
 
 std::string csv_text_field(std::string_view s) { return csv_field(one_line(s)); }

@@ -71,21 +71,38 @@ std::string one_line(std::string_view s) {
 
 std::string escaped(std::string_view s) {
   std::string out;
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
+  auto hex = [&](unsigned char c) {
+    char text[8];
+    std::snprintf(text, sizeof text, "\\x%02x", c);
+    out += text;
+  };
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
     if (c == '\t') {
       out += "\\t";
     } else if (c == '\n') {
       out += "\\n";
     } else if (c == '\\') {
       out += "\\\\";
-    } else if (is_control(ch)) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
+    } else if (is_control(static_cast<char>(c))) {
+      hex(c);
+    } else if (c < 0x80) {
+      out += static_cast<char>(c);
     } else {
-      out += ch;
+      // A UTF-8 sequence is copied whole; a byte that starts none (or a sequence cut short) is \xHH.
+      const std::size_t len = (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+      bool whole = len > 0 && i + len <= s.size();
+      for (std::size_t k = 1; whole && k < len; ++k) whole = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
+      if (!whole) {
+        hex(c);
+        ++i;
+        continue;
+      }
+      out.append(s.substr(i, len));
+      i += len;
+      continue;
     }
+    ++i;
   }
   return out;
 }

@@ -188,6 +188,12 @@ def flip(p):
     p.write_bytes(bytes(data))
 
 
+def fifo_in_place(p):
+    """replaced by a FIFO"""
+    p.unlink()
+    os.mkfifo(p)
+
+
 def garbage(p):
     """replaced by garbage and resealed"""
     import zlib
@@ -318,6 +324,10 @@ CASES = [
     (1, "pt-self-dict", refused("pt_self_dict", "step_{step}.pt", "holds itself")),
     (1, "pt-odd-dict", refused("pt_odd_dict", "step_{step}.pt", "odd number of items")),
     (1, "h5-libhdf5-crash", special("h5_dag", "step_{step}.h5", "s2/step_10.h5", libhdf5_crash, "HDF5 crashed reading it")),
+    (1, "pt-unknown-opcode", refused("pt_unknown_opcode", "step_{step}.pt", "holds opcode 0x95")),
+    (1, "pt-pop-below-mark", refused("pt_pop_below_mark", "step_{step}.pt", "above the last MARK")),
+    (1, "pt-memo-gap", refused("pt_memo_gap", "step_{step}.pt", "stores memo entry 4294967295")),
+    (1, "h5-deep-groups", refused("h5_deep_groups", "step_{step}.h5", "groups nest more than 64 levels deep")),
     (1, "h5-soft-cycle", reduced("h5_soft_cycle", "step_{step}.h5", has_tensors("w", "model"), "each object once")),
     (1, "h5-hard-cycle", reduced("h5_hard_cycle", "step_{step}.h5", has_tensors("g.w", "model"), "each object once")),
     (2, "pt-view-past-storage", refused("pt_view_past_storage", "step_{step}.pt", "reaches past the 16 bytes", "reduce")),
@@ -333,6 +343,7 @@ CASES = [
     (4, "st-overflow", refused("st_overflow", "step_{step}.safetensors", "needs more than 2^64")),
     (4, "st-json-range", refused("st_json_range", "step_{step}.safetensors", "number overflow")),
     (4, "st-tab-name", refused("st_tab_name", "step_{step}.safetensors", "holds a control character")),
+    (4, "pt-bad-utf8", refused("pt_bad_utf8", "step_{step}.pt", "is not valid UTF-8")),
     (4, "pt-bad-version", refused("pt_bad_version", "step_{step}.pt", "cannot read this torch.save file")),
     (4, "h5-unwritten", refused("h5_unwritten", "step_{step}.h5", "not every element was ever written")),
     (4, "odd-folder-2-ranks", odd_folder),
@@ -340,11 +351,13 @@ CASES = [
     (6, "many-tensors-opened-once", many_tensors),
     (7, "imported-csv-flipped", imported_csv(flip, "checksum mismatch")),
     (7, "imported-csv-garbage", imported_csv(garbage, "is not path,bytes,crc32")),
+    (3, "imported-csv-fifo", imported_csv(fifo_in_place, "cannot be read (not a regular file)")),
     (8, "reduce-full-disk", reduce_full_disk),
     (8, "save-outputs-full-disk", saved_outputs_full_disk),
     (9, "long-working-directory", long_cwd),
     (10, "h5-external-link", refused("h5_external", "step_{step}.h5", "is an external link")),
     (10, "h5-virtual-dataset", refused("h5_vds", "step_{step}.h5", "virtual dataset")),
+    (10, "h5-external-storage", refused("h5_external_storage", "step_{step}.h5", "keeps its data in external files")),
     (11, "h5-truncated", refused("h5_truncated", "step_{step}.h5", "HDF5 cannot open it")),
     (11, "out-symlink-loop", out_loop),
     (11, "replay-from-minus-one", from_minus_one),
@@ -364,6 +377,8 @@ def main():
     kases = sorted({"st_deep_shape", "st_overflow", "st_json_range", "st_tab_name", "st_names", "st_many", "st_good",
                     "fifo_safetensors", "fifo_index", "fifo_shard", "pt_deep_nesting", "pt_view_past_storage",
                     "pt_storage_lies", "pt_view_ok", "pt_self_dict", "pt_bad_version", "pt_odd_dict", "devzero_pt",
+                    "pt_unknown_opcode", "pt_pop_below_mark", "pt_memo_gap", "pt_bad_utf8", "h5_deep_groups",
+                    "h5_external_storage",
                     "h5_soft_cycle", "h5_hard_cycle", "h5_dag", "h5_external", "h5_vds", "h5_unwritten", "h5_truncated"})
     subprocess.run([sys.executable, WRITER, runs, *kases], check=True)
     trained = work / "trained"

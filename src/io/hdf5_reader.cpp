@@ -136,9 +136,11 @@ std::string answer(const std::string& request, std::map<std::uint64_t, std::uniq
 }
 
 [[noreturn]] void serve(int fd) {
-  // A crash is the end of this process only: no handler of the program's runs here.
-  for (const int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM, SIGINT, SIGUSR1})
-    ::signal(sig, SIG_DFL);
+  // A crash is the end of this process only: no handler of the program's runs here. A stop signal (a
+  // Ctrl-C sent to the process group, Slurm's SIGTERM) is the program's to handle: the reader ends when
+  // the program closes its socket or dies.
+  for (const int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::signal(sig, SIG_DFL);
+  for (const int sig : {SIGTERM, SIGINT, SIGUSR1, SIGPIPE}) ::signal(sig, SIG_IGN);
   std::map<std::uint64_t, std::unique_ptr<TensorSource>> files;
   std::uint64_t next = 1;
   for (std::string request;;) {

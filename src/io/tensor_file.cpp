@@ -159,11 +159,13 @@ RegularFile open_regular(const std::string& path) {
 
 // Reads exactly n bytes at `offset` of a file that was checked to hold them; a shorter read means
 // the file changed (was truncated) since.
-void read_exactly(const RegularFile& f, const std::string& path, void* buf, std::size_t n, std::uint64_t offset) {
+// `what`: the tensor read ("tensor 'w': "), or "" for the header.
+void read_exactly(const RegularFile& f, const std::string& path, void* buf, std::size_t n, std::uint64_t offset,
+                  const std::string& what = "") {
   const long long got = f.read_at(buf, n, offset);
-  if (got < 0) bad(path, std::string("cannot be read: ") + std::strerror(errno));
+  if (got < 0) bad(path, what + "cannot be read: " + std::strerror(errno));
   if (static_cast<std::size_t>(got) != n)
-    bad(path, "it changed while it was read (it is now shorter than its header says)", "run again once nothing writes it");
+    bad(path, what + "it changed while it was read (it is now shorter than its header says)", "run again once nothing writes it");
 }
 
 // The dims of a JSON shape: an array of at most kMaxDims non-negative integers whose product is at
@@ -292,7 +294,7 @@ class SafetensorsSource : public TensorSource {
     const std::uint64_t per_piece = piece.size() / element;
     for (std::uint64_t done = 0; done < count;) {
       const std::uint64_t n = std::min(per_piece, count - done);
-      read_exactly(f.file, f.path, piece.data(), static_cast<std::size_t>(n * element), at);
+      read_exactly(f.file, f.path, piece.data(), static_cast<std::size_t>(n * element), at, tensor_of(t.name) + ": ");
       convert(*t.format, piece.data(), n, out + done);
       done += n;
       at += n * element;

@@ -15,9 +15,10 @@ corpora=("$work/corpus" "$seeds")
 limit=(-max_total_time="$seconds")
 [ "$runs" -gt 0 ] && limit+=(-runs="$runs")
 # Leaks are not findings of a reader (HDF5 and LibTorch keep caches for the life of the process); the
-# heap is bounded per input instead (-malloc_limit_mb), as the time is (-timeout).
+# heap is bounded per input instead (-malloc_limit_mb: FASTUDY_FUZZ_MALLOC_LIMIT_MB, 2048 by default),
+# as the time is (-timeout).
 export ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 export TMPDIR="$work/tmp"
-exec "$harness" -seed=1 "${limit[@]}" -timeout=20 -rss_limit_mb=3072 -malloc_limit_mb=2048 -max_len=65536 \
+exec "$harness" -seed=1 "${limit[@]}" -timeout=20 -rss_limit_mb=3072 -malloc_limit_mb="${FASTUDY_FUZZ_MALLOC_LIMIT_MB:-2048}" -max_len=65536 \
   -print_final_stats=1 -artifact_prefix="$work/artifacts/" "${corpora[@]}"

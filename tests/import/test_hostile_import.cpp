@@ -32,7 +32,8 @@ const char* const kCases[] = {
     "st_deep_shape", "st_overflow",     "st_json_range", "st_tab_name",     "st_names",    "st_many",
     "st_good",       "fifo_safetensors", "fifo_crc",     "sharded_good",    "fifo_index",  "fifo_shard",
     "pt_deep_nesting", "pt_view_past_storage", "pt_storage_lies", "pt_view_ok", "pt_self_dict", "pt_bad_version",
-    "pt_odd_dict",   "devzero_pt",      "h5_soft_cycle", "h5_hard_cycle", "h5_dag",          "h5_external", "h5_vds",
+    "pt_odd_dict",   "pt_unknown_global", "pt_bad_utf8",     "pt_unknown_opcode", "pt_pop_below_mark", "pt_memo_gap", "h5_deep_groups",
+    "h5_external_storage", "devzero_pt",      "h5_soft_cycle", "h5_hard_cycle", "h5_dag",          "h5_external", "h5_vds",
     "h5_unwritten",  "h5_truncated"};
 
 std::string read_file(const fs::path& p) {
@@ -108,6 +109,10 @@ TEST_F(HostileImport, CraftedFilesAreRefusedNamingTheFileAndTheTensor) {
       {"pt_deep_nesting", "step_{step}.pt", {"s1/step_10.pt", "its pickle (data.pkl) nests containers more than 64 levels deep"}},
       {"pt_self_dict", "step_{step}.pt", {"s1/step_10.pt", "builds a container that holds itself"}},
       {"pt_odd_dict", "step_{step}.pt", {"s1/step_10.pt", "from an odd number of items"}},
+      {"pt_unknown_opcode", "step_{step}.pt", {"s1/step_10.pt", "holds opcode 0x95 at byte 2, which LibTorch's unpickler does not read"}},
+      {"pt_pop_below_mark", "step_{step}.pt", {"s1/step_10.pt", "pops 3 item(s) at byte", "above the last MARK"}},
+      {"pt_memo_gap", "step_{step}.pt", {"s1/step_10.pt", "stores memo entry 4294967295 at byte 3 while the memo holds 0"}},
+      {"h5_deep_groups", "step_{step}.h5", {"s1/step_10.h5", "groups nest more than 64 levels deep"}},
       // class 1 and 2: a view past its storage (a crash, or numbers from the heap with exit 0)
       {"pt_view_past_storage", "step_{step}.pt",
        {"s1/step_10.pt", "tensor 'w' is a view (sizes [64], strides [1], offset 0) that reaches past the 16 bytes its storage holds"}},
@@ -121,11 +126,14 @@ TEST_F(HostileImport, CraftedFilesAreRefusedNamingTheFileAndTheTensor) {
       {"st_overflow", "step_{step}.safetensors", {"s1/step_10.safetensors", "tensor 'w'", "needs more than 2^64"}},
       {"st_json_range", "step_{step}.safetensors", {"s1/step_10.safetensors", "is not valid JSON", "number overflow"}},
       {"st_tab_name", "step_{step}.safetensors", {"s1/step_10.safetensors", "tensor 'a\\tb'", "holds a control character"}},
+      {"pt_bad_utf8", "step_{step}.pt", {"s1/step_10.pt", "tensor 'a\\xffb'", "is not valid UTF-8"}},
       {"pt_bad_version", "step_{step}.pt", {"s1/step_10.pt", "cannot read this torch.save file"}},
+      {"pt_unknown_global", "step_{step}.pt", {"s1/step_10.pt", "cannot read this torch.save file", "os.system"}},
       {"h5_unwritten", "step_{step}.h5", {"s1/step_10.h5", "tensor 'w'", "not every element was ever written"}},
       // class 10: nothing outside the file is read
       {"h5_external", "step_{step}.h5", {"s1/step_10.h5", "'/e' is an external link to", "outside-1.h5"}},
       {"h5_vds", "step_{step}.h5", {"s1/step_10.h5", "tensor 'w' is a virtual dataset"}},
+      {"h5_external_storage", "step_{step}.h5", {"s1/step_10.h5", "tensor 'w' keeps its data in external files"}},
       // class 11: HDF5's own refusal is bad input too
       {"h5_truncated", "step_{step}.h5", {"s1/step_10.h5", "HDF5 cannot open it"}},
       // class 1: a crash of libhdf5 itself ends its reader process, not fastudy
@@ -239,8 +247,18 @@ TEST_F(HostileImport, AFolderOfAnyNameTravelsWholeAndImportedCsvIsQuotedAndVerif
   EXPECT_NE(garbage.output.find("is not path,bytes,crc32"), std::string::npos) << garbage.output;
 }
 
-TEST_F(HostileImport, AFifoInPlaceOfAStudysSidecarIsNamedNotWaitedFor) {
+TEST_F(HostileImport, AFifoInPlaceOfAStudysFilesIsNamedNotWaitedFor) {
   ASSERT_EQ(bounded("reduce " + grid("crc", "fifo_crc") + " -q").code, 0);
+  // imported.csv: named in a warning, not compared, written anew.
+  const fs::path imported = out("crc") / "imported.csv";
+  fs::remove(imported);
+  ASSERT_EQ(::mkfifo(imported.c_str(), 0600), 0);
+  const RunResult again = bounded("reduce " + out("crc").string());
+  EXPECT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("the imported.csv of the study's last reduce cannot be read (not a regular file)"), std::string::npos)
+      << again.output;
+  EXPECT_TRUE(fs::is_regular_file(imported));
+  // study.toml's sidecar: the study cannot be read, named, no hang.
   const fs::path crc = out("crc") / "study.toml.crc";
   fs::remove(crc);
   ASSERT_EQ(::mkfifo(crc.c_str(), 0600), 0);

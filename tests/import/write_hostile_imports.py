@@ -96,6 +96,8 @@ def case_files(root, case, seed):
         safetensors_raw(st, '{"w":{"dtype":"F32","shape":[1e400],"data_offsets":[0,4]}}', floats([1]))
     elif case == "st_tab_name":
         safetensors(st, {"a\tb": w})
+    elif case == "pt_bad_utf8":  # a name that is not UTF-8 (JSON parsers refuse one; a pickle's bytes are as written)
+        torch_zip(pt, b"}(X" + struct.pack("<I", 3) + b"a\xffb" + tensor_("0", 4, 0, [4], [1]) + b"u", {"0": floats(w)})
     elif case == "st_names":  # names from other stacks: a TF/JAX path, mathtext, HTML and a table's '|'
         safetensors(st, {"enc/layer0/w": w, "$\\alpha_{x$": w * 2, "<b>x</b>|y\\": w * 3})
     elif case == "st_many":  # many small tensors (an MoE-like checkpoint)
@@ -124,6 +126,14 @@ def case_files(root, case, seed):
         torch_zip(pt, dict_([("w", tensor_("0", 4, 0, [4], [1]))]), {"0": floats(w)}, version="abc\n")
     elif case == "pt_odd_dict":  # SETITEMS with a key and no value
         torch_zip(pt, b"}(" + unicode_("w") + b"u", {})
+    elif case == "pt_unknown_global":  # os.system as a rebuild function: LibTorch's unpickler refuses it
+        torch_zip(pt, dict_([("w", b"cos\nsystem\n" + tuple_([unicode_("touch pwned")]) + b"R")]), {})
+    elif case == "pt_unknown_opcode":  # FRAME (protocol 4), which LibTorch's unpickler does not read
+        torch_zip(pt, b"\x95" + struct.pack("<Q", 0) + dict_([("w", tensor_("0", 4, 0, [4], [1]))]), {"0": floats(w)})
+    elif case == "pt_pop_below_mark":  # SETITEM right after a MARK: its dict lies below the mark
+        torch_zip(pt, b"}(" + unicode_("w") + tensor_("0", 4, 0, [4], [1]) + b"s", {"0": floats(w)})
+    elif case == "pt_memo_gap":  # a memo entry stored at index 2^32 - 1 (LibTorch would grow its table to it)
+        torch_zip(pt, b"}r\xff\xff\xff\xff(" + unicode_("w") + tensor_("0", 4, 0, [4], [1]) + b"u", {"0": floats(w)})
     else:
         write_hdf5_case(case, h5, w, seed)
 
@@ -134,6 +144,15 @@ def write_hdf5_case(case, h5, w, seed):
         with h5py.File(h5, "w") as f:
             f["w"] = w
             f["s"] = h5py.SoftLink("/")
+    elif case == "h5_deep_groups":  # 70 groups, each in the one before
+        with h5py.File(h5, "w") as f:
+            f.create_group("/".join(["g"] * 70))["w"] = w
+    elif case == "h5_external_storage":  # the raw data kept in another file (HDF5's external storage)
+        raw = os.path.join(os.path.dirname(h5), "w.bin")
+        with open(raw, "wb") as f:
+            f.write(floats(w))
+        with h5py.File(h5, "w") as f:
+            f.create_dataset("w", shape=(4,), dtype="<f4", external=[(raw, 0, 16)])
     elif case == "h5_hard_cycle":  # a hard link from a group back to the root
         with h5py.File(h5, "w") as f:
             g = f.create_group("g")

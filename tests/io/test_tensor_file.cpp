@@ -161,6 +161,24 @@ TEST_F(TensorFileTest, RangesEqualSlicesOfTheWholeTensor) {
   }
 }
 
+// A file truncated after it was opened (its header checked) is read by positioned reads: the short read
+// is a UsageError naming the file and the tensor, where a mapping would have been a SIGBUS.
+TEST_F(TensorFileTest, AFileTruncatedWhileOpenIsANamedErrorNotASignal) {
+  const std::string copy = at("truncated_later.safetensors");
+  fs::copy_file(at("all.safetensors"), copy, fs::copy_options::overwrite_existing);
+  const TensorFile f = TensorFile::open(copy);
+  const TensorEntry& last = f.tensors().back();
+  fs::resize_file(copy, fs::file_size(copy) - 4);
+  std::vector<double> values(last.elements);
+  try {
+    f.read(last, values.data());
+    ADD_FAILURE() << "a truncated file was read";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(copy + "': tensor '" + last.name + "': it changed while it was read"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(TensorFileTest, DamagedFilesAreRefusedNamingFileAndTensor) {
   struct Case {
     const char* file;

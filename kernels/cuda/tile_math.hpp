@@ -255,8 +255,14 @@ FASTUDY_HD inline float dot_seq(const float* a, const float* b, int stride_b, in
 // of the 16 products a[k] b[k], as the MMA model computes it (kernels/mma_model.hpp, Hopper's). The one
 // call of the model: the host twin, the per-row device kernels and the warp simulation
 // (tests/gpu/warp_sim.hpp) all come here. The model depends on the products only: a and b may swap.
+// (Not inlined on the device: the per-row kernels call it from many places, and the model is long.)
+#if defined(__CUDA_ARCH__)
+#define FASTUDY_MMA16_NOINLINE __noinline__
+#else
+#define FASTUDY_MMA16_NOINLINE
+#endif
 template <Format S>
-FASTUDY_HD inline float mma16(const float* a, const float* b, float c) {
+FASTUDY_HD FASTUDY_MMA16_NOINLINE float mma16(const float* a, const float* b, float c) {
   return mma::dot_k16<S>(a, b, c);
 }
 

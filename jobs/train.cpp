@@ -342,7 +342,11 @@ int job_train(JobContext& ctx) {
       if (group.rank() == 0) log::error(reason);
       return {TaskState::failed, last_step, NAN, reason};
     }
-    if (ctx.opts.profile && group.rank() == 0) log::info(format_profile(v.id, r.profile));
+    if (ctx.opts.profile && group.rank() == 0) {
+      std::string table = format_profile(v.id, r.profile);
+      if (!table.empty() && table.back() == '\n') table.pop_back();
+      log::info(table);
+    }
     switch (r.outcome) {
       case TrainOutcome::done: return {TaskState::done, r.step, r.final_loss, ""};
       case TrainOutcome::diverged: return {TaskState::diverged, r.step, r.final_loss, r.reason};

@@ -325,7 +325,7 @@ std::vector<torch::Tensor> Engine::shard_tokens(std::int64_t shard) {
 }
 
 void Engine::forward_backward(const std::vector<torch::Tensor>& tokens, std::int64_t shard, double scale,
-                              torch::Tensor& out) {
+                              torch::Tensor& out, StepProfile* profile) {
   const TrainConfig& t = v_.train;
   auto& params = model_.params();
   const int width = t.dp_width > 0 ? t.dp_width : hooks_.world;
@@ -337,18 +337,18 @@ void Engine::forward_backward(const std::vector<torch::Tensor>& tokens, std::int
     attention_.params.head_offset = (shard * (t.batch / width) + j * micro_rows) * v_.model.heads;
     torch::Tensor loss;
     {
-      const StepProfile::Scope timed(profile_.get(), Phase::forward);
+      const StepProfile::Scope timed(profile, Phase::forward);
       loss = model_.loss(tokens[static_cast<std::size_t>(j)], emu_, attention_);
     }
     const torch::Tensor objective = accum > 1 ? loss / static_cast<double>(accum) : loss;
     {
-      const StepProfile::Scope timed(profile_.get(), Phase::backward);
+      const StepProfile::Scope timed(profile, Phase::backward);
       (scale == 1.0 ? objective : objective * scale).backward();
     }
     loss_sum_.add_(loss.detach().to(torch::kDouble));  // the shard's losses summed in double, in order
   }
   // One flat gradient buffer: bucketed for the allreduce, clipped and unscaled as a whole.
-  const StepProfile::Scope timed(profile_.get(), Phase::gradients);
+  const StepProfile::Scope timed(profile, Phase::gradients);
   std::vector<torch::Tensor> parts;
   parts.reserve(params.size());
   for (auto& [name, p] : params) {
@@ -449,13 +449,14 @@ Engine::Step Engine::run_step() {
       for (std::size_t j = 0; j < tokens.size(); ++j) graph_tokens_[j].copy_(tokens[j], /*non_blocking=*/true);
       const StepProfile::Scope timed(profile_.get(), Phase::graph_replay);
       if (!graph_->captured() || graph_scale_ != scale) {
-        graph_->capture([&] { forward_backward(graph_tokens_, hooks_.rank, scale, flat_); });
+        // Nothing inside a captured pass records profile events (they would become graph nodes).
+        graph_->capture([&] { forward_backward(graph_tokens_, hooks_.rank, scale, flat_, nullptr); });
         graph_scale_ = scale;
       } else {
         graph_->replay();
       }
     } else {
-      forward_backward(tokens, hooks_.rank, scale, flat_);
+      forward_backward(tokens, hooks_.rank, scale, flat_, profile_.get());
     }
     flat = flat_;
     if (hooks_.world > 1) {
@@ -494,7 +495,7 @@ Engine::Step Engine::run_step() {
     for (int s = 0; s < mine; ++s) {
       torch::Tensor row = local[s];
       const std::int64_t shard = static_cast<std::int64_t>(hooks_.rank) * mine + s;
-      forward_backward(shard_tokens(shard), shard, scale, row);
+      forward_backward(shard_tokens(shard), shard, scale, row, profile_.get());
       const StepProfile::Scope timed(profile_.get(), Phase::host_sync);
       double shard_loss = loss_sum_.item<double>();
       if (accum > 1) shard_loss /= accum;

@@ -79,9 +79,11 @@ class Engine {
   // This rank's tokens of micro-batch j of shard `shard`, on the device ([micro_rows, N + 1]).
   std::vector<torch::Tensor> shard_tokens(std::int64_t shard);
   // The forward and backward pass of one shard: its flat gradient (scaled by `scale`, parameters in
-  // module-path order) into `out`, the sum of its micro-batches' losses into loss_sum_. Only tensor
-  // operations that stay on the device: a CUDA graph can capture it.
-  void forward_backward(const std::vector<torch::Tensor>& tokens, std::int64_t shard, double scale, torch::Tensor& out);
+  // module-path order) into `out`, the sum of its micro-batches' losses into loss_sum_, its phases timed
+  // in `profile` (may be null). Only tensor operations that stay on the device: a CUDA graph can
+  // capture it.
+  void forward_backward(const std::vector<torch::Tensor>& tokens, std::int64_t shard, double scale, torch::Tensor& out,
+                        StepProfile* profile);
   void adamw_update(const torch::Tensor& flat, double lr);
 
   Variant v_;

@@ -86,7 +86,7 @@ TrainResult train_variant(const Variant& v, const std::string& variant_dir, cons
                           const TrainState* resume) {
   train::Engine engine(v, hooks, resume);
   const TrainConfig& t = v.train;
-  TrainResult result{TrainOutcome::done, engine.steps_done(), std::numeric_limits<double>::quiet_NaN(), {}, {}};
+  TrainResult result{TrainOutcome::done, engine.steps_done(), std::numeric_limits<double>::quiet_NaN(), {}, {}, {}};
   if (resume != nullptr && !resume->loss_history.empty()) result.final_loss = resume->loss_history.back();
 
   const bool writer = hooks.rank == 0;
@@ -161,8 +161,7 @@ std::string format_profile(const std::string& variant, const TrainProfile& p) {
   std::ostringstream os;
   os << "profile of " << variant << ": ms per step over " << p.steps << " step(s)"
      << (p.warmup_excluded ? " after the first" : "") << (p.cuda_graph ? ", forward and backward from a CUDA graph" : "")
-     << "; host = wall time of the phase" << (p.device ? ", device = GPU time between its events" : "") << '
-';
+     << "; host = wall time of the phase" << (p.device ? ", device = GPU time between its events" : "") << '\n';
   double step_ms = 0.0;
   for (const PhaseTime& ph : p.phases)
     if (ph.phase == "step") step_ms = ph.host_ms;

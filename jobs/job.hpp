@@ -54,6 +54,8 @@ struct CliOptions {
   int measure_steps = 3;     // plan --measure-steps
   std::vector<std::string> variants;  // train --variant (empty: all)
   std::string device;        // train/run --device (overrides [train] device; "" keeps it)
+  bool profile = false;      // train/run --profile: print where each variant's steps spend their time
+  bool cuda_graph = false;   // train/run --cuda-graph: replay the steps' forward and backward from a CUDA graph
   std::int64_t from_step = kNoStep;   // replay --from
   std::int64_t replay_steps = 0;      // replay --steps (0: to the original's last step)
   std::vector<std::string> sets;      // replay --set AXIS=VALUE

@@ -18,6 +18,7 @@
 #include "base/error.hpp"
 #include "src/core/capabilities.hpp"
 #include "src/train/dp_reduce.hpp"
+#include "src/train/libtorch.hpp"
 #include "src/train/rng.hpp"
 
 namespace fastudy {

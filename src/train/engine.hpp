@@ -46,7 +46,7 @@ class Engine {
   // every op's output in forward order (OpTrace), then each parameter's gradient, unscaled, as
   // "grad <name>", the last parameter first (the order the backward pass reaches them). `factor`: a
   // planted change (OpTrace::factor; tests). For fastudy bisect.
-  std::vector<std::pair<std::string, torch::Tensor>> trace_step(const std::function<double(const std::string&)>& factor);
+  std::vector<std::pair<std::string, at::Tensor>> trace_step(const std::function<double(const std::string&)>& factor);
 
   TrainState state() const;
   // Q, K, V of attention layer `layer` on global batch `cursor` (see capture_attention_inputs).
@@ -55,26 +55,26 @@ class Engine {
   const std::vector<ShadowRecord>& shadow() const { return shadow_; }  // records of the last step
   const DataStream& data() const { return data_; }
   const Gpt& model() const { return model_; }
-  torch::Device device() const { return device_; }
+  at::Device device() const { return device_; }
   // The flat gradient (parameters in module-path order) of the last step, averaged over the
   // data-parallel shards and unscaled: what the update used, clipped in place when grad_clip applies.
-  const torch::Tensor& last_gradient() const { return last_gradient_; }
+  const at::Tensor& last_gradient() const { return last_gradient_; }
 
  private:
   Variant v_;
   TrainHooks hooks_;
   Emulation emu_;
-  torch::Device device_;  // where the model, its gradients and the optimizer state live
+  at::Device device_;  // where the model, its gradients and the optimizer state live
   DataStream data_;
   Gpt model_;
   AttentionSetup attention_;
-  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
   std::vector<bool> decay_;  // weight decay on matrices and embeddings, not on biases and LayerNorm
   std::int64_t step_ = 0, cursor_ = 0, adam_step_ = 0, good_steps_ = 0;
   double loss_scale_ = 1.0;
   std::vector<double> loss_history_;
   std::vector<ShadowRecord> shadow_;
-  torch::Tensor last_gradient_;
+  at::Tensor last_gradient_;
 };
 
 }  // namespace fastudy::train

@@ -10,6 +10,7 @@
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "src/train/fixed_order.hpp"
+#include "src/train/libtorch.hpp"
 #include "src/train/sdpa.hpp"
 
 #ifdef FASTUDY_HAVE_CUDA_KERNELS
@@ -675,16 +676,18 @@ torch::Tensor Gpt::loss(const torch::Tensor& tokens, const Emulation& e, const A
     }
   }
   const std::size_t f = 2 + static_cast<std::size_t>(config_.layers) * kBlockParams;
+  // The loss: torch::cross_entropy_loss with its defaults (mean, no class weights, ignore_index -100, no
+  // label smoothing), the call torch::nn::functional::cross_entropy makes with its default options.
   if (e.native) {
     // Autocast's rules: the LM head in the compute format, the loss in fp32.
     x = traced(attention, "ln_f", native_layer_norm(x, p(f), p(f + 1)));
     const torch::Tensor logits = traced(attention, "logits", native_linear(x, p(f + 2), torch::Tensor(), e));
     return traced(attention, "loss",
-                  torch::nn::functional::cross_entropy(logits.reshape({-1, config_.vocab}).to(e.dtype), targets));
+                  torch::cross_entropy_loss(logits.reshape({-1, config_.vocab}).to(e.dtype), targets));
   }
   x = traced(attention, "ln_f", layer_norm(x, p(f), p(f + 1), e.numerics.layernorm));
   const torch::Tensor logits = traced(attention, "logits", emulated_linear(x, p(f + 2), torch::Tensor(), e));  // [B, N, V]
-  return traced(attention, "loss", torch::nn::functional::cross_entropy(logits.reshape({-1, config_.vocab}), targets));
+  return traced(attention, "loss", torch::cross_entropy_loss(logits.reshape({-1, config_.vocab}), targets));
 }
 
 torch::Tensor traced(const AttentionSetup& setup, const std::string& name, torch::Tensor t) {

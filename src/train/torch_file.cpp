@@ -1,7 +1,8 @@
 // The torch.save reader: torch::pickle_load on the file's bytes, then a walk of the dicts it holds.
 #include "src/train/torch_file.hpp"
 
-#include <torch/torch.h>
+#include <torch/serialize.h>
+#include <torch/version.h>
 
 #include <fstream>
 #include <iterator>

@@ -8,7 +8,7 @@
 //   - a GPU run is reproducible: 4 steps twice, and 2 + resume + 2, give the same bits;
 //   - a checkpoint written on the GPU resumes on the CPU and back: the restored state is the same bytes.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/cuda.h>
 
 #include <cmath>
 #include <cstring>
@@ -18,6 +18,7 @@
 #include "fastudy/version.hpp"
 #include "kernels/format.hpp"
 #include "src/train/engine.hpp"
+#include "src/train/libtorch.hpp"
 #include "src/train/model.hpp"
 #include "tests/train/tiny.hpp"
 

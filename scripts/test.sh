@@ -8,6 +8,8 @@ build_dir=${1:-build}
 # write torch.save files and run examples/pytorch; headless Chromium to lay the report out at 1280x800
 # (tests/report/test_browser.py).
 FASTUDY_EXTRA_PACKAGES="python3-torch chromium ${FASTUDY_EXTRA_PACKAGES:-}" scripts/setup.sh "$build_dir"
+# Everything else (the tests, the benchmarks), on top of the program setup.sh built.
+cmake --build "$build_dir" -j2
 # A single-node Slurm (munge, slurmctld, slurmd) for the real-Slurm test; the test starts and stops it.
 if [ "$(id -u)" -eq 0 ]; then
   bash scripts/slurm-local.sh install || echo "test: Slurm could not be installed; the real-Slurm test will skip"

@@ -43,7 +43,9 @@ struct CliOptions {
   bool resume = false;
   bool force = false;
   bool allow_missing = false;
-  int ranks = 1;             // plan --ranks
+  int ranks = 0;             // plan --ranks (0: not given: the ranks it runs on, 1 or mpirun's N)
+  int gpus_per_node = -1;    // plan --gpus-per-node (-1: not given: this machine's)
+  int ranks_per_node = 0;    // plan --ranks-per-node (0: every rank on one node)
   int measure_steps = 3;     // plan --measure-steps
   std::vector<std::string> variants;  // train --variant (empty: all)
   std::string device;        // train/run --device (overrides [train] device; "" keeps it)

@@ -4,6 +4,11 @@
 //   mpirun -n 64 fastudy GRID.toml    the same over 64 ranks
 //   fastudy <job> --help              the options of one job (plan, microbench, train, reduce, report, status, slurm)
 //
+// Every job runs under `mpirun -n N` (or srun) as one job: run, microbench, train and reduce spread
+// their work over the ranks; the others (plan, status, report, advise, replay, bisect, slurm) run on
+// rank 0 while the other ranks wait for its exit code, so one lock is taken and the output is printed
+// once. Started by hand (no launcher) those need no MPI at all.
+//
 // Exit codes: 0 success; 1 runtime failure (or some variants failed); 2 usage or configuration error
 // (nothing written). On an MPI run a runtime failure on any rank ends the whole job (MPI_Abort).
 #include <algorithm>
@@ -316,7 +321,11 @@ int main(int argc, char** argv) {
 #endif
   log::set_level(parsed.quiet ? log::Level::quiet : parsed.verbose ? log::Level::debug : log::Level::info);
 
-  if (!parsed.job->uses_mpi) {
+  // A job that does not use MPI runs as one process. Started by a launcher with several processes
+  // (`mpirun -n 4 fastudy report OUT`) it still runs once: MPI joins the processes, rank 0 runs the
+  // job (one lock, one output) and every rank leaves with its exit code (below).
+  const bool one_process = !parsed.job->uses_mpi && mpi::launched_ranks() <= 1;
+  if (one_process) {
     install_stop_signals();
     try {
       JobContext ctx = make_context(parsed);
@@ -390,6 +399,24 @@ int main(int argc, char** argv) {
     }
   } catch (const SilentExit& e) {
     return e.code();
+  }
+  if (!parsed.job->uses_mpi) {
+    // A one-process job under a launcher: rank 0 runs it as `fastudy JOB` alone would (its output,
+    // no provenance header), the other ranks wait for its exit code.
+    std::int64_t code = kExitOk;
+    try {
+      on_root(world, [&] {
+        JobContext one = *ctx;
+        one.world = nullptr;
+        one.prov.ranks = 1;  // its outputs' provenance: the one process that ran it
+        one.prov.hosts = {hosts[0]};
+        code = said_why(parsed.opts.command, parsed.job->run(one));
+      });
+    } catch (const SilentExit& e) {
+      code = e.code();
+    }
+    world.bcast(code);
+    return finish_mpi(static_cast<int>(code), lock);
   }
   log::info(ctx->prov.header());
   try {

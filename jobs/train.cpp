@@ -7,6 +7,7 @@
 //   OUT/checkpoints/<id>/step_<NNNNNNN>.h5       checkpoints (whole or absent)
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -28,6 +29,7 @@
 #include "src/io/checkpoint.hpp"
 #include "src/runtime/gpu.hpp"
 #include "src/runtime/mpi.hpp"
+#include "src/runtime/placement.hpp"
 #include "src/runtime/reducer.hpp"
 #include "src/runtime/scheduler.hpp"
 #include "src/runtime/status.hpp"
@@ -209,6 +211,26 @@ int job_train(JobContext& ctx) {
             " group(s) of " + std::to_string(st.train.ranks_per_variant) + " rank(s), " + std::to_string(threads) +
             " LibTorch thread(s) on rank 0 (the same results on any count)");
 
+  // Where every rank trains and which reducer each group gets, before any work: a group on GPUs
+  // averages with NCCL when each of its ranks has a GPU of its own, else with MPI on host copies
+  // (NCCL refuses two ranks of one communicator on one GPU; src/runtime/placement.hpp).
+  const int rpv = st.train.ranks_per_variant;
+  const bool want_gpu = st.train.device != Device::cpu;
+  const std::vector<RankPlacement> placements = gather_placements(world, want_gpu);
+  const std::vector<ReducerChoice> reducers = choose_reducers(placements, rpv, want_gpu, have_nccl());
+  const int my_group = world.rank() / rpv;
+  const ReducerChoice& my_reducer = reducers[static_cast<std::size_t>(my_group)];
+  const int my_device = placements[static_cast<std::size_t>(world.rank())].device;
+  bool group_on_gpu = want_gpu;
+  for (int r = my_group * rpv; r < (my_group + 1) * rpv; ++r)
+    group_on_gpu = group_on_gpu && placements[static_cast<std::size_t>(r)].device >= 0;
+  std::string no_gpu;  // why this rank has no GPU, for a variant that needs one
+  if (want_gpu && my_device < 0) rank_has_gpu(&no_gpu);
+  // Rank 0 names the reducer of the groups on GPUs (a group on the CPU has MPI, as always).
+  const auto on_gpus = [](const ReducerChoice& c) { return c.backend == "nccl" || c.host_copies; };
+  if (std::any_of(reducers.begin(), reducers.end(), on_gpus))
+    for (const std::string& line : describe_reducers(reducers, rpv)) log::info("train: reducer of " + line);
+
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   // The console's progress (rank 0): one line in place on a terminal, a line every 10 s in a log.
@@ -277,21 +299,22 @@ int job_train(JobContext& ctx) {
       return {TaskState::done, resume->step, loss, ""};
     }
 
-    // The group's device: a GPU when the variant allows one and every rank of the group can train on
-    // one (each on its own, by node-local rank), else the CPU; gradients then average with NCCL on the
-    // device buffers, or with MPI on the host.
-    std::string no_gpu;
-    const std::int64_t lacks_gpu = v.train.device != Device::cpu && rank_has_gpu(&no_gpu) ? 0 : 1;
-    const bool on_gpu = (group.size() > 1 ? group.allreduce_max(lacks_gpu) : lacks_gpu) == 0;
+    // The group's device (decided above for every group): a GPU when the variant allows one and
+    // every rank of the group has one, else the CPU.
+    const bool on_gpu = v.train.device != Device::cpu && group_on_gpu;
     if (v.train.device == Device::cuda && !on_gpu) {
       const std::string reason = v.id + ": [train] device = \"cuda\", but a rank of its group cannot train on a GPU" +
                                  (no_gpu.empty() ? std::string() : " (rank " + std::to_string(world.rank()) + ": " + no_gpu + ")");
       return {TaskState::failed, 0, NAN, reason};
     }
-    std::unique_ptr<GradientReducer> reducer = make_reducer(group, on_gpu ? "nccl" : "mpi");
     TrainHooks hooks;
-    hooks.cuda_device = on_gpu ? select_gpu(group) : -1;
+    hooks.cuda_device = on_gpu ? my_device : -1;
+    if (on_gpu) use_gpu(hooks.cuda_device);
     if (on_gpu && group.rank() == 0) log::info(v.id + ": training on CUDA device " + std::to_string(hooks.cuda_device));
+    // Groups of one rank average nothing; the others take the reducer chosen for their group (on
+    // the CPU: MPI).
+    std::unique_ptr<GradientReducer> reducer;
+    if (group.size() > 1) reducer = make_reducer(group, on_gpu ? my_reducer.backend : std::string("mpi"));
     hooks.rank = group.rank();
     hooks.world = group.size();
     if (group.size() > 1) {

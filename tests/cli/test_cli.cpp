@@ -153,6 +153,54 @@ TEST(Cli, PlanRejectsAnImpossibleRankLayout) {
   EXPECT_NE(r.output.find("ranks: 6 -> 3 groups of 2 ranks"), std::string::npos) << r.output;
 }
 
+// plan says which gradient reducer each group gets (src/runtime/placement.hpp), for the GPUs and
+// nodes it is told of: ranks of a group that share a GPU average with MPI on host copies (NCCL takes
+// one GPU per rank), a group whose ranks each have a GPU gets NCCL, a CPU group MPI.
+TEST(Cli, PlanShowsEachGroupsReducer) {
+  TempDir dir;
+  // The train phase alone: plan's preflight then skips the report's Python modules (seconds a call).
+  const std::string train = "[study]\nphases = [\"train\"]\n[grid]\nseed = [1, 2]\n";
+  const std::string grid = dir.file("g.toml", train + "[train]\nranks_per_variant = 2\n");
+  const std::string cpu = dir.file("cpu.toml", train + "[train]\nranks_per_variant = 2\ndevice = \"cpu\"\n");
+  const std::string one = dir.file("one.toml", train);
+  RunResult r = run_fastudy("plan " + grid + " --ranks 4 --gpus-per-node 1 --measure-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("device: auto -> cuda, one GPU per rank by node-local rank, 1 GPU per node (--gpus-per-node)"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gradient reducer of group 0 (ranks 0-1): mpi on host copies (ranks 0 and 1 share GPU 0 on "
+                          "node0; NCCL takes one GPU per rank)\n"
+                          "gradient reducer of group 1 (ranks 2-3): mpi on host copies (ranks 2 and 3 share GPU 0 on "
+                          "node0; NCCL takes one GPU per rank)"),
+            std::string::npos) << r.output;
+  r = run_fastudy("plan " + grid + " --ranks 4 --gpus-per-node 2 --measure-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("gradient reducer of group 1 (ranks 2-3): nccl (every rank on its own GPU)"), std::string::npos)
+      << r.output;
+  r = run_fastudy("plan " + grid + " --ranks 4 --gpus-per-node 1 --ranks-per-node 1 --measure-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("nodes: 4 of 1 rank (--ranks-per-node)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gradient reducer of group 0 (ranks 0-1): nccl (every rank on its own GPU)"), std::string::npos)
+      << r.output;
+  r = run_fastudy("plan " + cpu + " --ranks 2 --gpus-per-node 2 --measure-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("gradient reducer of group 0 (ranks 0-1): mpi (the group trains on the CPU)"), std::string::npos)
+      << r.output;
+  r = run_fastudy("plan " + one + " --ranks 2 --gpus-per-node 1 --measure-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("gradient reducer: none (one rank per variant: nothing to average)"), std::string::npos)
+      << r.output;
+  // On this machine, as it is: its GPUs (none on a CPU-only machine: the CPU and MPI).
+  r = run_fastudy("plan " + grid + " --ranks 2 --measure-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("gradient reducer of group 0 (ranks 0-1): "), std::string::npos) << r.output;
+  for (const char* bad : {"--gpus-per-node=-1", "--ranks-per-node=0", "--ranks=0"}) {
+    r = run_fastudy("plan " + grid + " " + bad);
+    EXPECT_EQ(r.code, 2) << bad << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string(bad).substr(0, std::string(bad).find('=')) + " must be >= "), std::string::npos)
+        << r.output;
+  }
+}
+
 TEST(Cli, RefusesAForeignNonEmptyOutputDirectory) {
   TempDir dir;
   dir.file("precious.txt", "keep me");

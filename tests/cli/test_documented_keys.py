@@ -90,9 +90,8 @@ def reference_keys():
         if not m:
             continue
         section = m.group(1)
-        for extra in m.groups()[1:]:
-            if extra:
-                keys.add(extra.replace(".NAME", ".NAME"))
+        if m.group(2):
+            keys.add(m.group(2))
         head, _, nested = bullet[m.end():].partition("\n  - ")
         container = section
         for span in top_level_code_spans(head):
@@ -166,14 +165,14 @@ def help_options(helps):
             owner = "*" if part.startswith("common options") else job if part.startswith("options of") else None
             if owner is None:
                 continue
-            for short, long in re.findall(r"^  (?:(-[a-z]) \[ )?(--[a-z-]+)", part, re.M):
+            for long in re.findall(r"^  (?:-[a-z] \[ )?(--[a-z-]+)", part, re.M):
                 options.add(f"{owner} {long}")
     return options
 
 
 def docs_options(jobs):
-    """"JOB --option" for every option of a `fastudy JOB ...` command in the docs (code blocks and
-    spans), with "*" for the common options; `fastudy GRID` is `run`."""
+    """"JOB --option" for every option of a `fastudy JOB ...` command in the docs (code blocks, indented
+    code and code spans), with "*" for the common options; `fastudy GRID` is `run`."""
     common = {"--out", "--resume", "--force", "--quiet", "--verbose", "--help", "--version"}
     short = {"-q": "--quiet", "-v": "--verbose", "-h": "--help", "-o": "--out", "-n": "--ranks"}
     options = set()
@@ -184,6 +183,7 @@ def docs_options(jobs):
         commands = [span[span.index("fastudy "):].replace("\n", " ") for span in spans if "fastudy " in span]
         for block in blocks:
             commands += [line for line in block.splitlines() if line.lstrip().startswith("fastudy ")]
+        commands += [line.strip() for line in text.splitlines() if line.startswith("    fastudy ")]
         for command in commands:
             words = command.split("#", 1)[0].split()
             job = words[1] if len(words) > 1 and words[1] in jobs else "run"
@@ -519,14 +519,21 @@ class Studies:
 
     def __init__(self, root):
         self.root = Path(root)
-        self.done, self.locks, self.guard = {}, {}, threading.Lock()
+        self.done, self.failed, self.locks, self.guard = {}, {}, {}, threading.Lock()
 
     def __getitem__(self, name):
+        """The study's results; a study that failed fails every row that reads it, without running again."""
         with self.guard:
             lock = self.locks.setdefault(name, threading.Lock())
         with lock:
+            if name in self.failed:
+                raise AssertionError(f"study {name} failed: {self.failed[name]}")
             if name not in self.done:
-                self.done[name] = getattr(self, "study_" + name)()
+                try:
+                    self.done[name] = getattr(self, "study_" + name)()
+                except Exception as e:
+                    self.failed[name] = e
+                    raise
             return self.done[name]
 
     def grid_file(self, name, text):
@@ -1493,6 +1500,10 @@ def _(t, s, name):
     t.assertIn("ranks: 1 -> 1 group of 1 rank", s["plans"]["measured"].output)
 
 
+OPTIONS["plan --gpus-per-node"] = Pointer("tests/cli/test_cli.cpp", "Cli, PlanShowsEachGroupsReducer", "--gpus-per-node 2")
+OPTIONS["plan --ranks-per-node"] = Pointer("tests/cli/test_cli.cpp", "Cli, PlanShowsEachGroupsReducer", "--ranks-per-node 1")
+
+
 @option("plan --measure-steps", studies=("plans",))
 def _(t, s, name):
     t.assertIn("time estimate", s["plans"]["measured"].output)
@@ -1585,9 +1596,9 @@ def setUpModule():
     STUDIES = Studies(tempfile.mkdtemp(prefix="fastudy-keys-test-"))
     needed = sorted({study for table in (KEYS, OPTIONS, ENVIRONMENT) for name, row in table.items()
                      if isinstance(row, Check) and not pending_branch(name) for study in row.studies})
+    # Two at a time (ctest runs this beside other tests on 2 cores); a failure shows in the rows that read it.
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(STUDIES.__getitem__, n) for n in needed]
-        concurrent.futures.wait(futures)
+        concurrent.futures.wait([pool.submit(STUDIES.__getitem__, n) for n in needed])
 
 
 def tearDownModule():

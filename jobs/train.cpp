@@ -168,7 +168,12 @@ void train_options(po::options_description& d, CliOptions& o) {
   d.add_options()("variant", po::value<std::vector<std::string>>(&o.variants),
                   "train only this variant id (repeatable; default: all)")(
       "device", po::value<std::string>(&o.device),
-      "where the variants train: auto, cpu or cuda (overrides [train] device; a checkpoint resumes on either)");
+      "where the variants train: auto, cpu or cuda (overrides [train] device; a checkpoint resumes on either)")(
+      "profile", po::bool_switch(&o.profile),
+      "print where each variant's steps spend their time: forward, backward, attention, roundings, optimizer, "
+      "reducer, host syncs, checkpoints (host wall time; on a GPU also device time)")(
+      "cuda-graph", po::bool_switch(&o.cuda_graph),
+      "on a GPU, replay each step's forward and backward pass from a CUDA graph (the same bits, fewer launches)");
 }
 
 int job_train(JobContext& ctx) {
@@ -317,6 +322,8 @@ int job_train(JobContext& ctx) {
     if (group.size() > 1) reducer = make_reducer(group, on_gpu ? my_reducer.backend : std::string("mpi"));
     hooks.rank = group.rank();
     hooks.world = group.size();
+    hooks.profile = ctx.opts.profile;
+    hooks.cuda_graph = ctx.opts.cuda_graph;
     if (group.size() > 1) {
       hooks.allreduce_mean_f32 = [&](float* p, std::size_t n) { reducer->allreduce_mean(p, n); };
       hooks.allreduce_mean_f64 = [&](double* p, std::size_t n) { reducer->allreduce_mean(p, n); };
@@ -357,6 +364,11 @@ int job_train(JobContext& ctx) {
           v.id + " failed after step " + std::to_string(last_step) + ": " + one_line_reason(e) + disk_full_note(out);
       if (group.rank() == 0) log::error(reason);
       return {TaskState::failed, last_step, NAN, reason};
+    }
+    if (ctx.opts.profile && group.rank() == 0) {
+      std::string table = format_profile(v.id, r.profile);
+      if (!table.empty() && table.back() == '\n') table.pop_back();
+      log::info(table);
     }
     switch (r.outcome) {
       case TrainOutcome::done: return {TaskState::done, r.step, r.final_loss, ""};

@@ -68,7 +68,7 @@
 // Shapes: B batch, H heads, N sequence, d head dim, D = H*d model width, V vocab.
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include <torch/torch.h>
 
 #include <cstdint>
 #include <functional>
@@ -83,51 +83,54 @@
 
 namespace fastudy::train {
 
+class StepProfile;  // src/train/profile.hpp
+
 // Which roundings a training precision implies, and the arithmetic of [numerics].
 struct Emulation {
   Format precision = Format::fp32;
   bool round_matmul_inputs = false;  // tf32, bf16, fp16 (and fp8)
   bool round_storage = false;        // bf16, fp16 (and fp8): activations and gradients are stored in the format
-  at::ScalarType dtype = at::kFloat;  // container: kDouble for fp64, kFloat otherwise
+  torch::Dtype dtype = torch::kFloat;  // container: kDouble for fp64, kFloat otherwise
   NumericsConfig numerics;             // matmul arithmetic, split_k, layernorm, gelu, recompute
   bool native = false;                 // [train] arithmetic = native (no roundings above)
-  at::ScalarType compute = at::kFloat;  // native: the linear layers' format (bf16, fp16; else dtype)
+  torch::Dtype compute = torch::kFloat;  // native: the linear layers' format (bf16, fp16; else dtype)
+  StepProfile* profile = nullptr;        // --profile: the roundings are timed here (null: not timed)
 
   static Emulation of(Format precision, const NumericsConfig& numerics = {}, Arithmetic arithmetic = Arithmetic::emulated);
 };
 
 // A copy of t (float or double, any layout) rounded to f: contiguous, same dtype.
-at::Tensor round_copy(const at::Tensor& t, Format f);
+torch::Tensor round_copy(const torch::Tensor& t, Format f);
 
 // Rounds a contiguous float tensor in place to bf16, fp16 or tf32 (fp32: nothing) with LibTorch's
 // own operations, on any device: bf16 and fp16 by conversion to the format and back (round to
 // nearest even, as the hardware converts), tf32 by integer operations on the bits (round to nearest
 // even to 10 fraction bits; Inf and NaN kept). The same bits as round_inplace (tested on the CPU);
 // tensors off the CPU are rounded this way. Throws fastudy::Error for fp8 and for double containers.
-void round_with_conversions(at::Tensor& t, Format f);
+void round_with_conversions(torch::Tensor& t, Format f);
 
 // y = x W^T + b with the emulation's roundings (custom autograd function). x [..., in], w [out, in],
 // b [out] or undefined. x_in_format / grad_in_format: the caller guarantees that x / the incoming
 // gradient already hold values of the format, so their rounding (the identity then) is skipped.
-at::Tensor emulated_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+torch::Tensor emulated_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                               const Emulation& e, bool x_in_format = false, bool grad_in_format = false);
 
 // A B for a [M, K] and b [K, N] (float or double, any strides) with a matmul arithmetic and split_k
 // (see the top of this file): the forward and both backward products of emulated_linear.
-at::Tensor numerics_matmul(const at::Tensor& a, const at::Tensor& b, MatmulArithmetic arithmetic, int split_k);
+torch::Tensor numerics_matmul(const torch::Tensor& a, const torch::Tensor& b, MatmulArithmetic arithmetic, int split_k);
 
 // The [begin, end) ranges split_k cuts a reduction of length k_len into (k clamped to [1, k_len]).
 std::vector<std::pair<std::int64_t, std::int64_t>> split_ranges(std::int64_t k_len, int split_k);
 
 // LayerNorm over the last dimension (eps 1e-5) with the algorithm's statistics, forward and backward.
-at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                          LayerNormAlgorithm algorithm);
 
 // GELU, exact (erf) or the tanh approximation, forward and backward (no rounding).
-at::Tensor gelu(const at::Tensor& x, GeluApproximation approximation);
+torch::Tensor gelu(const torch::Tensor& x, GeluApproximation approximation);
 
 // x rounded to the storage format, and its gradient too (identity without storage rounding).
-at::Tensor round_activation(const at::Tensor& x, const Emulation& e);
+torch::Tensor round_activation(const torch::Tensor& x, const Emulation& e);
 
 // Shadow attention: one record per attention call (layer) of the last forward.
 struct ShadowRecord {
@@ -142,7 +145,7 @@ struct ShadowRecord {
 // planted change (tests): the op's output is multiplied by factor(name) before it goes on (1: none;
 // not applied to attn.q/k/v, which are views of one product, attn.qkv).
 struct OpTrace {
-  std::vector<std::pair<std::string, at::Tensor>> outputs;
+  std::vector<std::pair<std::string, torch::Tensor>> outputs;
   std::function<double(const std::string&)> factor;
 };
 
@@ -155,19 +158,20 @@ struct AttentionSetup {
   CapturedAttention* capture = nullptr;
   int capture_layer = -1;
   OpTrace* trace = nullptr;  // when set, every op of the forward pass records its output here
+  StepProfile* profile = nullptr;  // --profile: the attention calls are timed here (null: not timed)
 };
 
 // `t`, recorded in setup.trace under `name` (and multiplied by its planted factor) when there is one.
-at::Tensor traced(const AttentionSetup& setup, const std::string& name, at::Tensor t);
+torch::Tensor traced(const AttentionSetup& setup, const std::string& name, torch::Tensor t);
 
 // Causal multi-head attention of a fused projection: qkv [B, N, 3D] (q | k | v, heads contiguous
 // inside each) -> [B, N, D], forward and backward through the kernels (custom autograd function,
 // float or double). `setup` must outlive the backward pass.
-at::Tensor kernel_attention(const at::Tensor& qkv, int heads, const AttentionSetup& setup, int layer);
+torch::Tensor kernel_attention(const torch::Tensor& qkv, int heads, const AttentionSetup& setup, int layer);
 
 class Gpt {
  public:
-  Gpt(const ModelConfig& config, at::ScalarType dtype, at::Device device = at::kCPU);
+  Gpt(const ModelConfig& config, torch::Dtype dtype, torch::Device device = torch::kCPU);
 
   // Fill every parameter from the init seed with `scheme`: biases 0, LayerNorm gains 1, embeddings
   // N(0, 0.02^2); the other weights N(0, 0.02^2) (normal; scaled: the residual projections times
@@ -178,17 +182,17 @@ class Gpt {
 
   // Mean next-token cross-entropy of tokens [b, N+1] (int64): inputs [:, :N], targets [:, 1:].
   // `e` and `attention` must outlive the backward pass (recompute and the attention kernels use them).
-  at::Tensor loss(const at::Tensor& tokens, const Emulation& e, const AttentionSetup& attention) const;
+  torch::Tensor loss(const torch::Tensor& tokens, const Emulation& e, const AttentionSetup& attention) const;
 
-  std::vector<std::pair<std::string, at::Tensor>>& params() { return params_; }
-  const std::vector<std::pair<std::string, at::Tensor>>& params() const { return params_; }
+  std::vector<std::pair<std::string, torch::Tensor>>& params() { return params_; }
+  const std::vector<std::pair<std::string, torch::Tensor>>& params() const { return params_; }
   const ModelConfig& config() const { return config_; }
 
  private:
-  const at::Tensor& p(std::size_t i) const { return params_[i].second; }
+  const torch::Tensor& p(std::size_t i) const { return params_[i].second; }
 
   ModelConfig config_;
-  std::vector<std::pair<std::string, at::Tensor>> params_;  // module-path order
+  std::vector<std::pair<std::string, torch::Tensor>> params_;  // module-path order
 };
 
 }  // namespace fastudy::train

@@ -90,6 +90,36 @@ TEST(Cli, MicrobenchRealKernelsRefusedWhereTheyCannotRun) {
   EXPECT_FALSE(fs::exists(out)) << out;
 }
 
+// `fastudy train --profile` (docs/gpu.md "Where the time goes"): one table per variant, the phases of
+// the step with their host milliseconds, nested phases inside their parent's time, the checkpoint
+// between steps; `--cuda-graph` on the CPU trains op by op and says why.
+TEST(Cli, TrainProfilePrintsWhereTheStepsSpendTheirTime) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(out, 4, 2));
+  RunResult r = run_fastudy("train " + grid + " --variant flash-bf16 --profile --cuda-graph --device cpu");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("profile of flash-bf16: ms per step over 3 step(s) after the first"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--cuda-graph ignored: it trains on the CPU"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("profile of baseline-fp32"), std::string::npos) << "only the variant asked for";
+  // "  <phase>  <host ms>  [device ms]  <share>%": the numbers of each phase's first line.
+  auto host_ms = [&](const std::string& phase) {
+    const std::size_t at = r.output.find("\n  " + phase + " ", r.output.find("profile of flash-bf16"));
+    if (at == std::string::npos) return -1.0;
+    return std::stod(r.output.substr(r.output.find_first_not_of(' ', at + 3 + phase.size())));
+  };
+  const double step = host_ms("step"), forward = host_ms("  forward"), backward = host_ms("  backward");
+  const double attention = host_ms("    attention"), roundings = host_ms("    roundings");
+  const double optimizer = host_ms("  optimizer"), sync = host_ms("  host sync"), checkpoint = host_ms("checkpoint");
+  for (double x : {step, forward, backward, attention, roundings, optimizer, sync, checkpoint})
+    EXPECT_GT(x, 0.0) << r.output;
+  EXPECT_LE(forward + backward + optimizer, step * 1.001) << r.output;  // parts of the step, printed to 3 decimals
+  EXPECT_LE(attention, forward) << r.output;
+  EXPECT_EQ(r.output.find("device", r.output.find("profile of flash-bf16")), std::string::npos)
+      << "no device column on the CPU:\n" << r.output;
+}
+
 TEST(Cli, BadConfigUnderMpiExitsTwoOnceWithoutHanging) {
   TempDir dir;
   const std::string grid = dir.file("bad.toml", "[grid]\nprecision = [\"fp33\"]\n");

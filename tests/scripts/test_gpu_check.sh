@@ -71,7 +71,10 @@ if [ "$what" = cli ]; then
     grep -qE '^  configure +SKIP .*not started: the deadline \(--deadline 1\) was reached' "$work/b/gpu-check/summary.txt" ||
       fail "the summary does not say that the deadline stopped configure: $(cat "$work/b/gpu-check/summary.txt")"
     [ ! -e "$work/b/CMakeCache.txt" ] || fail "configure ran after the deadline"
-    tar -tzf "$work/late.tar.gz" | grep -qxF gpu-check/summary.txt || fail "no archive after the deadline"
+    # The listing is read whole before grep looks at it: `tar | grep -q` under pipefail fails when
+    # grep stops at its first match and tar gets SIGPIPE.
+    listing=$(tar -tzf "$work/late.tar.gz") || fail "no readable archive after the deadline"
+    grep -qxF gpu-check/summary.txt <<< "$listing" || fail "no summary in the archive after the deadline: $listing"
   fi
   echo "gpu_check_cli: --help, --list, exit 3 naming nvidia-smi, exit 2 on bad usage, --only, --deadline, --archive: ok"
   exit 0

@@ -90,6 +90,12 @@ struct JobInfo {
   bool writes_study = false;  // holds the study lock (OUT/fastudy.lock, study_lock.hpp) while it runs
 };
 
+// The values of JobInfo's boolean columns by name, so that a row of the tables (registry.cpp,
+// registry_common.cpp) says what each one means.
+inline constexpr bool kUsesMpi = true, kOneProcess = false;  // uses_mpi
+inline constexpr bool kTakesOut = true, kTakesGrid = false;  // target_is_out
+inline constexpr bool kLocksStudy = true, kNoLock = false;   // writes_study
+
 // The program's table (registry.cpp in fastudy-main, registry_lite.cpp in fastudy-lite) and lookup.
 const std::vector<JobInfo>& job_registry();
 // Registers the tensor-file readers that need this program's libraries (fastudy-main: torch.save

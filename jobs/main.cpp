@@ -333,6 +333,162 @@ FASTUDY_HUGEPAGES_AT_PREINIT();
 extern char** environ;
 #endif
 
+namespace {
+
+// `fastudy`, `fastudy --help` and `fastudy --version`: answered before anything else; nullopt for any
+// other command line.
+std::optional<int> help_or_version(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    print_global_help(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? kExitUsage : kExitOk;
+  }
+  if (std::string(argv[1]) == "--version") {
+    std::cout << "fastudy " FASTUDY_VERSION " (git " FASTUDY_GIT_SHA ")\n";
+    return kExitOk;
+  }
+  return std::nullopt;
+}
+
+// A job that does not use MPI, started without a launcher: one process, no MPI at all.
+int run_one_process(const Parsed& parsed) {
+  install_stop_signals();
+  try {
+    JobContext ctx = make_context(parsed);
+    if (auto scope = preflight_scope(ctx, 1, 1)) preflight(*ctx.study, *scope);
+    StudyLock lock;
+    if (parsed.job->writes_study) {
+      lock = StudyLock::acquire(ctx.out_dir, ctx.opts.command_line);
+      open_study(ctx);
+    }
+    return said_why(parsed.opts.command, parsed.job->run(ctx));
+  } catch (const SilentExit& e) {
+    return e.code();
+  } catch (const std::exception& e) {
+    return print_error(e);
+  }
+}
+
+// Every rank loads and validates the grid into `ctx`; if any rank fails, all return the worst exit
+// code (2 for a bad grid), the first rank that failed printing why, so a bad grid never leaves ranks
+// hanging and nothing is written. kExitOk when every rank loaded it.
+int load_on_every_rank(mpi::Comm& world, const Parsed& parsed, std::optional<JobContext>& ctx) {
+  std::string load_error, load_hint;
+  int load_code = kExitOk;
+  try {
+    ctx = make_context(parsed);
+  } catch (const std::exception& e) {
+    load_error = e.what();
+    if (const auto* fe = dynamic_cast<const Error*>(&e)) load_hint = fe->hint();
+    load_code = exit_code_of(e);
+  }
+  const std::int64_t worst = world.allreduce_max(static_cast<std::int64_t>(load_code));
+  if (worst != kExitOk) {
+    const std::int64_t first_bad = world.allreduce_max(load_code != kExitOk ? static_cast<std::int64_t>(world.size() - world.rank()) : 0);
+    const int reporter = world.size() - static_cast<int>(first_bad);
+    if (world.rank() == reporter) {
+      log::error((world.size() > 1 ? "[rank " + std::to_string(world.rank()) + "] " : std::string()) + load_error);
+      if (!load_hint.empty()) std::cerr << "hint: " << load_hint << "\n";
+    }
+  }
+  return static_cast<int>(worst);
+}
+
+// The job's ranks and hosts into its provenance; returns every rank's host name, in rank order.
+std::vector<std::string> record_ranks(mpi::Comm& world, JobContext& ctx) {
+  ctx.world = &world;
+  ctx.prov.ranks = world.size();
+  std::vector<std::string> hosts = world.allgather(mpi::processor_name());
+  ctx.prov.hosts.clear();
+  for (const auto& h : hosts)
+    if (std::find(ctx.prov.hosts.begin(), ctx.prov.hosts.end(), h) == ctx.prov.hosts.end()) ctx.prov.hosts.push_back(h);
+  return hosts;
+}
+
+// Before anything is written: the preflight (every problem at once), then one writer per study: rank 0
+// checks and takes the lock into `lock`, or every rank leaves with the exit code returned, rank 0
+// printing why. nullopt: go on.
+std::optional<int> preflight_and_lock(mpi::Comm& world, const Parsed& parsed, JobContext& ctx,
+                                      const std::vector<std::string>& hosts, StudyLock& lock) {
+  const int on_host = static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts[0]));
+  try {
+    if (auto scope = preflight_scope(ctx, world.size(), on_host))
+      on_root(world, [&] { preflight(*ctx.study, *scope); });
+    if (parsed.job->writes_study) {
+      on_root(world, [&] {
+        lock = StudyLock::acquire(ctx.out_dir, ctx.opts.command_line);
+        open_study(ctx);
+      });
+    }
+  } catch (const SilentExit& e) {
+    return e.code();
+  }
+  return std::nullopt;
+}
+
+// A one-process job under a launcher: rank 0 runs it as `fastudy JOB` alone would (its output, no
+// provenance header), the other ranks wait for its exit code, which every rank returns.
+int run_on_rank_zero(mpi::Comm& world, const Parsed& parsed, const JobContext& ctx, const std::string& host) {
+  std::int64_t code = kExitOk;
+  try {
+    on_root(world, [&] {
+      JobContext one = ctx;
+      one.world = nullptr;
+      one.prov.ranks = 1;  // its outputs' provenance: the one process that ran it
+      one.prov.hosts = {host};
+      code = said_why(parsed.opts.command, parsed.job->run(one));
+    });
+  } catch (const SilentExit& e) {
+    code = e.code();
+  }
+  world.bcast(code);
+  return static_cast<int>(code);
+}
+
+// An MPI job on every rank: the provenance header, the job, its exit code; a failure on any rank of a
+// job of several ends the whole job (MPI_Abort) with its message.
+int run_mpi_job(mpi::Comm& world, const Parsed& parsed, JobContext& ctx, StudyLock& lock) {
+  log::info(ctx.prov.header());
+  try {
+    return finish_mpi(said_why(parsed.opts.command, parsed.job->run(ctx)), lock);
+  } catch (const SilentExit& e) {
+    return finish_mpi(e.code(), lock);
+  } catch (const std::exception& e) {
+    const int code = exit_code_of(e);
+    if (world.size() == 1) return finish_mpi(print_error(e), lock);
+    const auto* fe = dynamic_cast<const Error*>(&e);
+    std::string msg = std::string(e.what()) + (fe && !fe->hint().empty() ? "\nhint: " + fe->hint() : std::string());
+    lock.release();
+    mpi::abort(code, msg);
+  }
+}
+
+// A job under MPI (every job that uses it, and the others when a launcher started several
+// processes): MPI joins the processes, the grid is loaded on every rank, rank 0 checks and locks, then
+// the job runs on every rank, or on rank 0 alone for a job that does not use MPI (one lock, one output),
+// and every rank leaves with its exit code.
+int run_under_mpi(int& argc, char**& argv, const Parsed& parsed) {
+  std::optional<mpi::MpiSession> session;
+  try {
+    session.emplace(&argc, &argv);
+  } catch (const std::exception& e) {
+    print_error(e);
+    return kExitFailure;
+  }
+  mpi::Comm world = mpi::Comm::world();
+  log::set_console(world.rank() == 0);
+  install_stop_signals();
+
+  std::optional<JobContext> ctx;
+  if (const int code = load_on_every_rank(world, parsed, ctx); code != kExitOk) return code;
+  const std::vector<std::string> hosts = record_ranks(world, *ctx);
+  StudyLock lock;
+  if (const std::optional<int> code = preflight_and_lock(world, parsed, *ctx, hosts, lock)) return *code;
+  if (!parsed.job->uses_mpi) return finish_mpi(run_on_rank_zero(world, parsed, *ctx, hosts[0]), lock);
+  return run_mpi_job(world, parsed, *ctx, lock);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
 #ifdef FASTUDY_LITE
   // fastudy-lite (no trainer, no LibTorch): a command line that is not one of its jobs (registry_lite.cpp)
@@ -342,14 +498,7 @@ int main(int argc, char** argv) {
   }
 #endif
   register_program_readers();
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    print_global_help(argc < 2 ? std::cerr : std::cout);
-    return argc < 2 ? kExitUsage : kExitOk;
-  }
-  if (std::string(argv[1]) == "--version") {
-    std::cout << "fastudy " FASTUDY_VERSION " (git " FASTUDY_GIT_SHA ")\n";
-    return kExitOk;
-  }
+  if (const std::optional<int> code = help_or_version(argc, argv)) return *code;
 
   Parsed parsed;
   try {
@@ -374,112 +523,7 @@ int main(int argc, char** argv) {
 
   // A job that does not use MPI runs as one process. Started by a launcher with several processes
   // (`mpirun -n 4 fastudy report OUT`) it still runs once: MPI joins the processes, rank 0 runs the
-  // job (one lock, one output) and every rank leaves with its exit code (below).
-  const bool one_process = !parsed.job->uses_mpi && mpi::launched_ranks() <= 1;
-  if (one_process) {
-    install_stop_signals();
-    try {
-      JobContext ctx = make_context(parsed);
-      if (auto scope = preflight_scope(ctx, 1, 1)) preflight(*ctx.study, *scope);
-      StudyLock lock;
-      if (parsed.job->writes_study) {
-        lock = StudyLock::acquire(ctx.out_dir, ctx.opts.command_line);
-        open_study(ctx);
-      }
-      return said_why(parsed.opts.command, parsed.job->run(ctx));
-    } catch (const SilentExit& e) {
-      return e.code();
-    } catch (const std::exception& e) {
-      return print_error(e);
-    }
-  }
-
-  // MPI jobs: every rank loads and validates the grid; if any rank fails, all exit with code 2
-  // (rank 0 prints), so a bad grid never leaves ranks hanging and nothing is written.
-  std::optional<mpi::MpiSession> session;
-  try {
-    session.emplace(&argc, &argv);
-  } catch (const std::exception& e) {
-    print_error(e);
-    return kExitFailure;
-  }
-  mpi::Comm world = mpi::Comm::world();
-  log::set_console(world.rank() == 0);
-  install_stop_signals();
-
-  std::optional<JobContext> ctx;
-  std::string load_error, load_hint;
-  int load_code = kExitOk;
-  try {
-    ctx = make_context(parsed);
-  } catch (const std::exception& e) {
-    load_error = e.what();
-    if (const auto* fe = dynamic_cast<const Error*>(&e)) load_hint = fe->hint();
-    load_code = exit_code_of(e);
-  }
-  const std::int64_t worst = world.allreduce_max(static_cast<std::int64_t>(load_code));
-  if (worst != kExitOk) {
-    const std::int64_t first_bad = world.allreduce_max(load_code != kExitOk ? static_cast<std::int64_t>(world.size() - world.rank()) : 0);
-    const int reporter = world.size() - static_cast<int>(first_bad);
-    if (world.rank() == reporter) {
-      log::error((world.size() > 1 ? "[rank " + std::to_string(world.rank()) + "] " : std::string()) + load_error);
-      if (!load_hint.empty()) std::cerr << "hint: " << load_hint << "\n";
-    }
-    return static_cast<int>(worst);
-  }
-
-  ctx->world = &world;
-  ctx->prov.ranks = world.size();
-  std::vector<std::string> hosts = world.allgather(mpi::processor_name());
-  ctx->prov.hosts.clear();
-  for (const auto& h : hosts)
-    if (std::find(ctx->prov.hosts.begin(), ctx->prov.hosts.end(), h) == ctx->prov.hosts.end()) ctx->prov.hosts.push_back(h);
-
-  // Before anything is written: the preflight (every problem at once), then one writer per study:
-  // rank 0 checks and takes the lock, or every rank leaves with its exit code, rank 0 printing why.
-  const int on_host = static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts[0]));
-  StudyLock lock;
-  try {
-    if (auto scope = preflight_scope(*ctx, world.size(), on_host))
-      on_root(world, [&] { preflight(*ctx->study, *scope); });
-    if (parsed.job->writes_study) {
-      on_root(world, [&] {
-        lock = StudyLock::acquire(ctx->out_dir, ctx->opts.command_line);
-        open_study(*ctx);
-      });
-    }
-  } catch (const SilentExit& e) {
-    return e.code();
-  }
-  if (!parsed.job->uses_mpi) {
-    // A one-process job under a launcher: rank 0 runs it as `fastudy JOB` alone would (its output,
-    // no provenance header), the other ranks wait for its exit code.
-    std::int64_t code = kExitOk;
-    try {
-      on_root(world, [&] {
-        JobContext one = *ctx;
-        one.world = nullptr;
-        one.prov.ranks = 1;  // its outputs' provenance: the one process that ran it
-        one.prov.hosts = {hosts[0]};
-        code = said_why(parsed.opts.command, parsed.job->run(one));
-      });
-    } catch (const SilentExit& e) {
-      code = e.code();
-    }
-    world.bcast(code);
-    return finish_mpi(static_cast<int>(code), lock);
-  }
-  log::info(ctx->prov.header());
-  try {
-    return finish_mpi(said_why(parsed.opts.command, parsed.job->run(*ctx)), lock);
-  } catch (const SilentExit& e) {
-    return finish_mpi(e.code(), lock);
-  } catch (const std::exception& e) {
-    const int code = exit_code_of(e);
-    if (world.size() == 1) return finish_mpi(print_error(e), lock);
-    const auto* fe = dynamic_cast<const Error*>(&e);
-    std::string msg = std::string(e.what()) + (fe && !fe->hint().empty() ? "\nhint: " + fe->hint() : std::string());
-    lock.release();
-    mpi::abort(code, msg);
-  }
+  // job (one lock, one output) and every rank leaves with its exit code.
+  if (!parsed.job->uses_mpi && mpi::launched_ranks() <= 1) return run_one_process(parsed);
+  return run_under_mpi(argc, argv, parsed);
 }

@@ -7,12 +7,14 @@ namespace fastudy {
 std::vector<JobInfo> trainer_free_jobs() {
   return {
       {"reduce", "pairwise weight distances between variants, the deviation sources and the per-condition verdict (axes.csv, ranking.csv, verdict.csv)",
-       "fastudy reduce GRID.toml|OUT [--allow-missing]", true, true, job_reduce, reduce_options, true},
-      {"report", "render report.html and report.md from a study's outputs", "fastudy report OUT|GRID.toml", false, true,
-       job_report, nullptr, true},
-      {"status", "the state of every variant of a study", "fastudy status OUT|GRID.toml", false, true, job_status},
+       "fastudy reduce GRID.toml|OUT [--allow-missing]", kUsesMpi, kTakesOut, job_reduce, reduce_options, kLocksStudy},
+      {"report", "render report.html and report.md from a study's outputs", "fastudy report OUT|GRID.toml",
+       kOneProcess, kTakesOut, job_report, nullptr, kLocksStudy},
+      {"status", "the state of every variant of a study", "fastudy status OUT|GRID.toml", kOneProcess, kTakesOut,
+       job_status, nullptr, kNoLock},
       {"slurm", "write (and submit) an sbatch script for the study",
-       "fastudy slurm GRID.toml --nodes N --ntasks-per-node T --time HH:MM:SS [--submit]", false, false, job_slurm, slurm_options, true},
+       "fastudy slurm GRID.toml --nodes N --ntasks-per-node T --time HH:MM:SS [--submit]", kOneProcess, kTakesGrid,
+       job_slurm, slurm_options, kLocksStudy},
   };
 }
 

@@ -72,9 +72,21 @@ __global__ void load_kernel(const T* in, float* out, std::int64_t n) {
   }
 }
 
-template <class T, class R, LoopOrder Order>
-__global__ void flash_forward_kernel(TileHead h, const float* q, const float* k, const float* v, T* o, float* lse) {
-  extern __shared__ float smem[];
+// A forward block's place in the work (flash_forward_kernel, kernel_forward_kernel): Br threads, one per
+// query row of a Q block of head blockIdx.y. Its shared memory: the K and V tiles [Bc, d], then each
+// thread's score row [Bc], then each thread's running O row [d].
+struct ForwardRows {
+  float* ks;           // the K tile
+  float* vs;           // the V tile
+  float* s;            // this thread's scores
+  float* orow;         // this thread's running O
+  std::int64_t off;    // the head's first element in Q, K, V and O
+  std::int64_t i;      // this thread's query row
+  std::int64_t j_end;  // one past the last key a row of the block sees
+  bool active;         // i < N (the last block's spare threads only stage tiles)
+};
+
+__device__ inline ForwardRows forward_rows(const TileHead& h, float* smem) {
   float* ks = smem;
   float* vs = ks + h.bc * h.d;
   float* s = vs + h.bc * h.d + threadIdx.x * h.bc;
@@ -83,15 +95,28 @@ __global__ void flash_forward_kernel(TileHead h, const float* q, const float* k,
   const std::int64_t i0 = std::int64_t(blockIdx.x) * h.br, i = i0 + threadIdx.x;
   const std::int64_t i_end = i0 + h.br < h.n ? i0 + h.br : h.n;
   const std::int64_t j_end = h.causal ? i_end : h.n;
-  const bool active = i < h.n;
+  return ForwardRows{ks, vs, s, orow, off, i, j_end, i < h.n};
+}
+
+// The K and V rows j0 .. j0 + bc of the head at `off` copied into the shared tiles, by all the block's
+// threads (the caller synchronises).
+__device__ inline void stage_kv_tile(const TileHead& h, const float* k, const float* v, std::int64_t off, std::int64_t j0,
+                                     int bc, float* ks, float* vs) {
+  for (int x = threadIdx.x; x < bc * h.d; x += blockDim.x) {
+    ks[x] = k[off + j0 * h.d + x];
+    vs[x] = v[off + j0 * h.d + x];
+  }
+}
+
+template <class T, class R, LoopOrder Order>
+__global__ void flash_forward_kernel(TileHead h, const float* q, const float* k, const float* v, T* o, float* lse) {
+  extern __shared__ float smem[];
+  const auto [ks, vs, s, orow, off, i, j_end, active] = forward_rows(h, smem);
   for (int t = 0; t < h.d; ++t) orow[t] = 0.0f;
   RowState st{neg_inf(), 0.0f};
   for (std::int64_t j0 = 0; j0 < j_end; j0 += h.bc) {
     const int bc = static_cast<int>(h.n - j0 < h.bc ? h.n - j0 : h.bc);
-    for (int x = threadIdx.x; x < bc * h.d; x += blockDim.x) {
-      ks[x] = k[off + j0 * h.d + x];
-      vs[x] = v[off + j0 * h.d + x];
-    }
+    stage_kv_tile(h, k, v, off, j0, bc, ks, vs);
     __syncthreads();
     if (active) {
       score_row<R>(q + off + i * h.d, ks, h.d, bc, h.d, h.scale, h.causal, i, j0, s, tile_score_of(h));
@@ -115,26 +140,15 @@ __global__ void flash_forward_kernel(TileHead h, const float* q, const float* k,
 template <class T, class R>
 __global__ void kernel_forward_kernel(TileHead h, const float* q, const float* k, const float* v, T* o, float* lse) {
   extern __shared__ float smem[];
-  float* ks = smem;
-  float* vs = ks + h.bc * h.d;
-  float* s = vs + h.bc * h.d + threadIdx.x * h.bc;
-  float* orow = vs + h.bc * h.d + h.br * h.bc + threadIdx.x * h.d;
-  const std::int64_t off = blockIdx.y * h.n * h.d;
-  const std::int64_t i0 = std::int64_t(blockIdx.x) * h.br, i = i0 + threadIdx.x;
-  const std::int64_t i_end = i0 + h.br < h.n ? i0 + h.br : h.n;
-  const std::int64_t j_end = h.causal ? i_end : h.n;
+  const auto [ks, vs, s, orow, off, i, j_end, active] = forward_rows(h, smem);
   const std::int64_t blocks = (j_end + h.bc - 1) / h.bc;
   const float scale_log2 = scale_log2_of(h.scale);
-  const bool active = i < h.n;
   for (int t = 0; t < h.d; ++t) orow[t] = 0.0f;
   KernelRowState st{neg_inf(), {0.0f, 0.0f, 0.0f, 0.0f}};
   for (std::int64_t jb = blocks - 1; jb >= 0; --jb) {
     const std::int64_t j0 = jb * h.bc;
     const int bc = static_cast<int>(h.n - j0 < h.bc ? h.n - j0 : h.bc);
-    for (int x = threadIdx.x; x < bc * h.d; x += blockDim.x) {
-      ks[x] = k[off + j0 * h.d + x];
-      vs[x] = v[off + j0 * h.d + x];
-    }
+    stage_kv_tile(h, k, v, off, j0, bc, ks, vs);
     __syncthreads();
     if (active) {
       score_row<R>(q + off + i * h.d, ks, h.d, bc, h.d, h.scale, h.causal, i, j0, s, TileScore::raw);

@@ -189,15 +189,11 @@ void add_tile_op(const R& rd, const T* tile, T* acc, std::int64_t n, ScalePlacem
   }
 }
 
-template <class T, class R>
-void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, const T* o, const T* lse,
-                    const T* dout, BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
-  using V = vec_t<T>;
-  constexpr int L = kLanes<T>;
-  load_backward_inputs(rd, h, q, k, v, dout, ws);
+// The flash loops' layouts of the rounded inputs (after load_backward_inputs): Q^T and dO^T
+// [d, qt_stride] (zero padded), K and V [N, d] (V from its transpose). Copies only: no rounding.
+template <class T>
+void pack_flash_tiles(const Head<T>& h, BackwardWorkspace<T>& ws) {
   const std::int64_t kt_stride = backward_kt_stride(h);
-  // The tiles' layouts of the rounded inputs: Q^T and dO^T [d, qt_stride] (zero padded), K and V
-  // [N, d].
   ws.qt.assign(h.d * h.qt_stride, T(0));
   ws.dout_t.assign(h.d * h.qt_stride, T(0));
   ws.k_packed.resize(h.n * h.d);
@@ -210,6 +206,15 @@ void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const
       ws.v_packed[i * h.d + t] = ws.vt[t * kt_stride + i];
     }
   }
+}
+
+template <class T, class R>
+void flash_backward(const R& rd, const Head<T>& h, const T* q, const T* k, const T* v, const T* o, const T* lse,
+                    const T* dout, BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv) {
+  using V = vec_t<T>;
+  constexpr int L = kLanes<T>;
+  load_backward_inputs(rd, h, q, k, v, dout, ws);
+  pack_flash_tiles(h, ws);
   // lse and D per row, zero padded so a block's padding lanes read in bounds (their results are
   // never summed).
   ws.delta.assign(h.qt_stride, T(0));
@@ -354,19 +359,7 @@ void flash_backward_kernel(const R& rd, const Head<T>& h, const T* q, const T* k
   using V = vec_t<T>;
   constexpr int L = kLanes<T>;
   load_backward_inputs(rd, h, q, k, v, dout, ws);
-  const std::int64_t kt_stride = backward_kt_stride(h);
-  ws.qt.assign(h.d * h.qt_stride, T(0));
-  ws.dout_t.assign(h.d * h.qt_stride, T(0));
-  ws.k_packed.resize(h.n * h.d);
-  ws.v_packed.resize(h.n * h.d);
-  for (std::int64_t i = 0; i < h.n; ++i) {
-    for (std::int64_t t = 0; t < h.d; ++t) {
-      ws.qt[t * h.qt_stride + i] = ws.q[i * h.d_padded + t];
-      ws.dout_t[t * h.qt_stride + i] = ws.dout[i * h.d_padded + t];
-      ws.k_packed[i * h.d + t] = ws.k[i * h.d_padded + t];
-      ws.v_packed[i * h.d + t] = ws.vt[t * kt_stride + i];
-    }
-  }
+  pack_flash_tiles(h, ws);
   const T scale_log2 = static_cast<T>(static_cast<double>(h.scale) * 1.44269504088896340736);
   const T log2e = static_cast<T>(1.44269504088896340736);
   ws.delta.assign(h.qt_stride, T(0));

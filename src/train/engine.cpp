@@ -408,6 +408,124 @@ Engine::Step Engine::step() {
   return out;
 }
 
+Engine::StepGradient Engine::group_gradient(double scale, std::int64_t numel, const torch::TensorOptions& opts) {
+  const int accum = v_.train.grad_accum;
+  StepGradient g;
+  if (!flat_.defined()) flat_ = torch::empty({numel}, opts);
+  std::vector<torch::Tensor> tokens = shard_tokens(hooks_.rank);
+  if (graph_) {
+    // The captured pass reads the tokens from buffers that stay in place; a new loss scale (fp16) is a
+    // new pass.
+    if (graph_tokens_.empty())
+      for (const torch::Tensor& x : tokens) graph_tokens_.push_back(torch::empty_like(x));
+    for (std::size_t j = 0; j < tokens.size(); ++j) graph_tokens_[j].copy_(tokens[j], /*non_blocking=*/true);
+    const StepProfile::Scope timed(profile_.get(), Phase::graph_replay);
+    if (!graph_->captured() || graph_scale_ != scale) {
+      // Nothing inside a captured pass records profile events (they would become graph nodes).
+      graph_->capture([&] { forward_backward(graph_tokens_, hooks_.rank, scale, flat_, nullptr); });
+      graph_scale_ = scale;
+    } else {
+      graph_->replay();
+    }
+  } else {
+    forward_backward(tokens, hooks_.rank, scale, flat_, profile_.get());
+  }
+  g.flat = flat_;
+  if (hooks_.world > 1) {
+    const StepProfile::Scope timed(profile_.get(), Phase::reducer);
+    if (g.flat.scalar_type() == torch::kDouble) {
+      hooks_.allreduce_mean_f64(g.flat.data_ptr<double>(), static_cast<std::size_t>(g.flat.numel()));
+    } else {
+      hooks_.allreduce_mean_f32(g.flat.data_ptr<float>(), static_cast<std::size_t>(g.flat.numel()));
+    }
+  }
+  if (scale != 1.0) g.flat.div_(scale);
+  {
+    // The one wait of the step: the loss and the gradient norm together.
+    const StepProfile::Scope timed(profile_.get(), Phase::host_sync);
+    if (g.flat.is_cpu()) {
+      g.loss = loss_sum_.item<double>();
+      g.grad_norm = sequential_norm(g.flat);
+    } else {
+      // Summed on the device in double (LibTorch's reduction: the same bits on every run of one device).
+      const torch::Tensor wide = g.flat.to(torch::kDouble);
+      const torch::Tensor both = torch::stack({loss_sum_, (wide * wide).sum()}).cpu();
+      g.loss = both[0].item<double>();
+      g.grad_norm = std::sqrt(both[1].item<double>());
+    }
+  }
+  if (accum > 1) g.loss /= accum;
+  if (hooks_.world > 1) {
+    const StepProfile::Scope timed(profile_.get(), Phase::reducer);
+    hooks_.allreduce_mean_f64(&g.loss, 1);
+  }
+  return g;
+}
+
+Engine::StepGradient Engine::declared_shards_gradient(double scale, std::int64_t numel, const torch::TensorOptions& opts) {
+  const TrainConfig& t = v_.train;
+  const int width = t.dp_width;
+  const int mine = width / hooks_.world;
+  const int accum = t.grad_accum;
+  StepGradient g;
+  torch::Tensor local = torch::empty({mine, numel}, opts);
+  std::vector<double> losses(static_cast<std::size_t>(width));
+  for (int s = 0; s < mine; ++s) {
+    torch::Tensor row = local[s];
+    const std::int64_t shard = static_cast<std::int64_t>(hooks_.rank) * mine + s;
+    forward_backward(shard_tokens(shard), shard, scale, row, profile_.get());
+    const StepProfile::Scope timed(profile_.get(), Phase::host_sync);
+    double shard_loss = loss_sum_.item<double>();
+    if (accum > 1) shard_loss /= accum;
+    losses[static_cast<std::size_t>(shard)] = shard_loss;
+  }
+  const StepProfile::Scope timed(profile_.get(), Phase::reducer);
+  // The declared-order sum runs on the host (reduce_shards): device shards are staged there once.
+  const torch::TensorOptions host = opts.device(torch::kCPU);
+  if (!local.is_cpu()) local = local.to(torch::kCPU);
+  torch::Tensor all = local;
+  if (hooks_.world > 1) {
+    all = torch::empty({width, numel}, host);
+    if (local.scalar_type() == torch::kDouble) {
+      hooks_.allgather_f64(local.data_ptr<double>(), static_cast<std::size_t>(local.numel()), all.data_ptr<double>());
+    } else {
+      hooks_.allgather_f32(local.data_ptr<float>(), static_cast<std::size_t>(local.numel()), all.data_ptr<float>());
+    }
+    const std::vector<double> own(losses.begin() + hooks_.rank * mine, losses.begin() + (hooks_.rank + 1) * mine);
+    hooks_.allgather_f64(own.data(), own.size(), losses.data());
+  }
+  g.flat = torch::empty({numel}, host);
+  const ReduceOrder order = t.allreduce;
+  if (all.scalar_type() == torch::kDouble) {
+    reduce_shards(order, all.data_ptr<double>(), width, static_cast<std::size_t>(numel), g.flat.data_ptr<double>());
+  } else {
+    reduce_shards(order, all.data_ptr<float>(), width, static_cast<std::size_t>(numel), g.flat.data_ptr<float>());
+  }
+  // The logged loss: the shards' mean losses summed in shard order, over W (the gradient's order is
+  // the axis; the loss is only logged).
+  for (double l : losses) g.loss += l;
+  if (width > 1) g.loss /= width;
+  if (scale != 1.0) g.flat.div_(scale);
+  g.grad_norm = sequential_norm(g.flat);
+  g.flat = g.flat.to(device_);
+  return g;
+}
+
+void Engine::flag_spike(double loss, Step& out) const {
+  const TrainConfig& t = v_.train;
+  double mean = 0.0;
+  const auto window = static_cast<std::size_t>(std::max(0, t.spike_window));
+  if (window > 0 && loss_history_.size() >= window) {
+    for (std::size_t i = loss_history_.size() - window; i < loss_history_.size(); ++i) mean += loss_history_[i];
+    mean /= static_cast<double>(window);
+    out.log.spike = loss > t.spike_threshold * mean;
+  }
+  if (out.log.spike) {
+    out.event = "loss spike: " + format_double(loss) + " > " + format_double(t.spike_threshold) +
+                " x running mean " + format_double(mean) + " of the last " + std::to_string(window) + " steps";
+  }
+}
+
 Engine::Step Engine::run_step() {
   c10::OptionalDeviceGuard on_device;  // the CUDA kernels use the current device
   if (!device_.is_cpu()) on_device.reset_device(device_);
@@ -423,114 +541,17 @@ Engine::Step Engine::run_step() {
   const double scale = loss_scale_;
 
   // The data-parallel shards (docs/configuration.md "Training-loop axes"): [train] dp_width = W shards of the global
-  // batch, W / world of them on this rank; unset, one shard per rank of the group. Each shard's gradient
-  // is accumulated over grad_accum = k micro-batches of its rows, in order, each backward on loss / k
-  // (PyTorch's usual recipe), so that the shard gradient is the gradient of the shard's mean loss.
-  const bool modelled = t.dp_width > 0;
-  const int width = modelled ? t.dp_width : hooks_.world;
-  const int mine = width / hooks_.world;
-  const int accum = t.grad_accum;
+  // batch, W / world of them on this rank (declared_shards_gradient); unset, one shard per rank of the
+  // group (group_gradient). Each shard's gradient is accumulated over grad_accum = k micro-batches of its
+  // rows, in order, each backward on loss / k (PyTorch's usual recipe), so that the shard gradient is
+  // the gradient of the shard's mean loss.
   std::int64_t numel = 0;
   for (const auto& [name, p] : params) numel += p.numel();
   const torch::TensorOptions opts = params.front().second.options().requires_grad(false);
   if (!loss_sum_.defined()) loss_sum_ = torch::zeros({}, opts.dtype(torch::kDouble));
-
-  torch::Tensor flat;
-  double loss_value = 0.0, grad_norm = 0.0;
-  if (!modelled) {
-    // Each rank of the group is one shard; the group's backend averages them (in its own order).
-    if (!flat_.defined()) flat_ = torch::empty({numel}, opts);
-    std::vector<torch::Tensor> tokens = shard_tokens(hooks_.rank);
-    if (graph_) {
-      // The captured pass reads the tokens from buffers that stay in place; a new loss scale (fp16) is a
-      // new pass.
-      if (graph_tokens_.empty())
-        for (const torch::Tensor& x : tokens) graph_tokens_.push_back(torch::empty_like(x));
-      for (std::size_t j = 0; j < tokens.size(); ++j) graph_tokens_[j].copy_(tokens[j], /*non_blocking=*/true);
-      const StepProfile::Scope timed(profile_.get(), Phase::graph_replay);
-      if (!graph_->captured() || graph_scale_ != scale) {
-        // Nothing inside a captured pass records profile events (they would become graph nodes).
-        graph_->capture([&] { forward_backward(graph_tokens_, hooks_.rank, scale, flat_, nullptr); });
-        graph_scale_ = scale;
-      } else {
-        graph_->replay();
-      }
-    } else {
-      forward_backward(tokens, hooks_.rank, scale, flat_, profile_.get());
-    }
-    flat = flat_;
-    if (hooks_.world > 1) {
-      const StepProfile::Scope timed(profile_.get(), Phase::reducer);
-      if (flat.scalar_type() == torch::kDouble) {
-        hooks_.allreduce_mean_f64(flat.data_ptr<double>(), static_cast<std::size_t>(flat.numel()));
-      } else {
-        hooks_.allreduce_mean_f32(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()));
-      }
-    }
-    if (scale != 1.0) flat.div_(scale);
-    {
-      // The one wait of the step: the loss and the gradient norm together.
-      const StepProfile::Scope timed(profile_.get(), Phase::host_sync);
-      if (flat.is_cpu()) {
-        loss_value = loss_sum_.item<double>();
-        grad_norm = sequential_norm(flat);
-      } else {
-        // Summed on the device in double (LibTorch's reduction: the same bits on every run of one device).
-        const torch::Tensor wide = flat.to(torch::kDouble);
-        const torch::Tensor both = torch::stack({loss_sum_, (wide * wide).sum()}).cpu();
-        loss_value = both[0].item<double>();
-        grad_norm = std::sqrt(both[1].item<double>());
-      }
-    }
-    if (accum > 1) loss_value /= accum;
-    if (hooks_.world > 1) {
-      const StepProfile::Scope timed(profile_.get(), Phase::reducer);
-      hooks_.allreduce_mean_f64(&loss_value, 1);
-    }
-  } else {
-    // This rank's shards, then every shard's gradient on every rank (allgather: rank order is shard
-    // order), summed in the declared order: the same bits whatever the group size.
-    torch::Tensor local = torch::empty({mine, numel}, opts);
-    std::vector<double> losses(static_cast<std::size_t>(width));
-    for (int s = 0; s < mine; ++s) {
-      torch::Tensor row = local[s];
-      const std::int64_t shard = static_cast<std::int64_t>(hooks_.rank) * mine + s;
-      forward_backward(shard_tokens(shard), shard, scale, row, profile_.get());
-      const StepProfile::Scope timed(profile_.get(), Phase::host_sync);
-      double shard_loss = loss_sum_.item<double>();
-      if (accum > 1) shard_loss /= accum;
-      losses[static_cast<std::size_t>(shard)] = shard_loss;
-    }
-    const StepProfile::Scope timed(profile_.get(), Phase::reducer);
-    // The declared-order sum runs on the host (reduce_shards): device shards are staged there once.
-    const torch::TensorOptions host = opts.device(torch::kCPU);
-    if (!local.is_cpu()) local = local.to(torch::kCPU);
-    torch::Tensor all = local;
-    if (hooks_.world > 1) {
-      all = torch::empty({width, numel}, host);
-      if (local.scalar_type() == torch::kDouble) {
-        hooks_.allgather_f64(local.data_ptr<double>(), static_cast<std::size_t>(local.numel()), all.data_ptr<double>());
-      } else {
-        hooks_.allgather_f32(local.data_ptr<float>(), static_cast<std::size_t>(local.numel()), all.data_ptr<float>());
-      }
-      const std::vector<double> own(losses.begin() + hooks_.rank * mine, losses.begin() + (hooks_.rank + 1) * mine);
-      hooks_.allgather_f64(own.data(), own.size(), losses.data());
-    }
-    flat = torch::empty({numel}, host);
-    const ReduceOrder order = t.allreduce;
-    if (all.scalar_type() == torch::kDouble) {
-      reduce_shards(order, all.data_ptr<double>(), width, static_cast<std::size_t>(numel), flat.data_ptr<double>());
-    } else {
-      reduce_shards(order, all.data_ptr<float>(), width, static_cast<std::size_t>(numel), flat.data_ptr<float>());
-    }
-    // The logged loss: the shards' mean losses summed in shard order, over W (the gradient's order is
-    // the axis; the loss is only logged).
-    for (double l : losses) loss_value += l;
-    if (width > 1) loss_value /= width;
-    if (scale != 1.0) flat.div_(scale);
-    grad_norm = sequential_norm(flat);
-    flat = flat.to(device_);
-  }
+  const StepGradient g = t.dp_width > 0 ? declared_shards_gradient(scale, numel, opts) : group_gradient(scale, numel, opts);
+  torch::Tensor flat = g.flat;
+  const double loss_value = g.loss, grad_norm = g.grad_norm;
   last_gradient_ = flat;
 
   Step out;
@@ -541,17 +562,7 @@ Engine::Step Engine::run_step() {
                 " (precision " + std::string(to_string(v_.precision)) + ", lr " + format_double(lr) + ")";
     return out;
   }
-  double mean = 0.0;
-  const auto window = static_cast<std::size_t>(std::max(0, t.spike_window));
-  if (window > 0 && loss_history_.size() >= window) {
-    for (std::size_t i = loss_history_.size() - window; i < loss_history_.size(); ++i) mean += loss_history_[i];
-    mean /= static_cast<double>(window);
-    out.log.spike = loss_value > t.spike_threshold * mean;
-  }
-  if (out.log.spike) {
-    out.event = "loss spike: " + format_double(loss_value) + " > " + format_double(t.spike_threshold) +
-                " x running mean " + format_double(mean) + " of the last " + std::to_string(window) + " steps";
-  }
+  flag_spike(loss_value, out);
 
   if (!std::isfinite(grad_norm)) {
     if (v_.precision != Format::fp16 || loss_scale_ <= 1.0) {

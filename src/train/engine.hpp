@@ -76,6 +76,22 @@ class Engine {
 
  private:
   Step run_step();
+  // A step's flat gradient (averaged over the shards, unscaled, on the device), its logged loss and
+  // the gradient's norm.
+  struct StepGradient {
+    torch::Tensor flat;
+    double loss = 0.0, grad_norm = 0.0;
+  };
+  // Without [train] dp_width: this rank is one shard; the group's reducer averages the ranks' gradients
+  // (in its own order) and their losses. Fills flat_ (or replays the CUDA graph that does).
+  StepGradient group_gradient(double scale, std::int64_t numel, const torch::TensorOptions& opts);
+  // With [train] dp_width = W: this rank's W / world shards, then every shard's gradient on every rank
+  // (allgather: rank order is shard order), summed in the declared order ([train] allreduce) on the
+  // host: the same bits whatever the group size.
+  StepGradient declared_shards_gradient(double scale, std::int64_t numel, const torch::TensorOptions& opts);
+  // A loss above spike_threshold x the mean of the last spike_window losses: out.log.spike and the
+  // event that names it.
+  void flag_spike(double loss, Step& out) const;
   // This rank's tokens of micro-batch j of shard `shard`, on the device ([micro_rows, N + 1]).
   std::vector<torch::Tensor> shard_tokens(std::int64_t shard);
   // The forward and backward pass of one shard: its flat gradient (scaled by `scale`, parameters in

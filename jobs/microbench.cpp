@@ -5,7 +5,7 @@
 // (microbench_columns.hpp). Rank 0 prints the flash/baseline error ratio per format, reading (policy)
 // and rounding, and against the number of KV tiles. Sweeps with save_outputs also put every point's
 // inputs and outputs in OUT/microbench_outputs.h5 (microbench_saved.hpp), each rank writing its points.
-// Real kernels (README "Real kernels"): a sweep with devices = ["cpu", "cuda"] adds our CUDA kernels'
+// Real kernels (docs/microbench.md "Real kernels"): a sweep with devices = ["cpu", "cuda"] adds our CUDA kernels'
 // rows to each point (checked against the CPU kernels), one with framework = [...] adds points of
 // policy "native" with LibTorch's SDPA rows; the preflight (microbench_preflight.hpp) refuses them
 // (exit 2) before any work where a rank sees no device, and rank 0 prints

@@ -1,7 +1,7 @@
 // `[microbench] save_outputs = true`: every point's inputs and outputs in OUT/microbench_outputs.h5, so
-// that a user can run the same inputs through their own framework and compare bit for bit (README
-// "Microbenchmark"). Written collectively by the ranks of the job (parallel HDF5): every rank creates
-// the same groups and datasets, each writes the points it computed, rank 0 moves the finished file into
+// that a user can run the same inputs through their own framework and compare bit for bit
+// (docs/microbench.md "Real kernels"). Written collectively by the ranks of the job (parallel HDF5): every
+// rank creates the same groups and datasets, each writes the points it computed, rank 0 moves the finished file into
 // place and seals it (base/checksum.hpp). Layout, every value float64 (exact: the values of every format
 // are doubles), tensors [B, H, N, d]:
 //   /                      attributes format = "fastudy-microbench-outputs/1", provenance, config_hash

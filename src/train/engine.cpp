@@ -290,7 +290,7 @@ Engine::Step Engine::step() {
   attention_.params.rounding_seed = Rng(v_.seed ^ fnv1a64("attention.rounding"), static_cast<std::uint64_t>(next)).next();
   const double scale = loss_scale_;
 
-  // The data-parallel shards (README "Training-loop axes"): [train] dp_width = W shards of the global
+  // The data-parallel shards (docs/configuration.md "Training-loop axes"): [train] dp_width = W shards of the global
   // batch, W / world of them on this rank; unset, one shard per rank of the group. Each shard's gradient
   // is accumulated over grad_accum = k micro-batches of its rows, in order, each backward on loss / k
   // (PyTorch's usual recipe), so that the shard gradient is the gradient of the shard's mean loss.

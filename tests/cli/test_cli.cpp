@@ -63,7 +63,7 @@ TEST(Cli, BadConfigExitsTwoAndWritesNothing) {
   }
 }
 
-// The real-kernel microbenchmark (README "Real kernels") where it cannot run: refused with exit 2 before
+// The real-kernel microbenchmark (docs/microbench.md "Real kernels") where it cannot run: refused with exit 2 before
 // any work, naming the grid file, the key and the reason; nothing of the study is written.
 TEST(Cli, MicrobenchRealKernelsRefusedWhereTheyCannotRun) {
   TempDir dir;

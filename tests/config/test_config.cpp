@@ -373,7 +373,7 @@ TEST(Config, ContentHashIsFnv1a) {
 }
 
 // The policy-step table: each row sets its own member and no other, from the grid's custom policy
-// table, and the README names every step.
+// table, and the configuration reference (docs/configuration.md) names every step.
 TEST(PolicySteps, EachRowSetsExactlyItsMemberFromTheGrid) {
   for (const auto& step : kPolicySteps) {
     SCOPED_TRACE(std::string(step.name));
@@ -390,14 +390,14 @@ TEST(PolicySteps, EachRowSetsExactlyItsMemberFromTheGrid) {
   EXPECT_EQ(find_policy_step("accumulator"), nullptr);
 }
 
-TEST(PolicySteps, ReadmeNamesEveryStep) {
-  std::ifstream in(std::string(FASTUDY_CONFIGS) + "/../README.md");
+TEST(PolicySteps, ConfigurationReferenceNamesEveryStep) {
+  std::ifstream in(std::string(FASTUDY_CONFIGS) + "/../docs/configuration.md");
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string readme = ss.str();
-  ASSERT_FALSE(readme.empty());
+  const std::string reference = ss.str();
+  ASSERT_FALSE(reference.empty());
   for (const auto& step : kPolicySteps)
-    EXPECT_NE(readme.find("`" + std::string(step.name) + "`"), std::string::npos) << step.name;
+    EXPECT_NE(reference.find("`" + std::string(step.name) + "`"), std::string::npos) << step.name;
 }
 
 // [numerics] sets every variant, a grid axis overrides its field, and only a value other than the

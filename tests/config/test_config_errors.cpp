@@ -114,7 +114,7 @@ const BadCase kCases[] = {
      "must be > 0"},
     {"microbench_sweep_unknown_key", "[microbench]\n[[microbench.sweeps]]\nname = \"a\"\nseqlens = [1]\n", 4,
      "microbench.sweeps.seqlens", "did you mean `seq_lens`?"},
-    // The real-kernel keys (README "Real kernels"): what the kernels cannot run, in every build.
+    // The real-kernel keys (docs/microbench.md "Real kernels"): what the kernels cannot run, in every build.
     {"microbench_devices_without_cpu", "[microbench]\ndevices = [\"cuda\"]\n", 2, "microbench.devices",
      "devices must list \"cpu\""},
     {"microbench_unknown_device", "[microbench]\ndevices = [\"cpu\", \"gpu\"]\n", 2, "microbench.devices",
@@ -307,7 +307,7 @@ TEST(RealKernelKeys, RefusedAtLoadWhereTheBuildLacksThem) {
   }
 }
 
-// configs/gpu-microbench.toml (what scripts/gpu-check.sh runs): the comparison of README "Real kernels",
+// configs/gpu-microbench.toml (what scripts/gpu-check.sh runs): the comparison of docs/microbench.md "Real kernels",
 // loadable where the build has the CUDA kernels and a CUDA LibTorch with SDPA, refused at load otherwise.
 TEST(RealKernelKeys, GpuMicrobenchConfig) {
   const std::string path = std::string(FASTUDY_CONFIGS) + "/gpu-microbench.toml";

@@ -14,9 +14,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "base/error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/fa2_launch.hpp"
 #include "kernels/nv_math_model.hpp"

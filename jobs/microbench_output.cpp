@@ -173,8 +173,7 @@ std::string file_table(const std::vector<Record>& rows) {
   for (const auto& r : rows) {
     if (text_at(r, "algorithm") != "file") continue;
     if (!any) {
-      std::snprintf(line, sizeof line, "%-12s %-9s %-6s %-12s %-8s %6s %5s %6s %18s %18s %18s %18s %18s
-", "sweep",
+      std::snprintf(line, sizeof line, "%-12s %-9s %-6s %-12s %-8s %6s %5s %6s %18s %18s %18s %18s %18s\n", "sweep",
                     "pass", "format", "vs reading", "launch", "N", "d", "causal", "o ident/ulp", "lse ident/ulp",
                     "dq ident/ulp", "dk ident/ulp", "dv ident/ulp");
       os << "microbench: the outputs in input_file against the reading's flash kernel on the same inputs (ident: "

@@ -166,7 +166,9 @@ TEST(MicrobenchFile, SmCountChangesTheSplit) {
       if (row.at("algorithm") != "file") continue;
       file_row = true;
       // The recorded kernel split (132 SMs): the reading that splits too agrees on >= 99% of O.
-      if (sm == 132) EXPECT_GE(std::stod(row.at("bit_identical_o")), 0.99);
+      if (sm == 132) {
+        EXPECT_GE(std::stod(row.at("bit_identical_o")), 0.99);
+      }
     }
     EXPECT_TRUE(file_row);
   }

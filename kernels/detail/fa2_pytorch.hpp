@@ -33,6 +33,22 @@ constexpr int kFL = kLanes<float>;
 typedef double DVL __attribute__((vector_size(kFL * 8)));
 typedef std::int64_t LVL __attribute__((vector_size(kFL * 8)));
 
+// Vectors of FV on the heap, aligned as FV (std::allocator here may hand out 16-byte alignment).
+template <class T>
+struct AlignedAllocator {
+  using value_type = T;
+  AlignedAllocator() = default;
+  template <class U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(alignof(T)))); }
+  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(alignof(T))); }
+  template <class U>
+  bool operator==(const AlignedAllocator<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const AlignedAllocator<U>&) const { return false; }
+};
+using FVs = std::vector<FV, AlignedAllocator<FV>>;
+
 FASTUDY_INLINE bool any_lane(IV m) {
 #if defined(__AVX512F__) && FASTUDY_VEC_BYTES == 64
   return _mm512_test_epi32_mask((__m512i)m, (__m512i)m) != 0;
@@ -92,6 +108,14 @@ FASTUDY_INLINE FV mma_lanes(FV acc, const float* a, const std::int32_t* ae, std:
   return top24 * (FV)back_bits;
 }
 
+// mma_lanes' last step: the two half-sums added exactly in fp64, the low 29 fraction bits cleared (toward
+// zero to 24 bits), times 2^(e_max - 25).
+FASTUDY_INLINE FV mma_finish(IV lo, IV hi, IV emax) {
+  const DVL total = __builtin_convertvector(lo, DVL) + __builtin_convertvector(hi, DVL);
+  const LVL cleared = (LVL)total & ~((std::int64_t{1} << 29) - 1);
+  return __builtin_convertvector((DVL)cleared, FV) * (FV)((emax + 102) << 23);
+}
+
 // Two mma_lanes sharing the A operand (the same lanes, two B columns b0 and b1): the same arithmetic per
 // chain, interleaved so that the two independent chains fill the vector units (and A is loaded once).
 template <Format F>
@@ -123,13 +147,8 @@ FASTUDY_INLINE void mma_lanes_x2(FV& acc0, FV& acc1, const float* a, const std::
     if (i < 8) lo0 += t0, lo1 += t1;
     else hi0 += t0, hi1 += t1;
   }
-  auto finish = [](IV lo, IV hi, IV emax) {
-    const DVL total = __builtin_convertvector(lo, DVL) + __builtin_convertvector(hi, DVL);
-    const LVL cleared = (LVL)total & ~((std::int64_t{1} << 29) - 1);
-    return __builtin_convertvector((DVL)cleared, FV) * (FV)((emax + 102) << 23);
-  };
-  acc0 = finish(lo0, hi0, emax0);
-  acc1 = finish(lo1, hi1, emax1);
+  acc0 = mma_finish(lo0, hi0, emax0);
+  acc1 = mma_finish(lo1, hi1, emax1);
 }
 
 // ex2.approx.f32 as modelled (nv::ex2_approx) on a vector: nv::exp2_fp64's operations lane by lane (the
@@ -256,14 +275,14 @@ FASTUDY_INLINE void score_lanes_x2(const Fa2Geometry& g, const Fa2Operand& at, c
 template <Format F>
 void fa2_forward_rows(const Fa2Geometry& g, const Fa2Operand& qt, const Fa2Operand& k, const Fa2Operand& vt,
                       std::int64_t row0, int block_n, std::int64_t nb_lo, std::int64_t nb_hi, bool split,
-                      std::vector<FV>& acc, std::vector<float>& p16, std::vector<std::int32_t>& pe, FV* lse_out) {
+                      FVs& acc, std::vector<float>& p16, std::vector<std::int32_t>& pe, FV* lse_out) {
   const FV sl2 = splat(g.scale_log2);
   acc.assign(static_cast<std::size_t>(g.d16), FV{});
   p16.resize(static_cast<std::size_t>(block_n * kFL));
   pe.resize(static_cast<std::size_t>(block_n * kFL));
   FV m = splat(kNegInf<float>);
   FV l[4] = {FV{}, FV{}, FV{}, FV{}};  // the row sum of each lane of an MMA quad (softmax.h reduce_sum)
-  std::vector<FV> s(static_cast<std::size_t>(block_n));
+  FVs s(static_cast<std::size_t>(block_n));
   for (std::int64_t nb = nb_hi - 1; nb >= nb_lo; --nb) {  // "We iterate over the blocks in reverse order"
     const bool first = nb == nb_hi - 1;
     const std::int64_t j0 = nb * block_n;
@@ -372,14 +391,14 @@ void fa2_pytorch_forward_head(const AttentionShape& shape, int sm_count, const f
       kk.set<F>(i, t, k[i * g.d + t]);
       vt.set<F>(t, i, v[i * g.d + t]);
     }
-  std::vector<FV> acc;
+  FVs acc;
   std::vector<float> p16;
   std::vector<std::int32_t> pe;
   const int splits = launch.num_splits;
   std::vector<std::vector<float>> o_split(static_cast<std::size_t>(splits));
   std::vector<float> lse_split(static_cast<std::size_t>(splits));
-  std::vector<FV> lse_vec(static_cast<std::size_t>(splits));
-  std::vector<std::vector<FV>> o_vec(static_cast<std::size_t>(splits));
+  FVs lse_vec(static_cast<std::size_t>(splits));
+  std::vector<FVs> o_vec(static_cast<std::size_t>(splits));
   std::vector<const float*> parts(static_cast<std::size_t>(splits));
   std::vector<float> row_out(static_cast<std::size_t>(g.d16));
   for (std::int64_t row0 = 0; row0 < g.n; row0 += kFL) {

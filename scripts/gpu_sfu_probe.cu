@@ -1,10 +1,11 @@
 // The GPU's ex2.approx.f32 and lg2.approx.f32 (what exp2f and __logf compile to) on every fp32 input of a
-// few ranges, against 2^x and log2 x rounded to fp32 toward zero (RZ, kernels/nv_math_model.hpp's model)
+// few ranges, against 2^x and log2 x rounded to fp32 toward zero (RZ)
 // and to nearest (RN): how often each agrees, the histogram of hw - RZ in ulps, and, where the hardware
 // gives RZ or the next value outward, how often it goes outward as a function of where the exact value
 // lies between the two (16 bins). Self-contained so it runs on a bare GPU machine:
 //   nvcc -O2 -arch=sm_90 scripts/gpu_sfu_probe.cu -o sfu && ./sfu
-// Results on the H200 (2026-11-27) are in docs/readings.md (launch = "pytorch", what still differs).
+// Its output on the H200 (2026-11-27) is tests/data/sfu_probe/h200.txt; kernels/nv_math_model.hpp's model
+// of the unit gives the same counts (docs/readings.md, "The special function unit").
 #include <cstdio>
 #include <cstdint>
 typedef unsigned long long U;
@@ -23,4 +24,7 @@ template<int O>void r(const char*m,unsigned lo,unsigned hi){U z[48]={0};cudaMemc
 k<O><<<2112,256>>>(lo,(U)hi-lo);U c[48];cudaMemcpyFromSymbol(c,C,sizeof c,O*sizeof c);U n=hi-lo;
 printf("%s n=%llu RN-equal %.6f\n hw-RZ ulp -4..4:",m,n,c[10]/(double)n);for(int i=0;i<9;i++)printf(" %llu",c[i]);printf(" other %llu\n frac: P(up)[n]",c[9]);
 for(int b=0;b<16;b++){U up=c[32+b],dn=c[16+b];printf(" %d:%.3f[%llu]",b,up/(double)(up+dn+1e-300),up+dn);}printf("\n");}
-int main(){r<0>("ex2 (-126,0]",0x80000000u,0xC2FC0000u);r<0>("ex2 [-20,-1/64]",0xBC800000u,0xC1A00001u);r<0>("ex2 [-1,-1/64]",0xBC800000u,0xBF800001u);r<0>("ex2 [-20,-8]",0xC1000000u,0xC1A00001u);r<1>("lg2 [1,256)",0x3F800000u,0x43800000u);r<1>("lg2 [1,65536)",0x3F800000u,0x47800000u);r<1>("lg2 [2,4)",0x40000000u,0x40800000u);r<1>("lg2 [0.5,2)",0x3F000000u,0x40000000u);}
+int main(){r<0>("ex2 (-126,0]",0x80000000u,0xC2FC0000u);r<0>("ex2 [-1,0]",0x80000000u,0xBF800001u);r<0>("ex2 [0,128)",0,0x43000000u);
+r<1>("lg2 normals",0x00800000u,0x7F800000u);r<1>("lg2 [1,65536)",0x3F800000u,0x47800000u);r<1>("lg2 [0.5,2)",0x3F000000u,0x40000000u);
+r<0>("ex2 [-20,-1/64]",0xBC800000u,0xC1A00001u);r<0>("ex2 [-1,-1/64]",0xBC800000u,0xBF800001u);r<0>("ex2 [-20,-8]",0xC1000000u,0xC1A00001u);
+r<1>("lg2 [1,256)",0x3F800000u,0x43800000u);r<1>("lg2 [2,4)",0x40000000u,0x40800000u);}

@@ -9,8 +9,8 @@
 //                 a zero accumulator (gemm: cute::gemm per k-slice, in order), O += P V over the block's keys
 //                 in chunks of 16 (gemm_rs), and in the backward dP = dO V^T, dV += P^T dO, dK += dS^T Q (over
 //                 the row block's rows), dQ = dS K (over the key block's keys, a fresh accumulator);
-//   exp2f, __logf ex2.approx.f32 and lg2.approx.f32 (kernels/nv_math_model.hpp, modelled as 2^x and log2 x
-//                 rounded toward zero), logf and expf of the combine kernel libdevice's accurate code;
+//   exp2f, __logf ex2.approx.f32 and lg2.approx.f32, the special function unit's table interpolation
+//                 (kernels/nv_math_model.hpp), logf and expf of the combine kernel libdevice's accurate code;
 //   the rest      one fp32 operation each, rounded to nearest, contracted into an fma where nvcc contracts
 //                 it (checked in the PTX nvcc 13.0 emits for the same expressions) and nowhere else.
 // Storage format F is fp16 or bf16 (FlashAttention-2 runs no other); T is float.
@@ -151,27 +151,62 @@ FASTUDY_INLINE void mma_lanes_x2(FV& acc0, FV& acc1, const float* a, const std::
   acc1 = mma_finish(lo1, hi1, emax1);
 }
 
-// ex2.approx.f32 as modelled (nv::ex2_approx) on a vector: nv::exp2_fp64's operations lane by lane (the
-// same bits), its top 24 bits kept (toward zero: the low 29 fraction bits of the fp64 value cleared). Lanes
-// below -126 (fp32 subnormal results), at or above 128, or NaN take the scalar model.
-FASTUDY_INLINE FV ex2_lanes(FV x) {
-  const IV special = (x < -126.0f) | (x >= 128.0f) | (x != x);
-  const FV xc = special ? FV{} : x;
-  const DVL xd = __builtin_convertvector(xc, DVL);
-  const DVL magic = DVL{} + 6755399441055744.0;  // 1.5 * 2^52
-  const DVL shifted = xd + magic;
-  const DVL n = shifted - magic;
-  const DVL f = xd - n;
-  DVL p = DVL{} + nv::kExp2Taylor[12];
-  for (int k = 11; k >= 0; --k) p = p * f + nv::kExp2Taylor[k];
-  const LVL e = ((LVL)shifted - (LVL)magic) + 1023;  // n, the integer in shifted's low bits
-  const DVL r = p * (DVL)(e << 52);
-  const LVL top = (LVL)r & ~((std::int64_t{1} << 29) - 1);
-  FV out = __builtin_convertvector((DVL)top, FV);
-  if (any_lane(special))
-    for (int l = 0; l < kFL; ++l)
-      if (special[l]) out[l] = nv::ex2_approx(x[l]);
+// table[idx] lane by lane (a gather where the instruction set has one).
+FASTUDY_INLINE IV gather_lanes(const std::int32_t* table, IV idx) {
+#if defined(__AVX512F__) && FASTUDY_VEC_BYTES == 64
+  return (IV)_mm512_i32gather_epi32((__m512i)idx, table, 4);
+#elif defined(__AVX2__) && FASTUDY_VEC_BYTES == 32
+  return (IV)_mm256_i32gather_epi32(table, (__m256i)idx, 4);
+#else
+  IV out;
+  for (int l = 0; l < kFL; ++l) out[l] = table[idx[l]];
   return out;
+#endif
+}
+
+// ex2.approx.f32 (exp2f) on a vector: nv::ex2_approx's steps lane by lane (the same bits; NaN lanes take
+// the scalar model). The interpolation's sum A 2^13 + B r + C sq + 0x77E2 (below 2^41) is formed in two
+// int32 halves, r = rh 2^9 + rl: H = A 2^4 + B rh (< 2^31) and L = B rl + C sq + 0x77E2 (< 2^27), and
+// (H 2^9 + L) >> 15 = (H + (L >> 9)) >> 6.
+FASTUDY_INLINE FV ex2_lanes(FV x) {
+  static_assert(sizeof(nv::SfuSegment) == 3 * sizeof(std::int32_t), "the table is read as int32 triples");
+  if (__builtin_expect(any_lane(x != x), 0)) {
+    FV out;
+    for (int l = 0; l < kFL; ++l) out[l] = nv::ex2_approx(x[l]);
+    return out;
+  }
+  const IV halved = x < -126.0f;  // the compiler's expansion: MUFU.EX2(x / 2) squared
+  const IV u = (IV)(halved ? x * 0.5f : x);
+  const IV negative = u < 0;
+  const IV e = ((u >> 23) & 0xFF) - 127;
+  const IV big = e >= 7;  // |x| >= 128 and +-inf: 0 or +inf by the sign
+  // The 7.23 fixed-point magnitude, truncated (a subnormal or zero x shifts out to 0).
+  const IV sig = (u & 0x7FFFFF) | 0x800000;
+  const IV left = (e > 0) & ~big ? e : 0;
+  const IV right = e < -31 ? 31 : (e < 0 ? -e : 0);
+  const IV fixed = (sig << left) >> right;
+  IV ipart = fixed >> 23, f = fixed & 0x7FFFFF;
+  const IV nonzero = f != 0;
+  ipart = negative ? nonzero - ipart : ipart;  // -ipart - 1 where f != 0 (nonzero is -1 there), else -ipart
+  f = negative & nonzero ? ~f & 0x7FFFFF : f;
+  const IV seg3 = (f >> 17) * 3, r = f & 0x1FFFF;
+  IV sq{};
+  for (int i = 2; i < 17; ++i) sq += ((r << (31 - i)) >> 31) & (r >> (18 - i));  // nv::sfu_square
+  sq >>= 1;
+  const std::int32_t* table = &nv::kSfuEx2[0].value;
+  const IV a = gather_lanes(table, seg3), b = gather_lanes(table + 1, seg3), c = gather_lanes(table + 2, seg3);
+  const IV high = (a << 4) + b * (r >> 9);
+  const IV low = b * (r & 0x1FF) + c * sq + 0x77E2;
+  IV sig_out = (high + (low >> 9)) >> 6;
+  const IV carry = sig_out >> 24;  // 1 where the interpolation reached 2
+  sig_out >>= carry;
+  const IV biased = ipart + 127 + carry;
+  const FV inf = splat(std::numeric_limits<float>::infinity());
+  FV h = (FV)((biased << 23) | (sig_out & 0x7FFFFF));
+  h = biased <= 0 ? FV{} : h;
+  h = biased >= 0xFF ? inf : h;
+  h = big ? (negative ? FV{} : inf) : h;
+  return halved ? h * h : h;
 }
 
 template <Format F>

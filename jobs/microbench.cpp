@@ -30,6 +30,7 @@
 #include "jobs/microbench_points.hpp"
 #include "jobs/microbench_preflight.hpp"
 #include "jobs/microbench_saved.hpp"
+#include "jobs/preflight.hpp"
 #include "jobs/microbench_sdpa.hpp"
 #include "jobs/microbench_torch.hpp"
 #include "jobs/microbench_table.hpp"
@@ -467,6 +468,9 @@ int job_microbench(JobContext& ctx) {
 
   bool skip = false;
   on_root(world, [&] {
+    if (!saved_points.empty() && !(ctx.opts.resume && !ctx.opts.force && file_exists(saved_path)))
+      check_output_space(ctx.out_dir, static_cast<double>(saved_outputs_bytes(saved_points)),
+                         std::string(kSavedOutputsName) + " (save_outputs: every saved point's inputs and outputs)");
     prepare_output(ctx);
     skip = ctx.opts.resume && !ctx.opts.force && file_exists(csv_path) && file_exists(h5_path) &&
            (saved_points.empty() || file_exists(saved_path)) &&

@@ -39,6 +39,7 @@
 #include "base/progress.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
+#include "jobs/preflight.hpp"
 #include "jobs/reduce_import.hpp"
 #include "jobs/reduce_output.hpp"
 #include "src/io/checkpoint.hpp"
@@ -461,6 +462,7 @@ int job_reduce(JobContext& ctx) {
     ImportCheck check = check_imports(st, &world);
     plan = std::move(check.plan);
     on_root(world, [&] {
+      check_output_space(out, static_cast<double>(reduce_output_bytes(plan)), "the reduce's results (deviation.h5, deviation.csv, ...)");
       if (!file_exists(path("study.toml")) || ctx.opts.command == "run") prepare_output(ctx);
       manifest::add(out, {{manifest::Kind::file, "reduce", "imported.csv"}});
       write_imported_csv(out, check.records, ctx.prov);
@@ -468,6 +470,9 @@ int job_reduce(JobContext& ctx) {
   } else {
     on_root(world, [&] { check_study_dir(st, out); });
     plan = agree_on_plan(st, out, ctx.opts.allow_missing, world);
+    on_root(world, [&] {
+      check_output_space(out, static_cast<double>(reduce_output_bytes(plan)), "the reduce's results (deviation.h5, deviation.csv, ...)");
+    });
   }
   const auto t_checked = std::chrono::steady_clock::now();
   log::info("reduce: " + std::to_string(plan.variants.size()) + " variants x " + std::to_string(plan.steps.size()) +

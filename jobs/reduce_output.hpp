@@ -1,6 +1,7 @@
 // The files `fastudy reduce` writes on rank 0 (jobs/reduce.cpp), each whole and sealed with its
 // checksum sidecar, every data row after the provenance header:
-//   OUT/deviation.h5   /steps/<step>/<tensor>/{w1,w2,max_abs,mean_abs,rel_l2}: V x V matrices
+//   OUT/deviation.h5   /steps/<step>/<t>/{w1,w2,max_abs,mean_abs,rel_l2}: V x V matrices of tensor t (its
+//                      index in the plan; the tensor's name is the group's attribute `name`)
 //   OUT/deviation.csv  one row per step, tensor and pair (tensor "model" is the whole model)
 //   OUT/axes.csv       each grid axis's role, baseline, replicate flag and values (the verdict's input)
 //   OUT/ranking.csv    one row per source (axis), condition ("*": pooled) and value pair, and step
@@ -39,6 +40,11 @@ struct ReducePlan {
 // The result of task k = (step k / T, tensor k % T) of T tensors: kMetrics V x V row-major matrices,
 // metric-major (metric m, pair (i, j) at (m V + i) V + j).
 using TaskResults = std::vector<std::vector<double>>;
+
+// The bytes the files above take for `plan`, for the disk check before the reduce works: every matrix
+// value (8 bytes) of deviation.h5 with HDF5's metadata (at most 4 KiB per group, 1 KiB per dataset),
+// every deviation.csv row at its length (25 bytes a number), and 1 MiB for the other CSVs.
+std::uint64_t reduce_output_bytes(const ReducePlan& plan);
 
 void write_deviation_h5(const std::string& path, const ReducePlan& plan, const TaskResults& results,
                         const Provenance& prov);

@@ -517,7 +517,8 @@ Variant variant_with(const Study& st, const Variant& base, const std::vector<std
     if (row->type == AxisType::integer) value = std::to_string(*whole_number(raw));
     if (row->type == AxisType::real) value = shortest_number_text(*real_number(raw));
     row->apply(var, value);
-    auto it = std::find_if(var.axes.begin(), var.axes.end(), [&](const auto& a) { return a.first == axis; });
+    const std::string& name = axis;  // a structured binding is captured by clang only from C++20 on (clang 16)
+    auto it = std::find_if(var.axes.begin(), var.axes.end(), [&](const auto& a) { return a.first == name; });
     if (it != var.axes.end()) it->second = value;
     else var.axes.emplace_back(axis, value);
     suffix += "+" + axis + "=" + value;

@@ -289,7 +289,8 @@ TEST(Config, CustomPolicyMaxOffsetReachesItsKindsAndTheHash) {
 }
 
 TEST(Config, ShippedConfigsLoad) {
-  for (const char* name : {"quick.toml", "ci.toml", "microbench.toml", "paper.toml", "repeated_max.toml"}) {
+  for (const char* name :
+       {"quick.toml", "ci.toml", "microbench.toml", "paper.toml", "paper-profile.toml", "repeated_max.toml"}) {
     SCOPED_TRACE(name);
     Study st = load_study(std::string(FASTUDY_CONFIGS) + "/" + name);
     EXPECT_FALSE(st.variants.empty());

@@ -131,8 +131,8 @@ TEST(MicrobenchFile, FileRowsShowWhatLaunchPytorchChanges) {
   EXPECT_GE(pytorch.dq, 0.99);
   EXPECT_GE(pytorch.dk, 0.99);
   EXPECT_GE(pytorch.dv, 0.99);
-  EXPECT_GE(pytorch.lse, 0.8);  // exact lse bits; the rest within a few ulp (test_fa2_pytorch)
-  EXPECT_LE(pytorch.lse_ulp, 16);
+  EXPECT_GE(pytorch.lse, 0.95);  // exact lse bits (97.1% measured); the rest 1 or 2 ulp away
+  EXPECT_LE(pytorch.lse_ulp, 2);
   const Agreement blocks = recorded_file_rows(dir, "blocks", "blocks = [[64, 64]]\n");
   EXPECT_LT(blocks.o, 0.95);
   EXPECT_LT(blocks.o, pytorch.o);

@@ -28,9 +28,9 @@
 // GPUs; envytools rounds the 7.23 fixed-point input of ex2 to nearest, the H200 truncates it. Measured
 // against the H200 (scripts/gpu_sfu_probe.cu, its output in tests/data/sfu_probe/h200.txt): on every fp32
 // input of the probe's ranges the model's results fall the same number of times on each ulp offset from
-// 2^x or log2 x rounded toward zero, and in each sixteenth of the ulp, as the hardware's did (ex2: all
-// 3.4 billion inputs of (-126, 0], [0, 128) and the kernel's [-20, -1/64]; lg2: see docs/readings.md);
-// tests/kernels/test_fa2_pytorch.cpp (NvMathModel.CountsOfTheH200) keeps two of the ranges.
+// 2^x or log2 x rounded toward zero, and in each sixteenth of the ulp, as the hardware's did (ex2 on the
+// kernel's [-20, -1/64], 86 million inputs; lg2 on [2, 4); on lg2's [1, 256) all but 2 of 67 million;
+// docs/readings.md); tests/kernels/test_fa2_pytorch.cpp (NvMathModel.CountsOfTheH200) keeps two ranges.
 #pragma once
 
 #include <cmath>

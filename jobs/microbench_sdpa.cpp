@@ -3,13 +3,14 @@
 // sdpa_attention throws if it is reached anyway.
 #include "jobs/microbench_sdpa.hpp"
 
-#include <torch/torch.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "base/error.hpp"
 #include "fastudy/version.hpp"
+#include "src/train/libtorch.hpp"
 #include "src/train/sdpa.hpp"
 
 namespace fastudy {

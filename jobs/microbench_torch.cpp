@@ -5,8 +5,6 @@
 // B batch, H heads, N sequence, d head dim; tensors are [B, H, N, d], lse [B, H, N, 1].
 #include "jobs/microbench_torch.hpp"
 
-#include <torch/torch.h>
-
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -15,6 +13,7 @@
 
 #include "base/error.hpp"
 #include "fastudy/version.hpp"
+#include "src/train/libtorch.hpp"
 
 namespace fastudy {
 namespace {

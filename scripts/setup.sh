@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Install fastudy's dependencies from Debian's packages and build it (Release, CPU; CUDA parts too
-# when nvcc is found). Usage: scripts/setup.sh [BUILD_DIR]   (default: build)
+# Install fastudy's dependencies from Debian's packages and build the program, `fastudy` (Release, CPU;
+# CUDA parts too when nvcc is found): what the demo needs. The tests and benchmarks are built by
+# scripts/test.sh, in the same build folder, on top of this build. Usage: scripts/setup.sh [BUILD_DIR]
+# (default: build)
 # FASTUDY_EXTRA_PACKAGES (space-separated) adds Debian packages to the same install (scripts/test.sh
 # uses it for what only the tests need). Safe to run again: apt skips what is installed and the build
 # is incremental.
@@ -33,5 +35,5 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
-cmake --build "$build_dir" -j2
+cmake --build "$build_dir" -j2 --target fastudy
 echo "setup: built $build_dir/fastudy"

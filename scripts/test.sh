@@ -9,6 +9,8 @@ build_dir=${1:-build}
 # (tests/report/test_browser.py); clang with libFuzzer and the sanitizers' runtimes for the fuzz
 # harnesses of the readers of untrusted files (tests/fuzz).
 FASTUDY_EXTRA_PACKAGES="python3-torch chromium clang libclang-rt-dev ${FASTUDY_EXTRA_PACKAGES:-}" scripts/setup.sh "$build_dir"
+# Everything else (the tests, the benchmarks), on top of the program setup.sh built.
+cmake --build "$build_dir" -j2
 # A single-node Slurm (munge, slurmctld, slurmd) for the real-Slurm test; the test starts and stops it.
 if [ "$(id -u)" -eq 0 ]; then
   bash scripts/slurm-local.sh install || echo "test: Slurm could not be installed; the real-Slurm test will skip"

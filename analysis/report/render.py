@@ -7,6 +7,7 @@ referenced as files in report_files/ next to it.
 
 import base64
 import html
+import re
 
 from .doc import Bullets, Cell, Figure, Num, Pre, Table, Text, plain
 
@@ -135,16 +136,34 @@ def render_html(title, subtitle, sections):
 
 def _md_cell(cell):
     """A cell's text on one line: a Cell's second line follows in parentheses, its fold is listed under
-    the table (_md_folds). Whatever a name in it holds stays text in its cell: '&', '<' and '>' are
-    written as entities (no raw HTML), a backslash, '|' (a cell boundary) and the characters of inline
-    markup ('*', '`', '[', ']', '~', '$': emphasis, code, links, math) escaped with a backslash."""
+    the table (_md_folds). Whatever a name in it holds stays text in its cell: '&' and '<' are written
+    as entities (no raw HTML: '<' opens every tag; a lone '>' stays, it quotes only at a line's start),
+    '|' (a cell boundary) is escaped, and outside the renderer's own code spans (`text`, balanced
+    backticks, as _inline_code reads them for HTML) so are a backslash and the characters of inline
+    markup ('*', '`', '~', '$': emphasis, code, math; a ']' that would close a link). Inside a code span markdown
+    reads no markup, so its text shows as it is."""
     text = plain(cell)
     if isinstance(cell, Cell) and cell.sub:
         text += f" ({plain(cell.sub)})"
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\\", "\\\\")
-    for c in "|*`[]~$":
+    text = text.replace("\n", " ")
+    pieces = text.split("`")
+    if len(pieces) < 3 or len(pieces) % 2 == 0:
+        return _md_text(text)
+    return "".join("`" + _md_code(s) + "`" if i % 2 else _md_text(s) for i, s in enumerate(pieces))
+
+
+def _md_code(text):
+    """Inside a code span: '|' escaped (GFM splits the row before it reads the span), '&' and '<' as entities."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
+
+
+def _md_text(text):
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace("\\", "\\\\")
+    for c in "|*`~$":
         text = text.replace(c, "\\" + c)
-    return text.replace("\n", " ")
+    # A link or an image needs '](' or '][' (the report defines no references for a bare '[x]'):
+    # escaping that ']' keeps an interval's "[0.27, 0.42]" as it is and every link out.
+    return re.sub(r"\](?=[(\[])", r"\\]", text)
 
 
 def _md_folds(rows):

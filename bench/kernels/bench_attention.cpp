@@ -20,8 +20,9 @@
 //
 // Run: build/bench/kernels/bench_attention [--benchmark_filter=REGEX] [--benchmark_repetitions=3]
 // B batch, H heads, N sequence, d head dim.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
-#include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>

@@ -36,6 +36,7 @@
 // Shapes: B batch, H heads, N sequence, d head dim, D = H*d.
 #include <ATen/autocast_mode.h>
 #include <benchmark/benchmark.h>
+#include <torch/torch.h>
 #include <torch/version.h>
 
 #include <cmath>

@@ -8,6 +8,7 @@
 
 #include "base/error.hpp"
 #include "src/train/engine.hpp"
+#include "src/train/libtorch.hpp"
 
 namespace fastudy {
 namespace {

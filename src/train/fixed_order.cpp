@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "src/train/libtorch.hpp"
+
 namespace fastudy::train::fixed {
 
 using torch::autograd::AutogradContext;

@@ -23,7 +23,7 @@
 // depend on the thread count (asserted by tests/train/test_threads.cpp at 1 to 4 threads).
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <functional>
@@ -45,17 +45,17 @@ constexpr std::int64_t kElementBlock = 65536;
 void for_each_piece(std::int64_t pieces, const std::function<void(std::int64_t)>& piece);
 
 // a [M, K] times b [K, N] (float or double, any strides), and bias [N] + a b.
-torch::Tensor mm(const torch::Tensor& a, const torch::Tensor& b);
-torch::Tensor addmm(const torch::Tensor& bias, const torch::Tensor& a, const torch::Tensor& b);
+at::Tensor mm(const at::Tensor& a, const at::Tensor& b);
+at::Tensor addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b);
 
 // Sum over the rows of g [M, N] -> [N].
-torch::Tensor column_sums(const torch::Tensor& g);
+at::Tensor column_sums(const at::Tensor& g);
 
 // LayerNorm over the last dimension with LibTorch's kernel (eps), differentiable.
-torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, double eps);
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps);
 
 // LibTorch's GELU ("none" = erf, or "tanh"), differentiable.
-torch::Tensor gelu(const torch::Tensor& x, const char* approximate);
+at::Tensor gelu(const at::Tensor& x, const char* approximate);
 
 // The number of threads that touched a piece since the last reset (tests: proof that the pieces
 // really ran in parallel).

@@ -8,6 +8,7 @@
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
+#include "src/train/libtorch.hpp"
 #include "src/train/rng.hpp"
 
 namespace fastudy::train {

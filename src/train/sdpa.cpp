@@ -5,6 +5,7 @@
 
 #include "base/error.hpp"
 #include "fastudy/version.hpp"
+#include "src/train/libtorch.hpp"
 
 namespace fastudy::train {
 

@@ -7,7 +7,7 @@
 // load_study already refuses the kinds with exit 2 (src/core/grid.cpp, the `attention` axis).
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include "src/core/config.hpp"
 
@@ -17,7 +17,7 @@ namespace fastudy::train {
 // differentiable (LibTorch's autograd). Only `backend` is allowed while it runs; the previous backend
 // switches are restored afterwards. Throws fastudy::Error when the backend cannot run these inputs
 // (LibTorch's reason: dtype, device, head dim) or the build has no SDPA.
-torch::Tensor sdpa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+at::Tensor sdpa_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                              SdpaBackend backend, bool causal);
 
 }  // namespace fastudy::train

@@ -11,6 +11,8 @@
 #include <limits>
 #include <sstream>
 
+#include <ATen/Parallel.h>
+
 #include "base/error.hpp"
 #include "base/number.hpp"
 #include "src/io/checkpoint.hpp"

@@ -11,7 +11,7 @@
 //     and native, fa2 on the tensor cores and mixed, with gradient accumulation and an fp16 loss scale
 //     that changes); --profile times the phases on the device too.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/cuda.h>
 
 #include <cmath>
 #include <cstring>
@@ -21,6 +21,7 @@
 #include "fastudy/version.hpp"
 #include "kernels/format.hpp"
 #include "src/train/engine.hpp"
+#include "src/train/libtorch.hpp"
 #include "src/train/model.hpp"
 #include "src/train/profile.hpp"
 #include "tests/train/tiny.hpp"

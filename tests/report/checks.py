@@ -132,7 +132,8 @@ def verdict_matches_csv(testcase, html_path, verdict_csv):
 
 
 # A ratio written in prose ("10x", "~10x", "0.614x").
-RATIO_WORD = re.compile(r"[~≈]?\d+(?:\.\d+)?\s?x\b")
+# A ratio starts a word: "4x" inside a random folder name (fastudy-report-e2e-9q13zt4x) is no claim.
+RATIO_WORD = re.compile(r"(?<![\w.])[~≈]?\d+(?:\.\d+)?\s?x\b")
 # The one ratio the report states without computing it: the paper's headline (Fig. 4), a documented fact
 # (analysis/report/microbench.py PAPER_RATIO), always attributed to the paper.
 PAPER_FACT = "the paper's ~10x"

@@ -3,7 +3,6 @@
 // bf16, and what each device refuses before work starts (device_problem). The GPU half runs in
 // tests/gpu/test_train_cuda.cpp.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +17,7 @@
 #include "kernels/format.hpp"
 #include "src/core/capabilities.hpp"
 #include "src/train/engine.hpp"
+#include "src/train/libtorch.hpp"
 #include "src/train/model.hpp"
 #include "tests/train/tiny.hpp"
 

@@ -14,6 +14,7 @@
 #include "src/train/data.hpp"
 #include "src/train/dp_reduce.hpp"
 #include "src/train/engine.hpp"
+#include "src/train/libtorch.hpp"
 #include "src/train/model.hpp"
 #include "tests/train/tiny.hpp"
 

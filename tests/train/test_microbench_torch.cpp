@@ -8,8 +8,6 @@
 // bits on one and two LibTorch threads; fp16 refused with LibTorch's reason.
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
-
 #include <cmath>
 #include <string>
 #include <vector>
@@ -18,6 +16,7 @@
 #include "fastudy/version.hpp"
 #include "jobs/microbench_torch.hpp"
 #include "kernels/check.hpp"
+#include "src/train/libtorch.hpp"
 
 namespace fastudy {
 namespace {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "src/train/libtorch.hpp"
 #include "src/train/model.hpp"
 
 namespace fastudy::train {

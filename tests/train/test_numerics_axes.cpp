@@ -9,6 +9,7 @@
 
 #include "jobs/estimate.hpp"
 #include "src/train/engine.hpp"
+#include "src/train/libtorch.hpp"
 #include "src/train/model.hpp"
 #include "tests/train/tiny.hpp"
 

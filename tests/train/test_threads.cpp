@@ -2,7 +2,6 @@
 // training steps give the same bits on 1, 2, 3 and 4 LibTorch threads, the pieces really run on
 // several threads, and the ops stay within their rounding-error bounds of an fp64 reference.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 
 #include "src/train/engine.hpp"
 #include "src/train/fixed_order.hpp"
+#include "src/train/libtorch.hpp"
 #include "src/train/model.hpp"
 #include "tests/train/tiny.hpp"
 

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -25,6 +26,7 @@
 #include "base/progress.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
+#include "jobs/microbench_file.hpp"
 #include "jobs/microbench_points.hpp"
 #include "jobs/microbench_preflight.hpp"
 #include "jobs/microbench_saved.hpp"
@@ -32,6 +34,7 @@
 #include "jobs/microbench_sdpa.hpp"
 #include "jobs/microbench_torch.hpp"
 #include "jobs/microbench_table.hpp"
+#include "kernels/fa2_launch.hpp"
 #include "kernels/microbench.hpp"
 #if FASTUDY_HAVE_CUDA_KERNELS
 #include "kernels/cuda/microbench_cuda.hpp"
@@ -58,6 +61,7 @@ struct Tiles {
 };
 std::vector<Tiles> sweep_tiles(const MicrobenchSweep& sw, int d) {
   std::vector<Tiles> out;
+  if (sw.launch == Launch::pytorch) return {{0, 0, 0, "pytorch"}};  // set point by point (launch_tiles)
   if (sw.sram.empty()) {
     for (const auto& [bq, bkv] : sw.blocks) out.push_back({bq, bkv, 0, ""});
     return out;
@@ -139,6 +143,19 @@ struct Readings {
   std::vector<LoopOrder> loop_orders;
 };
 
+// A point of a launch = "pytorch" sweep records the tiles PyTorch's launch picks for its pass and shape
+// (forward: the split-KV kernel's 64 x block_n when it splits).
+void set_launch_tiles(MicrobenchPoint& p) {
+  const AttentionShape shape = microbench_shape(p);
+  if (p.pass == Pass::forward) {
+    const Fa2ForwardLaunch l = fa2_forward_launch(shape, p.sm_count);
+    p.block_q = l.block_m, p.block_kv = l.block_n;
+  } else {
+    const Fa2BackwardLaunch l = fa2_backward_launch(shape, p.sm_count);
+    p.block_q = l.block_m, p.block_kv = l.block_n;
+  }
+}
+
 // Appends every point of sweep `sw` (read from `source`: a captured sweep's shape is the model's) under
 // `readings`, in the order pass, format, policy, rounding, N, d, tiles, loop order, causal, trial; each
 // takes the sweep's input settings (batch, heads, distribution, outliers, sink logit, seed).
@@ -171,6 +188,9 @@ void add_points(std::vector<SweepPoint>& pts, const MicrobenchSweep& sw, const M
                       p.trial = trial;
                       p.batch = sw.batch;
                       p.heads = sw.heads;
+                      p.launch = sw.launch;
+                      p.sm_count = sw.sm_count;
+                      if (sw.launch == Launch::pytorch) set_launch_tiles(p);
                       p.distribution = sw.distribution;
                       p.outlier_fraction = sw.outlier_fraction;
                       p.outlier_scale = sw.outlier_scale;
@@ -186,21 +206,45 @@ void add_points(std::vector<SweepPoint>& pts, const MicrobenchSweep& sw, const M
                     }
 }
 
+// Where a file sweep's input_file is named in messages.
+std::string input_file_key(const Study& st, const MicrobenchSweep& sw) {
+  return st.file + ": [microbench] sweep '" + sw.name + "': input_file";
+}
+
 }  // namespace
 
 std::vector<SweepPoint> expand_points(const Study& st) {
   std::vector<SweepPoint> pts;
   for (const auto& sw0 : st.microbench.sweeps) {
-    // A captured sweep has the shape of the model's attention on one batch of the variant.
-    MicrobenchSweep captured_shape;
+    // A captured sweep has the shape of the model's attention on one batch of the variant; a file sweep
+    // the shape of the file's tensors, one trial (every trial would read the same values).
+    MicrobenchSweep given_shape;
+    const bool given = sw0.distribution == InputDistribution::captured || sw0.distribution == InputDistribution::file;
     if (sw0.distribution == InputDistribution::captured) {
-      captured_shape = sw0;
-      captured_shape.seq_lens = {st.model.seq_len};
-      captured_shape.head_dims = {st.model.d_model / st.model.heads};
-      captured_shape.batch = captured_variant(st, sw0).train.batch;
-      captured_shape.heads = st.model.heads;
+      given_shape = sw0;
+      given_shape.seq_lens = {st.model.seq_len};
+      given_shape.head_dims = {st.model.d_model / st.model.heads};
+      given_shape.batch = captured_variant(st, sw0).train.batch;
+      given_shape.heads = st.model.heads;
+    } else if (sw0.distribution == InputDistribution::file) {
+      const FileShape f = microbench_file_shape(sw0.input_file, input_file_key(st, sw0));
+      const auto limit = static_cast<std::int64_t>(std::numeric_limits<int>::max());
+      if (f.batch > limit || f.heads > limit || f.seq_len > limit || f.head_dim > limit)
+        throw UsageError(input_file_key(st, sw0) + ": '" + sw0.input_file + "': q's shape does not fit the microbenchmark",
+                         "use tensors of at most 2^31 - 1 along each dimension");
+      given_shape = sw0;
+      given_shape.seq_lens = {static_cast<int>(f.seq_len)};
+      given_shape.head_dims = {static_cast<int>(f.head_dim)};
+      given_shape.batch = static_cast<int>(f.batch);
+      given_shape.heads = static_cast<int>(f.heads);
+      given_shape.trials = 1;
+      if (sw0.launch == Launch::pytorch && f.head_dim > kFa2MaxHeadDim)
+        throw UsageError(input_file_key(st, sw0) + ": '" + sw0.input_file + "' has head dim " +
+                             std::to_string(f.head_dim) + ", and launch = \"pytorch\" runs head dims up to " +
+                             std::to_string(kFa2MaxHeadDim),
+                         "set launch = \"blocks\" for this file");
     }
-    const MicrobenchSweep& sw = sw0.distribution == InputDistribution::captured ? captured_shape : sw0;
+    const MicrobenchSweep& sw = given ? given_shape : sw0;
     // Our kernels: every policy, rounding, tile and loop order. The framework's kernels: one point per
     // input (pass, format, shape, causal, trial), policy "native" (the hardware's own arithmetic), no
     // tiles of ours (block sizes 0, tile rule "native").
@@ -250,6 +294,38 @@ void check_captured_checkpoints(const Study& st, const std::string& out_dir) {
   }
 }
 
+// The input files of the file sweeps, read and checked on every rank before any work (collective): a
+// refused file is a UsageError on every rank (the rank's own message, or that another rank refused it);
+// a file whose outputs (o, lse, dq, dk, dv) are in a format the sweep's formats do not list is refused
+// too, since no point could compare them. Keyed by path.
+std::map<std::string, FileInputs> read_input_files(const Study& st, mpi::Comm& world) {
+  std::map<std::string, FileInputs> files;
+  std::optional<UsageError> refused;
+  for (const auto& sw : st.microbench.sweeps) {
+    if (sw.distribution != InputDistribution::file || refused) continue;
+    const bool backward = std::find(sw.passes.begin(), sw.passes.end(), Pass::backward) != sw.passes.end();
+    try {
+      auto it = files.find(sw.input_file);
+      if (it == files.end() || (backward && it->second.values.dout.empty()))
+        it = files.insert_or_assign(sw.input_file, read_microbench_file(sw.input_file, backward, input_file_key(st, sw))).first;
+      const FileInputs& in = it->second;
+      if (in.output_format &&
+          std::find(sw.formats.begin(), sw.formats.end(), *in.output_format) == sw.formats.end())
+        throw UsageError(input_file_key(st, sw) + ": '" + sw.input_file + "' holds outputs in " +
+                             std::string(to_string(*in.output_format)) + ", and the sweep's formats do not list " +
+                             std::string(to_string(*in.output_format)) + ", so no point could compare them",
+                         "add \"" + std::string(to_string(*in.output_format)) + "\" to formats");
+    } catch (const UsageError& e) {
+      refused = e;
+    }
+  }
+  if (world.allreduce_max(std::int64_t{refused ? 1 : 0}) != 0) {
+    if (refused) throw *refused;
+    throw UsageError(st.file + ": [microbench] another rank refused an input_file", "see that rank's message");
+  }
+  return files;
+}
+
 // The tiles of every point of our CUDA kernels, in point order (for the preflight).
 std::vector<CudaPointTiles> cuda_point_tiles(const std::vector<SweepPoint>& points) {
   std::vector<CudaPointTiles> tiles;
@@ -297,12 +373,17 @@ void keep_inputs(const MicrobenchRun& run, SavedValues& saved) {
 // and the outputs of saved_algorithms(sp) by name.
 std::vector<MicrobenchRow> point_rows(const Study& st, const std::string& out_dir, const SweepPoint& sp, int threads,
                                       int device, std::map<std::string, MicrobenchInputs>& capture_cache,
-                                      SavedValues* saved) {
+                                      const std::map<std::string, FileInputs>& files, SavedValues* saved) {
   std::optional<ReadingPolicies> policy;
   if (st.attention.custom_policies.count(sp.point.policy))
     policy = resolve_reading(st.attention, sp.point.policy, sp.point.format);
   const MicrobenchInputs* captured = nullptr;
+  const FileInputs* file = nullptr;
   if (sp.point.distribution == InputDistribution::captured) captured = &captured_inputs(st, out_dir, *sp.source, capture_cache);
+  if (sp.point.distribution == InputDistribution::file) {
+    file = &files.at(sp.source->input_file);
+    captured = &file->values;
+  }
   std::vector<MicrobenchRow> rows;
   if (!sp.framework.empty()) {
     // The inputs rounded to the format (the pure reading's q, k, v and grad formats).
@@ -325,6 +406,8 @@ std::vector<MicrobenchRow> point_rows(const Study& st, const std::string& out_di
   }
   MicrobenchRun run;
   rows = run_microbench_point(sp.point, policy, threads, captured, &run);
+  if (file != nullptr)
+    if (std::optional<MicrobenchRow> row = microbench_file_row(run, *file)) rows.push_back(std::move(*row));
   if (saved != nullptr) {
     keep_inputs(run, *saved);
     saved->outputs["flash"] = run.flash.values;
@@ -369,6 +452,7 @@ int job_microbench(JobContext& ctx) {
 
   const std::vector<SweepPoint> points = expand_points(st);
   check_captured_checkpoints(st, ctx.out_dir);
+  const std::map<std::string, FileInputs> files = read_input_files(st, world);
   const int device = microbench_cuda_preflight(st, cuda_point_tiles(points), world);
 
   // save_outputs: the points of the sweeps that ask, numbered in point order (microbench_saved.hpp).
@@ -432,7 +516,7 @@ int job_microbench(JobContext& ctx) {
     const SweepPoint& sp = points[i];
     SavedValues values;
     const bool save = saved_index[i] >= 0;
-    for (const auto& row : point_rows(st, ctx.out_dir, sp, threads, device, capture_cache, save ? &values : nullptr))
+    for (const auto& row : point_rows(st, ctx.out_dir, sp, threads, device, capture_cache, files, save ? &values : nullptr))
       microbench_table::put_record(mine, i, microbench_table::record_of(sp.sweep, row));
     if (save) saved->write(static_cast<std::size_t>(saved_index[i]), values);
     ++done;

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "base/number.hpp"
+#include "kernels/fa2_launch.hpp"
 #include "base/quote.hpp"
 
 namespace fastudy::microbench_table {
@@ -40,6 +41,19 @@ const Column kColumns[] = {
      }},
     {"loop_order", ColumnType::text,
      [](const std::string&, const MicrobenchRow& r) -> Cell { return std::string(to_string(r.point.loop_order)); }},
+    {"launch", ColumnType::text,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return std::string(to_string(r.point.launch)); }},
+    {"sm_count", ColumnType::integer,
+     [](const std::string&, const MicrobenchRow& r) -> Cell {
+       return std::int64_t{r.point.launch == Launch::pytorch ? r.point.sm_count : 0};
+     }},
+    // The forward's KV splits under launch = "pytorch" (the backward's O and lse come from that forward); 1
+    // for the fixed tiles of launch = "blocks".
+    {"kv_splits", ColumnType::integer,
+     [](const std::string&, const MicrobenchRow& r) -> Cell {
+       if (r.point.launch != Launch::pytorch) return std::int64_t{1};
+       return std::int64_t{fa2_forward_launch(microbench_shape(r.point), r.point.sm_count).num_splits};
+     }},
     {"causal", ColumnType::integer,
      [](const std::string&, const MicrobenchRow& r) -> Cell { return std::int64_t{r.point.causal ? 1 : 0}; }},
     {"trial", ColumnType::integer,
@@ -65,6 +79,21 @@ const Column kColumns[] = {
     {"bit_identical", ColumnType::real,
      [](const std::string&, const MicrobenchRow& r) -> Cell { return r.bit_identical; }},
     {"max_ulp_vs", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.max_ulp_vs; }},
+    // The "file" row's agreement per output tensor (NaN where a tensor is not compared).
+    {"bit_identical_o", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.o.bit_identical; }},
+    {"max_ulp_o", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.o.max_ulp; }},
+    {"bit_identical_lse", ColumnType::real,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return r.lse.bit_identical; }},
+    {"max_ulp_lse", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.lse.max_ulp; }},
+    {"bit_identical_dq", ColumnType::real,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return r.dq.bit_identical; }},
+    {"max_ulp_dq", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.dq.max_ulp; }},
+    {"bit_identical_dk", ColumnType::real,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return r.dk.bit_identical; }},
+    {"max_ulp_dk", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.dk.max_ulp; }},
+    {"bit_identical_dv", ColumnType::real,
+     [](const std::string&, const MicrobenchRow& r) -> Cell { return r.dv.bit_identical; }},
+    {"max_ulp_dv", ColumnType::real, [](const std::string&, const MicrobenchRow& r) -> Cell { return r.dv.max_ulp; }},
 };
 
 }  // namespace

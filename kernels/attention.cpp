@@ -7,6 +7,7 @@
 #include <cmath>
 #include <exception>
 #include <string>
+#include <type_traits>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -16,6 +17,7 @@
 #include "base/cpu.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/detail/attention_isa.hpp"
+#include "kernels/fa2_launch.hpp"
 
 namespace fastudy {
 namespace {
@@ -32,6 +34,43 @@ const detail::AttentionIsa& select_isa() {
     return detail::attention_isa_generic();
   }();
   return *isa;
+}
+
+// Whether a call runs PyTorch's FlashAttention-2 launch (kernels/detail/fa2_pytorch.hpp): the flash kind
+// of a policy whose kernel is fa2, under Launch::pytorch.
+bool pytorch_launch(const AttentionParams& params) {
+  return params.launch == Launch::pytorch && params.attention == AttentionKind::flash &&
+         params.policy.kernel == FlashKernel::fa2;
+}
+
+// Launch::pytorch models one kernel: the fa2 preset's policy at fp16 or bf16 (the formats FlashAttention-2
+// runs), rounding to nearest, no max_offset, a head dim it instantiates and at least one SM.
+void check_pytorch_launch(const AttentionShape& shape, const AttentionParams& params, const std::string& where) {
+  if (!pytorch_launch(params)) return;
+  const PrecisionPolicy& p = params.policy;
+  const Format f = p.q;
+  if (f != Format::fp16 && f != Format::bf16)
+    throw Error(where + "launch = pytorch runs PyTorch's FlashAttention-2 kernel, which takes fp16 or bf16, not " +
+                    std::string(to_string(f)),
+                "use the formats fp16 and bf16 with launch = pytorch, or launch = blocks");
+  const PrecisionPolicy preset = make_policy("fa2", f, AttentionKind::flash);
+  for (const PolicyStep& step : kPolicySteps)
+    if (p.*step.member != preset.*step.member)
+      throw Error(where + "launch = pytorch models the fa2 reading's kernel, and policy '" + p.name + "' stores " +
+                      std::string(step.name) + " in " + std::string(to_string(p.*step.member)) + ", not " +
+                      std::string(to_string(preset.*step.member)),
+                  "use policy fa2 with launch = pytorch");
+  if (p.rounding != Rounding::nearest || p.max_offset != 0.0 || p.quantization != Quantization::none || p.incoherent)
+    throw Error(where + "launch = pytorch models the fa2 kernel, which rounds to nearest without max_offset or "
+                        "quantization (policy '" + p.name + "')",
+                "use policy fa2 with launch = pytorch");
+  if (shape.head_dim > kFa2MaxHeadDim)
+    throw Error(where + "PyTorch's FlashAttention-2 runs head dims up to " + std::to_string(kFa2MaxHeadDim) + ", not " +
+                    std::to_string(shape.head_dim),
+                "use launch = blocks for larger head dims");
+  if (params.sm_count < 1)
+    throw Error(where + "sm_count must be at least 1, not " + std::to_string(params.sm_count),
+                "an H100 SXM or H200 has 132");
 }
 
 void check_arguments(const AttentionShape& shape, const AttentionParams& params, const void* q, const void* k,
@@ -54,6 +93,7 @@ void check_arguments(const AttentionShape& shape, const AttentionParams& params,
                     "of two (the Hadamard transform), not " + std::to_string(d),
                 "use head_dim 64, 128, ... or set incoherent_processing = false in the policy");
   }
+  check_pytorch_launch(shape, params, where);
   const double beta = params.policy.max_offset;
   if (beta != 0.0 && !(beta > 1.0 && std::isfinite(beta))) {
     throw Error(where + "max_offset = " + std::to_string(beta) + " (policy '" + params.policy.name +
@@ -93,6 +133,21 @@ AttentionStats forward_stats(const AttentionShape& shape, const AttentionParams&
   AttentionStats st;
   if (params.attention == AttentionKind::baseline) {
     st.tiles_kv = 1;
+    return st;
+  }
+  if (pytorch_launch(params)) {
+    // Each split rescales a row once per block it visits after its first (within the causal limit).
+    const Fa2ForwardLaunch l = fa2_forward_launch(shape, params.sm_count);
+    const std::int64_t n = shape.seq_len, blocks = (n + l.block_n - 1) / l.block_n;
+    const std::int64_t per_split = l.num_splits > 1 ? l.blocks_per_split : blocks;
+    st.tiles_kv = blocks;
+    std::int64_t total = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t m_block = i / l.block_m;
+      const std::int64_t limit = shape.causal ? std::min(blocks, ((m_block + 1) * l.block_m + l.block_n - 1) / l.block_n) : blocks;
+      for (std::int64_t lo = 0; lo < limit; lo += per_split) total += std::min(limit, lo + per_split) - lo - 1;
+    }
+    st.rescales_per_row = static_cast<double>(total) / static_cast<double>(n);
     return st;
   }
   const std::int64_t n = shape.seq_len, bc = std::min<std::int64_t>(params.block_kv, n);
@@ -137,6 +192,8 @@ AttentionStats attention_forward(const AttentionShape& shape, const AttentionPar
                                  const T* v, T* o, T* lse) {
   check_arguments(shape, params, q, k, v, "attention_forward");
   if (!o) throw Error("attention_forward: null output tensor");
+  if (std::is_same_v<T, double> && pytorch_launch(params))
+    throw Error("attention_forward: launch = pytorch runs on float buffers (its formats are fp16 and bf16)");
   const detail::ForwardFn<T> fn = forward_fn<T>(select_isa());
   over_heads(shape.batch * shape.heads, params.threads, [&](std::int64_t begin, std::int64_t end) {
     fn(shape, params, q, k, v, o, lse, begin, end);
@@ -149,6 +206,8 @@ void attention_backward(const AttentionShape& shape, const AttentionParams& para
                         const T* v, const T* o, const T* lse, const T* dout, T* dq, T* dk, T* dv) {
   check_arguments(shape, params, q, k, v, "attention_backward");
   if (!dout || !dq || !dk || !dv) throw Error("attention_backward: null gradient tensor");
+  if (std::is_same_v<T, double> && pytorch_launch(params))
+    throw Error("attention_backward: launch = pytorch runs on float buffers (its formats are fp16 and bf16)");
   if (params.policy.quantization != Quantization::none || params.policy.incoherent) {
     throw Error("attention_backward: policy '" + params.policy.name +
                     "' quantizes Q, K, V (FlashAttention-3's FP8 path), which has no backward pass",

@@ -238,6 +238,16 @@ enum class LoopOrder : std::uint8_t { kv_outer, q_outer };
 std::string_view to_string(LoopOrder o);
 std::optional<LoopOrder> parse_loop_order(std::string_view name);
 
+// Where a sweep's tiles come from ([microbench] launch):
+//   blocks   the sweep's own `blocks` (or `sram` and `tile_rules`): the paper's tile sweeps;
+//   pytorch  the tiles, KV split and order PyTorch's FlashAttention-2 launch picks for the shape on a GPU
+//            of sm_count SMs; the fa2 reading then runs that launch step by step (kernels/fa2_launch.hpp,
+//            kernels/detail/fa2_pytorch.hpp).
+enum class Launch : std::uint8_t { blocks, pytorch };
+inline constexpr Launch kAllLaunches[] = {Launch::blocks, Launch::pytorch};
+std::string_view to_string(Launch l);
+std::optional<Launch> parse_launch(std::string_view name);
+
 struct AttentionShape {
   std::int64_t batch = 1, heads = 1, seq_len = 1, head_dim = 1;
   bool causal = false;
@@ -256,6 +266,11 @@ struct AttentionParams {
   // global index of its first head and gets the same bits as one rank doing the whole batch.
   std::uint64_t rounding_seed = 0;
   std::int64_t head_offset = 0;
+  // Launch::pytorch: the fa2 reading (policy.kernel fa2, preset "fa2", fp16 or bf16) runs PyTorch's
+  // FlashAttention-2 launch for a GPU of sm_count SMs (kernels/fa2_launch.hpp) and ignores block_q,
+  // block_kv and order; every other kernel runs as the params say.
+  Launch launch = Launch::blocks;
+  int sm_count = 132;
 };
 
 // What a forward call did, for the microbenchmark's columns.

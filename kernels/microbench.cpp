@@ -334,6 +334,8 @@ MicrobenchRun prepare_microbench_point(const MicrobenchPoint& point, const std::
   run.params.block_q = point.block_q;
   run.params.block_kv = point.block_kv;
   run.params.order = point.loop_order;
+  run.params.launch = point.launch;
+  run.params.sm_count = point.sm_count;
   run.params.threads = threads;
   run.params.rounding_seed = rounding_seed;
   run.params.head_offset = 0;  // the point runs whole on one rank

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "kernels/attention.hpp"
+#include "kernels/fa2_launch.hpp"
 #include "kernels/format.hpp"
 
 namespace fastudy {
@@ -50,6 +52,10 @@ struct MicrobenchPoint {
   int sram = 0;
   std::string tile_rule;
   LoopOrder loop_order = LoopOrder::q_outer;
+  // Launch::pytorch: the fa2 reading runs PyTorch's FlashAttention-2 launch for a GPU of sm_count SMs
+  // (kernels/fa2_launch.hpp; block_q and block_kv then record the launch's tiles for the point's pass).
+  Launch launch = Launch::blocks;
+  int sm_count = kHopperSmCount;
   bool causal = false;
   int trial = 0;
   int batch = 1, heads = 2;
@@ -120,6 +126,15 @@ struct MicrobenchRow {
   double vs_cpu = 0, check_bound = 0;
   std::string vs_reading = "-";
   double bit_identical = 0, max_ulp_vs = 0;
+  // The "file" row (a user's outputs read with the inputs, distribution = "file"): per output tensor the
+  // fraction of elements bit-identical with the reading's and the largest difference in ulps (O, dQ, dK,
+  // dV in the point's format, lse in fp32); NaN where the tensor is not compared (not in the file, or not
+  // an output of the point's pass: o and lse on forward points, dq, dk and dv on backward ones).
+  struct TensorAgreement {
+    double bit_identical = std::numeric_limits<double>::quiet_NaN();
+    double max_ulp = std::numeric_limits<double>::quiet_NaN();
+  };
+  TensorAgreement o, lse, dq, dk, dv;
 };
 
 // Real code a microbenchmark row can run beside the emulated readings (docs/microbench.md "Real kernels"), one

@@ -33,6 +33,8 @@ table above use the emulated rows alone (flash, baseline, flash_vs_baseline), an
 
 from collections import defaultdict
 
+import math
+
 import numpy as np
 
 from .doc import Bullets, Section, Table, num, text
@@ -121,6 +123,8 @@ def build(data, figs):
     compared = [r for r in real if r["vs_reading"] != "-"]
     if compared:
         sec.blocks += agreement_blocks(rows, real, data.microbench.provenance)
+    if any(r["algorithm"] == "file" for r in real):
+        sec.blocks += file_blocks(rows, real)
     if any(r["algorithm"] in CUDA_ALGORITHMS or is_framework(r["algorithm"]) for r in real):
         sec.blocks += real_kernel_blocks(rows, real)
     return sec
@@ -177,6 +181,43 @@ def agreement_blocks(emulated, real, provenance):
         blocks.append(Bullets(items))
     blocks += framework_ratio_blocks(emulated, real)
     return blocks
+
+
+def file_blocks(emulated, real):
+    """The outputs read with the inputs (distribution = "file": a kernel the user ran, e.g. the real
+    FlashAttention-2 recorded on a GPU): per output tensor the agreement with the reading's flash kernel, and
+    the paper's question asked of that kernel: its error against the fp64 golden value as a multiple of the
+    framework baseline's (the reading's baseline kind on the same inputs), beside the reading's own flash."""
+    base = {point_key(r): r for r in emulated if r["algorithm"] == "baseline"}
+    flash = {point_key(r): r for r in emulated if r["algorithm"] == "flash"}
+    out = []
+    for r in real:
+        if r["algorithm"] != "file":
+            continue
+        k = point_key(r)
+        b, f = base.get(k), flash.get(k)
+        key = f"microbench.file.{r['sweep']}.{r['pass']}.{r['format']}.{r['policy']}.{r['causal']}"
+
+        def agree(t):
+            ident = float(r.get(f"bit_identical_{t}", float("nan")))
+            return "-" if math.isnan(ident) else f"{ident:.4f} ({float(r[f'max_ulp_{t}']):.0f})"
+        ratio = r["rmse"] / b["rmse"] if b and b["rmse"] > 0 else float("nan")
+        reading_ratio = f["rmse"] / b["rmse"] if b and f and b["rmse"] > 0 else float("nan")
+        out.append([r["sweep"], r["pass"], r["format"], f"`{r['policy']}`", r.get("launch", "blocks"), str(r["seq_len"]),
+                     str(r["head_dim"]), str(r["causal"])] + [agree(t) for t in ("o", "lse", "dq", "dk", "dv")] +
+                    [num(r["rmse"], key + ".file_rmse"), num(b["rmse"] if b else float("nan"), key + ".baseline_rmse"),
+                     num(ratio, key + ".file_over_baseline"), num(reading_ratio, key + ".reading_over_baseline")])
+    return [text("The outputs in `input_file` (a kernel run outside fastudy on the same inputs, e.g. the real "
+                 "FlashAttention-2 recorded on a GPU) against the reading's flash kernel, and the paper's question "
+                 "asked of that kernel: its RMSE against the fp64 golden value as a multiple of the framework "
+                 "baseline's (the reading's baseline kind on the same rounded inputs), beside the reading's own "
+                 "flash/baseline ratio."),
+            Table(["sweep", "pass", "format", "reading", "launch", "N", "d", "causal", "o ident (ulp)",
+                   "lse ident (ulp)", "dq ident (ulp)", "dk ident (ulp)", "dv ident (ulp)", "file RMSE",
+                   "baseline RMSE", "file / baseline", "reading flash / baseline"], out,
+                  caption="ident: fraction of the elements bit-identical with the reading's flash output, with the "
+                          "largest difference in ulps of the format (lse: fp32); - where the file holds no such "
+                          "tensor or the pass does not output it.")]
 
 
 def framework_ratio_blocks(emulated, real):

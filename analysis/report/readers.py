@@ -38,7 +38,14 @@ MICROBENCH_OPTIONAL = {"rounding": "nearest", "sram": 0, "tile_rule": "blocks", 
                        # issue 13: the CUDA rows' check against the CPU kernels ("-" on every other row)
                        "check": "-", "vs_cpu": 0.0, "check_bound": 0.0,
                        # issue 26: real code against the reading that claims to model it ("-" elsewhere)
-                       "vs_reading": "-", "bit_identical": 0.0, "max_ulp_vs": 0.0}
+                       "vs_reading": "-", "bit_identical": 0.0, "max_ulp_vs": 0.0,
+                       # PyTorch's FlashAttention-2 launch, and the "file" rows' agreement per output tensor
+                       "launch": "blocks", "sm_count": 0, "kv_splits": 1,
+                       "bit_identical_o": float("nan"), "max_ulp_o": float("nan"),
+                       "bit_identical_lse": float("nan"), "max_ulp_lse": float("nan"),
+                       "bit_identical_dq": float("nan"), "max_ulp_dq": float("nan"),
+                       "bit_identical_dk": float("nan"), "max_ulp_dk": float("nan"),
+                       "bit_identical_dv": float("nan"), "max_ulp_dv": float("nan")}
 RANKING_FLOATS = ("w1_mean", "w1_min", "w1_max", "max_abs_mean", "slope")
 RANKING_INTS = ("pairs", "independent", "step")
 VERDICT_FLOATS = ("w1", "reference_w1", "end_ratio", "end_lo", "end_hi", "slope", "reference_slope", "slope_ratio",

@@ -5,7 +5,8 @@
 //   flash forward with the mixed fp16 and bf16 policies (emulated storage rounding), the eager
 //   reading (running state stored in the format between tiles), stochastic rounding and truncation,
 //   the FlashAttention kernel readings (fa2 fp16/bf16, fa3 bf16 and its FP8 path with block
-//   quantization and incoherent processing), and baseline.
+//   quantization and incoherent processing), the fa2 reading under launch = "pytorch" (x_fa2: its time over
+//   the fa2 reading's), and baseline.
 // Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), and the counters use the
 // fastest iteration of each benchmark: on a shared machine both keep other load out of the figures.
 // Every kernel (LibTorch's included) is checked against the fp64 reference with the check harness's
@@ -301,6 +302,36 @@ void BM_flash_forward(benchmark::State& state, Format f, const char* preset, Rou
                  std::string(to_string(rounding)) + "; " + checked.summary);
 }
 
+// The fa2 reading under launch = "pytorch" (PyTorch's FlashAttention-2 launch for 132 SMs, its tensor cores'
+// arithmetic emulated, kernels/detail/fa2_pytorch.hpp) beside today's fa2 reading (launch = "blocks",
+// 64 x 64 tiles, FMA dot products) on the same problem: x_fa2 = this time / the fa2 forward's time, both
+// measured in this run (fastest of 3 for the reference).
+double fa2_blocks_seconds(Format f) {
+  static std::map<Format, double> done;
+  auto it = done.find(f);
+  if (it == done.end()) {
+    const AttentionParams params = flash_params(f, "fa2");
+    run_flash(params);
+    double best = 1e30;
+    for (int r = 0; r < 3; ++r) best = std::min(best, run_flash(params));
+    it = done.emplace(f, best).first;
+  }
+  return it->second;
+}
+
+void BM_fa2_pytorch_forward(benchmark::State& state, Format f) {
+  AttentionParams params = flash_params(f, "fa2");
+  params.launch = Launch::pytorch;
+  const Checked& checked = check(describe_kernel(params) + " launch pytorch", params, attention_forward<float>);
+  if (!passed(state, describe_kernel(params) + " launch pytorch", checked)) return;
+  double best = 1e30;
+  for (auto _ : state) best = std::min(best, run_flash(params));
+  report(state, best, flash_extra_bytes());
+  state.counters["x_fa2"] = best / fa2_blocks_seconds(f);
+  state.SetLabel(std::string(attention_isa_name()) + " fa2 launch=pytorch " + std::string(to_string(f)) + "; " +
+                 checked.summary);
+}
+
 // The backward pass: dQ, dK, dV from the forward's O and lse and a fixed dO, checked against the fp64
 // reference backward (its rel_l2 bound) first. Counters: GFLOP/s at 10 B H N^2 d flops (2.5x the
 // forward's, FlashAttention-2's count: five N x N x d products), x_forward = this time / the same
@@ -441,6 +472,9 @@ BENCHMARK_CAPTURE(BM_flash_forward, fa3_bf16, Format::bf16, "fa3", Rounding::nea
     ->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_flash_forward, fa3_fp8_e4m3, Format::fp8_e4m3, "fa3", Rounding::nearest)
     ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+// launch = "pytorch" beside fa2 (x_fa2; the aim is within 2x: see docs/ for where it stands).
+BENCHMARK_CAPTURE(BM_fa2_pytorch_forward, fp16, Format::fp16)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_fa2_pytorch_forward, bf16, Format::bf16)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_baseline_forward)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_flash_backward, fp32, Format::fp32, "mixed")->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_flash_backward, bf16, Format::bf16, "mixed")->Unit(benchmark::kMillisecond)->MinTime(2.0);

@@ -22,6 +22,8 @@
 //   head.hpp           one head's sizes (Head) and forward workspace, load_inputs, store_row
 //   forward.hpp        flash_forward_q_outer (FA-2), flash_forward_kv_outer (FA-1), baseline_forward
 //   backward.hpp       flash_backward, baseline_backward, their workspace, loads and stores
+//   fa2_pytorch.hpp    the fa2 reading under launch = "pytorch": PyTorch's FlashAttention-2 launch and
+//                      kernels step by step, with the tensor cores' arithmetic (kernels/mma_model.hpp)
 //   dispatch.hpp       dispatch_rounding (the one place where runtime formats become template
 //                      parameters) and forward_heads / backward_heads, the ISA table's functions
 //
@@ -104,4 +106,5 @@
 #include "kernels/detail/head.hpp"
 #include "kernels/detail/forward.hpp"
 #include "kernels/detail/backward.hpp"
+#include "kernels/detail/fa2_pytorch.hpp"
 #include "kernels/detail/dispatch.hpp"

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "kernels/detail/backward.hpp"
+#include "kernels/detail/fa2_pytorch.hpp"
 #include "kernels/detail/forward.hpp"
 #include "kernels/detail/head.hpp"
 #include "kernels/detail/rounding.hpp"
@@ -123,9 +124,19 @@ void dispatch_rounding(const PrecisionPolicy& policy, KernelChoice kernel, F&& f
   call_with<T>(RuntimeRounding<T>{policy}, policy, f);
 }
 
+// The fa2 reading under launch = "pytorch" (attention.cpp checked the policy: the fa2 preset at fp16 or
+// bf16, which runs on float buffers) takes its own path: it rounds nothing by policy, it is one kernel.
+inline bool runs_pytorch_launch(const AttentionParams& params) {
+  return params.launch == Launch::pytorch && choose_kernel(params) == KernelChoice::fa2;
+}
+
 template <class T>
 void forward_heads(const AttentionShape& shape, const AttentionParams& params, const T* q, const T* k, const T* v,
                    T* o, T* lse, std::int64_t head_begin, std::int64_t head_end) {
+  if (runs_pytorch_launch(params)) {
+    if constexpr (std::is_same_v<T, float>) return fa2_pytorch_forward_heads(shape, params, q, k, v, o, lse, head_begin, head_end);
+    else throw std::logic_error("launch = pytorch on double buffers");
+  }
   const Head<T> h = make_head<T>(shape, params);
   const KernelChoice kernel = choose_kernel(params);
   dispatch_rounding<T>(params.policy, kernel, [&](const auto& rd) {
@@ -153,6 +164,11 @@ template <class T>
 void backward_heads(const AttentionShape& shape, const AttentionParams& params, const T* q, const T* k, const T* v,
                     const T* o, const T* lse, const T* dout, T* dq, T* dk, T* dv, std::int64_t head_begin,
                     std::int64_t head_end) {
+  if (runs_pytorch_launch(params)) {
+    if constexpr (std::is_same_v<T, float>)
+      return fa2_pytorch_backward_heads(shape, params, q, k, v, o, lse, dout, dq, dk, dv, head_begin, head_end);
+    else throw std::logic_error("launch = pytorch on double buffers");
+  }
   const Head<T> h = make_head<T>(shape, params);
   const KernelChoice kernel = choose_kernel(params);
   dispatch_rounding<T>(params.policy, kernel, [&](const auto& rd) {

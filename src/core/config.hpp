@@ -21,6 +21,7 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/format.hpp"
+#include "kernels/fa2_launch.hpp"
 #include "kernels/microbench.hpp"
 #include "src/core/settings.hpp"
 
@@ -156,6 +157,11 @@ struct MicrobenchSweep {
   // of tile_rules (paper, swapped, square; kernels/microbench.hpp paper_tiles) instead of `blocks`.
   std::vector<int> sram;
   std::vector<std::string> tile_rules{"paper"};
+  // launch = "pytorch": instead of blocks (or sram), the tiles, KV split and order PyTorch's FlashAttention-2
+  // launch picks on a GPU of sm_count SMs (kernels/fa2_launch.hpp), and the fa2 reading runs that launch
+  // step by step (kernels/detail/fa2_pytorch.hpp); its loop order is q_outer.
+  Launch launch = Launch::blocks;
+  int sm_count = kHopperSmCount;
   std::vector<LoopOrder> loop_orders{LoopOrder::kv_outer, LoopOrder::q_outer};
   std::vector<bool> causal{false};
   std::vector<Pass> passes{Pass::forward};

@@ -379,6 +379,37 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
     mc.loop_orders.clear();
     for (const auto& o : orders) mc.loop_orders.push_back(*parse_loop_order(o));
   }
+  // launch = "pytorch": the launch picks the tiles and the order, so blocks, sram, tile_rules and a
+  // kv_outer loop order are refused beside it (inherited ones are replaced); sm_count only with it.
+  mc.launch = read_word(mb, "launch", kAllLaunches, mc.launch);
+  if (mc.launch == Launch::pytorch) {
+    for (const char* key : {"blocks", "sram", "tile_rules"})
+      if (mb.has(key))
+        mb.fail(key, sec + key + " and launch = \"pytorch\" both set the tiles" +
+                         (mb.has("launch") ? "" : " (launch = \"pytorch\" is inherited from [microbench])"),
+                "remove " + std::string(key) + " (PyTorch's launch picks the tiles for each shape), or set "
+                "launch = \"blocks\" to sweep tiles");
+    if (mb.has("loop_orders") &&
+        std::find(mc.loop_orders.begin(), mc.loop_orders.end(), LoopOrder::kv_outer) != mc.loop_orders.end())
+      mb.fail("loop_orders", sec + "loop_orders lists \"kv_outer\", and launch = \"pytorch\" runs FlashAttention-2's "
+                             "loop order (q_outer)",
+              "remove loop_orders, or set launch = \"blocks\"");
+    mc.loop_orders = {LoopOrder::q_outer};
+    mc.blocks = {{32, 32}};  // unused: the launch's tiles replace them point by point
+    mc.sram.clear();
+    mc.tile_rules = {"paper"};
+  }
+  if (mb.has("sm_count")) {
+    int sm = 0;
+    mb.get("sm_count", sm);
+    if (mc.launch != Launch::pytorch)
+      mb.fail("sm_count", sec + "sm_count is read only by launch = \"pytorch\", and this sweep's launch is \"blocks\"",
+              "set launch = \"pytorch\", or remove sm_count");
+    if (sm < 1)
+      mb.fail("sm_count", sec + "sm_count = " + std::to_string(sm) + " must be >= 1",
+              "the GPU's number of SMs: 132 on an H100 SXM or H200, 114 on an H100 PCIe");
+    mc.sm_count = sm;
+  }
   if (const toml::array* causal = mb.array("causal")) {
     mc.causal.clear();
     for (const auto& el : *causal) {
@@ -488,6 +519,47 @@ void check_sweep_readings(Section& own, Section& base, const MicrobenchSweep& mc
     }
 }
 
+// What launch = "pytorch" cannot run, refused at load: it models the fa2 reading's kernel (PyTorch's
+// FlashAttention-2), which takes fp16 and bf16, rounds to nearest and runs head dims up to 256, on the CPU
+// (our CUDA kernels run their own tiles); a custom policy with the fa2 kernel is not that kernel.
+// `own` and `base` as in check_real_kernels.
+void check_sweep_launch(Section& own, Section& base, const MicrobenchSweep& mc, const AttentionConfig& att) {
+  if (mc.launch != Launch::pytorch) return;
+  const std::string sec = "[" + own.name() + "] " + (own.name() == "microbench" ? "" : "'" + mc.name + "': ");
+  auto fail = [&](const std::string& key, const std::string& message, const std::string& hint) {
+    Section& at = own.node(key) || !base.node(key) ? own : base;
+    at.fail(key, sec + message, hint);
+  };
+  const bool fa2 = std::find(mc.policies.begin(), mc.policies.end(), "fa2") != mc.policies.end();
+  for (const auto& name : mc.policies) {
+    if (name == "fa2" || !att.custom_policies.count(name)) continue;
+    if (resolve_reading(att, name, mc.formats.front()).flash.kernel == FlashKernel::fa2)
+      fail("policies", "policy \"" + name + "\" uses the fa2 kernel, and launch = \"pytorch\" models the fa2 reading "
+                       "itself (PyTorch's FlashAttention-2 with its fp16/bf16 arithmetic)",
+           "use policy \"fa2\" with launch = \"pytorch\", or launch = \"blocks\" for the custom policy");
+  }
+  if (fa2)
+    for (Format f : mc.formats)
+      if (f != Format::fp16 && f != Format::bf16)
+        fail("formats", "launch = \"pytorch\" runs the fa2 reading as PyTorch's FlashAttention-2 kernel, which takes "
+                        "fp16 and bf16, and formats lists " + std::string(to_string(f)),
+             "use formats = [\"fp16\", \"bf16\"] in this sweep, and another sweep (launch = \"blocks\") for the rest");
+  if (fa2)
+    for (Rounding r : mc.roundings)
+      if (r != Rounding::nearest)
+        fail("roundings", "launch = \"pytorch\" models FlashAttention-2's kernel, which rounds to nearest, and "
+                          "roundings lists \"" + std::string(to_string(r)) + "\"",
+             "remove roundings, or use launch = \"blocks\"");
+  for (int d : mc.head_dims)
+    if (d > kFa2MaxHeadDim && mc.distribution != InputDistribution::captured && mc.distribution != InputDistribution::file)
+      fail("head_dims", "launch = \"pytorch\": PyTorch's FlashAttention-2 runs head dims up to 256, and head_dims lists " +
+                            std::to_string(d),
+           "use head dims <= 256, or launch = \"blocks\"");
+  if (std::find(mc.devices.begin(), mc.devices.end(), "cuda") != mc.devices.end())
+    fail("devices", "launch = \"pytorch\" runs on the CPU (our CUDA kernels run the sweep's own tiles)",
+         "remove \"cuda\" from devices in this sweep, or set launch = \"blocks\"");
+}
+
 void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::string>& policy_names,
                      const AttentionConfig& att, const ModelConfig& model, const std::string& file) {
   MicrobenchSweep base;
@@ -506,6 +578,7 @@ void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::s
       ss.get("name", sw.name);
       require_name(ss, "name", "[[microbench.sweeps]] name", sw.name);
       read_sweep(ss, sw, policy_names);
+      check_sweep_launch(ss, mb, sw, att);
       check_real_kernels(ss, mb, sw);
       check_sweep_readings(ss, mb, sw, att, model);
       if (!names.insert(sw.name).second)
@@ -514,6 +587,7 @@ void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::s
       mbc.sweeps.push_back(std::move(sw));
     }
   } else {
+    check_sweep_launch(mb, mb, base, att);
     check_real_kernels(mb, mb, base);
     check_sweep_readings(mb, mb, base, att, model);
     mbc.sweeps.push_back(base);

@@ -161,7 +161,10 @@ toml::table sweep_table(const MicrobenchSweep& mc) {
   if (!mc.framework.empty()) t.insert("framework", to_array(mc.framework));
   if (!mc.input_file.empty()) t.insert("input_file", mc.input_file);
   if (mc.save_outputs) t.insert("save_outputs", true);
-  if (mc.sram.empty()) {
+  if (mc.launch == Launch::pytorch) {
+    t.insert("launch", std::string(to_string(mc.launch)));
+    t.insert("sm_count", mc.sm_count);
+  } else if (mc.sram.empty()) {
     t.insert("blocks", blocks);
   } else {
     t.insert("sram", to_array(mc.sram));

@@ -443,3 +443,29 @@ def write_framework_rows(out, code_ratio=lambda tiles: 1 + 0.04 * tiles, reading
                     1 - 1e-4 * tiles, tiles / 8)
                 add("torch_baseline", dist, bkv, trial, base, 1, "eager baseline", 0.997, 10.0)
     out.joinpath("microbench.csv").write_text("\n".join(lines) + "\n")
+
+
+def write_file_rows(out, file_rmse=1e-4, baseline_rmse=2.5e-4, flash_rmse=0.5e-4):
+    """microbench.csv of a run on an input file that holds a kernel's outputs (distribution = "file"): forward
+    bf16, d 64, N 256, reading fa2 under launch = "pytorch"; flash and baseline rows with the RMSE given, and the
+    file row (the kernel's outputs) with RMSE `file_rmse`, 99.9% of O and 90% of lse bit-identical with the
+    reading's."""
+    cols = ("sweep,algorithm,pass,format,policy,rounding,seq_len,head_dim,block_q,block_kv,sram,tile_rule,"
+            "loop_order,launch,sm_count,kv_splits,causal,trial,distribution,max_abs,mean_abs,std_abs,rel_l2,rmse,"
+            "mean_signed,max_ulp,repeated_max_rows,rescales_per_row,tiles_kv,check,vs_cpu,check_bound,vs_reading,"
+            "bit_identical,max_ulp_vs,bit_identical_o,max_ulp_o,bit_identical_lse,max_ulp_lse,bit_identical_dq,"
+            "max_ulp_dq,bit_identical_dk,max_ulp_dk,bit_identical_dv,max_ulp_dv")
+    lines = [PROVENANCE.format(phase="microbench") + cols]
+    nan = "nan"
+
+    def add(alg, rmse, vs="-", ident=0.0, ulp=0.0, o=(nan, nan), lse=(nan, nan)):
+        lines.append(f"fr,{alg},forward,bf16,fa2,nearest,256,64,128,128,0,pytorch,q_outer,pytorch,132,1,0,0,file,"
+                     f"{rmse * 4!r},{rmse / 2!r},{rmse / 3!r},{rmse * 3!r},{rmse!r},0.0,1.0,0.0,0.0,2,-,0.0,0.0,{vs},"
+                     f"{ident!r},{ulp!r},{o[0]},{o[1]},{lse[0]},{lse[1]},{nan},{nan},{nan},{nan},{nan},{nan}")
+
+    add("flash", flash_rmse)
+    add("baseline", baseline_rmse)
+    add("flash_vs_baseline", flash_rmse)
+    add("file", file_rmse, "fa2 flash", 0.999, 1.0, o=("0.999", "1"), lse=("0.9", "2"))
+    out.joinpath("microbench.csv").write_text("\n".join(lines) + "\n")
+

@@ -341,6 +341,22 @@ class PartialStudyTest(unittest.TestCase):
         self.assertAlmostEqual(nums["microbench.readings.largest"], 1 + 0.01 * 256)
         self.assertEqual(checks.prose_ratio_claims(out / "report.html"), [])
 
+    def test_file_rows(self):
+        # A kernel's outputs read with the inputs: per-tensor agreement with the reading, and the kernel's RMSE
+        # as a multiple of the framework baseline's (1e-4 / 2.5e-4 = 0.4x) beside the reading's (0.2x).
+        out = self.dir / "file"
+        out.mkdir()
+        synthetic.write_study_toml(out, phases=("microbench", "report"))
+        synthetic.write_file_rows(out)
+        html, md = self.render(out)
+        nums = {k: float(v) for k, v, _ in checks.NUM_SPAN.findall(html) if k}
+        key = "microbench.file.fr.forward.bf16.fa2.0"
+        self.assertAlmostEqual(nums[key + ".file_over_baseline"], 0.4)
+        self.assertAlmostEqual(nums[key + ".reading_over_baseline"], 0.2)
+        self.assertAlmostEqual(nums[key + ".file_rmse"], 1e-4)
+        self.assertIn("| fr | forward | bf16 | `fa2` | pytorch | 256 | 64 | 0 | 0.9990 (1) | 0.9000 (2) | - | - | - |", md)
+        self.assertIn("The outputs in `input_file`", md)
+
     def test_real_kernels_verdict(self):
         # Real-kernel rows (issue 13): sdpa_flash at N = 64 is 1.5x the mixed reading's error (within 2x) and at
         # N = 128 3x (not); the pure reading overstates it by more than 2x at both. One CUDA row differs from the

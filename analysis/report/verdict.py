@@ -267,6 +267,12 @@ def build(data, status_summary):
                                "phases ranks the deviation sources here.", kind="note"))
         sec.blocks.append(Bullets(status_summary))
         return sec
+    skipped = [n for n in (data.ranking.notes if data.ranking is not None else []) if "whole_model = false" in n]
+    if skipped:
+        sec.blocks.append(text("No verdict: " + skipped[0] + " (`[reduce] whole_model = true`, the default, computes "
+                               "them). Section 4 shows the per-tensor distances.", kind="missing"))
+        sec.blocks.append(Bullets(status_summary))
+        return sec
     if data.ranking is None or not data.ranking.rows:
         sec.blocks.append(text("No verdict yet: the reduce phase has not run (ranking.csv is missing), so the "
                                "deviation sources cannot be ranked. Run `fastudy reduce OUT` once training is "

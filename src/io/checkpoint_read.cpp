@@ -12,6 +12,7 @@
 
 #include "base/bytes.hpp"
 #include "base/checksum.hpp"
+#include "base/mapped_file.hpp"
 #include "src/io/checkpoint_format.hpp"
 #include "src/io/h5.hpp"
 
@@ -268,6 +269,74 @@ std::vector<NamedArray> read_params(const std::string& path, const std::vector<s
   h5::File f = open_checked(path, whole);
   h5::Group root = f.root();
   return read_section(root, "params", path, names);
+}
+
+struct CheckpointParams::Mapping {
+  MappedFile file;
+};
+
+CheckpointParams::CheckpointParams(const std::string& path) : path_(path) {
+  {
+    h5::File f = open_checked(path, WholeFile::checked_before);
+    try {
+      h5::Group g = f.root().open_group("params");
+      for (const auto& name : g.children()) {
+        h5::Dataset d = g.open_dataset(name);
+        Param p;
+        p.dtype = d.dtype();
+        p.numel = static_cast<std::uint64_t>(d.numel());
+        const std::int64_t at = d.file_offset();
+        if (p.dtype != DType::f32 && p.dtype != DType::f64)
+          throw CheckpointError(path, "/params/" + name, "a parameter of type " + std::string(to_string(p.dtype)) +
+                                "; the reducer reads f32 and f64", kHintCorrupt);
+        if (at < 0 && p.numel > 0)
+          throw CheckpointError(path, "/params/" + name, "not stored contiguously (fastudy writes every parameter so)",
+                                kHintCorrupt);
+        p.offset = static_cast<std::uint64_t>(std::max<std::int64_t>(at, 0));
+        params_.emplace(name, p);
+      }
+    } catch (const h5::H5Error& e) {
+      throw CheckpointError(path, "/params", "cannot be listed (" + e.details() + ")", kHintCorrupt);
+    }
+  }
+  map_ = std::make_unique<Mapping>(Mapping{MappedFile(path)});
+  for (const auto& [name, p] : params_)
+    if (p.offset + p.numel * dtype_size(p.dtype) > map_->file.size())
+      throw CheckpointError(path, "/params/" + name, "its data lies beyond the end of the file", kHintCorrupt);
+}
+
+CheckpointParams::~CheckpointParams() = default;
+
+template <class T>
+void CheckpointParams::read_as(const std::string& name, std::uint64_t begin, std::uint64_t count, T* out) const {
+  const auto it = params_.find(name);
+  if (it == params_.end())
+    throw CheckpointError(path_, "/params/" + name, "no such parameter", "list them with: h5dump -H " + path_);
+  const Param& p = it->second;
+  if (begin > p.numel || count > p.numel - begin)
+    throw CheckpointError(path_, "/params/" + name, "values [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                          ") of " + std::to_string(p.numel), kHintCorrupt);
+  const std::byte* at = map_->file.data() + p.offset + begin * dtype_size(p.dtype);
+  if (p.dtype == DType::f32) {
+    for (std::uint64_t i = 0; i < count; ++i) {
+      float x;
+      std::memcpy(&x, at + i * sizeof x, sizeof x);
+      out[i] = static_cast<T>(x);
+    }
+  } else {
+    for (std::uint64_t i = 0; i < count; ++i) {
+      double x;
+      std::memcpy(&x, at + i * sizeof x, sizeof x);
+      out[i] = static_cast<T>(x);
+    }
+  }
+}
+
+void CheckpointParams::read(const std::string& name, std::uint64_t begin, std::uint64_t count, float* out) const {
+  read_as(name, begin, count, out);
+}
+void CheckpointParams::read(const std::string& name, std::uint64_t begin, std::uint64_t count, double* out) const {
+  read_as(name, begin, count, out);
 }
 
 std::optional<std::string> identity_problem(const CheckpointInfo& info, const CheckpointIdentity& want) {

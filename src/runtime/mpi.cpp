@@ -241,6 +241,12 @@ void Comm::allreduce_max(float* d, std::size_t n) const { allreduce(d, n, MPI_FL
 void Comm::allreduce_max(std::int64_t* d, std::size_t n) const { allreduce(d, n, MPI_INT64_T, MPI_MAX, comm_); }
 void Comm::allgather(const float* send, std::size_t n, float* recv) const { allgather_values(send, n, MPI_FLOAT, recv, comm_); }
 void Comm::allgather(const double* send, std::size_t n, double* recv) const { allgather_values(send, n, MPI_DOUBLE, recv, comm_); }
+void Comm::allgather(const std::int64_t* send, std::size_t n, std::int64_t* recv) const {
+  allgather_values(send, n, MPI_INT64_T, recv, comm_);
+}
+void Comm::alltoall(const std::int64_t* send, std::size_t n, std::int64_t* recv) const {
+  FASTUDY_MPI(MPI_Alltoall, send, checked_count(n), MPI_INT64_T, recv, checked_count(n), MPI_INT64_T, comm_);
+}
 std::int64_t Comm::allreduce_sum(std::int64_t v) const { allreduce_sum(&v, 1); return v; }
 std::int64_t Comm::allreduce_max(std::int64_t v) const { allreduce_max(&v, 1); return v; }
 

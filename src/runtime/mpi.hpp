@@ -127,6 +127,11 @@ class Comm {
   // Every rank's n values, in rank order: recv holds size() * n values (rank r's at r * n).
   void allgather(const float* send, std::size_t n, float* recv) const;
   void allgather(const double* send, std::size_t n, double* recv) const;
+  void allgather(const std::int64_t* send, std::size_t n, std::int64_t* recv) const;
+
+  // Personalised exchange of n values per pair: this rank sends send[q n, (q + 1) n) to rank q and
+  // receives rank q's n values into recv[q n, (q + 1) n) (MPI_Alltoall).
+  void alltoall(const std::int64_t* send, std::size_t n, std::int64_t* recv) const;
 
   // Personalised exchange: this rank sends send_bytes[q] bytes (consecutive in `send`, in rank order) to
   // rank q and receives recv_bytes[q] bytes from rank q into `recv` (consecutive, in rank order). The

@@ -273,9 +273,52 @@ void DistributedSort<T>::sort_windows(ValueBuffer<T>& values, std::size_t varian
     so += m[v];
     if (L > 0) traffic_.largest_excess = std::max(traffic_.largest_excess, static_cast<double>(m[v]) / static_cast<double>(L) - 1.0);
   }
-  // Exact windows: each variant's range starts after the ranges of the ranks below.
+  // Exact windows, every variant in one all-to-all: each variant's range starts after the ranges of
+  // the ranks below (one allgather of every rank's range lengths); the pieces go out packed by
+  // destination, then variant, and arrive by source, then variant.
+  std::vector<std::int64_t> mine(m.begin(), m.end()), all(R * V);
+  world_.allgather(mine.data(), V, all.data());
+  std::vector<std::size_t> first(R * V, 0);  // where rank q's range of variant v starts
+  for (std::size_t v = 0; v < V; ++v) {
+    std::size_t start = 0;
+    for (std::size_t q = 0; q < R; ++q) first[q * V + v] = start, start += static_cast<std::size_t>(all[q * V + v]);
+    if (start != n)
+      throw Error("distributed sort: the ranks hold " + std::to_string(start) + " values of variant " + std::to_string(v) +
+                  ", not its " + std::to_string(n));
+  }
+  std::vector<IndexRange> windows;
+  for (std::size_t q = 0; q < R; ++q) windows.push_back(block_aligned_part(n, R, q));
+  std::fill(send_counts.begin(), send_counts.end(), 0);
+  std::fill(recv_counts.begin(), recv_counts.end(), 0);
+  send_.assign_uninitialized(total);  // free since the first all-to-all
+  std::size_t packed = 0;
+  for (std::size_t q = 0; q < R; ++q)
+    for (std::size_t v = 0; v < V; ++v) {
+      const std::size_t f = first[r * V + v];
+      const std::size_t lo = std::max(f, windows[q].begin), hi = std::min(f + m[v], windows[q].end);
+      if (hi > lo) {
+        std::copy(sorted_.data() + sorted_at[v] + (lo - f), sorted_.data() + sorted_at[v] + (hi - f), send_.data() + packed);
+        packed += hi - lo;
+        send_counts[q] += hi - lo;
+        if (q != r) traffic_.values_moved += hi - lo;
+      }
+      const std::size_t fq = first[q * V + v], mq = static_cast<std::size_t>(all[q * V + v]);
+      recv_counts[q] += overlap(fq, fq + mq, w.begin, w.end);
+    }
+  sorted_.assign_uninitialized(V * L);
+  exchange(send_.data(), send_counts, sorted_.data(), recv_counts);
+  // From rank q: its piece of each variant's window, variants in order; a window is its pieces in rank
+  // order.
   values.assign_uninitialized(V * L);
-  for (std::size_t v = 0; v < V; ++v) to_window(sorted_.data() + sorted_at[v], m[v], n, values.data() + v * L);
+  std::vector<std::size_t> filled(V, 0);
+  std::size_t from = 0;
+  for (std::size_t q = 0; q < R; ++q)
+    for (std::size_t v = 0; v < V; ++v) {
+      const std::size_t fq = first[q * V + v], c = overlap(fq, fq + static_cast<std::size_t>(all[q * V + v]), w.begin, w.end);
+      std::copy(sorted_.data() + from, sorted_.data() + from + c, values.data() + v * L + filled[v]);
+      filled[v] += c;
+      from += c;
+    }
 }
 
 template <class T>

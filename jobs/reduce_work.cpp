@@ -280,7 +280,8 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
   if (shape.elementwise) e.pair_seconds += K * S * rates.elementwise_pair;
   if (shape.per_tensor) {
     e.sort_seconds += V * S * rates.sort_value;
-    e.move_seconds += V * split_values * (rates.partition_value + 2 * copies * vb * rates.move_byte);
+    // The partition, the two all-to-alls, and the exact windows' packing and unpacking.
+    e.move_seconds += V * split_values * (rates.partition_value + (2 * copies + 2) * vb * rates.move_byte);
     e.pair_seconds += K * S * sorted_pair;
   }
   if (shape.whole_model) {
@@ -314,7 +315,7 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
     const double L = lengths[k];
     if (split[k] && shape.per_tensor) {
       slot[k % 2] = std::max(slot[k % 2], V * L * excess * vb);
-      send = std::max(send, V * L * vb);
+      send = std::max(send, V * L * excess * vb);
       sorted = std::max(sorted, V * L * excess * vb);
       keys = std::max(keys, 2 * L * excess * kb);
     } else if (shape.per_tensor) {

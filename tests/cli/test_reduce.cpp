@@ -170,6 +170,12 @@ TEST_F(Reduce, PerTensorFalseWritesTheWholeModelOnly) {
     for (const auto& [key, row] : rows) EXPECT_EQ(row, all.at(key)) << key;
     EXPECT_EQ(data_lines(out(name) / "verdict.csv"), data_lines(ref / "verdict.csv"));
   }
+  // The report has the verdict and the whole model's figures, and says the tensors were left out.
+  const RunResult report = run_fastudy("report " + out("model-only1").string() + " -q");
+  ASSERT_EQ(report.code, 0) << report.output;
+  const std::string md = slurp((out("model-only1") / "report.md").string());
+  EXPECT_NE(md.find("Per-tensor distances were not computed ([reduce] per_tensor = false)"), std::string::npos) << md.substr(0, 3000);
+  EXPECT_EQ(md.find("No verdict"), std::string::npos);
 }
 
 TEST_F(Reduce, WholeModelFalseWritesTheTensorsAndNoVerdict) {
@@ -185,6 +191,13 @@ TEST_F(Reduce, WholeModelFalseWritesTheTensorsAndNoVerdict) {
                          "distances, which were not computed"), std::string::npos) << ranking;
   EXPECT_EQ(data_lines(out("tensors-only") / "verdict.csv").size(), 1u);  // the header only
   EXPECT_NE(r.output.find("whole_model = false"), std::string::npos) << r.output;
+  // The report says why there is no verdict and shows the tensors.
+  const RunResult report = run_fastudy("report " + out("tensors-only").string() + " -q");
+  ASSERT_EQ(report.code, 0) << report.output;
+  const std::string md = slurp((out("tensors-only") / "report.md").string());
+  EXPECT_NE(md.find("No verdict: [reduce] whole_model = false"), std::string::npos) << md.substr(0, 3000);
+  EXPECT_NE(md.find("The whole model's distances were not computed ([reduce] whole_model = false)"), std::string::npos);
+  EXPECT_NE(md.find("The tensors that move most"), std::string::npos);
 }
 
 TEST_F(Reduce, BadReduceOptionsExitTwoBeforeAnythingIsWritten) {

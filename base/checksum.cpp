@@ -7,12 +7,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <vector>
 
 #include "base/atomic_file.hpp"
+#include "base/read_file.hpp"
 
 namespace fs = std::filesystem;
 
@@ -68,14 +67,26 @@ std::string hex8(std::uint32_t v) {
   return buf;
 }
 
-// Reads a small file whole; nullopt when it cannot be opened.
+// Reads a small file whole (at most limit + 1 bytes: a longer one is damaged for the parser); nullopt
+// when it is missing or not a regular file (a FIFO in its place is not waited for).
 std::optional<std::string> read_small(const std::string& path, std::size_t limit) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
+  std::string problem;
+  const std::optional<RegularFile> f = RegularFile::open(path, &problem);
+  if (!f) return std::nullopt;
   std::string s(limit + 1, '\0');
-  in.read(s.data(), static_cast<std::streamsize>(s.size()));
-  s.resize(static_cast<std::size_t>(in.gcount()));
+  const long long n = f->read_at(s.data(), s.size(), 0);
+  if (n < 0) return std::nullopt;
+  s.resize(static_cast<std::size_t>(n));
   return s;
+}
+
+// `path` opened for a whole-file read: an Error naming it when it cannot be opened or is not a
+// regular file.
+RegularFile open_for_sum(const std::string& path) {
+  std::string problem;
+  std::optional<RegularFile> f = RegularFile::open(path, &problem);
+  if (!f) throw Error("'" + path + "' " + problem);
+  return std::move(*f);
 }
 
 // `sidecar` is the sidecar's text as read before the file (nullopt: there is none).
@@ -121,32 +132,22 @@ IntegrityError::IntegrityError(std::string file, const std::string& problem, std
 std::string checksum_path(const std::string& path) { return path + kChecksumSuffix; }
 
 FileSum file_sum(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error("cannot open '" + path + "': " + std::strerror(errno));
+  const RegularFile f = open_for_sum(path);
   std::vector<char> buf(std::size_t{1} << 20);
   FileSum s;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
-    s.crc = crc32_update(s.crc, buf.data(), n);
-    s.size += n;
+  for (;;) {
+    const long long n = f.read_at(buf.data(), buf.size(), s.size);
+    if (n < 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
+    if (n == 0) break;
+    s.crc = crc32_update(s.crc, buf.data(), static_cast<std::size_t>(n));
+    s.size += static_cast<std::uint64_t>(n);
   }
-  const bool failed = std::ferror(f) != 0;
-  const int err = errno;
-  std::fclose(f);
-  if (failed) throw Error("cannot read '" + path + "': " + std::strerror(err));
   return s;
 }
 
 FileSum file_sum_known(const std::string& path, std::vector<KnownRange> known) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error("cannot open '" + path + "': " + std::strerror(errno));
-  struct Closer {
-    std::FILE* f;
-    ~Closer() { std::fclose(f); }
-  } closer{f};
-  std::error_code ec;
-  const std::uint64_t size = fs::file_size(path, ec);
-  if (ec) throw Error("cannot stat '" + path + "': " + ec.message());
+  const RegularFile f = open_for_sum(path);
+  const std::uint64_t size = f.size();
   std::sort(known.begin(), known.end(), [](const KnownRange& a, const KnownRange& b) { return a.offset < b.offset; });
   // A range past the end of the file is read instead (it then ends early, as the file does); empty
   // ranges have nothing to splice.
@@ -163,17 +164,13 @@ FileSum file_sum_known(const std::string& path, std::vector<KnownRange> known) {
   std::vector<char> buf(std::size_t{1} << 20);
   // Reads [s.size, end) into the sum; stops early at the end of the file.
   auto read_to = [&](std::uint64_t end) {
-    if (std::fseek(f, static_cast<long>(s.size), SEEK_SET) != 0)
-      throw Error("cannot seek in '" + path + "': " + std::strerror(errno));
     while (s.size < end) {
       const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - s.size));
-      const std::size_t n = std::fread(buf.data(), 1, want, f);
-      if (n == 0) {
-        if (std::ferror(f)) throw Error("cannot read '" + path + "': " + std::strerror(errno));
-        return;  // the end of the file
-      }
-      s.crc = crc32_update(s.crc, buf.data(), n);
-      s.size += n;
+      const long long n = f.read_at(buf.data(), want, s.size);
+      if (n < 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
+      if (n == 0) return;  // the end of the file
+      s.crc = crc32_update(s.crc, buf.data(), static_cast<std::size_t>(n));
+      s.size += static_cast<std::uint64_t>(n);
     }
   };
   for (const KnownRange& r : known) {
@@ -295,18 +292,29 @@ void verify_sealed(const std::string& path, const std::string& hint) {
 }
 
 std::string read_sealed(const std::string& path, const std::string& hint) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw IntegrityError(path, fs::exists(path, ec) ? "not a regular file" : "no such file", hint);
+  std::string problem;
+  const std::optional<RegularFile> f = RegularFile::open(path, &problem);
+  if (!f) {
+    std::error_code ec;
+    throw IntegrityError(path, fs::exists(path, ec) ? "not a regular file" : "no such file", hint);
+  }
   std::string bytes;
-  const auto problem = check(path, [&] {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw IntegrityError(path, std::string("cannot be read: ") + std::strerror(errno), hint);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    bytes = ss.str();
+  const auto mismatch = check(path, [&] {
+    // The whole file as it is now (it may have been replaced since the open: read it by name again),
+    // unless it is larger than every size its sidecar records: then it is not read into memory (a
+    // huge file in the place of a small one) and compares as of another size.
+    const RegularFile now = open_for_sum(path);
+    std::uint64_t largest = 0;
+    if (const auto side = read_small(checksum_path(path), 128))
+      for (const FileSum& s : parse_checksum(*side)) largest = std::max(largest, s.size);
+    if (now.size() > largest) return FileSum{now.size(), 0};
+    bytes.assign(static_cast<std::size_t>(now.size()), '\0');
+    const long long n = now.read_at(bytes.data(), bytes.size(), 0);
+    if (n < 0) throw IntegrityError(path, std::string("cannot be read: ") + std::strerror(errno), hint);
+    bytes.resize(static_cast<std::size_t>(n));
     return sum_of_bytes(bytes);
   });
-  if (problem) throw IntegrityError(path, *problem, hint);
+  if (mismatch) throw IntegrityError(path, *mismatch, hint);
   return bytes;
 }
 

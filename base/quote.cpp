@@ -2,6 +2,7 @@
 #include "base/quote.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cctype>
 #include <cstring>
 
@@ -66,6 +67,49 @@ std::string one_line(std::string_view s) {
   std::string text(s);
   std::replace_if(text.begin(), text.end(), is_control, ' ');
   return text;
+}
+
+std::string escaped(std::string_view s) {
+  std::string out;
+  auto hex = [&](unsigned char c) {
+    char text[8];
+    std::snprintf(text, sizeof text, "\\x%02x", c);
+    out += text;
+  };
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\\') {
+      out += "\\\\";
+    } else if (is_control(static_cast<char>(c))) {
+      hex(c);
+    } else if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else {
+      // A UTF-8 sequence is copied whole; a byte that starts none (or a sequence cut short) is \xHH.
+      const std::size_t len = (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+      bool whole = len > 0 && i + len <= s.size();
+      for (std::size_t k = 1; whole && k < len; ++k) whole = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
+      if (!whole) {
+        hex(c);
+        ++i;
+        continue;
+      }
+      out.append(s.substr(i, len));
+      i += len;
+      continue;
+    }
+    ++i;
+  }
+  return out;
+}
+
+std::string quoted_name(std::string_view s) {
+  constexpr std::size_t kShown = 200;
+  return "'" + escaped(s.substr(0, kShown)) + (s.size() > kShown ? "'..." : "'");
 }
 
 std::string csv_text_field(std::string_view s) { return csv_field(one_line(s)); }

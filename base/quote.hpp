@@ -30,6 +30,13 @@ std::string csv_field(std::string_view s);
 // Free text on one line (a status reason, a note, a lock record's command): every control character
 // (a line break, NUL) becomes a blank.
 std::string one_line(std::string_view s);
+// `s` on one line, unambiguously, as UTF-8 text: a control character as \t, \n or \xHH, a byte that is
+// no part of a UTF-8 sequence as \xHH, a backslash doubled (no two strings give the same text).
+std::string escaped(std::string_view s);
+// A name from a file another program wrote (a tensor's, a link's), for a message on one line: escaped()
+// in single quotes, at most 200 bytes of it (then "..."): a name of any length or content never makes
+// an error line long, multi-line or ambiguous.
+std::string quoted_name(std::string_view s);
 // Free text for a CSV field: csv_field(one_line(s)).
 std::string csv_text_field(std::string_view s);
 // Splits the CSV record that starts at `at` into its fields (quotes removed, "" read as ") and moves

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Every benchmark of fastudy in one run (a few minutes on 2 cores), printed as one table: figure, our
-# value, the anchor measured in the same run, the ratio, the aim. The README's benchmark table is its
+# value, the anchor measured in the same run, the ratio, the aim. docs/benchmarks.md's benchmark table is its
 # output.
 #   bench/run.sh [BUILD_DIR]          (default: build; the benchmarks must be built)
 # Each benchmark checks its kernel before timing it (see bench/kernels/bench_attention.cpp); a figure

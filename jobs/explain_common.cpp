@@ -5,6 +5,7 @@
 
 #include "base/error.hpp"
 #include "base/log.hpp"
+#include "jobs/job.hpp"
 #include "src/io/checkpoint.hpp"
 #include "src/train/explain.hpp"
 #include "src/train/trainer.hpp"
@@ -21,7 +22,10 @@ const Variant& named_variant(const Study& st, const std::string& option, const s
 
 TrainState state_at(const std::string& out, const Variant& v, std::int64_t step, const std::string& option,
                     bool on_from_earlier) {
-  if (step < 0) throw UsageError(option + " is required: the step to start from", "use 0 (the initial weights) or a step with a checkpoint");
+  if (step == kNoStep) throw UsageError(option + " is required: the step to start from", "use 0 (the initial weights) or a step with a checkpoint");
+  if (step < 0)
+    throw UsageError(option + " " + std::to_string(step) + " is not a step: steps count from 0 (the initial weights)",
+                     "use 0 or a step with a checkpoint");
   if (step == 0) return initial_state(v);
   const std::vector<std::int64_t> have = list_checkpoint_steps(checkpoint_dir(out, v.id));
   std::string steps;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,10 @@ struct SlurmOptions {
   bool submit = false;
 };
 
+// A step option not given on the command line (any number a user passes, negative ones too, is told
+// apart from it).
+inline constexpr std::int64_t kNoStep = std::numeric_limits<std::int64_t>::min();
+
 struct CliOptions {
   std::string command;       // the job name ("run", "plan", ...)
   std::string target;        // GRID.toml, or OUT for report/status
@@ -43,15 +48,19 @@ struct CliOptions {
   bool resume = false;
   bool force = false;
   bool allow_missing = false;
-  int ranks = 1;             // plan --ranks
+  int ranks = 0;             // plan --ranks (0: not given: the ranks it runs on, 1 or mpirun's N)
+  int gpus_per_node = -1;    // plan --gpus-per-node (-1: not given: this machine's)
+  int ranks_per_node = 0;    // plan --ranks-per-node (0: every rank on one node)
   int measure_steps = 3;     // plan --measure-steps
   std::vector<std::string> variants;  // train --variant (empty: all)
   std::string device;        // train/run --device (overrides [train] device; "" keeps it)
-  std::int64_t from_step = -1;        // replay --from
+  bool profile = false;      // train/run --profile: print where each variant's steps spend their time
+  bool cuda_graph = false;   // train/run --cuda-graph: replay the steps' forward and backward from a CUDA graph
+  std::int64_t from_step = kNoStep;   // replay --from
   std::int64_t replay_steps = 0;      // replay --steps (0: to the original's last step)
   std::vector<std::string> sets;      // replay --set AXIS=VALUE
   std::string against;                // bisect --against
-  std::int64_t at_step = -1;          // bisect --step
+  std::int64_t at_step = kNoStep;     // bisect --step
   double target_ulps = 0;             // advise --target-ulps (0: the baseline's error)
   SlurmOptions slurm;
   std::string command_line;  // argv as shell words (shell_word) on one line, for provenance
@@ -136,6 +145,8 @@ void open_study(JobContext& ctx);
 // loaded study takes study.toml's out, resolved text and hash, so that study.toml is not rewritten and
 // every result keeps a hash equal to study.toml's. make_context calls it on every rank.
 void keep_study_record(JobContext& ctx);
+// A text file of the study read whole: only a regular file (a FIFO in its place is not waited for) of
+// at most 1 GiB; an Error naming the file otherwise.
 std::string read_text_file(const std::string& path);
 // The hint of a study.toml that does not match its checksum (OUT/study.toml.crc).
 extern const char* const kStudyTomlHint;

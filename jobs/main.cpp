@@ -4,9 +4,18 @@
 //   mpirun -n 64 fastudy GRID.toml    the same over 64 ranks
 //   fastudy <job> --help              the options of one job (plan, microbench, train, reduce, report, status, slurm)
 //
+// Every job runs under `mpirun -n N` (or srun) as one job: run, microbench, train and reduce spread
+// their work over the ranks; the others (plan, status, report, advise, replay, bisect, slurm) run on
+// rank 0 while the other ranks wait for its exit code, so one lock is taken and the output is printed
+// once. Started by hand (no launcher) those need no MPI at all.
+//
 // Exit codes: 0 success; 1 runtime failure (or some variants failed); 2 usage or configuration error
 // (nothing written). On an MPI run a runtime failure on any rank ends the whole job (MPI_Abort).
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +37,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/microbench.hpp"
 #include "src/io/h5.hpp"
+#include "src/io/hdf5_reader.hpp"
 #include "src/runtime/mpi.hpp"
 
 namespace po = boost::program_options;
@@ -181,6 +191,16 @@ JobContext make_context(const Parsed& p) {
   ctx.opts = p.opts;
   namespace fs = std::filesystem;
   std::error_code ec;
+  // MPI-IO (and HDF5 through it) resolves relative paths against getcwd(), which fails for a working
+  // directory longer than PATH_MAX; Open MPI then crashes. Refused before anything is locked or written.
+  if (std::vector<char> cwd(PATH_MAX + 1); ::getcwd(cwd.data(), cwd.size()) == nullptr) {
+    const int err = errno;
+    throw UsageError(err == ENAMETOOLONG || err == ERANGE
+                         ? "the working directory's path is longer than PATH_MAX (" + std::to_string(PATH_MAX) +
+                               " bytes), which MPI-IO cannot work from"
+                         : std::string("the working directory cannot be told (getcwd: ") + std::strerror(err) + ")",
+                     "run fastudy from a folder with a shorter path (the grid and --out may be anywhere)");
+  }
   if (p.job->target_is_out && !fs::exists(p.opts.target, ec))
     throw UsageError(p.opts.target + " does not exist: `fastudy " + p.opts.command +
                          "` takes a study's output directory or its grid file",
@@ -199,6 +219,12 @@ JobContext make_context(const Parsed& p) {
     ctx.out_dir = p.opts.out.empty() ? ctx.study->out : p.opts.out;
     keep_study_record(ctx);
   }
+  // An output path that cannot be resolved (a symbolic link loop, a file where a folder is expected)
+  // is a usage error, named before anything is locked or written.
+  if (const fs::file_status out_status = fs::status(ctx.out_dir, ec);
+      ec && ec != std::errc::no_such_file_or_directory && out_status.type() != fs::file_type::directory)
+    throw UsageError("'" + ctx.out_dir + "' cannot be the study's output directory: " + ec.message(),
+                     "pass another --out (or [study] out)");
   if (ctx.study->imported() && (p.opts.command == "train" || p.opts.command == "microbench"))
     throw UsageError("`fastudy " + p.opts.command + "` runs fastudy's own model, and " + ctx.study->file +
                          " imports its runs ([import])",
@@ -228,11 +254,11 @@ std::optional<PreflightScope> preflight_scope(const JobContext& ctx, int ranks, 
   return s;
 }
 
-// The end of an MPI job: after a failed HDF5 file close (a full disk), MPI_Finalize would crash inside
-// HDF5 (it closes the broken file again), so the process ends here, with its exit code, instead.
+// The end of an MPI job: after a failed HDF5 close (a full disk), MPI_Finalize would crash inside
+// HDF5 (it closes the broken file or object again), so the process ends here, with its exit code, instead.
 int finish_mpi(int code, StudyLock& lock) {
   lock.release();
-  if (h5::failed_file_closes() > 0) {
+  if (h5::failed_closes() > 0) {
     log::warn("an HDF5 file could not be closed after an I/O error; ending without MPI_Finalize");
     std::cout.flush();
     std::cerr.flush();
@@ -256,21 +282,43 @@ int exit_code_of(const std::exception& e) {
   return kExitFailure;
 }
 
+// The study of the command line, loaded before MPI starts (a peek: a grid that does not load is left to
+// the job, which reports it).
+std::optional<Study> peek_study(const Parsed& p) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  try {
+    return load_study(fs::is_directory(p.opts.target, ec) ? (fs::path(p.opts.target) / "study.toml").string() : p.opts.target);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// Whether the job may read HDF5 files other programs wrote ([import] path, a microbenchmark's input
+// file): libhdf5 then parses them in a reader process (src/io/hdf5_reader.hpp), which must start here,
+// before MPI starts and while the program is one thread.
+bool reads_hdf5_of_others(const std::optional<Study>& st) {
+  if (!st) return false;
+  auto hdf5 = [](const std::string& path) {
+    for (const char* ext : {".h5", ".hdf5"})
+      if (path.size() > std::strlen(ext) && path.compare(path.size() - std::strlen(ext), std::strlen(ext), ext) == 0) return true;
+    return false;
+  };
+  if (st->imported() && hdf5(st->import.path)) return true;
+  for (const auto& sw : st->microbench.sweeps)
+    if (hdf5(sw.input_file)) return true;
+  return false;
+}
+
 #ifdef FASTUDY_LITE
 // Whether the job's study imports torch.save files (.pt, .pth, .bin), which only fastudy-main reads
 // (through LibTorch): then fastudy-lite hands the command line over, before MPI starts. A grid that
 // does not load is left to the job, which reports it.
-bool imports_torch_files(const Parsed& p) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  try {
-    const std::string grid = fs::is_directory(p.opts.target, ec) ? (fs::path(p.opts.target) / "study.toml").string() : p.opts.target;
-    const Study st = load_study(grid);
-    const std::string& path = st.import.path;
-    for (const char* ext : {".pt", ".pth", ".bin"})
-      if (path.size() > std::strlen(ext) && path.compare(path.size() - std::strlen(ext), std::strlen(ext), ext) == 0) return true;
-  } catch (const std::exception&) {
-  }
+bool imports_torch_files(const std::optional<Study>& st) {
+  if (!st) return false;
+  const std::string& path = st->import.path;
+  for (const char* ext : {".pt", ".pth", ".bin"})
+    if (path.size() > std::strlen(ext) && path.compare(path.size() - std::strlen(ext), std::strlen(ext), ext) == 0) return true;
   return false;
 }
 #endif
@@ -311,12 +359,24 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (parsed.help) return kExitOk;
+  const std::optional<Study> peeked = peek_study(parsed);
 #ifdef FASTUDY_LITE
-  if (imports_torch_files(parsed)) return exec_beside_or_fail("fastudy-main", argv, environ);
+  if (imports_torch_files(peeked)) return exec_beside_or_fail("fastudy-main", argv, environ);
 #endif
+  if (reads_hdf5_of_others(peeked)) {
+    try {
+      io::start_hdf5_reader();
+    } catch (const std::exception& e) {
+      return print_error(e);
+    }
+  }
   log::set_level(parsed.quiet ? log::Level::quiet : parsed.verbose ? log::Level::debug : log::Level::info);
 
-  if (!parsed.job->uses_mpi) {
+  // A job that does not use MPI runs as one process. Started by a launcher with several processes
+  // (`mpirun -n 4 fastudy report OUT`) it still runs once: MPI joins the processes, rank 0 runs the
+  // job (one lock, one output) and every rank leaves with its exit code (below).
+  const bool one_process = !parsed.job->uses_mpi && mpi::launched_ranks() <= 1;
+  if (one_process) {
     install_stop_signals();
     try {
       JobContext ctx = make_context(parsed);
@@ -390,6 +450,24 @@ int main(int argc, char** argv) {
     }
   } catch (const SilentExit& e) {
     return e.code();
+  }
+  if (!parsed.job->uses_mpi) {
+    // A one-process job under a launcher: rank 0 runs it as `fastudy JOB` alone would (its output,
+    // no provenance header), the other ranks wait for its exit code.
+    std::int64_t code = kExitOk;
+    try {
+      on_root(world, [&] {
+        JobContext one = *ctx;
+        one.world = nullptr;
+        one.prov.ranks = 1;  // its outputs' provenance: the one process that ran it
+        one.prov.hosts = {hosts[0]};
+        code = said_why(parsed.opts.command, parsed.job->run(one));
+      });
+    } catch (const SilentExit& e) {
+      code = e.code();
+    }
+    world.bcast(code);
+    return finish_mpi(static_cast<int>(code), lock);
   }
   log::info(ctx->prov.header());
   try {

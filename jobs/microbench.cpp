@@ -5,7 +5,7 @@
 // (microbench_columns.hpp). Rank 0 prints the flash/baseline error ratio per format, reading (policy)
 // and rounding, and against the number of KV tiles. Sweeps with save_outputs also put every point's
 // inputs and outputs in OUT/microbench_outputs.h5 (microbench_saved.hpp), each rank writing its points.
-// Real kernels (README "Real kernels"): a sweep with devices = ["cpu", "cuda"] adds our CUDA kernels'
+// Real kernels (docs/microbench.md "Real kernels"): a sweep with devices = ["cpu", "cuda"] adds our CUDA kernels'
 // rows to each point (checked against the CPU kernels), one with framework = [...] adds points of
 // policy "native" with LibTorch's SDPA rows; the preflight (microbench_preflight.hpp) refuses them
 // (exit 2) before any work where a rank sees no device, and rank 0 prints
@@ -28,6 +28,7 @@
 #include "jobs/microbench_points.hpp"
 #include "jobs/microbench_preflight.hpp"
 #include "jobs/microbench_saved.hpp"
+#include "jobs/preflight.hpp"
 #include "jobs/microbench_sdpa.hpp"
 #include "jobs/microbench_torch.hpp"
 #include "jobs/microbench_table.hpp"
@@ -383,6 +384,9 @@ int job_microbench(JobContext& ctx) {
 
   bool skip = false;
   on_root(world, [&] {
+    if (!saved_points.empty() && !(ctx.opts.resume && !ctx.opts.force && file_exists(saved_path)))
+      check_output_space(ctx.out_dir, static_cast<double>(saved_outputs_bytes(saved_points)),
+                         std::string(kSavedOutputsName) + " (save_outputs: every saved point's inputs and outputs)");
     prepare_output(ctx);
     skip = ctx.opts.resume && !ctx.opts.force && file_exists(csv_path) && file_exists(h5_path) &&
            (saved_points.empty() || file_exists(saved_path)) &&

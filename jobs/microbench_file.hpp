@@ -1,5 +1,5 @@
 // The microbenchmark's inputs from a file a user's framework wrote ([microbench] distribution = "file",
-// input_file; README "Microbenchmark"): tensors named q, k, v and, for the backward pass, do (the
+// input_file; docs/microbench.md "Real kernels"): tensors named q, k, v and, for the backward pass, do (the
 // gradient of O), each of shape [B, H, N, d], in fp64, fp32, fp16 or bf16, in a safetensors file, an
 // HDF5 file as h5py writes it, or a torch.save file (src/io/tensor_file.hpp reads them). Everything is
 // checked before any work, each problem a UsageError (exit 2) naming the file and the tensor.

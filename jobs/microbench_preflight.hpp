@@ -1,4 +1,4 @@
-// The microbench job's CUDA preflight (README "Real kernels"): before any work, every rank checks that
+// The microbench job's CUDA preflight (docs/microbench.md "Real kernels"): before any work, every rank checks that
 // it sees a CUDA device for the sweeps that need one (our kernels: devices lists "cuda"; the
 // framework's: framework = [...]) and that the device holds our flash kernel's tiles at every point of
 // our CUDA kernels. A failure is a UsageError (exit 2) on every rank, naming the grid file, the sweep,

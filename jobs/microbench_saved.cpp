@@ -33,7 +33,33 @@ std::vector<std::int64_t> dims_of(const MicrobenchPoint& p) {
   return {p.batch, p.heads, p.seq_len, p.head_dim};
 }
 
+// A failed write of the file as an Error naming it, its file system's free space and what to do.
+[[noreturn]] void write_failed(const std::string& path, const std::string& why) {
+  throw Error("cannot write " + path + ": " + why + file_system_note(path),
+              "free space on that file system (or choose another --out) and run again");
+}
+
 }  // namespace
+
+std::uint64_t saved_outputs_bytes(const std::vector<SavedPoint>& points) {
+  constexpr std::uint64_t kGroupMeta = 4096, kDatasetMeta = 1024;
+  std::uint64_t bytes = kGroupMeta;
+  for (const SavedPoint& sp : points) {
+    const MicrobenchPoint& p = sp.point;
+    const std::uint64_t n = static_cast<std::uint64_t>(p.batch) * p.heads * p.seq_len * p.head_dim;
+    const std::uint64_t datasets = input_names(p).size() + sp.algorithms.size() * output_names(p).size();
+    bytes += datasets * (n * sizeof(double) + kDatasetMeta) + (1 + sp.algorithms.size()) * kGroupMeta;
+  }
+  return bytes;
+}
+
+SavedOutputs::~SavedOutputs() {
+  if (finished_) return;
+  if (file_ && world_.size() > 1) file_->abandon();
+  file_.reset();
+  std::error_code ec;
+  std::filesystem::remove(tmp_, ec);
+}
 
 SavedOutputs::SavedOutputs(const std::string& path, const std::vector<SavedPoint>& points, const Provenance& prov,
                            mpi::Comm& world)
@@ -70,6 +96,14 @@ SavedOutputs::SavedOutputs(const std::string& path, const std::vector<SavedPoint
 }
 
 void SavedOutputs::write(std::size_t index, const SavedValues& values) {
+  try {
+    write_point(index, values);
+  } catch (const h5::H5Error& e) {
+    write_failed(path_, e.details());
+  }
+}
+
+void SavedOutputs::write_point(std::size_t index, const SavedValues& values) {
   const SavedPoint& sp = points_.at(index);
   const MicrobenchPoint& p = sp.point;
   const h5::Transfer independent(*file_, false);
@@ -99,15 +133,24 @@ void SavedOutputs::write(std::size_t index, const SavedValues& values) {
 }
 
 void SavedOutputs::finish(bool keep) {
-  file_->close();
-  file_.reset();
-  if (world_.rank() != 0) return;
-  if (keep) {
-    commit_sealed(tmp_, path_);
-  } else {
-    std::error_code ec;
-    std::filesystem::remove(tmp_, ec);
+  std::string failure;
+  try {
+    file_->close();
+  } catch (const h5::H5Error& e) {
+    failure = e.details();
   }
+  file_.reset();
+  const bool failed = world_.allreduce_max(static_cast<std::int64_t>(!failure.empty())) != 0;
+  finished_ = true;
+  if (world_.rank() == 0) {
+    if (keep && !failed) {
+      commit_sealed(tmp_, path_);
+    } else {
+      std::error_code ec;
+      std::filesystem::remove(tmp_, ec);
+    }
+  }
+  if (failed) write_failed(path_, failure.empty() ? "another rank could not close it" : failure);
 }
 
 }  // namespace fastudy

@@ -1,7 +1,7 @@
 // `[microbench] save_outputs = true`: every point's inputs and outputs in OUT/microbench_outputs.h5, so
-// that a user can run the same inputs through their own framework and compare bit for bit (README
-// "Microbenchmark"). Written collectively by the ranks of the job (parallel HDF5): every rank creates
-// the same groups and datasets, each writes the points it computed, rank 0 moves the finished file into
+// that a user can run the same inputs through their own framework and compare bit for bit
+// (docs/microbench.md "Real kernels"). Written collectively by the ranks of the job (parallel HDF5): every
+// rank creates the same groups and datasets, each writes the points it computed, rank 0 moves the finished file into
 // place and seals it (base/checksum.hpp). Layout, every value float64 (exact: the values of every format
 // are doubles), tensors [B, H, N, d]:
 //   /                      attributes format = "fastudy-microbench-outputs/1", provenance, config_hash
@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -50,24 +51,37 @@ struct SavedValues {
   std::map<std::string, std::vector<double>> outputs;
 };
 
+// The bytes the file of `points` takes, for the disk preflight: every value (8 bytes) and HDF5's
+// metadata (at most 4 KiB per group and 1 KiB per dataset).
+std::uint64_t saved_outputs_bytes(const std::vector<SavedPoint>& points);
+
 class SavedOutputs {
  public:
   // Collective over `world`: creates the file under a temporary name beside `path` and every point's
   // group and datasets.
   SavedOutputs(const std::string& path, const std::vector<SavedPoint>& points, const Provenance& prov,
                mpi::Comm& world);
+  // Left without finish() (an error on this rank): the file is given up without the collective close
+  // (one rank alone; the job ends) or closed (one process), and the temporary file is removed.
+  ~SavedOutputs();
+  SavedOutputs(const SavedOutputs&) = delete;
+  SavedOutputs& operator=(const SavedOutputs&) = delete;
   // This rank's point `index`: its inputs and every algorithm's output, one independent transfer each;
-  // Error naming the algorithm where one is missing or of the wrong size.
+  // Error naming the algorithm where one is missing or of the wrong size, and the file and its file
+  // system when a write fails (a full disk).
   void write(std::size_t index, const SavedValues& values);
-  // Collective: closes the file; rank 0 moves it to `path`, sealed. With `keep` false (a stopped run)
-  // the temporary file is removed instead.
+  // Collective: closes the file; rank 0 moves it to `path`, sealed, when every rank closed it. With
+  // `keep` false (a stopped run), or when a rank could not close it (an Error naming the file and its
+  // file system, on every rank), the temporary file is removed instead.
   void finish(bool keep);
 
  private:
   std::string path_, tmp_;
   mpi::Comm& world_;
+  void write_point(std::size_t index, const SavedValues& values);
   std::vector<SavedPoint> points_;
   std::optional<h5::File> file_;
+  bool finished_ = false;
 };
 
 }  // namespace fastudy

@@ -1,7 +1,7 @@
 // The framework's real kernels as microbenchmark algorithms: LibTorch's scaled_dot_product_attention
 // with one backend at a time (src/train/sdpa.hpp) on the inputs of a prepared point, on a CUDA device,
 // in the point's format (fp16 or bf16 tensors). Part of fastudy-main only (LibTorch; fastudy-lite and
-// the kernels library stay free of it). README "Real kernels".
+// the kernels library stay free of it). docs/microbench.md "Real kernels".
 #pragma once
 
 #include <string>

@@ -3,8 +3,8 @@
 //   OUT/microbench.csv   one row per point and algorithm, with a provenance header
 //   OUT/microbench.h5    the same table as one dataset per column under /rows (text columns as
 //                        integer codes with a `labels` attribute, one label per line)
-// and the tables rank 0 prints: the flash/baseline summary and the real-kernel tables (README "Real
-// kernels"; exposed for tests).
+// and the tables rank 0 prints: the flash/baseline summary and the real-kernel tables
+// (docs/microbench.md "Real kernels"; exposed for tests).
 #pragma once
 
 #include <cstddef>

@@ -290,7 +290,7 @@ MicrobenchRow microbench_torch_row(const MicrobenchRun& run, const std::string& 
   const RealCode& code = *find_real_code(algorithm);
   const AttentionKind kind = code.kind;
   MicrobenchRow row = microbench_row(run, algorithm, t.values, run.golden, t.stats);
-  // The reading with the code's scale placement (README "Readings": fused, after, before) and, where
+  // The reading with the code's scale placement (docs/readings.md: fused, after, before) and, where
   // its kernels are framework ops, LibTorch's own treatment of the scalar, the softmax backward and its
   // GEMM (FrameworkOps, probed): named "READING[/scale_PLACEMENT][/OPS] KIND", the kind the last word.
   PrecisionPolicy placed = run.policy_of(kind);

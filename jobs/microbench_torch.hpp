@@ -3,8 +3,8 @@
 // scale; torch_baseline_before: (Q * scale) K^T) and FlashAttention-2 written as a loop of LibTorch ops
 // (torch_flash), on a point's inputs as tensors of the point's format, each against the fp64 golden
 // value and beside the reading that claims to model it (columns vs_reading, bit_identical, max_ulp_vs).
-// Part of fastudy-main only (LibTorch; fastudy-lite and the kernels library stay free of it). README
-// "Real kernels".
+// Part of fastudy-main only (LibTorch; fastudy-lite and the kernels library stay free of it).
+// docs/microbench.md "Real kernels".
 //
 // B batch, H heads, N sequence, d head dim; tensors are [B, H, N, d].
 #pragma once

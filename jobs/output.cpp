@@ -10,6 +10,7 @@
 #include "base/checksum.hpp"
 #include "base/log.hpp"
 #include "base/manifest.hpp"
+#include "base/read_file.hpp"
 #include "base/error.hpp"
 #include "jobs/job.hpp"
 #include "jobs/study_lock.hpp"
@@ -28,11 +29,12 @@ bool file_exists(const std::string& path) {
 }
 
 std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read " + path, "check that the file exists and is readable");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // A study's text outputs are far smaller; a larger file in their place is not read into memory.
+  constexpr std::size_t kMaxTextBytes = std::size_t{1} << 30;
+  std::string problem;
+  std::optional<std::string> text = read_regular_file(path, kMaxTextBytes, &problem);
+  if (!text) throw Error("cannot read " + path + ": it " + problem, "check that the file exists and is readable");
+  return std::move(*text);
 }
 
 namespace {

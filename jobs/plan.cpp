@@ -1,5 +1,7 @@
-// `fastudy plan GRID.toml --ranks N`: the variants, how N ranks split into groups, and estimates of
-// parameters, checkpoint bytes, memory per rank and the train phase's time. Writes nothing.
+// `fastudy plan GRID.toml --ranks N`: the variants, how N ranks split into groups, where they train
+// and which gradient reducer each group gets (--gpus-per-node G, --ranks-per-node R model a cluster;
+// by default this machine), and estimates of parameters, checkpoint bytes, memory per rank and the
+// train phase's time. Writes nothing. Under `mpirun -n N` it runs once and plans for N ranks.
 //
 // Time: the variants that differ only in replicate axes (seed, repeat) cost the same per step, so one
 // variant of each kind is trained here for --measure-steps steps (after one warm-up step) and timed;
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -29,14 +32,36 @@
 #include "jobs/reduce_import.hpp"
 #include "jobs/reduce_work.hpp"
 #include "src/runtime/gpu.hpp"
+#include "src/runtime/mpi.hpp"
+#include "src/runtime/placement.hpp"
+#include "src/runtime/reducer.hpp"
 #include "src/train/trainer.hpp"
 
 namespace po = boost::program_options;
 
 namespace fastudy {
 
+namespace {
+
+// A notifier for an integer option: UsageError (exit 2, before anything runs) below `least`.
+std::function<void(int)> at_least(const char* option, int least) {
+  return [option, least](int v) {
+    if (v < least)
+      throw UsageError(std::string(option) + " must be >= " + std::to_string(least) + " (got " + std::to_string(v) + ")",
+                       "see `fastudy plan --help`");
+  };
+}
+
+}  // namespace
+
 void plan_options(po::options_description& d, CliOptions& o) {
-  d.add_options()("ranks,n", po::value<int>(&o.ranks)->default_value(1), "number of MPI ranks to plan for")(
+  d.add_options()("ranks,n", po::value<int>(&o.ranks)->notifier(at_least("--ranks", 1)),
+                  "number of MPI ranks to plan for (default: the ranks plan runs on: 1, or N under mpirun -n N)")(
+      "gpus-per-node", po::value<int>(&o.gpus_per_node)->notifier(at_least("--gpus-per-node", 0)),
+      "plan for nodes with this many GPUs each and a CUDA build with NCCL (default: the GPUs this build sees "
+      "here); decides each group's device and gradient reducer")(
+      "ranks-per-node", po::value<int>(&o.ranks_per_node)->notifier(at_least("--ranks-per-node", 1)),
+      "ranks on each node, consecutive ranks together (default: every rank on one node)")(
       "measure-steps", po::value<int>(&o.measure_steps)->default_value(3),
       "timed training steps per kind of variant for the time estimate (after one warm-up step; 0: no estimate)");
 }
@@ -209,8 +234,7 @@ int plan_imported(const JobContext& ctx) {
 
 int job_plan(JobContext& ctx) {
   const Study& st = *ctx.study;
-  const int ranks = ctx.opts.ranks;
-  if (ranks < 1) throw UsageError("--ranks must be >= 1 (got " + std::to_string(ranks) + ")");
+  const int ranks = ctx.opts.ranks > 0 ? ctx.opts.ranks : std::max(1, mpi::launched_ranks());
   if (ctx.opts.measure_steps < 0)
     throw UsageError("--measure-steps must be >= 0 (got " + std::to_string(ctx.opts.measure_steps) + ")",
                      "0 leaves the time estimate out");
@@ -273,19 +297,40 @@ int job_plan(JobContext& ctx) {
     ReduceRates rates = measure_reduce_rates(reduce.f64 ? 8 : 4, ranks);
     os << reduce_estimate_text(reduce, stored, rates, ranks);
   }
-  // Where the variants train: [train] device (or --device), auto resolved as the train job does.
-  std::string no_gpu;
-  const bool gpu = rank_has_gpu(&no_gpu);
+  // Where the variants train: [train] device (or --device), auto resolved as the train job does, on
+  // this machine's GPUs or on nodes of --gpus-per-node; and each group's gradient reducer
+  // (src/runtime/placement.hpp), as the train job chooses it.
+  const bool modelled = ctx.opts.gpus_per_node >= 0;
+  std::string no_gpu = modelled ? std::string("--gpus-per-node 0") : std::string();
+  const int gpus = modelled ? ctx.opts.gpus_per_node : (rank_has_gpu(&no_gpu) ? visible_gpus() : 0);
+  const bool want_gpu = st.train.device != Device::cpu;
+  const bool on_gpu = want_gpu && gpus > 0;
+  const std::string per_node = std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s") + " per node" +
+                               (modelled ? " (--gpus-per-node)" : " (seen here)");
   os << "device: " << to_string(st.train.device);
-  if (st.train.device == Device::auto_) os << " -> " << (gpu ? "cuda (one GPU per rank)" : "cpu (" + no_gpu + ")");
+  const std::string gpu_text = "one GPU per rank by node-local rank, " + per_node;
+  if (st.train.device == Device::auto_) os << " -> " << (on_gpu ? "cuda, " + gpu_text : "cpu (" + no_gpu + ")");
+  else if (on_gpu) os << ", " << gpu_text;
   os << "\n";
+  if (ctx.opts.ranks_per_node > 0) {
+    const int nodes = (ranks + ctx.opts.ranks_per_node - 1) / ctx.opts.ranks_per_node;
+    os << "nodes: " << nodes << " of " << ctx.opts.ranks_per_node << " rank" << (ctx.opts.ranks_per_node == 1 ? "" : "s")
+       << " (--ranks-per-node)\n";
+  }
+  const std::vector<RankPlacement> placements = modelled_placements(ranks, ctx.opts.ranks_per_node, on_gpu ? gpus : 0);
+  const std::vector<ReducerChoice> reducers = choose_reducers(placements, rpv, on_gpu, modelled || have_nccl());
+  if (rpv == 1) {
+    os << "gradient reducer: none (one rank per variant: nothing to average)\n";
+  } else {
+    for (const std::string& line : describe_reducers(reducers, rpv)) os << "gradient reducer of " << line << "\n";
+  }
   std::cout << os.str() << std::flush;
   // The checks `fastudy run` makes before it starts (on this machine, all ranks on this host).
   PreflightScope scope;
   scope.train = st.has_phase("train");
   scope.report = st.has_phase("report");
   scope.ranks = ranks;
-  scope.ranks_on_host = ranks;
+  scope.ranks_on_host = ctx.opts.ranks_per_node > 0 ? std::min(ranks, ctx.opts.ranks_per_node) : ranks;
   scope.out = ctx.opts.out.empty() ? st.out : ctx.opts.out;
   const std::vector<std::string> problems = preflight_problems(st, scope);
   // Only a grid that would start is timed (a missing data file, say, is the preflight's to name).

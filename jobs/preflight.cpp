@@ -161,6 +161,14 @@ std::vector<std::string> preflight_problems(const Study& st, const PreflightScop
   return problems;
 }
 
+void check_output_space(const std::string& out, double bytes, const std::string& what) {
+  const double free = free_bytes(out);
+  if (free >= 0 && bytes > free)
+    throw UsageError(what + " needs about " + human_bytes(bytes) + ", but the file system of " + out + " has " +
+                         human_bytes(free) + " free (nothing was run or written)",
+                     "free space, or choose another --out");
+}
+
 void preflight(const Study& st, const PreflightScope& scope) {
   const std::vector<std::string> problems = preflight_problems(st, scope);
   if (problems.empty()) return;

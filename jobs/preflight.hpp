@@ -8,7 +8,8 @@
 //   memory        each variant's training memory per rank (estimate.hpp) fits what a rank can have:
 //                 min(physical memory, cgroup limit) / ranks on the host; [study] memory_check = false
 //                 overrides it
-//   disk          the checkpoints still to write fit the free space of the output's file system
+//   disk          the checkpoints still to write fit the free space of the output's file system (the
+//                 jobs check their other outputs the same way: check_output_space)
 //   report        the renderer's Python modules import, when the report phase is on
 #pragma once
 
@@ -34,5 +35,9 @@ void preflight(const Study& st, const PreflightScope& scope);
 
 // Bytes of memory one process on this host may use: min(MemTotal, cgroup memory limit); 0 if unknown.
 double host_memory_limit();
+
+// The disk check of a job's own outputs, before it works: a UsageError (exit 2) when `bytes` (what it
+// will write: `what`) do not fit the free space of the file system that holds `out`.
+void check_output_space(const std::string& out, double bytes, const std::string& what);
 
 }  // namespace fastudy

@@ -60,9 +60,10 @@
 #include "base/progress.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
-#include "jobs/reduce_work.hpp"
+#include "jobs/preflight.hpp"
 #include "jobs/reduce_import.hpp"
 #include "jobs/reduce_output.hpp"
+#include "jobs/reduce_work.hpp"
 #include "src/io/checkpoint.hpp"
 #include "src/runtime/mpi.hpp"
 
@@ -617,7 +618,9 @@ int job_reduce(JobContext& ctx) {
     // imported study) or continued, and the files' provenance recorded.
     ImportCheck check = check_imports(st, &world);
     plan = std::move(check.plan);
+    choose_reduce_work(st, plan);
     on_root(world, [&] {
+      check_output_space(out, static_cast<double>(reduce_output_bytes(plan)), "the reduce's results (deviation.h5, deviation.csv, ...)");
       if (!file_exists(path("study.toml")) || ctx.opts.command == "run") prepare_output(ctx);
       manifest::add(out, {{manifest::Kind::file, "reduce", "imported.csv"}});
       write_imported_csv(out, check.records, ctx.prov);
@@ -625,8 +628,11 @@ int job_reduce(JobContext& ctx) {
   } else {
     on_root(world, [&] { check_study_dir(st, out); });
     plan = agree_on_plan(st, out, ctx.opts.allow_missing, world);
+    choose_reduce_work(st, plan);
+    on_root(world, [&] {
+      check_output_space(out, static_cast<double>(reduce_output_bytes(plan)), "the reduce's results (deviation.h5, deviation.csv, ...)");
+    });
   }
-  choose_reduce_work(st, plan);
   const auto t_checked = std::chrono::steady_clock::now();
   log::info("reduce: " + std::to_string(plan.variants.size()) + " variants x " + std::to_string(plan.steps.size()) +
             " steps x " + std::to_string(plan.tensors.size() - 1) + " tensors (+ whole model), " +

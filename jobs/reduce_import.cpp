@@ -6,11 +6,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 
+#include "base/bytes.hpp"
 #include "base/checksum.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
+#include "base/quote.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 #include "jobs/reduce_output.hpp"
@@ -21,26 +24,30 @@ namespace fs = std::filesystem;
 namespace fastudy {
 namespace {
 
-std::string one_line(std::string s) {
-  for (char& c : s)
-    if (c == '\n' || c == '\t') c = ' ';
-  return s;
-}
-
 // This process's share of the files (index i = v * S + s of layout.paths[v][s], those with
-// i % ranks == rank), each as "@\ti\n" and its facts, or "X\ti\tmessage\thint\n" for bad input.
+// i % ranks == rank), as bytes (base/bytes.hpp: a path or name of any content travels whole): per file
+// its index, then 1 and its facts, or 0 and the error's message and hint (bad input).
 std::string inspect_share(const io::ImportLayout& layout, const ImportConfig& ic, int rank, int ranks) {
-  std::ostringstream os;
+  ByteWriter out;
   const std::size_t S = layout.steps.size();
   for (std::size_t i = static_cast<std::size_t>(rank); i < layout.paths.size() * S; i += static_cast<std::size_t>(ranks)) {
+    const std::string& path = layout.paths[i / S][i % S];
+    out.put<std::uint64_t>(i);
     try {
-      const io::ImportedFileFacts facts = io::inspect_import(layout.paths[i / S][i % S], ic);
-      os << "@\t" << i << '\n' << facts.pack();
+      const io::ImportedFileFacts facts = io::inspect_import(path, ic);
+      out.put<std::uint8_t>(1);
+      out.put_string(facts.pack());
     } catch (const UsageError& e) {
-      os << "X\t" << i << '\t' << one_line(e.what()) << '\t' << one_line(e.hint()) << '\n';
+      out.put<std::uint8_t>(0);
+      out.put_string(e.what());
+      out.put_string(e.hint());
+    } catch (const std::exception& e) {  // what a reader did not name: named here, still bad input
+      out.put<std::uint8_t>(0);
+      out.put_string("'" + path + "': cannot be read: " + e.what());
+      out.put_string("the file is damaged or not of its kind; write it again");
     }
   }
-  return os.str();
+  return out.take();
 }
 
 // Rank 0: the facts of every file from the ranks' shares, in index order; the first bad input (in
@@ -49,65 +56,49 @@ std::vector<io::ImportedFileFacts> collect_facts(const std::vector<std::string>&
   std::vector<io::ImportedFileFacts> facts(files);
   std::map<std::size_t, std::pair<std::string, std::string>> errors;
   for (const auto& part : parts) {
-    std::istringstream in(part);
-    std::string line, block;
-    std::size_t index = files;
-    auto flush = [&] {
-      if (index < files) facts[index] = io::ImportedFileFacts::unpack(block).at(0);
-      block.clear();
-    };
-    while (std::getline(in, line)) {
-      if (line.rfind("@\t", 0) == 0) {
-        flush();
-        index = std::stoul(line.substr(2));
-      } else if (line.rfind("X\t", 0) == 0) {
-        std::istringstream fields(line.substr(2));
-        std::string i, message, hint;
-        std::getline(fields, i, '\t');
-        std::getline(fields, message, '\t');
-        std::getline(fields, hint, '\t');
-        errors.emplace(std::stoul(i), std::make_pair(message, hint));
+    ByteReader in(part, "reduce: the imported files a rank checked");
+    while (!in.done()) {
+      const auto i = in.get<std::uint64_t>();
+      if (i >= files) throw Error("reduce: a rank checked imported file " + std::to_string(i) + " of " + std::to_string(files));
+      if (in.get<std::uint8_t>() != 0) {
+        facts[i] = io::ImportedFileFacts::unpack(in.get_string());
       } else {
-        block += line + '\n';
+        std::string message = in.get_string();
+        errors.emplace(i, std::make_pair(std::move(message), in.get_string()));
       }
     }
-    flush();
   }
   if (!errors.empty()) throw UsageError(errors.begin()->second.first, errors.begin()->second.second);
   return facts;
 }
 
 std::string pack_plan(const ImportCheck& c) {
-  std::ostringstream os;
+  ByteWriter w;
   const ReducePlan& p = c.plan;
-  os << "d " << p.f64 << '\n';
-  for (const auto* v : p.variants) os << "v " << v->id << '\n';
-  for (auto s : p.steps) os << "s " << s << '\n';
-  for (const auto& t : p.tensors) os << "t " << t << '\n';
-  for (auto n : p.sizes) os << "n " << n << '\n';
+  w.put<std::uint8_t>(p.f64);
+  w.put<std::uint64_t>(p.variants.size());
+  for (const auto* v : p.variants) w.put_string(v->id);
+  w.put<std::uint64_t>(p.steps.size());
+  for (auto s : p.steps) w.put<std::int64_t>(s);
+  w.put<std::uint64_t>(p.tensors.size());
+  for (const auto& t : p.tensors) w.put_string(t);
+  for (auto n : p.sizes) w.put<std::int64_t>(n);
   for (const auto& row : p.files)
-    for (const auto& f : row) os << "f " << f << '\n';
-  return os.str();
+    for (const auto& f : row) w.put_string(f);
+  return w.take();
 }
 
-ReducePlan unpack_plan(const std::string& text, const Study& st) {
+ReducePlan unpack_plan(const std::string& bytes, const Study& st) {
   ReducePlan p;
-  std::istringstream in(text);
-  std::vector<std::string> files;
-  for (std::string line; std::getline(in, line);) {
-    const std::string body = line.substr(2);
-    switch (line[0]) {
-      case 'd': p.f64 = body == "1"; break;
-      case 'v': p.variants.push_back(st.find_variant(body)); break;
-      case 's': p.steps.push_back(std::stoll(body)); break;
-      case 't': p.tensors.push_back(body); break;
-      case 'n': p.sizes.push_back(std::stoll(body)); break;
-      case 'f': files.push_back(body); break;
-    }
-  }
-  for (std::size_t v = 0; v < p.variants.size(); ++v)
-    p.files.emplace_back(files.begin() + static_cast<std::ptrdiff_t>(v * p.steps.size()),
-                         files.begin() + static_cast<std::ptrdiff_t>((v + 1) * p.steps.size()));
+  ByteReader r(bytes, "reduce: the plan rank 0 sent");
+  p.f64 = r.get<std::uint8_t>() != 0;
+  for (auto n = r.get<std::uint64_t>(); n > 0; --n) p.variants.push_back(st.find_variant(r.get_string()));
+  for (auto n = r.get<std::uint64_t>(); n > 0; --n) p.steps.push_back(r.get<std::int64_t>());
+  for (auto n = r.get<std::uint64_t>(); n > 0; --n) p.tensors.push_back(r.get_string());
+  for (std::size_t t = 0; t + 1 < p.tensors.size(); ++t) p.sizes.push_back(r.get<std::int64_t>());
+  p.files.assign(p.variants.size(), {});
+  for (auto& row : p.files)
+    for (std::size_t s = 0; s < p.steps.size(); ++s) row.push_back(r.get_string());
   return p;
 }
 
@@ -174,23 +165,20 @@ ImportCheck check_imports(const Study& st, mpi::Comm* world) {
   io::ImportLayout layout;
   on_root(*world, [&] {
     layout = only_reduced_steps(st, io::locate_imports(st));
-    std::ostringstream os;
-    for (auto s : layout.steps) os << "s " << s << '\n';
+    ByteWriter w;
+    w.put<std::uint64_t>(layout.steps.size());
+    for (auto s : layout.steps) w.put<std::int64_t>(s);
     for (const auto& row : layout.paths)
-      for (const auto& f : row) os << "f " << f << '\n';
-    packed_layout = os.str();
+      for (const auto& f : row) w.put_string(f);
+    packed_layout = w.take();
   });
   world->bcast(packed_layout);
   if (!world->is_root()) {
-    std::istringstream in(packed_layout);
-    std::vector<std::string> files;
-    for (std::string line; std::getline(in, line);) {
-      if (line[0] == 's') layout.steps.push_back(std::stoll(line.substr(2)));
-      else files.push_back(line.substr(2));
-    }
-    for (std::size_t v = 0; v < st.variants.size(); ++v)
-      layout.paths.emplace_back(files.begin() + static_cast<std::ptrdiff_t>(v * layout.steps.size()),
-                                files.begin() + static_cast<std::ptrdiff_t>((v + 1) * layout.steps.size()));
+    ByteReader r(packed_layout, "reduce: the imported files rank 0 found");
+    for (auto n = r.get<std::uint64_t>(); n > 0; --n) layout.steps.push_back(r.get<std::int64_t>());
+    layout.paths.assign(st.variants.size(), {});
+    for (auto& row : layout.paths)
+      for (std::size_t s = 0; s < layout.steps.size(); ++s) row.push_back(r.get_string());
   }
   const std::vector<std::string> parts = world->gather(inspect_share(layout, st.import, world->rank(), world->size()));
   ImportCheck check;
@@ -204,16 +192,53 @@ ImportCheck check_imports(const Study& st, mpi::Comm* world) {
   return check;
 }
 
+namespace {
+
+// The rows of the previous imported.csv (escaped path -> bytes, crc), read only when it matches its
+// checksum and every row is well formed; nullopt and *problem otherwise.
+std::optional<std::map<std::string, std::pair<std::uint64_t, std::uint32_t>>> previous_rows(const std::string& path,
+                                                                                          std::string* problem) {
+  std::string text;
+  try {
+    text = read_sealed(path, "");
+  } catch (const IntegrityError& e) {
+    *problem = e.problem();
+    return std::nullopt;
+  }
+  std::map<std::string, std::pair<std::uint64_t, std::uint32_t>> rows;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t line = at;
+    if (text[at] == '#' || text.compare(at, 5, "path,") == 0) {
+      at = text.find('\n', at);
+      at = at == std::string::npos ? text.size() : at + 1;
+      continue;
+    }
+    const std::vector<std::string> f = csv_split_record(text, at);
+    const bool digits = f.size() == 3 && !f[1].empty() && f[1].size() <= 19 &&
+                        f[1].find_first_not_of("0123456789") == std::string::npos && f[2].size() == 8 &&
+                        f[2].find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (!digits) {
+      *problem = "its row at byte " + std::to_string(line) + " is not path,bytes,crc32";
+      return std::nullopt;
+    }
+    rows[f[0]] = {std::stoull(f[1]), static_cast<std::uint32_t>(std::stoul(f[2], nullptr, 16))};
+  }
+  return rows;
+}
+
+}  // namespace
+
 void write_imported_csv(const std::string& out, const std::vector<io::ImportedFileRecord>& records, const Provenance& prov) {
   const std::string path = (fs::path(out) / "imported.csv").string();
   std::map<std::string, std::pair<std::uint64_t, std::uint32_t>> before;
-  if (fs::exists(path)) {
-    std::istringstream in(read_text_file(path));
-    for (std::string line; std::getline(in, line);) {
-      if (line.empty() || line[0] == '#' || line.rfind("path,", 0) == 0) continue;
-      const std::size_t b = line.rfind(',', line.rfind(',') - 1), c = line.rfind(',');
-      before[line.substr(0, b)] = {std::stoull(line.substr(b + 1, c - b - 1)),
-                                   static_cast<std::uint32_t>(std::stoul(line.substr(c + 1), nullptr, 16))};
+  if (fs::exists(fs::symlink_status(path))) {
+    std::string problem;
+    if (auto rows = previous_rows(path, &problem)) {
+      before = std::move(*rows);
+    } else {
+      log::warn("the imported.csv of the study's last reduce cannot be read (" + problem +
+                "): the imported files are not compared with the ones it read");
     }
   }
   std::ostringstream os;
@@ -221,11 +246,14 @@ void write_imported_csv(const std::string& out, const std::vector<io::ImportedFi
   for (const auto& r : records) {
     char crc[9];
     std::snprintf(crc, sizeof crc, "%08x", r.crc);
-    os << r.path << ',' << r.bytes << ',' << crc << '\n';
-    auto it = before.find(r.path);
+    // A path on one line whatever it holds (escaped: a newline as \n, a backslash doubled), quoted.
+    const std::string field = escaped(r.path);
+    os << csv_field(field) << ',' << r.bytes << ',' << crc << '\n';
+    auto it = before.find(field);
     if (it != before.end() && (it->second.first != r.bytes || it->second.second != r.crc))
-      log::warn("imported file " + r.path + " changed since the study's last reduce (" + std::to_string(it->second.first) +
-                " -> " + std::to_string(r.bytes) + " bytes, crc32 differs): the results are computed from it as it is now");
+      log::warn("imported file " + quoted_name(r.path) + " changed since the study's last reduce (" +
+                std::to_string(it->second.first) + " -> " + std::to_string(r.bytes) +
+                " bytes, crc32 differs): the results are computed from it as it is now");
   }
   atomic_write_sealed(path, os.str());
 }

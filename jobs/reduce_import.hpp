@@ -27,8 +27,10 @@ struct ImportCheck {
 // elsewhere), before any distance is computed. world may be null (one process: `fastudy plan`).
 ImportCheck check_imports(const Study& st, mpi::Comm* world);
 
-// OUT/imported.csv, sealed: one row per file (path, bytes, crc32). Before it is replaced, the files
-// that differ from the previous one's rows are named in warnings.
+// OUT/imported.csv, sealed: one row per file (path, bytes, crc32; the path escaped onto one line,
+// base/quote.hpp escaped(), and quoted). Before it is replaced, the files that differ from the previous
+// one's rows are named in warnings; a previous one that does not match its checksum or holds a
+// malformed row is named in a warning and not compared.
 void write_imported_csv(const std::string& out, const std::vector<io::ImportedFileRecord>& records, const Provenance& prov);
 
 }  // namespace fastudy

@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 
+#include "base/atomic_file.hpp"
 #include "base/checksum.hpp"
 #include "base/number.hpp"
 #include "base/quote.hpp"
@@ -31,46 +32,80 @@ std::vector<double> task_matrix(const ReducePlan& plan, const std::vector<double
   return m;
 }
 
-void write_deviation_h5(const std::string& path, const ReducePlan& plan, const TaskResults& results,
-                        const Provenance& prov) {
+std::uint64_t reduce_output_bytes(const ReducePlan& plan) {
+  constexpr std::uint64_t kGroupMeta = 4096, kDatasetMeta = 1024, kNumber = 25, kSmallCsvs = std::uint64_t{1} << 20;
+  const std::uint64_t V = plan.variants.size(), S = plan.steps.size(), pairs = plan.pairs.size(),
+                      M = plan.metrics.size();
+  // The tensors written: the per-tensor ones ([reduce] per_tensor) and the whole model ([reduce] whole_model).
+  std::uint64_t ids = 0, names = 0, tensors = 0;
+  for (const auto* v : plan.variants) ids += v->id.size() + 4;
+  for (std::size_t t = 0; t < plan.tensors.size(); ++t) {
+    const bool model = t + 1 == plan.tensors.size();
+    if (model ? !plan.whole_model : !plan.per_tensor) continue;
+    names += plan.tensors[t].size() + 4;
+    ++tensors;
+  }
+  const std::uint64_t h5 = kGroupMeta * (2 + S) + S * tensors * (kGroupMeta + M * (kDatasetMeta + V * V * sizeof(double))) +
+                           kGroupMeta + 2 * ids;
+  const std::uint64_t csv = S * (names * pairs + tensors * pairs * (2 * ids / std::max<std::uint64_t>(V, 1) + 20 + M * kNumber));
+  return h5 + csv + kSmallCsvs;
+}
+
+namespace {
+
+// deviation.h5's content, written into `tmp`.
+void write_deviation_file(const std::string& tmp, const ReducePlan& plan, const TaskResults& results, const Provenance& prov) {
   const std::size_t V = plan.variants.size();
   const std::int64_t v64 = static_cast<std::int64_t>(V);
-  atomic_write_sealed_with(path, [&](const std::string& tmp) {
-    h5::File f = h5::File::create(tmp, nullptr);
-    h5::Group root = f.root();
-    root.set_attr("format", std::string("fastudy-deviation/1"));
-    root.set_attr("provenance", prov.header());
-    root.set_attr("config_hash", prov.config_hash);
-    std::string ids, axes, left;
-    for (const auto* v : plan.variants) {
-      ids += v->id + "\n";
-      for (std::size_t a = 0; a < v->axes.size(); ++a) axes += (a ? "," : "") + v->axes[a].first + "=" + v->axes[a].second;
-      axes += "\n";
+  h5::File f = h5::File::create(tmp, nullptr);
+  h5::Group root = f.root();
+  root.set_attr("format", std::string("fastudy-deviation/2"));
+  root.set_attr("provenance", prov.header());
+  root.set_attr("config_hash", prov.config_hash);
+  std::string ids, axes, left;
+  for (const auto* v : plan.variants) {
+    ids += v->id + "\n";
+    for (std::size_t a = 0; a < v->axes.size(); ++a) axes += (a ? "," : "") + v->axes[a].first + "=" + v->axes[a].second;
+    axes += "\n";
+  }
+  for (const auto& l : plan.left_out) left += one_line(l) + "\n";
+  root.set_attr("variants", ids);
+  root.set_attr("variant_axes", axes);
+  root.set_attr("left_out", left);
+  std::string metrics;
+  for (int k : plan.metrics) metrics += (metrics.empty() ? "" : ",") + std::string(kMetricNames[k]);
+  root.set_attr("metrics", metrics);
+  root.set_attr("pairs", plan.pairs_note);
+  h5::Transfer xfer(f);
+  h5::Group steps = root.create_group("steps");
+  std::size_t task = 0;
+  for (auto s : plan.steps) {
+    h5::Group sg = steps.create_group(std::to_string(s));
+    sg.set_attr("step", static_cast<std::int64_t>(s));
+    for (std::size_t t = 0; t < plan.tensors.size(); ++t) {
+      const std::vector<double>& r = results[task++];
+      if (r.empty()) continue;  // not computed ([reduce] per_tensor, whole_model)
+      // The tensor's group is named by its index; its name (another program's, which may hold '/' or be
+      // ".") is an attribute, never a path.
+      h5::Group tg = sg.create_group(std::to_string(t));
+      tg.set_attr("name", plan.tensors[t]);
+      for (int k : plan.metrics)
+        tg.create_dataset(kMetricNames[k], DType::f64, {v64, v64}).write_rows(task_matrix(plan, r, k).data(), 0, v64, xfer);
     }
-    for (const auto& l : plan.left_out) left += one_line(l) + "\n";
-    root.set_attr("variants", ids);
-    root.set_attr("variant_axes", axes);
-    root.set_attr("left_out", left);
-    std::string metrics;
-    for (int k : plan.metrics) metrics += (metrics.empty() ? "" : ",") + std::string(kMetricNames[k]);
-    root.set_attr("metrics", metrics);
-    root.set_attr("pairs", plan.pairs_note);
-    h5::Transfer xfer(f);
-    h5::Group steps = root.create_group("steps");
-    std::size_t task = 0;
-    for (auto s : plan.steps) {
-      h5::Group sg = steps.create_group(std::to_string(s));
-      sg.set_attr("step", static_cast<std::int64_t>(s));
-      for (const auto& t : plan.tensors) {
-        const std::vector<double>& r = results[task++];
-        if (r.empty()) continue;  // not computed ([reduce] per_tensor, whole_model)
-        h5::Group tg = sg.create_group(t);
-        for (int k : plan.metrics)
-          tg.create_dataset(kMetricNames[k], DType::f64, {v64, v64}).write_rows(task_matrix(plan, r, k).data(), 0, v64, xfer);
-      }
-    }
-    f.close();
-  });
+  }
+  f.close();
+}
+
+}  // namespace
+
+void write_deviation_h5(const std::string& path, const ReducePlan& plan, const TaskResults& results,
+                        const Provenance& prov) {
+  try {
+    atomic_write_sealed_with(path, [&](const std::string& tmp) { write_deviation_file(tmp, plan, results, prov); });
+  } catch (const h5::H5Error& e) {  // a full disk: the file, the system's error and the file system
+    throw Error("cannot write " + path + ": " + e.details() + file_system_note(path),
+                "free space on that file system (or choose another --out) and run the reduce again");
+  }
 }
 
 void write_deviation_csv(const std::string& path, const ReducePlan& plan, const TaskResults& results,

@@ -1,6 +1,7 @@
 // The files `fastudy reduce` writes on rank 0 (jobs/reduce.cpp), each whole and sealed with its
 // checksum sidecar, every data row after the provenance header:
-//   OUT/deviation.h5   /steps/<step>/<tensor>/<metric>: V x V matrices, one per metric of [reduce]
+//   OUT/deviation.h5   /steps/<step>/<t>/<metric>: V x V matrices of tensor t (its index in the plan;
+//                      the tensor's name is the group's attribute `name`), one per metric of [reduce]
 //                      metrics, NaN where the pair was not computed ([reduce] pairs); the root's
 //                      attributes `metrics` and `pairs` say which
 //   OUT/deviation.csv  one row per step, tensor and computed pair (tensor "model" is the whole model),
@@ -57,6 +58,12 @@ using TaskResults = std::vector<std::vector<double>>;
 // The V x V row-major matrix of metric m (index into kMetricNames) of one task's result: NaN where no
 // pair was computed, 0 on the diagonal.
 std::vector<double> task_matrix(const ReducePlan& plan, const std::vector<double>& result, int metric);
+
+// The bytes the files above take for `plan`, for the disk check before the reduce works: every matrix
+// value (8 bytes) of deviation.h5 with HDF5's metadata (at most 4 KiB per group, 1 KiB per dataset),
+// every deviation.csv row at its length (25 bytes a number), and 1 MiB for the other CSVs; only the
+// pairs, metrics and tensors the plan computes.
+std::uint64_t reduce_output_bytes(const ReducePlan& plan);
 
 void write_deviation_h5(const std::string& path, const ReducePlan& plan, const TaskResults& results,
                         const Provenance& prov);

@@ -12,11 +12,15 @@ const std::vector<JobInfo>& job_registry() {
     std::vector<JobInfo> all{
         {"run", "run every phase the grid enables ([study] phases), in order", "fastudy [run] GRID.toml [--out DIR]",
          true, false, job_run, run_options, true},
-        {"plan", "print the variants, the rank layout and the resource estimates; writes nothing",
-         "fastudy plan GRID.toml --ranks N", false, false, job_plan, plan_options},
+        {"plan",
+         "print the variants, the rank layout, each rank group's device and gradient reducer, and the resource "
+         "estimates; writes nothing",
+         "fastudy plan GRID.toml --ranks N [--gpus-per-node G] [--ranks-per-node R]", false, false, job_plan,
+         plan_options},
         {"microbench",
          "attention kernels x number formats against the fp64 golden value; on a GPU also our CUDA kernels and "
-         "LibTorch's SDPA backends on the same inputs ([microbench] devices, framework; README \"Real kernels\")",
+         "LibTorch's SDPA backends on the same inputs ([microbench] devices, framework; docs/microbench.md \"Real "
+         "kernels\")",
          "fastudy microbench GRID.toml [--out DIR]", true, false, job_microbench, nullptr, true},
         {"train", "train the grid's variants and write checkpoints", "fastudy train GRID.toml [--out DIR] [--variant ID]",
          true, false, job_train, train_options, true},

@@ -5,17 +5,17 @@
 //
 // The renderer is the Python package analysis/report (matplotlib, numpy, h5py from Debian's
 // python3-* packages). This job finds an interpreter and the package, checks that the modules import,
-// runs `PYTHON -B REPORT_DIR OUT --quiet --into OUT/report.staging` (vfork and exec, no shell, so no
-// quoting of paths; the child dies with fastudy), moves the finished report into place and turns a
-// failure into a fastudy::Error with a hint, leaving nothing new behind. Under MPI (`fastudy run`)
-// only rank 0 renders.
+// runs `PYTHON -B REPORT_DIR OUT --quiet --into OUT/report.staging` (posix_spawn through
+// fastudy-spawn, no shell, so no quoting of paths; the child dies with fastudy), moves the finished
+// report into place and turns a failure into a fastudy::Error with a hint, leaving nothing new behind.
+// Under MPI (`fastudy run`, or `mpirun -n N fastudy report OUT`) only rank 0 renders.
 //
 // Interpreter: $FASTUDY_PYTHON, else the one CMake found (FASTUDY_PYTHON in fastudy/version.hpp,
 // /usr/bin/python3 when present), else /usr/bin/python3, else python3 on PATH.
 // Package: $FASTUDY_REPORT_DIR, else FASTUDY_SOURCE_DIR/analysis/report (a build tree), else
 // <prefix>/share/fastudy/report next to an installed bin/fastudy.
 #include <fcntl.h>
-#include <sys/prctl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -107,51 +107,88 @@ std::string executable_path(const std::string& name) {
   return "";
 }
 
+// fastudy-spawn beside this program (jobs/spawn.cpp), which starts a child that dies with fastudy.
+std::string spawn_helper() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path helper = ec ? fs::path() : exe.parent_path() / "fastudy-spawn";
+  if (helper.empty() || !is_executable(helper.string()))
+    throw Error("cannot start the report renderer: " + (helper.empty() ? std::string("fastudy-spawn") : helper.string()) +
+                    " is missing",
+                "build or install fastudy-spawn beside fastudy (cmake --build BUILD --target fastudy)");
+  return helper.string();
+}
+
 // Runs argv (argv[0] searched on PATH when it has no '/'); returns the exit code, or 128 + signal.
 // With `output` set, the child's stdout and stderr are captured into it instead of inherited.
-// The child never outlives fastudy: a stop signal is forwarded to it (collective.cpp), and the kernel
-// kills it when fastudy dies in any way, kill -9 included (PR_SET_PDEATHSIG, set between vfork and exec;
-// a parent gone before that is caught by getppid()).
+//
+// posix_spawn, never fork() or a hand-made vfork(): this process may hold a CUDA context, NCCL
+// communicators and MPI's transports (the report phase of `fastudy run` after training on GPUs);
+// glibc's posix_spawn runs no code of ours in the child (its own stack, signals blocked and their
+// handlers reset, no atfork handlers) and copies nothing of the process. The child never outlives
+// fastudy: a stop signal is forwarded to it (collective.cpp), and it is started through fastudy-spawn,
+// which has the kernel kill it when fastudy dies in any way, kill -9 included (PR_SET_PDEATHSIG).
 int run_process(const std::vector<std::string>& args, std::string* output) {
   const std::string exe = executable_path(args[0]);
   if (exe.empty())
     throw Error("cannot start " + args[0] + ": not found on PATH",
                 std::string("install Python 3 and the plotting modules: ") + kInstallHint);
+  const std::string helper = spawn_helper();
+  // The errno of a failed start comes back on a pipe whose write end is the helper's fd 3 (a copy
+  // of it numbered 4 or more here, so that the dup2 below always makes a new descriptor).
+  constexpr int kErrnoFd = 3;
+  int pipe_fd[2] = {-1, -1}, exec_fd[2] = {-1, -1};
+  if (output && ::pipe2(pipe_fd, O_CLOEXEC) != 0) throw Error(std::string("pipe() failed: ") + std::strerror(errno));
+  if (::pipe2(exec_fd, O_CLOEXEC) != 0) throw Error(std::string("pipe() failed: ") + std::strerror(errno));
+  const int exec_w = ::fcntl(exec_fd[1], F_DUPFD_CLOEXEC, kErrnoFd + 1);
+  ::close(exec_fd[1]);
+  exec_fd[1] = exec_w;
+  auto close_all = [&] {
+    for (int* fd : {&pipe_fd[0], &pipe_fd[1], &exec_fd[0], &exec_fd[1]})
+      if (*fd >= 0) ::close(*fd), *fd = -1;
+  };
+  if (exec_w < 0) {
+    close_all();
+    throw Error(std::string("fcntl() failed: ") + std::strerror(errno));
+  }
+  if (stop_signal_received()) {
+    close_all();
+    throw Error("stopped by a signal before " + args[0] + " started", "run it again");
+  }
+  std::vector<std::string> words{helper, std::to_string(::getpid()), std::to_string(kErrnoFd), exe};
+  words.insert(words.end(), args.begin() + 1, args.end());
   std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  for (auto& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
 
-  int pipe_fd[2] = {-1, -1}, exec_fd[2] = {-1, -1};
-  if (output && ::pipe(pipe_fd) != 0) throw Error(std::string("pipe() failed: ") + std::strerror(errno));
-  // Tells the parent why exec failed (an errno); closed by a successful exec (O_CLOEXEC).
-  if (::pipe2(exec_fd, O_CLOEXEC) != 0) throw Error(std::string("pipe() failed: ") + std::strerror(errno));
-  if (stop_signal_received()) throw Error("stopped by a signal before " + args[0] + " started", "run it again");
-  const pid_t parent = ::getpid();
-  // vfork, as posix_spawn does: no copy of a large process's page tables, and no fork() under MPI
-  // transports that register memory. The child shares the parent's memory until exec: plain system
-  // calls only, on values prepared above.
-  const pid_t pid = ::vfork();
-  if (pid == 0) {
-    if (output) {
-      ::dup2(pipe_fd[1], STDOUT_FILENO);
-      ::dup2(pipe_fd[1], STDERR_FILENO);
-      ::close(pipe_fd[0]);
-      ::close(pipe_fd[1]);
-    }
-    ::close(exec_fd[0]);
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && ::getppid() == parent) ::execve(exe.c_str(), argv.data(), environ);
-    const int child_errno = ::getppid() == parent ? errno : ESRCH;
-    const ssize_t ignored = ::write(exec_fd[1], &child_errno, sizeof child_errno);
-    (void)ignored;
-    ::_exit(127);
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attr);
+  if (output) {
+    posix_spawn_file_actions_adddup2(&actions, pipe_fd[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, pipe_fd[1], STDERR_FILENO);
   }
-  const int fork_errno = errno;
+  posix_spawn_file_actions_adddup2(&actions, exec_fd[1], kErrnoFd);
+  // The child starts with no signal blocked and the stop signals at their defaults, whatever this
+  // process (or MPI, or its launcher) set.
+  sigset_t none, stops;
+  sigemptyset(&none);
+  sigemptyset(&stops);
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGPIPE, SIGALRM}) sigaddset(&stops, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &stops);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  const int spawn_errno = ::posix_spawn(&pid, helper.c_str(), &actions, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   ::close(exec_fd[1]);
-  if (output) ::close(pipe_fd[1]);
-  if (pid < 0) {
-    ::close(exec_fd[0]);
-    if (output) ::close(pipe_fd[0]);
-    throw Error(std::string("cannot start ") + args[0] + ": vfork() failed: " + std::strerror(fork_errno));
+  exec_fd[1] = -1;
+  if (output) ::close(pipe_fd[1]), pipe_fd[1] = -1;
+  if (spawn_errno != 0) {
+    close_all();
+    throw Error("cannot start " + args[0] + ": posix_spawn of " + helper + " failed: " + std::strerror(spawn_errno));
   }
   set_child_to_stop(pid);
   if (stop_signal_received()) ::kill(pid, SIGTERM);
@@ -159,12 +196,12 @@ int run_process(const std::vector<std::string>& args, std::string* output) {
   ssize_t n = 0;
   while ((n = ::read(exec_fd[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
   }
-  ::close(exec_fd[0]);
   if (n > 0) {
-    if (output) ::close(pipe_fd[0]);
+    close_all();
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
     set_child_to_stop(0);
+    if (exec_errno == ESRCH) throw Error("stopped before " + args[0] + " started (fastudy was ending)", "run it again");
     throw Error("cannot start " + args[0] + ": " + std::strerror(exec_errno),
                 exec_errno == ENOENT ? std::string("install Python 3 and the plotting modules: ") + kInstallHint
                                      : std::string());
@@ -173,8 +210,8 @@ int run_process(const std::vector<std::string>& args, std::string* output) {
     char buf[4096];
     while ((n = ::read(pipe_fd[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
       if (n > 0) output->append(buf, static_cast<std::size_t>(n));
-    ::close(pipe_fd[0]);
   }
+  close_all();
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) {

@@ -2,13 +2,15 @@
 // and per grid axis value. A variant recorded as done is shown as failed when any of its checkpoints
 // is missing, does not match its checksum (checked with plain reads), or is not that variant's
 // checkpoint of that step trained with the configuration in study.toml (its root attributes), with the
-// command that repairs it. Exit code: 0 when no variant failed or diverged, 1 otherwise (as the train phase's).
+// command that repairs it; one recorded as running while no job holds the study's lock is shown as
+// failed too (its job ended without recording how). Exit code: 0 when no variant failed or diverged, 1 otherwise (as the train phase's).
 #include <filesystem>
 #include <iostream>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "jobs/job.hpp"
+#include "jobs/study_lock.hpp"
 #include "src/io/checkpoint.hpp"
 #include "src/runtime/status.hpp"
 
@@ -35,7 +37,18 @@ int job_status(JobContext& ctx) {
   std::vector<StatusRow> rows = read_status_csv(path);
   const std::string repair = "fastudy train " + shell_quote(st.file) + " --out " + shell_quote(ctx.out_dir) + " --resume";
   std::vector<std::pair<std::string, std::string>> damaged;  // (variant, reason): error lines after the table
+  // A variant recorded as running while no job holds the study's lock: the job that trained it ended
+  // without recording how (killed, or an I/O error such as a full disk when it wrote status.csv).
+  const bool job_running = study_lock_held(ctx.out_dir);
   for (auto& row : rows) {
+    if (row.state == TaskState::running && !job_running) {
+      row.state = TaskState::failed;
+      row.reason = "recorded as running at step " + std::to_string(row.step) +
+                   ", but no job runs the study: the job that trained it ended without recording its end (killed, or "
+                   "an I/O error); repair: " + repair;
+      damaged.emplace_back(row.variant, row.reason);
+      continue;
+    }
     if (row.state != TaskState::done) continue;
     const Variant* v = st.find_variant(row.variant);
     if (!v) continue;

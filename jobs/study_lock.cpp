@@ -19,6 +19,7 @@
 #include "base/log.hpp"
 #include "base/quote.hpp"
 #include "base/proc.hpp"
+#include "base/read_file.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 
@@ -62,12 +63,11 @@ LockHolder parse_record(const std::string& text) {
   return h;
 }
 
+// The lock's record; nullopt when it is no regular file of at most 64 KiB (a FIFO in its place is not
+// waited for: it reads as unreadable).
 std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::string problem;
+  return read_regular_file(path, std::size_t{64} << 10, &problem);
 }
 
 // The holder's process is gone for sure: same host and no such pid, or a pid started at another time.
@@ -129,6 +129,14 @@ std::string remove_command(const std::string& path, const struct stat& st) {
 }
 
 }  // namespace
+
+bool study_lock_held(const std::string& out_dir) {
+  const std::string lock = (fs::path(out_dir) / kLockName).string();
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(lock, ec))) return false;
+  const std::optional<std::string> text = read_file(lock);
+  return !text || !holder_is_gone(parse_record(*text), host_name());
+}
 
 bool LockHolder::complete() const {
   return !host.empty() && !pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos && pid[0] != '0';

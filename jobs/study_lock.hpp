@@ -31,6 +31,10 @@ struct LockHolder {
   bool complete() const;         // host and a positive pid: a record fastudy wrote
 };
 
+// Whether a job may be writing the study in out_dir now: its lock exists and its holder is not known
+// to be gone (a holder on another host, or a lock fastudy cannot read, may be alive).
+bool study_lock_held(const std::string& out_dir);
+
 class StudyLock {
  public:
   // Takes OUT/fastudy.lock for `command`, creating OUT when it does not exist; throws UsageError

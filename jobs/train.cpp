@@ -7,6 +7,7 @@
 //   OUT/checkpoints/<id>/step_<NNNNNNN>.h5       checkpoints (whole or absent)
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -28,6 +29,7 @@
 #include "src/io/checkpoint.hpp"
 #include "src/runtime/gpu.hpp"
 #include "src/runtime/mpi.hpp"
+#include "src/runtime/placement.hpp"
 #include "src/runtime/reducer.hpp"
 #include "src/runtime/scheduler.hpp"
 #include "src/runtime/status.hpp"
@@ -166,7 +168,12 @@ void train_options(po::options_description& d, CliOptions& o) {
   d.add_options()("variant", po::value<std::vector<std::string>>(&o.variants),
                   "train only this variant id (repeatable; default: all)")(
       "device", po::value<std::string>(&o.device),
-      "where the variants train: auto, cpu or cuda (overrides [train] device; a checkpoint resumes on either)");
+      "where the variants train: auto, cpu or cuda (overrides [train] device; a checkpoint resumes on either)")(
+      "profile", po::bool_switch(&o.profile),
+      "print where each variant's steps spend their time: forward, backward, attention, roundings, optimizer, "
+      "reducer, host syncs, checkpoints (host wall time; on a GPU also device time)")(
+      "cuda-graph", po::bool_switch(&o.cuda_graph),
+      "on a GPU, replay each step's forward and backward pass from a CUDA graph (the same bits, fewer launches)");
 }
 
 int job_train(JobContext& ctx) {
@@ -208,6 +215,26 @@ int job_train(JobContext& ctx) {
   log::info("train: " + std::to_string(ids.size()) + " variants on " + std::to_string(groups) +
             " group(s) of " + std::to_string(st.train.ranks_per_variant) + " rank(s), " + std::to_string(threads) +
             " LibTorch thread(s) on rank 0 (the same results on any count)");
+
+  // Where every rank trains and which reducer each group gets, before any work: a group on GPUs
+  // averages with NCCL when each of its ranks has a GPU of its own, else with MPI on host copies
+  // (NCCL refuses two ranks of one communicator on one GPU; src/runtime/placement.hpp).
+  const int rpv = st.train.ranks_per_variant;
+  const bool want_gpu = st.train.device != Device::cpu;
+  const std::vector<RankPlacement> placements = gather_placements(world, want_gpu);
+  const std::vector<ReducerChoice> reducers = choose_reducers(placements, rpv, want_gpu, have_nccl());
+  const int my_group = world.rank() / rpv;
+  const ReducerChoice& my_reducer = reducers[static_cast<std::size_t>(my_group)];
+  const int my_device = placements[static_cast<std::size_t>(world.rank())].device;
+  bool group_on_gpu = want_gpu;
+  for (int r = my_group * rpv; r < (my_group + 1) * rpv; ++r)
+    group_on_gpu = group_on_gpu && placements[static_cast<std::size_t>(r)].device >= 0;
+  std::string no_gpu;  // why this rank has no GPU, for a variant that needs one
+  if (want_gpu && my_device < 0) rank_has_gpu(&no_gpu);
+  // Rank 0 names the reducer of the groups on GPUs (a group on the CPU has MPI, as always).
+  const auto on_gpus = [](const ReducerChoice& c) { return c.backend == "nccl" || c.host_copies; };
+  if (std::any_of(reducers.begin(), reducers.end(), on_gpus))
+    for (const std::string& line : describe_reducers(reducers, rpv)) log::info("train: reducer of " + line);
 
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
@@ -277,23 +304,26 @@ int job_train(JobContext& ctx) {
       return {TaskState::done, resume->step, loss, ""};
     }
 
-    // The group's device: a GPU when the variant allows one and every rank of the group can train on
-    // one (each on its own, by node-local rank), else the CPU; gradients then average with NCCL on the
-    // device buffers, or with MPI on the host.
-    std::string no_gpu;
-    const std::int64_t lacks_gpu = v.train.device != Device::cpu && rank_has_gpu(&no_gpu) ? 0 : 1;
-    const bool on_gpu = (group.size() > 1 ? group.allreduce_max(lacks_gpu) : lacks_gpu) == 0;
+    // The group's device (decided above for every group): a GPU when the variant allows one and
+    // every rank of the group has one, else the CPU.
+    const bool on_gpu = v.train.device != Device::cpu && group_on_gpu;
     if (v.train.device == Device::cuda && !on_gpu) {
       const std::string reason = v.id + ": [train] device = \"cuda\", but a rank of its group cannot train on a GPU" +
                                  (no_gpu.empty() ? std::string() : " (rank " + std::to_string(world.rank()) + ": " + no_gpu + ")");
       return {TaskState::failed, 0, NAN, reason};
     }
-    std::unique_ptr<GradientReducer> reducer = make_reducer(group, on_gpu ? "nccl" : "mpi");
     TrainHooks hooks;
-    hooks.cuda_device = on_gpu ? select_gpu(group) : -1;
+    hooks.cuda_device = on_gpu ? my_device : -1;
+    if (on_gpu) use_gpu(hooks.cuda_device);
     if (on_gpu && group.rank() == 0) log::info(v.id + ": training on CUDA device " + std::to_string(hooks.cuda_device));
+    // Groups of one rank average nothing; the others take the reducer chosen for their group (on
+    // the CPU: MPI).
+    std::unique_ptr<GradientReducer> reducer;
+    if (group.size() > 1) reducer = make_reducer(group, on_gpu ? my_reducer.backend : std::string("mpi"));
     hooks.rank = group.rank();
     hooks.world = group.size();
+    hooks.profile = ctx.opts.profile;
+    hooks.cuda_graph = ctx.opts.cuda_graph;
     if (group.size() > 1) {
       hooks.allreduce_mean_f32 = [&](float* p, std::size_t n) { reducer->allreduce_mean(p, n); };
       hooks.allreduce_mean_f64 = [&](double* p, std::size_t n) { reducer->allreduce_mean(p, n); };
@@ -334,6 +364,11 @@ int job_train(JobContext& ctx) {
           v.id + " failed after step " + std::to_string(last_step) + ": " + one_line_reason(e) + disk_full_note(out);
       if (group.rank() == 0) log::error(reason);
       return {TaskState::failed, last_step, NAN, reason};
+    }
+    if (ctx.opts.profile && group.rank() == 0) {
+      std::string table = format_profile(v.id, r.profile);
+      if (!table.empty() && table.back() == '\n') table.pop_back();
+      log::info(table);
     }
     switch (r.outcome) {
       case TrainOutcome::done: return {TaskState::done, r.step, r.final_loss, ""};

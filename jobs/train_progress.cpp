@@ -51,9 +51,10 @@ bool TrainProgress::update(const std::vector<StatusRow>& rows, double now) {
   finished_ = 0;
   steps_done_ = 0;
   for (const Task& t : tasks_) {
-    const bool over = t.state == TaskState::done || t.state == TaskState::diverged || t.state == TaskState::failed;
-    finished_ += over;
-    steps_done_ += over ? t.steps : t.step;
+    // A variant counts as finished when it trained to its end (done, or stopped by a divergence), and
+    // its steps as those it reached: a failed one (never started, or stopped by an error) did not.
+    finished_ += t.state == TaskState::done || t.state == TaskState::diverged;
+    steps_done_ += t.state == TaskState::done ? t.steps : t.step;
     if (!t.timed || t.step <= t.base_step || t.last_t <= t.base_t) continue;
     auto& k = per_kind[t.kind];
     k.first += static_cast<double>(t.step - t.base_step);

@@ -91,7 +91,7 @@ std::string tile_rule_names();
 // rescales_per_row and tiles_kv are the flash kernel's (AttentionStats) on flash rows, 0 and 1 on
 // baseline rows.
 //
-// Rows of other algorithms on the same inputs (the microbench job adds them, see README "Real kernels"):
+// Rows of other algorithms on the same inputs (the microbench job adds them, see docs/microbench.md "Real kernels"):
 // "cuda_flash" / "cuda_baseline" (our CUDA kernels, kernels/cuda/microbench_cuda.hpp) and "sdpa_flash",
 // "sdpa_efficient", "sdpa_cudnn", "sdpa_math" (LibTorch's scaled_dot_product_attention, policy "native").
 // Rows of LibTorch's own ops on the CPU (jobs/microbench_torch.hpp): "torch_baseline",
@@ -122,7 +122,7 @@ struct MicrobenchRow {
   double bit_identical = 0, max_ulp_vs = 0;
 };
 
-// Real code a microbenchmark row can run beside the emulated readings (README "Real kernels"), one
+// Real code a microbenchmark row can run beside the emulated readings (docs/microbench.md "Real kernels"), one
 // entry each: the row's algorithm; where it runs ("cpu": LibTorch's ops, jobs/microbench_torch;
 // "cuda": LibTorch's SDPA, jobs/microbench_sdpa); the kind of attention it computes, so the reading's
 // kernel of that kind is what it is compared with; the reading that claims to model it ("" when none

@@ -28,7 +28,7 @@ set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-# What fastudy's build and tests need (README "Quick start": the same list as scripts/setup.sh,
+# What fastudy's build and tests need (README "Quick start" and docs/build.md: the same list as scripts/setup.sh,
 # without LibTorch and Python, which the GPU machine has from PyTorch).
 ROOTS=(
   openmpi-bin libopenmpi-dev             # Open MPI: mpirun, mpicc/mpicxx wrappers, headers, libmpi

@@ -6,8 +6,9 @@ cd "$(dirname "$0")/.."
 build_dir=${1:-build}
 # What only the tests need: PyTorch (Debian's python3-torch, on the LibTorch already installed) to
 # write torch.save files and run examples/pytorch; headless Chromium to lay the report out at 1280x800
-# (tests/report/test_browser.py).
-FASTUDY_EXTRA_PACKAGES="python3-torch chromium ${FASTUDY_EXTRA_PACKAGES:-}" scripts/setup.sh "$build_dir"
+# (tests/report/test_browser.py); clang with libFuzzer and the sanitizers' runtimes for the fuzz
+# harnesses of the readers of untrusted files (tests/fuzz).
+FASTUDY_EXTRA_PACKAGES="python3-torch chromium clang libclang-rt-dev ${FASTUDY_EXTRA_PACKAGES:-}" scripts/setup.sh "$build_dir"
 # A single-node Slurm (munge, slurmctld, slurmd) for the real-Slurm test; the test starts and stops it.
 if [ "$(id -u)" -eq 0 ]; then
   bash scripts/slurm-local.sh install || echo "test: Slurm could not be installed; the real-Slurm test will skip"

@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib.colors import LogNorm
 
 from .doc import Section, Table, num, sig, text
-from .figures import COLOURS
+from .figures import COLOURS, literal
 from .readers import MODEL_TENSOR
 from .verdict import NOISE_ZERO, condition_words
 
@@ -316,7 +316,7 @@ def tensor_figure(dev, groups, figs):
             level = np.array([pair_stats(dev.matrices[step][t]["w1"], noise)[0] for t in tensors])
             ax.plot(np.where(level > 0, level, np.nan), y, "|", color="0.35", ms=12, label="noise floor")
         ax.set_xscale("log")
-        ax.set_yticks(y, tensors, fontsize=7)
+        ax.set_yticks(y, [literal(t) for t in tensors], fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel(f"W1 at step {step}")
         ax.set_title(name)

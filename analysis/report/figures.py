@@ -35,6 +35,12 @@ def style():
     return matplotlib.rc_context(STYLE)
 
 
+def literal(label):
+    """A name from another program's file (a tensor's) as a matplotlib label that shows it as it is:
+    every '$' escaped, so that no pair of them is parsed as mathtext (which fails on a bad formula)."""
+    return str(label).replace("$", r"\$")
+
+
 def format_key(f):
     """Sort key: wider formats first, unknown ones last in name order."""
     return (FORMAT_ORDER.index(f) if f in FORMAT_ORDER else len(FORMAT_ORDER), f)

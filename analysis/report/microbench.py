@@ -23,7 +23,7 @@ of bit-identical output elements and the largest difference in ulps: LibTorch's 
 LibTorch's SDPA on a GPU), and the paper's ~10x measured on the framework's own code: LibTorch's FA-2
 loop against LibTorch's baseline, beside the reading that models them, per number of KV tiles.
 
-Real kernels (issue 13; only when the data has such rows, README "Real kernels"): the figures and the
+Real kernels (only when the data has such rows, docs/microbench.md "Real kernels"): the figures and the
 table above use the emulated rows alone (flash, baseline, flash_vs_baseline), and three tables follow:
   our CUDA kernels (cuda_flash, cuda_baseline) against our CPU kernels: errors and the check column;
   the framework's kernels (sdpa_flash, sdpa_efficient, sdpa_cudnn, sdpa_math) per input;
@@ -46,7 +46,7 @@ POINT_KEYS = ("sweep", "pass", "format", "policy", "rounding", "seq_len", "head_
 # The paper's headline: flash about 10x (an order of magnitude) the baseline's deviation at bf16 (Fig. 4).
 PAPER_RATIO = 10.0
 # A reading reproduces a code when at least this fraction of the output elements is bit-identical at every point
-# (the eager reading's promise for LibTorch's ops on the CPU, README "Real kernels").
+# (the eager reading's promise for LibTorch's ops on the CPU, docs/microbench.md "Real kernels").
 AGREES = 0.99
 ALGORITHMS = (("flash", "flash vs fp64"), ("baseline", "baseline vs fp64"), ("flash_vs_baseline", "flash vs baseline"))
 PASS_WORDS = {"forward": "forward (O)", "backward": "backward (dQ, dK, dV)"}
@@ -106,7 +106,7 @@ def build(data, figs):
     sec.blocks.append(text(
         f"{len(rows)} rows from microbench.csv: errors are max |d| over every element of the output O (forward) or "
         "of dQ, dK, dV (backward), against the fp64 baseline computed on the same rounded inputs (the golden "
-        "value). Policies (readings, README \"Readings\"): " +
+        "value). Policies (readings, docs/readings.md): " +
         "; ".join(f"`{p}`: {reading_words(p)}" for p in policies) + "."))
     real = [r for r in rows if r["algorithm"] not in EMULATED]
     rows = [r for r in rows if r["algorithm"] in EMULATED]
@@ -244,10 +244,10 @@ def framework_ratio_blocks(emulated, real):
 
 def real_kernel_blocks(emulated, real):
     """The real-kernel tables (module docstring), from the emulated rows and the others."""
-    blocks = [text("Real kernels (README \"Real kernels\"): on the same rounded inputs as the emulated readings, "
-                   "our CUDA kernels and the framework's own attention (LibTorch's scaled_dot_product_attention, one "
-                   "backend at a time, in the format's native arithmetic: policy `native`), each against the same "
-                   "fp64 golden value.")]
+    blocks = [text("Real kernels (docs/microbench.md \"Real kernels\"): on the same rounded inputs as the emulated "
+                   "readings, our CUDA kernels and the framework's own attention (LibTorch's "
+                   "scaled_dot_product_attention, one backend at a time, in the format's native arithmetic: policy "
+                   "`native`), each against the same fp64 golden value.")]
     cpu = {point_key(r) + (r["algorithm"],): r["max_abs"] for r in emulated if r["algorithm"] in ("flash", "baseline")}
     acc = defaultdict(lambda: {"cuda": [], "cpu": [], "checks": defaultdict(int), "worst": 0.0})
     for r in real:
@@ -437,8 +437,9 @@ def signed_error_table(rows):
     return Table(["sweep", "pass", "format", "policy", "rounding", "flash signed error", "flash signed / RMSE",
                   "baseline signed error", "points"], out,
                  caption="Signed error (mean_signed: a bias) against fp64 on repeated row maxima (Qiu & Yao's case, "
-                         "README \"Microbenchmark\"; medians over points): a policy with max_offset beside the same "
-                         "reading without shows what their fix removes", name="signed-error")
+                         "docs/microbench.md \"Repeated row maxima and max_offset\"; medians over points): a policy "
+                         "with max_offset beside the same reading without shows what their fix removes",
+                 name="signed-error")
 
 
 def _sweep_groups(rows, vary, algorithm):

@@ -12,7 +12,8 @@ Layout of OUT (see jobs/*.cpp):
   status.csv                                       variant,state,step,loss,wall_time_s,reason
   variants/<id>/train_log.csv, shadow.csv          per-step training log, shadow attention log
   microbench.csv                                   one row per point and algorithm
-  deviation.h5 (/steps/<step>/<tensor>/<metric>)   V x V matrices; deviation.csv the same as rows
+  deviation.h5 (/steps/<step>/<t>/<metric>)         V x V matrices of tensor t (its index; its name in the
+                                                   group's attribute `name`); deviation.csv the same as rows
   axes.csv                                         each axis's role, baseline, replicate flag, values
   ranking.csv, verdict.csv, twins.csv              deviation sources per condition and pooled, the
                                                    verdict per optimisation/condition/reference, fp64 twins
@@ -245,7 +246,11 @@ def read_deviation_h5(path, problems):
             step = int(g.attrs.get("step", step_name))
             steps.append(step)
             matrices[step] = {}
-            for tensor, tg in g.items():
+            # fastudy-deviation/2: a tensor's group is named by its index, its name an attribute (a name
+            # from another program's checkpoint may hold '/'); /1 named the groups by the tensors.
+            groups = sorted(g.items(), key=lambda kv: int(kv[0]) if "name" in kv[1].attrs else 0)
+            for key, tg in groups:
+                tensor = _text(tg.attrs["name"]) if "name" in tg.attrs else key
                 if tensor not in tensors:
                     tensors.append(tensor)
                 matrices[step][tensor] = {m: np.array(tg[m]) for m in tg.keys() if m in REPORTED_METRICS}

@@ -1,5 +1,5 @@
 """The readings (precision-policy presets) in words, and which real code each models: the one place the
-report takes them from (README "Readings", kernels/attention.hpp kPolicyPresets).
+report takes them from (docs/readings.md, kernels/attention.hpp kPolicyPresets).
 
 A microbench.csv written by a build with real-code rows carries its own account in its "# code ALG:" and
 "# machine:" lines (jobs/microbench_table.hpp code_notes, from kRealCode in kernels/microbench.hpp): the

@@ -135,11 +135,16 @@ def render_html(title, subtitle, sections):
 
 def _md_cell(cell):
     """A cell's text on one line: a Cell's second line follows in parentheses, its fold is listed under
-    the table (_md_folds)."""
+    the table (_md_folds). Whatever a name in it holds stays text in its cell: '&', '<' and '>' are
+    written as entities (no raw HTML), a backslash, '|' (a cell boundary) and the characters of inline
+    markup ('*', '`', '[', ']', '~', '$': emphasis, code, links, math) escaped with a backslash."""
     text = plain(cell)
     if isinstance(cell, Cell) and cell.sub:
         text += f" ({plain(cell.sub)})"
-    return text.replace("|", "\\|").replace("\n", " ")
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\\", "\\\\")
+    for c in "|*`[]~$":
+        text = text.replace(c, "\\" + c)
+    return text.replace("\n", " ")
 
 
 def _md_folds(rows):

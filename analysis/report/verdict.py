@@ -18,7 +18,7 @@ axes.csv (roles). The rules, printed in the report too:
   - an interval is printed only when both sides rest on >= 3 independent pairs; otherwise "not
     informative (n pairs)" and the verdict rests on the point estimate.
 
-The verdict also names the reading (attention precision policy, README "Readings") the study trained
+The verdict also names the reading (attention precision policy, docs/readings.md) the study trained
 with, from study.toml: [attention] policy, or the values of a `policy` grid axis; a custom policy is
 named with the reading it starts from and its rounding mode.
 """
@@ -67,7 +67,7 @@ def reading_text(data):
         return None
     return text(("Training ran attention under the reading " if len(readings) == 1 else
                  "Training ran attention under the readings ") + "; ".join(readings) +
-                " (README \"Readings\"). The microbenchmark in section 2 shows how flash's error relative to "
+                " (docs/readings.md). The microbenchmark in section 2 shows how flash's error relative to "
                 "baseline depends on the reading.", kind="note")
 
 

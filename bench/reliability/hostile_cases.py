@@ -83,6 +83,7 @@ def tree(root, skip=()):
     paths in skip (and what is under them)."""
     found = {}
     for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if Path(dirpath) / d not in skip]  # not walked into
         for name in dirnames + filenames:
             p = Path(dirpath) / name
             if any(p == s or s in p.parents for s in skip):

@@ -6,7 +6,7 @@
 //   paper  configs/paper.toml's model and [attention] (d_model 256, 8 heads, 6 layers, seq_len 256,
 //          64x64 tiles, kv_outer, mixed), read from the file, at a batch of 4 sequences (one rank's
 //          share of a small step; the time per token hardly depends on the batch).
-// Aims (issue 16, paper model): fp32 baseline >= 1.0x plain LibTorch; flash >= 1.2x baseline; bf16
+// Aims (paper model on the CPU): fp32 baseline >= 1.0x plain LibTorch; flash >= 1.2x baseline; bf16
 // step time <= 1.3x fp32.
 //
 //   cmake --build build --target bench_train && build/bench/train/bench_train
@@ -17,16 +17,22 @@
 // by side: the speed-up of using the cores, whose results are the same bits (fixed_order.hpp).
 // BM_matmul/{torch,fixed}/M/K/N: one thread, LibTorch's mm against fixed::mm's tiles (the cost of
 // thread-count independence on one thread) at the trainer's product shapes.
-// Devices and arithmetic (issue 13), each row on the CPU and, where LibTorch sees one, the GPU (GPU
-// rows report "no CUDA device: ..." as a skip elsewhere), demo and paper models at bf16:
-//   BM_device_step/<model>_<device>_<emulated|native>   fastudy's step (flash, mixed)
+// Devices and arithmetic, each row on the CPU and, where LibTorch sees one, the GPU (GPU rows report
+// "no CUDA device: ..." as a skip elsewhere), at bf16:
+//   BM_device_step/<model>_<device>_<emulated|native>[_fa2][_graph]   fastudy's step (flash, mixed; _fa2:
+//                                                        the fa2 reading; _graph: --cuda-graph)
 //   BM_plain_device_step/<model>_<device>_<fp32|autocast> the plain LibTorch model, fp32 or under
 //                                                        LibTorch's autocast to bf16
-//   BM_gpu_attention/<ours|sdpa_flash>                  forward + backward of causal bf16 attention
-//                                                        (B 4, H 16, N 4096, d 128): fastudy's CUDA
-//                                                        flash (mixed) against LibTorch's flash kernel;
-//                                                        counter tflops and its share of the H100 SXM's
-//                                                        dense bf16 peak (989 TFLOP/s).
+//   models: demo, paper, and gpt2 (GPT-2 small: 12 layers, d_model 768, 12 heads, seq_len 1024,
+//   vocab 50257, batch 4, 128x128 tiles)
+//   BM_gpu_attention/<fa2|eager|pure|sdpa_flash>        forward + backward of causal bf16 attention
+//                                                        (B 4, H 16, N 4096, d 128, 64x64 tiles):
+//                                                        fastudy's CUDA kernels in a reading against
+//                                                        LibTorch's flash kernel; counters tflops, its
+//                                                        share of the H100 SXM's dense bf16 peak
+//                                                        (989 TFLOP/s) and tensor_cores (1 when the
+//                                                        tensor-core kernels ran).
+// The GPU rows' ratios as one table: bench/gpu-table.sh BUILD_DIR.
 // Shapes: B batch, H heads, N sequence, d head dim, D = H*d.
 #include <ATen/autocast_mode.h>
 #include <benchmark/benchmark.h>
@@ -50,7 +56,7 @@
 namespace fastudy::train {
 namespace {
 
-enum class Model { demo, paper };
+enum class Model { demo, paper, gpt2 };
 
 Variant bench_variant(Model model, AttentionKind kind, Format precision) {
   Variant v;  // the defaults of ModelConfig and TrainConfig are the demo model
@@ -58,6 +64,11 @@ Variant bench_variant(Model model, AttentionKind kind, Format precision) {
     const Study paper = load_study(std::string(FASTUDY_CONFIGS) + "/paper.toml");
     v.model = paper.model;
     v.attention_cfg = paper.attention;
+    v.train.batch = 4;
+  } else if (model == Model::gpt2) {
+    v.model = ModelConfig{50257, 768, 12, 12, 1024, 4};  // vocab, d_model, heads, layers, seq_len, mlp_ratio
+    v.attention_cfg.block_q = 128;  // FlashAttention-2's tiles at head dim 64
+    v.attention_cfg.block_kv = 128;
     v.train.batch = 4;
   } else {
     v.attention_cfg.block_q = 16;  // configs/quick.toml's [attention]
@@ -147,7 +158,7 @@ struct PlainGptImpl : torch::nn::Module {
         pos(register_module("pos", torch::nn::Embedding(m.seq_len, m.d_model))),
         ln_f(register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({m.d_model})))),
         head(register_module("head", torch::nn::Linear(torch::nn::LinearOptions(m.d_model, m.vocab).bias(false)))),
-        mask(torch::ones({m.seq_len, m.seq_len}, torch::kBool).triu(1)) {
+        mask(register_buffer("mask", torch::ones({m.seq_len, m.seq_len}, torch::kBool).triu(1))) {
     for (int i = 0; i < m.layers; ++i) {
       blocks.push_back(register_module("blocks_" + std::to_string(i), PlainBlock(m.d_model, m.heads, m.mlp_ratio)));
     }
@@ -236,14 +247,22 @@ class Autocast {
   torch::DeviceType device_;
 };
 
-void BM_device_step(benchmark::State& state, Model model, torch::DeviceType device, Arithmetic arithmetic) {
+// policy: the attention reading ("" keeps the model's); graph: --cuda-graph.
+void BM_device_step(benchmark::State& state, Model model, torch::DeviceType device, Arithmetic arithmetic,
+                    const char* policy, bool graph) {
   if (skip_without(state, device)) return;
   Variant v = bench_variant(model, AttentionKind::flash, Format::bf16);
   v.train.arithmetic = arithmetic;
+  if (*policy != '\0') v.attention_cfg.policy = policy;
   TrainHooks hooks;
   hooks.cuda_device = device == torch::kCUDA ? 0 : -1;
+  hooks.cuda_graph = graph;
   Engine engine(v, hooks, nullptr);
-  engine.step();  // warm-up (every step ends in a host copy of the loss: it waits for the device)
+  if (graph && !engine.uses_cuda_graph()) {
+    state.SkipWithError("the step cannot be captured in a CUDA graph here");
+    return;
+  }
+  engine.step();  // warm-up (and the graph's capture); every step ends in one host copy: it waits for the device
   for (auto _ : state) benchmark::DoNotOptimize(engine.step().log.loss);
   const double tokens = static_cast<double>(v.train.batch) * v.model.seq_len;
   state.counters["tokens_per_s"] = benchmark::Counter(tokens * state.iterations(), benchmark::Counter::kIsRate);
@@ -282,9 +301,10 @@ void BM_plain_device_step(benchmark::State& state, Model which, torch::DeviceTyp
   state.counters["tokens_per_s"] = benchmark::Counter(tokens * state.iterations(), benchmark::Counter::kIsRate);
 }
 
-// Forward + backward of causal bf16 attention on the GPU: fastudy's CUDA flash kernel (mixed policy)
-// or LibTorch's flash SDPA backend, on the same inputs.
-void BM_gpu_attention(benchmark::State& state, bool ours) {
+// Forward + backward of causal bf16 attention on the GPU: fastudy's CUDA flash kernels in the reading
+// `reading` (fa2, eager, pure), or LibTorch's flash SDPA backend (reading ""), on the same inputs.
+void BM_gpu_attention(benchmark::State& state, const char* reading) {
+  const bool ours = *reading != '\0';
   if (skip_without(state, torch::kCUDA)) return;
   const std::int64_t B = 4, H = 16, N = 4096, d = 128;
   const auto opts = torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA);
@@ -297,17 +317,30 @@ void BM_gpu_attention(benchmark::State& state, bool ours) {
   torch::Tensor lse = torch::empty({B, H, N}, opts.dtype(torch::kFloat));
   AttentionParams params;
   params.attention = AttentionKind::flash;
-  params.policy = make_policy("fa2", Format::bf16, AttentionKind::flash);
+  params.order = LoopOrder::q_outer;
   params.block_q = params.block_kv = 64;
   const AttentionShape shape{B, H, N, d, /*causal=*/true, /*scale=*/0.0};
+  torch::Tensor ws_forward, ws_backward;
   if (ours) {
+    params.policy = make_policy(reading, Format::bf16, AttentionKind::flash);
+    // The workspaces once, as the trainer's caching allocator gives them: the calls then neither allocate
+    // nor wait; the loop waits once per iteration.
+    ws_forward = torch::empty({static_cast<std::int64_t>(cuda::attention_workspace_bytes(shape, params, Format::bf16, false)) + 1},
+                              opts.dtype(torch::kByte));
+    ws_backward = torch::empty({static_cast<std::int64_t>(cuda::attention_workspace_bytes(shape, params, Format::bf16, true)) + 1},
+                               opts.dtype(torch::kByte));
+    state.counters["tensor_cores"] = std::string(cuda::attention_cuda_path(shape, params)) == "tensor cores" ? 1 : 0;
     run = [&] {
       cuda::attention_forward_cuda(shape, params, Format::bf16, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                                   lse.data_ptr<float>());
+                                   lse.data_ptr<float>(), nullptr, ws_forward.data_ptr());
       cuda::attention_backward_cuda(shape, params, Format::bf16, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                                    lse.data_ptr<float>(), dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr());
+                                    lse.data_ptr<float>(), dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                                    nullptr, ws_backward.data_ptr());
+      torch::cuda::synchronize();
     };
   }
+#else
+  (void)reading;
 #endif
   if (!ours) {
     run = [&] {
@@ -330,28 +363,43 @@ void BM_gpu_attention(benchmark::State& state, bool ours) {
       benchmark::Counter(flops / 989e12 * state.iterations(), benchmark::Counter::kIsRate);
 }
 
-BENCHMARK_CAPTURE(BM_device_step, demo_cpu_emulated, Model::demo, torch::kCPU, Arithmetic::emulated)
+BENCHMARK_CAPTURE(BM_device_step, demo_cpu_emulated, Model::demo, torch::kCPU, Arithmetic::emulated, "", false)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_device_step, demo_cpu_native, Model::demo, torch::kCPU, Arithmetic::native)
+BENCHMARK_CAPTURE(BM_device_step, demo_cpu_native, Model::demo, torch::kCPU, Arithmetic::native, "", false)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_plain_device_step, demo_cpu_autocast, Model::demo, torch::kCPU, true)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_device_step, demo_cuda_emulated, Model::demo, torch::kCUDA, Arithmetic::emulated)
+BENCHMARK_CAPTURE(BM_device_step, demo_cuda_emulated, Model::demo, torch::kCUDA, Arithmetic::emulated, "", false)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_device_step, demo_cuda_native, Model::demo, torch::kCUDA, Arithmetic::native)
+BENCHMARK_CAPTURE(BM_device_step, demo_cuda_native, Model::demo, torch::kCUDA, Arithmetic::native, "", false)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_plain_device_step, demo_cuda_autocast, Model::demo, torch::kCUDA, true)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_device_step, paper_cuda_emulated, Model::paper, torch::kCUDA, Arithmetic::emulated)
+// The paper model: mixed (configs/paper.toml's reading) and fa2, op by op and from a CUDA graph.
+BENCHMARK_CAPTURE(BM_device_step, paper_cuda_emulated, Model::paper, torch::kCUDA, Arithmetic::emulated, "", false)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_device_step, paper_cuda_native, Model::paper, torch::kCUDA, Arithmetic::native)
+BENCHMARK_CAPTURE(BM_device_step, paper_cuda_native, Model::paper, torch::kCUDA, Arithmetic::native, "", false)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_device_step, paper_cuda_emulated_fa2, Model::paper, torch::kCUDA, Arithmetic::emulated, "fa2", false)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_device_step, paper_cuda_native_fa2, Model::paper, torch::kCUDA, Arithmetic::native, "fa2", false)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_device_step, paper_cuda_emulated_fa2_graph, Model::paper, torch::kCUDA, Arithmetic::emulated, "fa2", true)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_device_step, paper_cuda_native_fa2_graph, Model::paper, torch::kCUDA, Arithmetic::native, "fa2", true)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_plain_device_step, paper_cuda_fp32, Model::paper, torch::kCUDA, false)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_plain_device_step, paper_cuda_autocast, Model::paper, torch::kCUDA, true)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_gpu_attention, ours, true)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_gpu_attention, sdpa_flash, false)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_device_step, gpt2_cuda_emulated_fa2, Model::gpt2, torch::kCUDA, Arithmetic::emulated, "fa2", false)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_device_step, gpt2_cuda_native_fa2, Model::gpt2, torch::kCUDA, Arithmetic::native, "fa2", false)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_gpu_attention, fa2, "fa2")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_gpu_attention, eager, "eager")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_gpu_attention, pure, "pure")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_gpu_attention, sdpa_flash, "")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_CAPTURE(BM_plain_libtorch_step, demo, Model::demo)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_train_step, demo_fp32_baseline, Model::demo, AttentionKind::baseline, Format::fp32)

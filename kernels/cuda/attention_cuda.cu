@@ -26,6 +26,7 @@
 
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/mma_dispatch.hpp"
 #include "kernels/cuda/tile_dispatch.hpp"
 #include "kernels/cuda/tile_math.hpp"
 
@@ -213,20 +214,8 @@ __global__ void kernel_dkdv_kernel(TileHead h, const float* q, const float* k, c
   const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (j >= h.n) return;
   const std::int64_t base = blockIdx.y * h.n, off = base * h.d;
-  const float scale_log2 = scale_log2_of(h.scale);
-  const std::int64_t j0 = j / h.bc * h.bc, row_blocks = (h.n + h.br - 1) / h.br;
-  for (std::int64_t step = 0; step < row_blocks; ++step) {
-    const std::int64_t i0 = kernel_row_block(h.kernel, step, row_blocks) * h.br;
-    const std::int64_t i_end = i0 + h.br < h.n ? i0 + h.br : h.n;
-    if (h.causal && i_end - 1 < j0) continue;
-    for (std::int64_t i = i0; i < i_end; ++i) {
-      float p, ds;
-      flash_kernel_backward_entry<R>(q + off + i * h.d, k + off + j * h.d, dout + off + i * h.d, v + off + j * h.d,
-                                     h.d, scale_log2, lse2[base + i], dd[base + i], h.causal && j > i, p, ds);
-      axpy<R>(p, dout + off + i * h.d, dva + off + j * h.d, h.d);
-      axpy<R>(ds, q + off + i * h.d, dka + off + j * h.d, h.d);
-    }
-  }
+  kernel_dkdv_key<R>(h, q + off, k + off, v + off, dout + off, lse2 + base, dd + base, j, dka + off + j * h.d,
+                     dva + off + j * h.d);
 }
 
 // fa2 / fa3, one thread per row: one part of dQ per KV tile, summed from zero, then added.
@@ -236,21 +225,8 @@ __global__ void kernel_dq_kernel(TileHead h, const float* q, const float* k, con
   const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (i >= h.n) return;
   const std::int64_t base = blockIdx.y * h.n, off = base * h.d;
-  const float scale_log2 = scale_log2_of(h.scale);
-  float* part = part_ws + off + i * h.d;
-  const std::int64_t i_last = (i / h.br * h.br + h.br < h.n ? i / h.br * h.br + h.br : h.n) - 1;
-  for (std::int64_t j0 = 0; j0 < h.n; j0 += h.bc) {
-    if (h.causal && i_last < j0) break;
-    const std::int64_t j_end = j0 + h.bc < h.n ? j0 + h.bc : h.n;
-    for (int t = 0; t < h.d; ++t) part[t] = 0.0f;
-    for (std::int64_t j = j0; j < j_end; ++j) {
-      float p, ds;
-      flash_kernel_backward_entry<R>(q + off + i * h.d, k + off + j * h.d, dout + off + i * h.d, v + off + j * h.d,
-                                     h.d, scale_log2, lse2[base + i], dd[base + i], h.causal && j > i, p, ds);
-      axpy<R>(ds, k + off + j * h.d, part, h.d);
-    }
-    for (int t = 0; t < h.d; ++t) dqa[off + i * h.d + t] = R::accum(dqa[off + i * h.d + t] + part[t]);
-  }
+  kernel_dq_row<R>(h, q + off, k + off, v + off, dout + off, lse2 + base, dd + base, i, dqa + off + i * h.d,
+                   part_ws + off + i * h.d);
 }
 
 template <class R>
@@ -275,10 +251,8 @@ __global__ void baseline_dkdv_kernel(TileHead h, const float* q, const float* do
   const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (j >= h.n) return;
   const std::int64_t base = blockIdx.y * h.n, off = base * h.d;
-  for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {
-    axpy<R>(p_ws[(base + i) * h.n + j], dout + off + i * h.d, dva + off + j * h.d, h.d);
-    axpy<R>(ds_ws[(base + i) * h.n + j], q + off + i * h.d, dka + off + j * h.d, h.d);
-  }
+  baseline_dkdv_key<R>(h, q + off, dout + off, p_ws + base * h.n, ds_ws + base * h.n, j, dka + off + j * h.d,
+                       dva + off + j * h.d);
 }
 
 template <class R>
@@ -286,8 +260,7 @@ __global__ void baseline_dq_kernel(TileHead h, const float* k, const float* ds_w
   const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (i >= h.n) return;
   const std::int64_t base = blockIdx.y * h.n, off = base * h.d;
-  const std::int64_t jn = h.causal ? i + 1 : h.n;
-  for (std::int64_t j = 0; j < jn; ++j) axpy<R>(ds_ws[(base + i) * h.n + j], k + off + j * h.d, dqa + off + i * h.d, h.d);
+  baseline_dq_row<R>(h, k + off, ds_ws + (base + i) * h.n, i, dqa + off + i * h.d);
 }
 
 template <class T, class R>
@@ -348,95 +321,210 @@ void launch_flash_forward(const TileHead& h, std::int64_t heads, const float* q,
   FASTUDY_CUDA_CHECK(cudaGetLastError());
 }
 
-template <class T, class R>
-void forward_impl(const AttentionShape& shape, const AttentionParams& params, const void* q, const void* k,
-                  const void* v, void* o, float* lse, cudaStream_t stream) {
-  const TileHead h = make_tile_head(shape, params);
-  const std::int64_t heads = shape.batch * shape.heads, total = heads * h.n * h.d;
-  DeviceBuffer<float> qr(total), kr(total), vr(total);
-  load<T, R, kStepQ>(q, qr.get(), total, stream);
-  load<T, R, kStepK>(k, kr.get(), total, stream);
-  load<T, R, kStepV>(v, vr.get(), total, stream);
-  T* out = static_cast<T*>(o);
-  if (h.placement == ScalePlacement::before) {  // the framework kinds' `before`
-    scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(qr.get(), total, h.scale);
-    FASTUDY_CUDA_CHECK(cudaGetLastError());
+// The device memory of one call, carved in order from one workspace: `base` null only measures (the
+// pointers stay null and bytes() is the size to allocate).
+class Carve {
+ public:
+  explicit Carve(unsigned char* base) : base_(base) {}
+  template <class U>
+  U* take(std::int64_t n) {
+    offset_ = (offset_ + 255) / 256 * 256;
+    U* p = base_ != nullptr ? reinterpret_cast<U*>(base_ + offset_) : nullptr;
+    offset_ += static_cast<std::size_t>(n) * sizeof(U);
+    return p;
   }
-  if (params.attention == AttentionKind::baseline) {
-    DeviceBuffer<float> s_ws(heads * h.n * h.n), acc_ws(total);
-    baseline_forward_kernel<T, R><<<row_grid(h, heads), kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(),
-                                                                              s_ws.get(), acc_ws.get(), out, lse);
-    FASTUDY_CUDA_CHECK(cudaGetLastError());
-    FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the workspaces are freed
+  std::size_t bytes() const { return offset_; }
+
+ private:
+  unsigned char* base_;
+  std::size_t offset_ = 0;
+};
+
+// Which kernels run a call: the tensor-core ones (mma_attention.hpp) for the flash kind of the readings
+// with tensor-core products on the shapes they support, the per-row kernels above otherwise.
+bool tensor_cores(const AttentionParams& params, const TileHead& h) {
+  if (params.attention != AttentionKind::flash || !cuda_mma::mma_supported(h)) return false;
+  bool mma = false;
+  dispatch_tile_rounding(params.policy, [&](auto rd) { mma = decltype(rd)::kMma; });
+  return mma;
+}
+
+// The operands of the tensor-core kernels need a copy when they are fp32 tensors (rounded on load) or
+// Q takes the `before` scale.
+bool needs_prepared(Format storage, const TileHead& h) {
+  return storage == Format::fp32 || (h.kernel == FlashKernel::framework && h.placement == ScalePlacement::before);
+}
+
+struct ForwardPlan {
+  float *qr = nullptr, *kr = nullptr, *vr = nullptr, *s_ws = nullptr, *acc_ws = nullptr;
+  std::uint16_t* prepared = nullptr;
+  std::size_t bytes = 0;
+};
+
+ForwardPlan forward_plan(const AttentionParams& params, const TileHead& h, std::int64_t heads, Format storage,
+                         unsigned char* base) {
+  Carve c(base);
+  ForwardPlan p;
+  const std::int64_t total = heads * h.n * h.d;
+  if (tensor_cores(params, h)) {
+    if (needs_prepared(storage, h)) p.prepared = c.take<std::uint16_t>(3 * total);
+  } else {
+    p.qr = c.take<float>(total);
+    p.kr = c.take<float>(total);
+    p.vr = c.take<float>(total);
+    if (params.attention == AttentionKind::baseline) {
+      p.s_ws = c.take<float>(heads * h.n * h.n);
+      p.acc_ws = c.take<float>(total);
+    }
+  }
+  p.bytes = c.bytes();
+  return p;
+}
+
+struct BackwardPlan {
+  float *qr = nullptr, *kr = nullptr, *vr = nullptr, *dor = nullptr, *dqa = nullptr, *dka = nullptr, *dva = nullptr;
+  float *p_ws = nullptr, *ds_ws = nullptr, *orr = nullptr, *dd = nullptr, *lse2 = nullptr, *part = nullptr;
+  float *tk = nullptr, *tv = nullptr;
+  std::uint16_t* prepared = nullptr;
+  std::size_t bytes = 0;
+};
+
+BackwardPlan backward_plan(const AttentionParams& params, const TileHead& h, std::int64_t heads, Format storage,
+                           unsigned char* base) {
+  Carve c(base);
+  BackwardPlan p;
+  const std::int64_t total = heads * h.n * h.d, rows = heads * h.n;
+  if (tensor_cores(params, h)) {
+    if (needs_prepared(storage, h)) p.prepared = c.take<std::uint16_t>(5 * total);
+    p.dd = c.take<float>(rows);
+    p.lse2 = c.take<float>(rows);
+  } else {
+    for (float** x : {&p.qr, &p.kr, &p.vr, &p.dor, &p.dqa, &p.dka, &p.dva}) *x = c.take<float>(total);
+    if (params.attention == AttentionKind::baseline) {
+      p.p_ws = c.take<float>(heads * h.n * h.n);
+      p.ds_ws = c.take<float>(heads * h.n * h.n);
+    } else if (h.kernel != FlashKernel::framework) {
+      p.orr = c.take<float>(total);
+      p.dd = c.take<float>(rows);
+      p.lse2 = c.take<float>(rows);
+      p.part = c.take<float>(total);
+    } else {
+      p.orr = c.take<float>(total);
+      p.dd = c.take<float>(rows);
+      p.tk = c.take<float>(h.ops ? total : 1);
+      p.tv = c.take<float>(h.ops ? total : 1);
+    }
+  }
+  p.bytes = c.bytes();
+  return p;
+}
+
+// Runs f(base) on the caller's workspace (asynchronously), or on a buffer of its own that is freed
+// after the stream has run the call.
+template <class F>
+void with_workspace(void* workspace, std::size_t bytes, cudaStream_t stream, F&& f) {
+  if (workspace != nullptr) {
+    f(static_cast<unsigned char*>(workspace));
     return;
   }
-  if (params.order == LoopOrder::q_outer) {
-    launch_flash_forward<T, R, LoopOrder::q_outer>(h, heads, qr.get(), kr.get(), vr.get(), out, lse, stream);
-  } else {
-    launch_flash_forward<T, R, LoopOrder::kv_outer>(h, heads, qr.get(), kr.get(), vr.get(), out, lse, stream);
-  }
-  FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  DeviceBuffer<unsigned char> own(bytes);
+  f(own.get());
+  FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the workspace is freed
 }
 
 template <class T, class R>
-void backward_impl(const AttentionShape& shape, const AttentionParams& params, const void* q, const void* k,
-                   const void* v, const void* o, const float* lse, const void* dout, void* dq, void* dk, void* dv,
-                   cudaStream_t stream) {
+void forward_impl(const AttentionShape& shape, const AttentionParams& params, Format storage, const void* q,
+                  const void* k, const void* v, void* o, float* lse, cudaStream_t stream, void* workspace) {
   const TileHead h = make_tile_head(shape, params);
   const std::int64_t heads = shape.batch * shape.heads, total = heads * h.n * h.d;
-  DeviceBuffer<float> qr(total), kr(total), vr(total), dor(total), dqa(total), dka(total), dva(total);
-  load<T, R, kStepQ>(q, qr.get(), total, stream);
-  load<T, R, kStepK>(k, kr.get(), total, stream);
-  load<T, R, kStepV>(v, vr.get(), total, stream);
-  load<T, R, kStepGrad>(dout, dor.get(), total, stream);
-  for (float* a : {dqa.get(), dka.get(), dva.get()})
-    FASTUDY_CUDA_CHECK(cudaMemsetAsync(a, 0, sizeof(float) * total, stream));
-  const dim3 grid = row_grid(h, heads);
-  if (h.placement == ScalePlacement::before) {  // the framework kinds' `before`
-    scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(qr.get(), total, h.scale);
+  T* out = static_cast<T*>(o);
+  const std::size_t bytes = forward_plan(params, h, heads, storage, nullptr).bytes;
+  with_workspace(workspace, bytes, stream, [&](unsigned char* base) {
+    const ForwardPlan w = forward_plan(params, h, heads, storage, base);
+    if constexpr (R::kMma) {
+      if (tensor_cores(params, h)) {
+        const cuda_mma::MmaForwardCall call{h, params.order, heads, storage, q, k, v, o, lse, w.prepared};
+        cuda_mma::mma_forward<R>(call, stream);
+        return;
+      }
+    }
+    load<T, R, kStepQ>(q, w.qr, total, stream);
+    load<T, R, kStepK>(k, w.kr, total, stream);
+    load<T, R, kStepV>(v, w.vr, total, stream);
+    if (h.placement == ScalePlacement::before) {  // the framework kinds' `before`
+      scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(w.qr, total, h.scale);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+    }
+    if (params.attention == AttentionKind::baseline) {
+      baseline_forward_kernel<T, R><<<row_grid(h, heads), kThreads, 0, stream>>>(h, w.qr, w.kr, w.vr, w.s_ws, w.acc_ws,
+                                                                                out, lse);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+    } else if (params.order == LoopOrder::q_outer) {
+      launch_flash_forward<T, R, LoopOrder::q_outer>(h, heads, w.qr, w.kr, w.vr, out, lse, stream);
+    } else {
+      launch_flash_forward<T, R, LoopOrder::kv_outer>(h, heads, w.qr, w.kr, w.vr, out, lse, stream);
+    }
+  });
+}
+
+template <class T, class R>
+void backward_impl(const AttentionShape& shape, const AttentionParams& params, Format storage, const void* q,
+                   const void* k, const void* v, const void* o, const float* lse, const void* dout, void* dq, void* dk,
+                   void* dv, cudaStream_t stream, void* workspace) {
+  const TileHead h = make_tile_head(shape, params);
+  const std::int64_t heads = shape.batch * shape.heads, total = heads * h.n * h.d;
+  const std::size_t bytes = backward_plan(params, h, heads, storage, nullptr).bytes;
+  with_workspace(workspace, bytes, stream, [&](unsigned char* base) {
+    const BackwardPlan w = backward_plan(params, h, heads, storage, base);
+    if constexpr (R::kMma) {
+      if (tensor_cores(params, h)) {
+        const cuda_mma::MmaBackwardCall call{h,  heads, storage, q,  k,  v,          o,    dout,
+                                             lse, dq,   dk,      dv, w.prepared, w.dd, w.lse2};
+        cuda_mma::mma_backward<R>(call, stream);
+        return;
+      }
+    }
+    load<T, R, kStepQ>(q, w.qr, total, stream);
+    load<T, R, kStepK>(k, w.kr, total, stream);
+    load<T, R, kStepV>(v, w.vr, total, stream);
+    load<T, R, kStepGrad>(dout, w.dor, total, stream);
+    for (float* a : {w.dqa, w.dka, w.dva}) FASTUDY_CUDA_CHECK(cudaMemsetAsync(a, 0, sizeof(float) * total, stream));
+    const dim3 grid = row_grid(h, heads);
+    if (h.placement == ScalePlacement::before) {  // the framework kinds' `before`
+      scale_q_kernel<R><<<elementwise_blocks(total), kThreads, 0, stream>>>(w.qr, total, h.scale);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+    }
+    if (params.attention == AttentionKind::baseline) {
+      baseline_softmax_backward_kernel<R>
+          <<<grid, kThreads, 0, stream>>>(h, w.qr, w.kr, w.vr, w.dor, w.p_ws, w.ds_ws);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+      baseline_dkdv_kernel<R><<<grid, kThreads, 0, stream>>>(h, w.qr, w.dor, w.p_ws, w.ds_ws, w.dka, w.dva);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+      baseline_dq_kernel<R><<<grid, kThreads, 0, stream>>>(h, w.kr, w.ds_ws, w.dqa);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+    } else if (h.kernel != FlashKernel::framework) {
+      load<T, R, kStepO>(o, w.orr, total, stream);
+      kernel_dd_kernel<R><<<grid, kThreads, 0, stream>>>(h, w.dor, w.orr, lse, w.dd, w.lse2);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+      kernel_dkdv_kernel<R><<<grid, kThreads, 0, stream>>>(h, w.qr, w.kr, w.vr, w.dor, w.lse2, w.dd, w.dka, w.dva);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+      kernel_dq_kernel<R><<<grid, kThreads, 0, stream>>>(h, w.qr, w.kr, w.vr, w.dor, w.lse2, w.dd, w.part, w.dqa);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+    } else {
+      load<T, R, kStepO>(o, w.orr, total, stream);
+      flash_dd_kernel<R><<<grid, kThreads, 0, stream>>>(h, w.dor, w.orr, w.dd);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+      flash_dkdv_kernel<R><<<grid, kThreads, 0, stream>>>(h, w.qr, w.kr, w.vr, w.dor, lse, w.dd, w.dka, w.dva, w.tk,
+                                                         w.tv);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+      flash_dq_kernel<R><<<grid, kThreads, 0, stream>>>(h, w.qr, w.kr, w.vr, w.dor, lse, w.dd, w.dqa, w.tk);
+      FASTUDY_CUDA_CHECK(cudaGetLastError());
+    }
+    store_gradients_kernel<T, R><<<elementwise_blocks(total), kThreads, 0, stream>>>(
+        total, h.grad_placement, h.scale, w.dqa, w.dka, w.dva, static_cast<T*>(dq), static_cast<T*>(dk),
+        static_cast<T*>(dv));
     FASTUDY_CUDA_CHECK(cudaGetLastError());
-  }
-  if (params.attention == AttentionKind::baseline) {
-    DeviceBuffer<float> p_ws(heads * h.n * h.n), ds_ws(heads * h.n * h.n);
-    baseline_softmax_backward_kernel<R>
-        <<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), p_ws.get(), ds_ws.get());
-    FASTUDY_CUDA_CHECK(cudaGetLastError());
-    baseline_dkdv_kernel<R><<<grid, kThreads, 0, stream>>>(h, qr.get(), dor.get(), p_ws.get(), ds_ws.get(),
-                                                          dka.get(), dva.get());
-    FASTUDY_CUDA_CHECK(cudaGetLastError());
-    baseline_dq_kernel<R><<<grid, kThreads, 0, stream>>>(h, kr.get(), ds_ws.get(), dqa.get());
-    FASTUDY_CUDA_CHECK(cudaGetLastError());
-    FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
-  } else if (h.kernel != FlashKernel::framework) {
-    DeviceBuffer<float> orr(total), dd(heads * h.n), lse2(heads * h.n), part(total);
-    load<T, R, kStepO>(o, orr.get(), total, stream);
-    kernel_dd_kernel<R><<<grid, kThreads, 0, stream>>>(h, dor.get(), orr.get(), lse, dd.get(), lse2.get());
-    FASTUDY_CUDA_CHECK(cudaGetLastError());
-    kernel_dkdv_kernel<R><<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), lse2.get(),
-                                                        dd.get(), dka.get(), dva.get());
-    FASTUDY_CUDA_CHECK(cudaGetLastError());
-    kernel_dq_kernel<R><<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), lse2.get(),
-                                                      dd.get(), part.get(), dqa.get());
-    FASTUDY_CUDA_CHECK(cudaGetLastError());
-    FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
-  } else {
-    DeviceBuffer<float> orr(total), dd(heads * h.n), tk(h.ops ? total : 1), tv(h.ops ? total : 1);
-    load<T, R, kStepO>(o, orr.get(), total, stream);
-    flash_dd_kernel<R><<<grid, kThreads, 0, stream>>>(h, dor.get(), orr.get(), dd.get());
-    FASTUDY_CUDA_CHECK(cudaGetLastError());
-    flash_dkdv_kernel<R><<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), lse, dd.get(),
-                                                       dka.get(), dva.get(), tk.get(), tv.get());
-    FASTUDY_CUDA_CHECK(cudaGetLastError());
-    flash_dq_kernel<R><<<grid, kThreads, 0, stream>>>(h, qr.get(), kr.get(), vr.get(), dor.get(), lse, dd.get(),
-                                                     dqa.get(), tk.get());
-    FASTUDY_CUDA_CHECK(cudaGetLastError());
-    FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
-  store_gradients_kernel<T, R><<<elementwise_blocks(total), kThreads, 0, stream>>>(
-      total, h.grad_placement, h.scale, dqa.get(), dka.get(), dva.get(), static_cast<T*>(dq), static_cast<T*>(dk),
-      static_cast<T*>(dv));
-  FASTUDY_CUDA_CHECK(cudaGetLastError());
-  FASTUDY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  });
 }
 
 template <class T>
@@ -492,26 +580,41 @@ int device_count(std::string* why) {
 
 bool device_available(std::string* why) { return device_count(why) > 0; }
 
+std::size_t attention_workspace_bytes(const AttentionShape& shape, const AttentionParams& params, Format storage,
+                                      bool backward) {
+  validate(shape, storage);
+  tile_storage_format(params.policy);  // the policy's refusal, as the calls give it
+  const TileHead h = make_tile_head(shape, params);
+  const std::int64_t heads = shape.batch * shape.heads;
+  return backward ? backward_plan(params, h, heads, storage, nullptr).bytes
+                  : forward_plan(params, h, heads, storage, nullptr).bytes;
+}
+
+const char* attention_cuda_path(const AttentionShape& shape, const AttentionParams& params) {
+  return tensor_cores(params, make_tile_head(shape, params)) ? "tensor cores" : "CUDA cores";
+}
+
 AttentionStats attention_forward_cuda(const AttentionShape& shape, const AttentionParams& params, Format storage,
                                       const void* q, const void* k, const void* v, void* o, float* lse,
-                                      cudaStream_t stream) {
+                                      cudaStream_t stream, void* workspace) {
   validate(shape, storage);
   dispatch(params, storage, [&](auto t, auto rd) {
-    forward_impl<decltype(t), decltype(rd)>(shape, params, q, k, v, o, lse, stream);
+    forward_impl<decltype(t), decltype(rd)>(shape, params, storage, q, k, v, o, lse, stream, workspace);
   });
   return tile_stats(shape, params);
 }
 
 void attention_backward_cuda(const AttentionShape& shape, const AttentionParams& params, Format storage,
                              const void* q, const void* k, const void* v, const void* o, const float* lse,
-                             const void* dout, void* dq, void* dk, void* dv, cudaStream_t stream) {
+                             const void* dout, void* dq, void* dk, void* dv, cudaStream_t stream, void* workspace) {
   validate(shape, storage);
   if (params.attention == AttentionKind::flash && (o == nullptr || lse == nullptr)) {
     throw UsageError("CUDA flash attention backward needs the forward's o and lse",
                      "pass the o and lse written by attention_forward_cuda in the same policy");
   }
   dispatch(params, storage, [&](auto t, auto rd) {
-    backward_impl<decltype(t), decltype(rd)>(shape, params, q, k, v, o, lse, dout, dq, dk, dv, stream);
+    backward_impl<decltype(t), decltype(rd)>(shape, params, storage, q, k, v, o, lse, dout, dq, dk, dv, stream,
+                                             workspace);
   });
 }
 

@@ -33,15 +33,29 @@ std::size_t check_flash_tiles(std::int64_t br, std::int64_t bc, std::int64_t d);
 // params.policy must be a policy the tiles run (cuda_tile::tile_storage_format: pure, eager, fa2, fa3,
 // mixed of fp32/fp16/bf16);
 // with fp16/bf16 storage it must be that format's policy, with fp32 storage any of them (values are
-// rounded on load). B*H at most 65535, d at most 1024. Synchronous: the call allocates float
-// workspaces (Q/K/V rounded, and for baseline the [B, H, N, N] scores), launches on stream and waits
-// for it before freeing them. lse may be null. params.threads is ignored.
+// rounded on load). B*H at most 65535, d at most 1024. lse may be null. params.threads is ignored.
+// The flash kind of the readings whose products are tensor-core products (eager, mixed, fa2, fa3 at
+// fp16/bf16) runs on the tensor cores where the shape allows (kernels/cuda/mma_attention.hpp: d a
+// multiple of 16 up to 128, block sizes multiples of 16, block_kv up to 128), the rest on the per-row
+// kernels; both compute the same values (the twin's, kernels/cuda/tile_math.hpp).
+// workspace: device memory of at least attention_workspace_bytes() for the call, which then allocates
+// nothing, never synchronises and runs asynchronously on `stream` (a CUDA graph can capture it); null:
+// the call allocates its workspace and waits for the stream before freeing it.
 AttentionStats attention_forward_cuda(const AttentionShape& shape, const AttentionParams& params, Format storage,
                                       const void* q, const void* k, const void* v, void* o, float* lse,
-                                      cudaStream_t stream = nullptr);
+                                      cudaStream_t stream = nullptr, void* workspace = nullptr);
 // Flash needs o and lse of the flash forward in the same policy; baseline ignores them.
 void attention_backward_cuda(const AttentionShape& shape, const AttentionParams& params, Format storage,
                              const void* q, const void* k, const void* v, const void* o, const float* lse,
-                             const void* dout, void* dq, void* dk, void* dv, cudaStream_t stream = nullptr);
+                             const void* dout, void* dq, void* dk, void* dv, cudaStream_t stream = nullptr,
+                             void* workspace = nullptr);
+
+// The workspace bytes of one forward (backward = false) or backward call; throws UsageError for what the
+// calls refuse (shape, storage, policy).
+std::size_t attention_workspace_bytes(const AttentionShape& shape, const AttentionParams& params, Format storage,
+                                      bool backward);
+
+// Which kernels a call runs: "tensor cores" or "CUDA cores" (for the benchmarks' labels).
+const char* attention_cuda_path(const AttentionShape& shape, const AttentionParams& params);
 
 }  // namespace fastudy::cuda

@@ -28,8 +28,10 @@ void append(std::vector<double>& out, const DeviceBuffer<float>& b) {
 
 }  // namespace
 
-bool cpu_bit_identity_promised(const MicrobenchRun& run) {
-  return run.float_buffers && attention_isa_name() != "generic";
+bool cpu_bit_identity_promised(const MicrobenchRun& run, AttentionKind kind) {
+  bool tensor_cores = false;
+  cuda_tile::dispatch_tile_rounding(run.policy_of(kind), [&](auto rd) { tensor_cores = decltype(rd)::kMma; });
+  return run.float_buffers && attention_isa_name() != "generic" && !tensor_cores;
 }
 
 std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run,
@@ -41,7 +43,6 @@ std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run,
     throw Error("microbench_cuda_rows: the CPU kernels have not run on this point");
   const bool backward = run.point.pass == Pass::backward;
   const double smag = score_magnitude(run.shape, run.q, run.k);
-  const bool promised = cpu_bit_identity_promised(run);
   const DeviceBuffer<float> q = upload(run.q), k = upload(run.k), v = upload(run.v);
   const std::size_t size = run.q.size(), rows = run.flash.lse.size();
 
@@ -71,7 +72,7 @@ std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run,
     }
     MicrobenchRow row = microbench_row(run, kind == AttentionKind::flash ? "cuda_flash" : "cuda_baseline", values,
                                        run.golden, stats);
-    set_cpu_check(row, values, cpu.values, promised, bound);
+    set_cpu_check(row, values, cpu.values, cpu_bit_identity_promised(run, kind), bound);
     if (saved != nullptr) (*saved)[row.algorithm] = values;
     out.push_back(std::move(row));
   }

@@ -6,8 +6,10 @@
 // What is promised (kernels/cuda/tile_reference.hpp, tests/gpu): the device kernels equal their host
 // twin bit for bit (O, dQ, dK, dV; lse only within an ulp, logf), and the host twin equals the CPU
 // kernels bit for bit when those ran on float buffers with an FMA instruction set (attention_isa_name()
-// not "generic"). So where both hold the check is bit identity; elsewhere the CUDA result must lie
-// within twice the check harness's bound (kernels/check.hpp: both results are within the bound of the
+// not "generic") and the policy's products are not tensor-core products (on a GPU the fp16/bf16 readings
+// with an fp32 accumulator multiply as mma.sync does, the CPU kernels in fp32 FMA chains). So where
+// all hold the check is bit identity; elsewhere the CUDA result must lie within twice the check
+// harness's bound (kernels/check.hpp: both results are within the bound of the
 // golden value, so their difference is within twice it): max |d| <= 2 forward_bound on forward points,
 // rel_l2 <= 2 backward_bound on backward points.
 //
@@ -23,8 +25,8 @@
 
 namespace fastudy::cuda {
 
-// Whether bit identity with the CPU kernels is promised for this run (see above).
-bool cpu_bit_identity_promised(const MicrobenchRun& run);
+// Whether bit identity with the CPU kernels is promised for this run's kind (see above).
+bool cpu_bit_identity_promised(const MicrobenchRun& run, AttentionKind kind);
 
 // The two rows (cuda_flash, cuda_baseline) of a run filled by run_microbench_point(..., keep). The
 // policies must be ones the CUDA kernels run (a pure, eager, fa2, fa3 or mixed reading of fp32, fp16 or bf16,

@@ -119,50 +119,25 @@ void flash_backward_head(const TileHead& h, const float* q, const float* k, cons
 
 // fa2 / fa3: D from dot_do_o, P from exp2 of the saved lse, dS from the unrounded P. A key's thread
 // (dK, dV) visits the row blocks from the last to the first (fa2) or the first to the last (fa3), the
-// rows of a block in order; a row's thread (dQ) adds one part per KV block, each summed from zero.
+// rows of a block in order; a row's thread (dQ) adds one part per KV block, each summed from zero
+// (kernel_dkdv_key, kernel_dq_row).
 template <class R>
 void kernel_backward_head(const TileHead& h, const float* q, const float* k, const float* v, const float* o,
                           const float* lse, const float* dout, float* dq, float* dk, float* dv) {
   const std::int64_t nd = h.n * h.d;
   const auto qr = rounded<R>(q, nd, R::q), kr = rounded<R>(k, nd, R::k), vr = rounded<R>(v, nd, R::v);
   const auto dor = rounded<R>(dout, nd, R::grad), orr = rounded<R>(o, nd, R::o);
-  const float scale_log2 = scale_log2_of(h.scale);
   std::vector<float> dd(h.n), lse2(h.n), dqa(nd, 0.0f), dka(nd, 0.0f), dva(nd, 0.0f), part(h.d);
   for (std::int64_t i = 0; i < h.n; ++i) {
     dd[i] = R::stats_running(dot_do_o<R>(h.kernel, dor.data() + i * h.d, orr.data() + i * h.d, h.d));
     lse2[i] = kernel_lse_log2<R>(h.kernel, lse[i]);
   }
-  const std::int64_t row_blocks = (h.n + h.br - 1) / h.br;
-  for (std::int64_t j = 0; j < h.n; ++j) {  // one device thread of the dK/dV kernel
-    const std::int64_t j0 = j / h.bc * h.bc;
-    for (std::int64_t step = 0; step < row_blocks; ++step) {
-      const std::int64_t i0 = kernel_row_block(h.kernel, step, row_blocks) * h.br;
-      const std::int64_t i_end = std::min<std::int64_t>(h.n, i0 + h.br);
-      if (h.causal && i_end - 1 < j0) continue;  // the kernel skips blocks that precede the whole KV block
-      for (std::int64_t i = i0; i < i_end; ++i) {
-        float p, ds;
-        flash_kernel_backward_entry<R>(qr.data() + i * h.d, kr.data() + j * h.d, dor.data() + i * h.d,
-                                       vr.data() + j * h.d, h.d, scale_log2, lse2[i], dd[i], h.causal && j > i, p, ds);
-        axpy<R>(p, dor.data() + i * h.d, dva.data() + j * h.d, h.d);
-        axpy<R>(ds, qr.data() + i * h.d, dka.data() + j * h.d, h.d);
-      }
-    }
-  }
-  for (std::int64_t i = 0; i < h.n; ++i) {  // one device thread of the dQ kernel
-    const std::int64_t i0 = i / h.br * h.br;
-    for (std::int64_t j0 = 0; j0 < h.n; j0 += h.bc) {
-      if (h.causal && std::min<std::int64_t>(h.n, i0 + h.br) - 1 < j0) break;
-      const std::int64_t j_end = std::min<std::int64_t>(h.n, j0 + h.bc);
-      std::fill(part.begin(), part.end(), 0.0f);
-      for (std::int64_t j = j0; j < j_end; ++j) {
-        float p, ds;
-        flash_kernel_backward_entry<R>(qr.data() + i * h.d, kr.data() + j * h.d, dor.data() + i * h.d,
-                                       vr.data() + j * h.d, h.d, scale_log2, lse2[i], dd[i], h.causal && j > i, p, ds);
-        axpy<R>(ds, kr.data() + j * h.d, part.data(), h.d);
-      }
-      for (int t = 0; t < h.d; ++t) dqa[i * h.d + t] = R::accum(dqa[i * h.d + t] + part[t]);
-    }
-  }
+  for (std::int64_t j = 0; j < h.n; ++j)  // one device thread of the dK/dV kernel
+    kernel_dkdv_key<R>(h, qr.data(), kr.data(), vr.data(), dor.data(), lse2.data(), dd.data(), j, dka.data() + j * h.d,
+                       dva.data() + j * h.d);
+  for (std::int64_t i = 0; i < h.n; ++i)  // one device thread of the dQ kernel
+    kernel_dq_row<R>(h, qr.data(), kr.data(), vr.data(), dor.data(), lse2.data(), dd.data(), i, dqa.data() + i * h.d,
+                     part.data());
   store_gradients<R>(h, dqa, dka, dva, dq, dk, dv);
 }
 
@@ -183,16 +158,10 @@ void baseline_backward_head(const TileHead& h, const float* q, const float* k, c
     }
     baseline_backward_row<R>(pi, dsi, j_end, h);
   }
-  for (std::int64_t j = 0; j < h.n; ++j) {  // one device thread of the dK/dV kernel
-    for (std::int64_t i = h.causal ? j : 0; i < h.n; ++i) {
-      axpy<R>(p[i * h.n + j], dor.data() + i * h.d, dva.data() + j * h.d, h.d);
-      axpy<R>(ds[i * h.n + j], qr.data() + i * h.d, dka.data() + j * h.d, h.d);
-    }
-  }
-  for (std::int64_t i = 0; i < h.n; ++i) {  // one device thread of the dQ kernel
-    const std::int64_t j_end = h.causal ? i + 1 : h.n;
-    for (std::int64_t j = 0; j < j_end; ++j) axpy<R>(ds[i * h.n + j], kr.data() + j * h.d, dqa.data() + i * h.d, h.d);
-  }
+  for (std::int64_t j = 0; j < h.n; ++j)  // one device thread of the dK/dV kernel
+    baseline_dkdv_key<R>(h, qr.data(), dor.data(), p.data(), ds.data(), j, dka.data() + j * h.d, dva.data() + j * h.d);
+  for (std::int64_t i = 0; i < h.n; ++i)  // one device thread of the dQ kernel
+    baseline_dq_row<R>(h, kr.data(), ds.data() + i * h.n, i, dqa.data() + i * h.d);
   store_gradients<R>(h, dqa, dka, dva, dq, dk, dv);
 }
 

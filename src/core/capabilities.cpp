@@ -31,7 +31,7 @@ std::string device_problem(const Variant& v, Device device) {
   if (device != Device::cuda) return "";
   if (!FASTUDY_TORCH_CUDA) {
     return std::string("device = \"cuda\" needs a CUDA LibTorch; this build links LibTorch ") + FASTUDY_TORCH_VERSION +
-           " without CUDA (build against PyTorch's LibTorch on a GPU machine: README \"GPU\")";
+           " without CUDA (build against PyTorch's LibTorch on a GPU machine: docs/gpu.md)";
   }
   if (v.precision == Format::fp64) return "fp64 variants train on the CPU only (the CUDA kernels have no fp64)";
   if (v.numerics.layernorm != LayerNormAlgorithm::torch) {
@@ -79,7 +79,7 @@ std::optional<SweepProblem> real_kernel_problem(const MicrobenchSweep& sw) {
       return SweepProblem{"devices",
                           "devices lists \"cuda\", and this build has no CUDA kernels (it was configured without "
                           "nvcc)",
-                          "build on a machine with the CUDA toolkit (README \"GPU\"), or remove \"cuda\""};
+                          "build on a machine with the CUDA toolkit (docs/gpu.md), or remove \"cuda\""};
   }
   std::vector<std::string> cpu_code, cuda_code;
   for (const auto& a : sw.framework)
@@ -115,12 +115,12 @@ std::optional<SweepProblem> real_kernel_problem(const MicrobenchSweep& sw) {
       return SweepProblem{"framework",
                           "framework kernels need LibTorch >= 2.3 (scaled_dot_product_attention with selectable "
                           "backends); this build links LibTorch " + std::string(FASTUDY_TORCH_VERSION),
-                          "build against a newer CUDA LibTorch (README \"GPU\"), or remove framework"};
+                          "build against a newer CUDA LibTorch (docs/gpu.md), or remove framework"};
     if (!FASTUDY_TORCH_CUDA)
       return SweepProblem{"framework",
                           "framework kernels run on the CUDA device, and this build's LibTorch " +
                               std::string(FASTUDY_TORCH_VERSION) + " has no CUDA",
-                          "build against a CUDA LibTorch (README \"GPU\"), or remove framework"};
+                          "build against a CUDA LibTorch (docs/gpu.md), or remove framework"};
   }
   return std::nullopt;
 }

@@ -20,7 +20,7 @@ namespace fastudy {
 // it before any work, the trainer again for the device it got.
 std::string device_problem(const Variant& v, Device device);
 
-// What a microbenchmark sweep's real-kernel keys (devices, framework; README "Real kernels") ask that
+// What a microbenchmark sweep's real-kernel keys (devices, framework; docs/microbench.md "Real kernels") ask that
 // the kernels cannot run (formats, policies, roundings; in every build), or this build cannot (no CUDA
 // kernels, no LibTorch SDPA, no CUDA LibTorch): the first problem, with the key it is about, or
 // nullopt. load_study refuses it at that key (prefixing the sweep's section to the message).

@@ -74,7 +74,7 @@ struct TrainConfig {
   double grad_clip = 1.0;      // max global grad norm; 0 disables clipping
   std::int64_t checkpoint_every = 50;
   int ranks_per_variant = 1;
-  // The training-loop axes (README "Training-loop axes"). dp_width: the data-parallel width W the
+  // The training-loop axes (docs/configuration.md "Training-loop axes"). dp_width: the data-parallel width W the
   // arithmetic models: the global batch in W shards, one mean-loss gradient each, summed in the
   // `allreduce` order and divided by W, bit for bit the same on any ranks_per_variant R dividing W.
   // 0 (unset): W = R, the physical ranks' gradients averaged by the group's allreduce backend (MPI or
@@ -175,7 +175,7 @@ struct MicrobenchSweep {
   int captured_layer = 0;               // 0-based block index
   std::int64_t captured_batch = 0;      // which global batch of the data stream (its data cursor)
   std::uint64_t seed = 7;
-  // Where our own kernels run (README "Real kernels"): "cpu" (always listed: the CPU kernels are the
+  // Where our own kernels run (docs/microbench.md "Real kernels"): "cpu" (always listed: the CPU kernels are the
   // reference the CUDA rows are checked against) and "cuda" (adds cuda_flash and cuda_baseline rows;
   // builds with the CUDA kernels, FASTUDY_CUDA_KERNELS, and a visible device).
   std::vector<std::string> devices{"cpu"};
@@ -231,7 +231,7 @@ struct GridAxisInfo {
   std::string baseline;
   bool replicate = false;
 };
-// [import]: runs trained elsewhere (README "Imported runs"), read instead of training. `path` is a
+// [import]: runs trained elsewhere (docs/import.md), read instead of training. `path` is a
 // pattern over the grid's axes and the checkpoint step ("runs/{attention}-{precision}-s{seed}/
 // step_{step}.safetensors"), made absolute against the grid file's folder at load; the format comes
 // from the extension (io::TensorFile). Tensor names as the study sees them: every prefix of
@@ -275,7 +275,7 @@ struct Variant {
 };
 
 // The limits of what a grid (and a study.toml) may be, checked before anything is parsed or expanded
-// (README "Reliability"): its size in bytes, the depth of its tables (table headers, dotted keys,
+// (docs/reliability.md): its size in bytes, the depth of its tables (table headers, dotted keys,
 // arrays and inline tables, one level each), and the variants it lists unless [study] max_variants
 // says otherwise. Expanding 10,000 variants takes about 0.6 s and 180 MB, 100,000 about 3 s and 360 MB.
 inline constexpr std::size_t kMaxGridBytes = std::size_t{4} << 20;

@@ -443,7 +443,7 @@ void read_sweep(Section& mb, MicrobenchSweep& mc, const std::vector<std::string>
   require(mc.captured_batch >= 0, mb, "captured_batch", sec + "captured_batch must be >= 0");
 }
 
-// The real-kernel keys of a finished sweep (devices, framework; README "Real kernels"): what the kernels
+// The real-kernel keys of a finished sweep (devices, framework; docs/microbench.md "Real kernels"): what the kernels
 // or this build cannot run (capabilities.hpp), refused at load. `own` is the sweep's table, `base`
 // [microbench] (a key the sweep inherits is reported where it was written).
 void check_real_kernels(Section& own, Section& base, const MicrobenchSweep& mc) {

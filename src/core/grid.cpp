@@ -52,7 +52,7 @@ const std::vector<std::string> kTrainFormats{"fp64", "fp32", "tf32", "bf16", "fp
 enum class AxisType { word, integer, real };
 struct GridAxis {
   const char* name;
-  const char* example;                    // two allowed values, as TOML (for --help, the README and the table's test)
+  const char* example;                    // two allowed values, as TOML (for --help, the docs and the table's test)
   AxisType type = AxisType::word;
   AxisRole role = AxisRole::setting;
   const char* baseline = "";              // the declared baseline value ("": the first value the grid lists)
@@ -75,7 +75,7 @@ const GridAxis kGridAxes[] = {
          [](const std::string& x) {
            if (!parse_sdpa_backend(x)) return std::string();
            return x + " is LibTorch's scaled_dot_product_attention, which needs LibTorch >= 2.3; this build "
-                      "links LibTorch " + FASTUDY_TORCH_VERSION + " (build against a newer LibTorch: README \"GPU\")";
+                      "links LibTorch " + FASTUDY_TORCH_VERSION + " (build against a newer LibTorch: docs/gpu.md)";
          },
      .apply =
          [](Variant& v, const std::string& x) {
@@ -193,7 +193,8 @@ const GridAxis kGridAxes[] = {
            v.train.lr = std::stod(x);
            v.train.min_lr = std::min(v.train.min_lr, v.train.lr);
          }},
-    // The training-loop axes (README "Training-loop axes"; cross-checked per variant by check_loop_axes).
+    // The training-loop axes (docs/configuration.md "Training-loop axes"; cross-checked per variant by
+    // check_loop_axes).
     {.name = "dp_width",
      .example = R"([1, 4])",
      .type = AxisType::integer,
@@ -516,7 +517,8 @@ Variant variant_with(const Study& st, const Variant& base, const std::vector<std
     if (row->type == AxisType::integer) value = std::to_string(*whole_number(raw));
     if (row->type == AxisType::real) value = shortest_number_text(*real_number(raw));
     row->apply(var, value);
-    auto it = std::find_if(var.axes.begin(), var.axes.end(), [&](const auto& a) { return a.first == axis; });
+    const std::string& name = axis;  // a structured binding is captured by clang only from C++20 on (clang 16)
+    auto it = std::find_if(var.axes.begin(), var.axes.end(), [&](const auto& a) { return a.first == name; });
     if (it != var.axes.end()) it->second = value;
     else var.axes.emplace_back(axis, value);
     suffix += "+" + axis + "=" + value;
@@ -556,7 +558,7 @@ void read_grid(Section grid, Study& st, const std::vector<std::string>& policy_n
   const toml::array* tables = vary_node->as_array();
   if (!tables || tables->empty() || !tables->is_array_of_tables())
     grid.fail("vary", "`grid.vary` must be a list of tables: write each as [[grid.vary]] followed by its axes",
-              "see README \"Grids\"");
+              "see docs/configuration.md \"Grids\"");
   std::map<std::string, std::size_t> where;  // vary axis -> index in st.axes
   std::map<std::string, std::set<std::string>> listed;
   for (std::size_t t = 0; t < tables->size(); ++t) {

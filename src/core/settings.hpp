@@ -34,7 +34,7 @@ inline constexpr Schedule kAllSchedules[] = {Schedule::cosine, Schedule::constan
 std::string_view to_string(Schedule s);  // "cosine", "constant"
 std::optional<Schedule> parse_schedule(std::string_view name);
 
-// [train] allreduce (README "Training-loop axes"): the order in which the gradients of the dp_width
+// [train] allreduce (docs/configuration.md "Training-loop axes"): the order in which the gradients of the dp_width
 // shards are summed (src/train/dp_reduce.hpp says exactly how each one associates).
 enum class ReduceOrder { rank, ring, tree };
 inline constexpr ReduceOrder kAllReduceOrders[] = {ReduceOrder::rank, ReduceOrder::ring, ReduceOrder::tree};

@@ -117,8 +117,8 @@ std::vector<NamedArray> read_params(const std::string& path, const std::vector<s
 
 // The parameters of one checkpoint, read by range: the reducer's ranks each read only the windows of
 // the tensors they compute, never a whole checkpoint. Opening reads the HDF5 metadata once (where each
-// parameter's contiguous little-endian data lies in the file); each read then copies from the file
-// mapped into memory (base/mapped_file.hpp), converting to the caller's type. For a file found intact
+// parameter's contiguous little-endian data lies in the file); each read is then a positioned read of
+// the file (base/read_file.hpp), converted to the caller's type. For a file found intact
 // earlier in the same run (checkpoint_problem): no checksum is checked here. Throws CheckpointError.
 class CheckpointParams {
  public:

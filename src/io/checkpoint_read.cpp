@@ -5,14 +5,16 @@
 #include "src/io/checkpoint.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
+#include <type_traits>
 
 #include "base/bytes.hpp"
 #include "base/checksum.hpp"
-#include "base/mapped_file.hpp"
+#include "base/read_file.hpp"
 #include "src/io/checkpoint_format.hpp"
 #include "src/io/h5.hpp"
 
@@ -272,7 +274,7 @@ std::vector<NamedArray> read_params(const std::string& path, const std::vector<s
 }
 
 struct CheckpointParams::Mapping {
-  MappedFile file;
+  RegularFile file;
 };
 
 CheckpointParams::CheckpointParams(const std::string& path) : path_(path) {
@@ -299,7 +301,10 @@ CheckpointParams::CheckpointParams(const std::string& path) : path_(path) {
       throw CheckpointError(path, "/params", "cannot be listed (" + e.details() + ")", kHintCorrupt);
     }
   }
-  map_ = std::make_unique<Mapping>(Mapping{MappedFile(path)});
+  std::string problem;
+  std::optional<RegularFile> file = RegularFile::open(path, &problem);
+  if (!file) throw CheckpointError(path, "", problem, kHintCorrupt);
+  map_ = std::make_unique<Mapping>(Mapping{std::move(*file)});
   for (const auto& [name, p] : params_)
     if (p.offset + p.numel * dtype_size(p.dtype) > map_->file.size())
       throw CheckpointError(path, "/params/" + name, "its data lies beyond the end of the file", kHintCorrupt);
@@ -316,19 +321,39 @@ void CheckpointParams::read_as(const std::string& name, std::uint64_t begin, std
   if (begin > p.numel || count > p.numel - begin)
     throw CheckpointError(path_, "/params/" + name, "values [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
                           ") of " + std::to_string(p.numel), kHintCorrupt);
-  const std::byte* at = map_->file.data() + p.offset + begin * dtype_size(p.dtype);
-  if (p.dtype == DType::f32) {
-    for (std::uint64_t i = 0; i < count; ++i) {
-      float x;
-      std::memcpy(&x, at + i * sizeof x, sizeof x);
-      out[i] = static_cast<T>(x);
+  // Positioned reads (a mapping would turn a file truncated meanwhile into SIGBUS): straight into `out`
+  // where the stored type is T, else through a buffer of kChunk values, converted.
+  const std::size_t width = dtype_size(p.dtype);
+  const auto read_bytes = [&](void* buf, std::uint64_t first, std::uint64_t n) {
+    const long long got = map_->file.read_at(buf, n * width, p.offset + first * width);
+    if (got < 0)
+      throw CheckpointError(path_, "/params/" + name, std::string("cannot be read: ") + std::strerror(errno), kHintCorrupt);
+    if (static_cast<std::uint64_t>(got) != n * width)
+      throw CheckpointError(path_, "/params/" + name, "the file changed while it was read (it is now shorter)",
+                            "run again once nothing writes the checkpoints");
+  };
+  const bool same = (p.dtype == DType::f32 && std::is_same_v<T, float>) || (p.dtype == DType::f64 && std::is_same_v<T, double>);
+  if (same) {
+    read_bytes(out, begin, count);
+    return;
+  }
+  constexpr std::uint64_t kChunk = 1 << 16;
+  std::vector<std::byte> buf(std::min(count, kChunk) * width);
+  for (std::uint64_t done = 0; done < count;) {
+    const std::uint64_t n = std::min(count - done, kChunk);
+    read_bytes(buf.data(), begin + done, n);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (p.dtype == DType::f32) {
+        float x;
+        std::memcpy(&x, buf.data() + i * sizeof x, sizeof x);
+        out[done + i] = static_cast<T>(x);
+      } else {
+        double x;
+        std::memcpy(&x, buf.data() + i * sizeof x, sizeof x);
+        out[done + i] = static_cast<T>(x);
+      }
     }
-  } else {
-    for (std::uint64_t i = 0; i < count; ++i) {
-      double x;
-      std::memcpy(&x, at + i * sizeof x, sizeof x);
-      out[i] = static_cast<T>(x);
-    }
+    done += n;
   }
 }
 

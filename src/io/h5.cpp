@@ -2,8 +2,13 @@
 // into an H5Error carrying the call, file, object, rank, file:line and the innermost HDF5 messages.
 #include "src/io/h5.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <utility>
+
+#include "base/quote.hpp"
 
 namespace fastudy::h5 {
 namespace {
@@ -29,15 +34,27 @@ std::string take_error_stack() {
   std::string text;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_error, &text);
   clear_errors();
-  return text.empty() ? "no HDF5 error message" : text;
+  // On one line: a message may hold a line break (the sec2 driver's write error holds ctime()'s).
+  return text.empty() ? "no HDF5 error message" : one_line(text);
 }
 
+// `system`: the call writes to the file (a write, a create, a close that flushes), where the system's
+// error behind a failure (errno: "No space left on device", "File too large") is what a user needs and
+// HDF5's own messages may lack (the MPI-IO driver reports only that a write failed). errno is cleared
+// before each call, so it names what happened in it.
 template <class T>
-T check(T result, const char* call, const Where& w, const char* src_file, int src_line) {
-  if (result < 0) throw H5Error(call, w.file, w.object, take_error_stack(), src_file, src_line);
+T check(T result, const char* call, const Where& w, const char* src_file, int src_line, bool system = false) {
+  if (result < 0) {
+    const int err = errno;
+    std::string details = take_error_stack();
+    if (system && err != 0 && details.find(std::strerror(err)) == std::string::npos)
+      details += " (system error: " + std::string(std::strerror(err)) + ")";
+    throw H5Error(call, w.file, w.object, details, src_file, src_line);
+  }
   return result;
 }
 #define FASTUDY_H5(where, call, ...) check(call(__VA_ARGS__), #call, where, __FILE__, __LINE__)
+#define FASTUDY_H5_WRITE(where, call, ...) (errno = 0, check(call(__VA_ARGS__), #call, where, __FILE__, __LINE__, true))
 
 // ---- closers: the single place each H5*close is called -----------------------------------------
 
@@ -47,15 +64,40 @@ herr_t close_type(hid_t id) { return H5Tclose(id); }
 herr_t close_attr(hid_t id) { return H5Aclose(id); }
 herr_t close_group(hid_t id) { return H5Gclose(id); }
 herr_t close_dataset(hid_t id) { return H5Dclose(id); }
-std::atomic<int> g_failed_file_closes{0};
+std::atomic<int> g_failed_closes{0};
 herr_t close_file(hid_t id) {
   const herr_t rc = H5Fclose(id);
-  if (rc < 0) ++g_failed_file_closes;
+  if (rc < 0) ++g_failed_closes;
   return rc;
 }
 
+// ---- access property lists: external links are never traversed ----------------------------------
+
+herr_t refuse_external_link(const char*, const char*, const char*, const char*, unsigned*, hid_t, void*) { return -1; }
+
+// One access list of class `cls` (group, dataset or link access, each a link access list) with the
+// refusing callback, made once per process. Never closed: HDF5 releases it when the library shuts down.
+hid_t no_external_links(hid_t cls) {
+  const Where w{"", "link access property list"};
+  const hid_t plist = FASTUDY_H5(w, H5Pcreate, cls);
+  FASTUDY_H5(w, H5Pset_elink_cb, plist, refuse_external_link, nullptr);
+  return plist;
+}
+hid_t group_access() {
+  static const hid_t plist = no_external_links(H5P_GROUP_ACCESS);
+  return plist;
+}
+hid_t dataset_access() {
+  static const hid_t plist = no_external_links(H5P_DATASET_ACCESS);
+  return plist;
+}
+hid_t link_access() {
+  static const hid_t plist = no_external_links(H5P_LINK_ACCESS);
+  return plist;
+}
+
 Handle open_group_handle(hid_t loc, const std::string& name, const Where& w) {
-  return Handle(FASTUDY_H5(w, H5Gopen2, loc, name.c_str(), H5P_DEFAULT), close_group);
+  return Handle(FASTUDY_H5(w, H5Gopen2, loc, name.c_str(), group_access()), close_group);
 }
 
 Handle plist(hid_t cls, const Where& w) { return Handle(FASTUDY_H5(w, H5Pcreate, cls), close_plist); }
@@ -123,7 +165,7 @@ Handle create_attr(hid_t obj, const std::string& name, hid_t type, const Where& 
     throw H5Error("H5Acreate2", w.file, w.object, "attribute '" + name + "' exists already", __FILE__, __LINE__);
   }
   Handle space = scalar_space(w);
-  return Handle(FASTUDY_H5(w, H5Acreate2, obj, name.c_str(), type, space.id(), H5P_DEFAULT, H5P_DEFAULT),
+  return Handle(FASTUDY_H5_WRITE(w, H5Acreate2, obj, name.c_str(), type, space.id(), H5P_DEFAULT, H5P_DEFAULT),
                 close_attr);
 }
 
@@ -132,7 +174,7 @@ Handle open_attr(hid_t obj, const std::string& name, const Where& w) {
 }
 
 void write_attr(hid_t attr, hid_t mem_type, const void* buf, const Where& w) {
-  FASTUDY_H5(w, H5Awrite, attr, mem_type, buf);
+  FASTUDY_H5_WRITE(w, H5Awrite, attr, mem_type, buf);
 }
 
 void read_attr(hid_t attr, hid_t mem_type, void* buf, const Where& w) { FASTUDY_H5(w, H5Aread, attr, mem_type, buf); }
@@ -187,10 +229,11 @@ hid_t Handle::release() noexcept {
 }
 
 void Handle::reset() noexcept {
-  if (id_ >= 0 && closer_ != nullptr) {
-    closer_(id_);
-    clear_errors();
+  // An object a strong file close closed already is no longer valid: nothing is left to close.
+  if (id_ >= 0 && closer_ != nullptr && H5Iis_valid(id_) > 0) {
+    if (closer_(id_) < 0) ++g_failed_closes;  // left open, broken (failed_closes)
   }
+  if (id_ >= 0) clear_errors();
   id_ = -1;
   closer_ = nullptr;
 }
@@ -291,6 +334,7 @@ std::string Transfer::io_mode() const {
 
 std::vector<std::int64_t> Dataset::shape() const {
   Handle space = space_of_dataset(id(), where_);
+  if (FASTUDY_H5(where_, H5Sget_simple_extent_type, space.id()) == H5S_NULL) return {0};
   std::vector<std::int64_t> out;
   for (hsize_t d : dims_of(space.id(), where_)) out.push_back(static_cast<std::int64_t>(d));
   return out;
@@ -332,14 +376,12 @@ StoredType Dataset::stored_type() const {
   return t;
 }
 
-void Dataset::read_all_converted(double* buf) const {
-  auto s = shape();
-  transfer(buf, 0, s.empty() ? 1 : s[0], H5P_DEFAULT, false, H5T_NATIVE_DOUBLE);
+void Dataset::read_rows_converted(double* buf, std::int64_t row0, std::int64_t rows) const {
+  transfer(buf, row0, rows, H5P_DEFAULT, false, H5T_NATIVE_DOUBLE);
 }
 
-void Dataset::read_all_converted(float* buf) const {
-  auto s = shape();
-  transfer(buf, 0, s.empty() ? 1 : s[0], H5P_DEFAULT, false, H5T_NATIVE_FLOAT);
+void Dataset::read_rows_converted(float* buf, std::int64_t row0, std::int64_t rows) const {
+  transfer(buf, row0, rows, H5P_DEFAULT, false, H5T_NATIVE_FLOAT);
 }
 
 void Dataset::transfer(void* buf, std::int64_t row0, std::int64_t rows, hid_t xfer, bool write,
@@ -368,7 +410,7 @@ void Dataset::transfer(void* buf, std::int64_t row0, std::int64_t rows, hid_t xf
   }
   const hid_t mem_type = converted_to >= 0 ? converted_to : memory_type(dtype());
   if (write) {
-    FASTUDY_H5(where_, H5Dwrite, id(), mem_type, mem_space.id(), file_space.id(), xfer, buf);
+    FASTUDY_H5_WRITE(where_, H5Dwrite, id(), mem_type, mem_space.id(), file_space.id(), xfer, buf);
   } else {
     FASTUDY_H5(where_, H5Dread, id(), mem_type, mem_space.id(), file_space.id(), xfer, buf);
   }
@@ -393,6 +435,27 @@ std::int64_t Dataset::file_offset() const {
   return at == HADDR_UNDEF ? -1 : static_cast<std::int64_t>(at);
 }
 
+StorageInfo Dataset::storage() const {
+  StorageInfo info;
+  Handle dcpl(FASTUDY_H5(where_, H5Dget_create_plist, id()), close_plist);
+  switch (FASTUDY_H5(where_, H5Pget_layout, dcpl.id())) {
+    case H5D_COMPACT: info.layout = StorageInfo::Layout::compact; break;
+    case H5D_CONTIGUOUS: info.layout = StorageInfo::Layout::contiguous; break;
+    case H5D_CHUNKED: info.layout = StorageInfo::Layout::chunked; break;
+    case H5D_VIRTUAL: info.layout = StorageInfo::Layout::virtual_; break;
+    default: break;
+  }
+  info.filters = FASTUDY_H5(where_, H5Pget_nfilters, dcpl.id());
+  info.external_files = FASTUDY_H5(where_, H5Pget_external_count, dcpl.id());
+  if (info.layout == StorageInfo::Layout::virtual_) return info;  // its storage is other files'
+  H5D_space_status_t status = H5D_SPACE_STATUS_ERROR;
+  FASTUDY_H5(where_, H5Dget_space_status, id(), &status);
+  info.allocated = status == H5D_SPACE_STATUS_ALLOCATED;
+  info.stored_bytes = H5Dget_storage_size(id());  // 0 without storage (not an error code)
+  clear_errors();
+  return info;
+}
+
 // ---- groups ---------------------------------------------------------------------------------------
 
 std::string Group::child_path(const std::string& name) const {
@@ -403,7 +466,7 @@ Group Group::create_group(const std::string& name) {
   Where w{where_.file, child_path(name)};
   Handle gcpl = plist(H5P_GROUP_CREATE, w);
   FASTUDY_H5(w, H5Pset_link_creation_order, gcpl.id(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
-  Handle g(FASTUDY_H5(w, H5Gcreate2, id(), name.c_str(), H5P_DEFAULT, gcpl.id(), H5P_DEFAULT), close_group);
+  Handle g(FASTUDY_H5_WRITE(w, H5Gcreate2, id(), name.c_str(), H5P_DEFAULT, gcpl.id(), H5P_DEFAULT), close_group);
   return Group(std::move(g), w);
 }
 
@@ -413,7 +476,7 @@ Group Group::open_group(const std::string& name) const {
 }
 
 bool Group::has(const std::string& name) const {
-  return FASTUDY_H5(where_, H5Lexists, id(), name.c_str(), H5P_DEFAULT) > 0;
+  return FASTUDY_H5(where_, H5Lexists, id(), name.c_str(), link_access()) > 0;
 }
 
 std::vector<std::string> Group::children() const {
@@ -427,14 +490,50 @@ std::vector<std::string> Group::children() const {
 }
 
 Group::Kind Group::child_kind(const std::string& name) const {
+  const LinkInfo l = link(name);
+  if (l.type != LinkInfo::Type::hard && l.type != LinkInfo::Type::soft) return Kind::other;
   Where w{where_.file, child_path(name)};
-  if (FASTUDY_H5(w, H5Oexists_by_name, id(), name.c_str(), H5P_DEFAULT) <= 0) return Kind::other;
-  const hid_t object = FASTUDY_H5(w, H5Oopen, id(), name.c_str(), H5P_DEFAULT);
-  const H5I_type_t type = H5Iget_type(object);
-  FASTUDY_H5(w, H5Oclose, object);
-  if (type == H5I_GROUP) return Kind::group;
-  if (type == H5I_DATASET) return Kind::dataset;
-  return Kind::other;
+  if (FASTUDY_H5(w, H5Oexists_by_name, id(), name.c_str(), link_access()) <= 0) return Kind::other;
+  return object(name).kind;
+}
+
+LinkInfo Group::link(const std::string& name) const {
+  Where w{where_.file, child_path(name)};
+  H5L_info_t info{};
+  FASTUDY_H5(w, H5Lget_info, id(), name.c_str(), &info, link_access());
+  LinkInfo out;
+  switch (info.type) {
+    case H5L_TYPE_HARD: out.type = LinkInfo::Type::hard; return out;
+    case H5L_TYPE_SOFT: out.type = LinkInfo::Type::soft; break;
+    case H5L_TYPE_EXTERNAL: out.type = LinkInfo::Type::external; break;
+    default: out.target = std::to_string(static_cast<int>(info.type)); return out;
+  }
+  // The link's value: a soft link's path, an external link's flags, file and object (at most 64 KiB
+  // of it, which holds any path a reader would follow).
+  const std::size_t size = std::min<std::size_t>(info.u.val_size, std::size_t{64} << 10);
+  std::string value(size, '\0');
+  if (size > 0) FASTUDY_H5(w, H5Lget_val, id(), name.c_str(), value.data(), size, link_access());
+  if (out.type == LinkInfo::Type::soft) {
+    out.target = value.substr(0, value.find('\0'));
+    return out;
+  }
+  unsigned flags = 0;
+  const char* file = nullptr;
+  const char* object = nullptr;
+  FASTUDY_H5(w, H5Lunpack_elink_val, value.data(), size, &flags, &file, &object);
+  out.target = std::string(file ? file : "") + ":" + (object ? object : "");
+  return out;
+}
+
+Group::Object Group::object(const std::string& name) const {
+  Where w{where_.file, child_path(name)};
+  H5O_info_t info{};
+  FASTUDY_H5(w, H5Oget_info_by_name2, id(), name.c_str(), &info, H5O_INFO_BASIC, link_access());
+  Object o;
+  o.kind = info.type == H5O_TYPE_GROUP ? Kind::group : info.type == H5O_TYPE_DATASET ? Kind::dataset : Kind::other;
+  o.fileno = info.fileno;
+  o.address = static_cast<std::uint64_t>(info.addr);
+  return o;
 }
 
 Dataset Group::create_dataset(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape) {
@@ -448,7 +547,7 @@ Dataset Group::create_dataset(const std::string& name, DType dtype, const std::v
   }
   Handle dcpl = plist(H5P_DATASET_CREATE, w);
   FASTUDY_H5(w, H5Pset_fill_time, dcpl.id(), H5D_FILL_TIME_NEVER);
-  Handle d(FASTUDY_H5(w, H5Dcreate2, id(), name.c_str(), file_type(dtype), space.id(), H5P_DEFAULT, dcpl.id(),
+  Handle d(FASTUDY_H5_WRITE(w, H5Dcreate2, id(), name.c_str(), file_type(dtype), space.id(), H5P_DEFAULT, dcpl.id(),
                       H5P_DEFAULT),
            close_dataset);
   return Dataset(std::move(d), w);
@@ -456,7 +555,7 @@ Dataset Group::create_dataset(const std::string& name, DType dtype, const std::v
 
 Dataset Group::open_dataset(const std::string& name) const {
   Where w{where_.file, child_path(name)};
-  Handle d(FASTUDY_H5(w, H5Dopen2, id(), name.c_str(), H5P_DEFAULT), close_dataset);
+  Handle d(FASTUDY_H5(w, H5Dopen2, id(), name.c_str(), dataset_access()), close_dataset);
   return Dataset(std::move(d), w);
 }
 
@@ -465,6 +564,11 @@ Dataset Group::open_dataset(const std::string& name) const {
 namespace {
 Handle file_access(const mpi::Comm* comm, const Where& w) {
   Handle fapl = plist(H5P_FILE_ACCESS, w);
+  // A serial file is closed strongly: its objects still open are closed with it, so that close() flushes
+  // everything and reports a write that fails (a full disk) then, instead of deferring the real close
+  // (HDF5's default for serial files) to the last object's silent close. A parallel file keeps the
+  // MPI-IO driver's degree (semi: closing it with objects open is an error).
+  if (comm == nullptr) FASTUDY_H5(w, H5Pset_fclose_degree, fapl.id(), H5F_CLOSE_STRONG);
   if (comm != nullptr) {
     FASTUDY_H5(w, H5Pset_fapl_mpio, fapl.id(), comm->raw(), MPI_INFO_NULL);
     FASTUDY_H5(w, H5Pset_coll_metadata_write, fapl.id(), 1);
@@ -478,7 +582,7 @@ File File::create(const std::string& path, const mpi::Comm* comm) {
   silence_automatic_printing();
   Where w{path, ""};
   Handle fapl = file_access(comm, w);
-  Handle f(FASTUDY_H5(w, H5Fcreate, path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()), close_file);
+  Handle f(FASTUDY_H5_WRITE(w, H5Fcreate, path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()), close_file);
   return File(std::move(f), path, comm != nullptr);
 }
 
@@ -506,9 +610,11 @@ Group File::root() const {
 void File::close() {
   if (handle_.id() < 0) return;
   const hid_t id = handle_.release();  // the checked close below takes it
-  FASTUDY_H5((Where{path_, ""}), close_file, id);
+  FASTUDY_H5_WRITE((Where{path_, ""}), close_file, id);
 }
 
-int failed_file_closes() { return g_failed_file_closes.load(); }
+void File::abandon() noexcept { handle_.release(); }
+
+int failed_closes() { return g_failed_closes.load(); }
 
 }  // namespace fastudy::h5

@@ -1,7 +1,9 @@
 // A small RAII layer over the HDF5 C API (parallel build, 1.10): files, groups, datasets, attributes
 // and transfer property lists.
 //
-// Every raw H5* call of the project is made in h5.cpp, exactly once. A failure becomes an H5Error
+// Every raw H5* call of the project is made in h5.cpp, exactly once. No link is ever followed into
+// another file: every access by name goes through a link access list whose external-link callback
+// refuses the traversal (a file another program wrote cannot make fastudy open a third one). A failure becomes an H5Error
 // that names the call, the file, the object, the MPI rank, file:line and the innermost messages of
 // HDF5's error stack; HDF5's own automatic printing of the stack is switched off.
 //
@@ -29,10 +31,11 @@
 
 namespace fastudy::h5 {
 
-// How many H5Fclose calls failed in this process (an I/O error, e.g. a full disk, while flushing).
-// HDF5 keeps such a file in a broken state and crashes when it closes it again during MPI_Finalize;
-// main() then ends the process without finalizing (jobs/main.cpp).
-int failed_file_closes();
+// How many closes failed in this process: of a file, or of an object in it (a group or dataset whose
+// header could not be flushed: an I/O error, e.g. a full disk). HDF5 keeps such a file or object open in
+// a broken state and crashes when it closes it again at its termination (during MPI_Finalize); main()
+// then ends the process without finalizing (jobs/main.cpp).
+int failed_closes();
 
 // "H5Dwrite failed on rank 1 (src/io/h5.cpp:210) for 'params/w' in 'out/x.h5': <HDF5 messages>".
 class H5Error : public Error {
@@ -124,9 +127,19 @@ struct StoredType {
   int mantissa_bits = 0;
 };
 
+// Where and how a dataset's elements are stored, for readers of files other programs wrote: what
+// reading it would touch besides the file itself, and whether every element was ever written.
+struct StorageInfo {
+  enum class Layout : std::uint8_t { compact, contiguous, chunked, virtual_, other } layout = Layout::other;
+  bool allocated = false;          // every element has storage (H5Dget_space_status: allocated)
+  std::uint64_t stored_bytes = 0;  // the bytes its elements take in the file (H5Dget_storage_size)
+  int filters = 0;                 // compression and other filters (H5Pget_nfilters)
+  int external_files = 0;          // raw data kept in other files (H5Pget_external_count)
+};
+
 class Dataset : public Attributed {
  public:
-  std::vector<std::int64_t> shape() const;  // {} for a scalar dataset
+  std::vector<std::int64_t> shape() const;  // {} for a scalar dataset, {0} for an empty (null) dataspace
   DType dtype() const;
   std::int64_t numel() const;
   // Rows are the slices along the first dimension (a scalar dataset has one row). Writes/reads rows
@@ -136,14 +149,15 @@ class Dataset : public Attributed {
   void read_rows(void* buf, std::int64_t row0, std::int64_t rows, const Transfer& xfer) const;
   void read_all(void* buf) const;  // whole dataset, default transfer
   StoredType stored_type() const;
-  // The whole dataset converted by HDF5 from its stored type (any floating-point or integer layout,
-  // fp16 included) to native double or float (round to nearest), default transfer.
-  void read_all_converted(double* buf) const;
-  void read_all_converted(float* buf) const;
+  // Rows [row0, row0 + rows) converted by HDF5 from the stored type (any floating-point or integer
+  // layout, fp16 included) to native double or float (round to nearest), default transfer.
+  void read_rows_converted(double* buf, std::int64_t row0, std::int64_t rows) const;
+  void read_rows_converted(float* buf, std::int64_t row0, std::int64_t rows) const;
   // Byte offset of the dataset's raw data in the file (H5Dget_offset): a contiguous dataset stores its
   // numel() * element size bytes there, in row-major order, in the file's (little-endian) type. -1
   // when there is no such block (no storage allocated yet, or not contiguous).
   std::int64_t file_offset() const;
+  StorageInfo storage() const;
 
  private:
   friend class Group;
@@ -151,6 +165,12 @@ class Dataset : public Attributed {
   // converted_to: the memory type to convert to (HDF5's conversion), or -1 for dtype()'s own.
   void transfer(void* buf, std::int64_t row0, std::int64_t rows, hid_t xfer, bool write,
                 hid_t converted_to = -1) const;
+};
+
+// A link of a group as it is stored, not followed.
+struct LinkInfo {
+  enum class Type : std::uint8_t { hard, soft, external, other } type = Type::other;
+  std::string target;  // soft: the path it names; external: "FILE:OBJECT"; other: the link class number
 };
 
 class Group : public Attributed {
@@ -163,6 +183,15 @@ class Group : public Attributed {
   // What the child link `name` points to (a soft or external link to nothing is `other`).
   enum class Kind : std::uint8_t { group, dataset, other };
   Kind child_kind(const std::string& name) const;
+  LinkInfo link(const std::string& name) const;
+  // The object the child link `name` reaches (a hard or soft link, resolved within the file), its kind
+  // and its identity: two links to one object have the same file number and address.
+  struct Object {
+    Kind kind = Kind::other;
+    unsigned long fileno = 0;
+    std::uint64_t address = 0;
+  };
+  Object object(const std::string& name) const;
   // A contiguous dataset (no fill: every byte is written by the caller).
   Dataset create_dataset(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape);
   Dataset open_dataset(const std::string& name) const;
@@ -186,6 +215,10 @@ class File {
   const std::string& path() const { return path_; }
   // Close now and report errors (the destructor closes silently). Collective on a parallel file.
   void close();
+  // Gives the file up without closing it: for a parallel file that one rank leaves after an error, where
+  // a (collective) close would wait for the other ranks, who do not come. The job ends right after
+  // (MPI_Abort), which releases it.
+  void abandon() noexcept;
 
  private:
   File(Handle h, std::string path, bool parallel) : handle_(std::move(h)), path_(std::move(path)), parallel_(parallel) {}

@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <map>
 #include <set>
-#include <sstream>
 
+#include "base/bytes.hpp"
 #include "base/checksum.hpp"
 #include "base/error.hpp"
+#include "base/log.hpp"
+#include "base/quote.hpp"
 #include "src/io/tensor_file.hpp"
 
 namespace fs = std::filesystem;
@@ -72,7 +74,8 @@ ImportLayout locate_imports(const Study& st) {
   for (std::size_t v = 0; v < st.variants.size(); ++v) {
     const std::string pattern = ic.path_of(st.variants[v].axes);
     if (!has_step) {
-      if (fs::exists(pattern)) found[v][ic.steps.front()].push_back(pattern);
+      std::error_code ec;
+      if (fs::exists(pattern, ec)) found[v][ic.steps.front()].push_back(pattern);
     } else {
       found[v] = files_by_step(pattern);
     }
@@ -108,78 +111,113 @@ ImportLayout locate_imports(const Study& st) {
 }
 
 std::string ImportedFileFacts::pack() const {
-  std::ostringstream os;
-  os << "P\t" << path << '\n' << "B\t" << data_bytes << '\n';
-  for (const auto& f : files) os << "F\t" << f.path << '\t' << f.bytes << '\t' << f.crc << '\n';
-  for (const auto& t : tensors) {
-    os << "T\t" << t.name << '\t' << t.stored << '\t' << t.stored_type << '\t' << t.elements << '\t' << t.f64;
-    for (auto d : t.shape) os << '\t' << d;
-    os << '\n';
+  ByteWriter w;
+  w.put_string(path);
+  w.put<std::uint64_t>(data_bytes);
+  w.put<std::uint64_t>(files.size());
+  for (const auto& f : files) {
+    w.put_string(f.path);
+    w.put<std::uint64_t>(f.bytes);
+    w.put<std::uint32_t>(f.crc);
   }
-  return os.str();
+  w.put<std::uint64_t>(tensors.size());
+  for (const auto& t : tensors) {
+    w.put_string(t.name);
+    w.put_string(t.stored);
+    w.put_string(t.stored_type);
+    w.put<std::uint64_t>(t.elements);
+    w.put<std::uint8_t>(t.f64);
+    w.put<std::uint64_t>(t.shape.size());
+    for (auto d : t.shape) w.put<std::int64_t>(d);
+  }
+  return w.take();
 }
 
-std::vector<ImportedFileFacts> ImportedFileFacts::unpack(const std::string& text) {
-  std::vector<ImportedFileFacts> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::vector<std::string> f;
-    std::istringstream fields(line);
-    for (std::string x; std::getline(fields, x, '\t');) f.push_back(x);
-    if (f.empty()) continue;
-    if (f[0] == "P") {
-      out.emplace_back();
-      out.back().path = f.at(1);
-    } else if (f[0] == "B") {
-      out.back().data_bytes = std::stoull(f.at(1));
-    } else if (f[0] == "F") {
-      out.back().files.push_back({f.at(1), std::stoull(f.at(2)), static_cast<std::uint32_t>(std::stoul(f.at(3)))});
-    } else if (f[0] == "T") {
-      ImportedTensor t{f.at(1), f.at(2), f.at(3), {}, std::stoull(f.at(4)), f.at(5) == "1"};
-      for (std::size_t i = 6; i < f.size(); ++i) t.shape.push_back(std::stoll(f[i]));
-      out.back().tensors.push_back(std::move(t));
-    }
+ImportedFileFacts ImportedFileFacts::unpack(const std::string& bytes) {
+  ByteReader r(bytes, "the facts of an imported file a rank sent");
+  ImportedFileFacts out;
+  out.path = r.get_string();
+  out.data_bytes = r.get<std::uint64_t>();
+  for (auto n = r.get<std::uint64_t>(); n > 0; --n) {
+    ImportedFileRecord f;
+    f.path = r.get_string();
+    f.bytes = r.get<std::uint64_t>();
+    f.crc = r.get<std::uint32_t>();
+    out.files.push_back(std::move(f));
+  }
+  for (auto n = r.get<std::uint64_t>(); n > 0; --n) {
+    ImportedTensor t;
+    t.name = r.get_string();
+    t.stored = r.get_string();
+    t.stored_type = r.get_string();
+    t.elements = r.get<std::uint64_t>();
+    t.f64 = r.get<std::uint8_t>() != 0;
+    for (auto d = r.get<std::uint64_t>(); d > 0; --d) t.shape.push_back(r.get<std::int64_t>());
+    out.tensors.push_back(std::move(t));
   }
   return out;
 }
+
+namespace {
+
+// The first element of e that is not finite (its index and value), read a piece at a time.
+template <class T>
+std::optional<std::pair<std::uint64_t, double>> first_not_finite(const TensorFile& tf, const TensorEntry& e) {
+  constexpr std::uint64_t kPiece = std::uint64_t{1} << 20;
+  std::vector<T> piece(static_cast<std::size_t>(std::min(e.elements, kPiece)));
+  for (std::uint64_t at = 0; at < e.elements; at += kPiece) {
+    const std::uint64_t n = std::min(kPiece, e.elements - at);
+    tf.read_range(e, at, n, piece.data());
+    for (std::uint64_t i = 0; i < n; ++i)
+      if (!std::isfinite(piece[i])) return std::make_pair(at + i, static_cast<double>(piece[i]));
+  }
+  return std::nullopt;
+}
+
+// Why `name` cannot be written into the results whole ("" when it can): each of them (deviation.csv,
+// deviation.h5's name attributes, the report) holds UTF-8 text on one line.
+std::string name_problem(const std::string& name) {
+  if (name.empty()) return "is empty";
+  for (std::size_t i = 0; i < name.size();) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7f) return "holds a control character";
+    const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (len == 0 || i + len > name.size()) return "is not valid UTF-8";
+    for (std::size_t k = 1; k < len; ++k)
+      if ((static_cast<unsigned char>(name[i + k]) >> 6) != 0x2) return "is not valid UTF-8";
+    i += len;
+  }
+  return "";
+}
+
+}  // namespace
 
 ImportedFileFacts inspect_import(const std::string& path, const ImportConfig& ic) {
   const TensorFile tf = TensorFile::open(path);
   ImportedFileFacts facts;
   facts.path = path;
   std::map<std::string, std::string> stored_of;  // study name -> stored name
-  std::vector<float> f32;
-  std::vector<double> f64;
   for (const TensorEntry& e : tf.tensors()) {
     const std::optional<std::string> name = ic.tensor_name(e.name);
     if (!name || e.elements == 0) continue;  // excluded, or nothing to compare
+    if (const std::string problem = name_problem(*name); !problem.empty())
+      throw UsageError("'" + path + "': tensor " + quoted_name(e.name) + (*name == e.name ? "" : " (as " + quoted_name(*name) + ")") +
+                           ": its name " + problem + ", which the results cannot hold",
+                       "rename it ([import] rename, a TOML string may hold \\t, \\n and \\uXXXX escapes) or exclude it ([import] exclude)");
     if (auto [it, fresh] = stored_of.emplace(*name, e.name); !fresh)
-      throw UsageError("'" + path + "': tensors " + in_quotes(it->second) + " and " + in_quotes(e.name) + " both become " +
-                           in_quotes(*name) + " after [import] strip_prefix and rename",
+      throw UsageError("'" + path + "': tensors " + quoted_name(it->second) + " and " + quoted_name(e.name) + " both become " +
+                           quoted_name(*name) + " after [import] strip_prefix and rename",
                        "rename one of them, or exclude one ([import] exclude)");
     if (!e.format)
-      throw UsageError("'" + path + "': tensor " + in_quotes(e.name) + " has dtype " + e.stored_type +
+      throw UsageError("'" + path + "': tensor " + quoted_name(e.name) + " has dtype " + e.stored_type +
                            ", which is not a floating-point format fastudy compares (fp64, fp32, fp16, bf16)",
                        "leave it out: [import] exclude = [\"" + *name + "\"]");
     // Finite values only: a NaN or Inf would make every distance of the run meaningless.
     const bool wide = *e.format == Format::fp64;
-    std::uint64_t bad = e.elements;
-    double value = 0;
-    if (wide) {
-      f64.resize(e.elements);
-      tf.read(e, f64.data());
-      for (std::uint64_t i = 0; i < e.elements && bad == e.elements; ++i)
-        if (!std::isfinite(f64[i])) bad = i, value = f64[i];
-    } else {
-      f32.resize(e.elements);
-      tf.read(e, f32.data());
-      for (std::uint64_t i = 0; i < e.elements && bad == e.elements; ++i)
-        if (!std::isfinite(f32[i])) bad = i, value = f32[i];
-    }
-    if (bad != e.elements)
-      throw UsageError("'" + path + "': tensor " + in_quotes(e.name) + " holds " + (std::isnan(value) ? "NaN" : "Inf") +
-                           " (element " + std::to_string(bad) + " of " + std::to_string(e.elements) + ")",
+    const auto bad = wide ? first_not_finite<double>(tf, e) : first_not_finite<float>(tf, e);
+    if (bad)
+      throw UsageError("'" + path + "': tensor " + quoted_name(e.name) + " holds " + (std::isnan(bad->second) ? "NaN" : "Inf") +
+                           " (element " + std::to_string(bad->first) + " of " + std::to_string(e.elements) + ")",
                        "the run diverged or the file is damaged: leave the run out of [grid], or exclude the tensor");
     facts.tensors.push_back({*name, e.name, e.stored_type, e.shape, e.elements, wide});
     facts.data_bytes += e.elements * stored_element_bytes(*e.format);
@@ -189,7 +227,12 @@ ImportedFileFacts inspect_import(const std::string& path, const ImportConfig& ic
                          ", all excluded)",
                      "check [import] exclude");
   for (const auto& file : tf.files()) {
-    const FileSum sum = file_sum(file);
+    FileSum sum;
+    try {
+      sum = file_sum(file);
+    } catch (const Error& e) {
+      throw UsageError(e.what(), "check the file (it changed or became unreadable while it was read)");
+    }
     facts.files.push_back({file, sum.size, sum.crc});
   }
   return facts;
@@ -233,7 +276,7 @@ void check_same_tensors(const std::vector<ImportedFileFacts>& runs, const std::v
 }
 
 ImportedStep::ImportedStep(const ImportConfig& ic, std::vector<std::string> paths)
-    : ic_(ic), paths_(std::move(paths)), kept_(paths_.size()) {}
+    : ic_(ic), paths_(std::move(paths)), opened_(paths_.size()) {}
 
 void ImportedStep::read(std::size_t v, const std::vector<std::string>& names, const std::vector<std::int64_t>& sizes,
                         std::uint64_t begin, std::uint64_t end, float* dst) {
@@ -244,29 +287,32 @@ void ImportedStep::read(std::size_t v, const std::vector<std::string>& names, co
   read_as(v, names, sizes, begin, end, dst);
 }
 
+const ImportedStep::Opened& ImportedStep::opened(std::size_t v) {
+  Opened& o = opened_.at(v);
+  if (!o.file) {
+    o.file = std::make_unique<TensorFile>(TensorFile::open(paths_[v]));
+    for (const TensorEntry& e : o.file->tensors())
+      if (auto name = ic_.tensor_name(e.name)) o.by_name.emplace(*name, &e);
+    log::debug("reduce: opened " + paths_[v] + " (" + std::to_string(o.file->tensors().size()) + " tensors)");
+  }
+  return o;
+}
+
 template <class T>
 void ImportedStep::read_as(std::size_t v, const std::vector<std::string>& names, const std::vector<std::int64_t>& sizes,
                            std::uint64_t begin, std::uint64_t end, T* dst) {
-  std::unique_ptr<TensorFile> opened;
-  if (!kept_[v]) {
-    opened = std::make_unique<TensorFile>(TensorFile::open(paths_[v]));
-    if (!opened->in_place()) kept_[v] = std::move(opened);
-  }
-  const TensorFile& tf = kept_[v] ? *kept_[v] : *opened;
+  const Opened& o = opened(v);
   const std::string& path = paths_[v];
-  std::map<std::string, const TensorEntry*> by_name;
-  for (const TensorEntry& e : tf.tensors())
-    if (auto name = ic_.tensor_name(e.name)) by_name.emplace(*name, &e);
   std::uint64_t at = 0;  // the first value of names[i] in the concatenation
   for (std::size_t i = 0; i < names.size() && at < end; ++i) {
     const auto n = static_cast<std::uint64_t>(sizes[i]);
     const std::uint64_t lo = std::max(begin, at), hi = std::min(end, at + n);
     if (lo < hi) {
-      auto it = by_name.find(names[i]);
-      if (it == by_name.end() || it->second->elements != n)
-        throw UsageError("'" + path + "' no longer holds tensor '" + names[i] + "' as it was checked (the file changed)",
+      auto it = o.by_name.find(names[i]);
+      if (it == o.by_name.end() || it->second->elements != n || !it->second->format)
+        throw UsageError("'" + path + "' no longer holds tensor " + quoted_name(names[i]) + " as it was checked (the file changed)",
                          "run the reduce again");
-      tf.read_range(*it->second, lo - at, hi - lo, dst + (lo - begin));
+      o.file->read_range(*it->second, lo - at, hi - lo, dst + (lo - begin));
     }
     at += n;
   }

@@ -5,12 +5,15 @@
 //   locate_imports   a listed step without its file, a run lacking a step the others have (the file it
 //                    expected), a pattern that matches no file, two files for one run and step
 //                    ("step_10" and "step_010");
-//   inspect_import   a missing, truncated or damaged file (io::TensorFile's header checks), two stored
-//                    names that map to one, a tensor that is not floating point, NaN or Inf in a tensor;
+//   inspect_import   a missing, truncated, damaged or hostile file (io::TensorFile's checks), two stored
+//                    names that map to one, a name that is not valid UTF-8 or holds a control character
+//                    (it could not be written into the results whole), a tensor that is not floating
+//                    point, NaN or Inf in a tensor;
 //   check_same_tensors  a tensor present in some runs only, a dtype or shape that differs between runs.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,8 +55,9 @@ struct ImportedFileFacts {
   std::vector<ImportedFileRecord> files;    // every file read (the index and its shards)
   std::vector<ImportedTensor> tensors;      // in the file's order, excluded and empty ones left out
   std::uint64_t data_bytes = 0;             // the stored bytes of the kept tensors
-  std::string pack() const;                 // one line per record, for an MPI gather
-  static std::vector<ImportedFileFacts> unpack(const std::string& text);
+  // Bytes for an MPI gather (base/bytes.hpp: every name travels whole, whatever it holds).
+  std::string pack() const;
+  static ImportedFileFacts unpack(const std::string& bytes);
 };
 
 // Opens `path`, maps its tensor names, reads every kept tensor once to check it is finite, and sums
@@ -65,8 +69,10 @@ ImportedFileFacts inspect_import(const std::string& path, const ImportConfig& ic
 void check_same_tensors(const std::vector<ImportedFileFacts>& runs, const std::vector<std::string>& labels);
 
 // The imported checkpoints of one step (paths[v] for variant v), read by range as the reducer asks for
-// values: a file read in place (safetensors) is opened again for each request and closed, so no
-// checkpoint stays in memory; another (torch.save, loaded whole when opened) is kept open for the step.
+// values. Each file is opened once, at its first request, and kept for the step with its tensors found
+// by name (a safetensors or HDF5 file holds only its descriptor and its parsed header; a torch.save
+// file, which LibTorch loads whole, its tensors): a request costs a lookup and the read of its range,
+// whatever the number of tensors.
 class ImportedStep {
  public:
   ImportedStep(const ImportConfig& ic, std::vector<std::string> paths);
@@ -81,9 +87,15 @@ class ImportedStep {
   template <class T>
   void read_as(std::size_t v, const std::vector<std::string>& names, const std::vector<std::int64_t>& sizes,
                std::uint64_t begin, std::uint64_t end, T* dst);
+  // A file opened once, with its tensors by study name.
+  struct Opened {
+    std::unique_ptr<TensorFile> file;
+    std::map<std::string, const TensorEntry*> by_name;
+  };
+  const Opened& opened(std::size_t v);
   const ImportConfig& ic_;
   std::vector<std::string> paths_;
-  std::vector<std::unique_ptr<TensorFile>> kept_;
+  std::vector<Opened> opened_;
 };
 
 }  // namespace fastudy::io

@@ -6,6 +6,7 @@
 
 #include "base/error.hpp"
 #include "fastudy/version.hpp"  // FASTUDY_TORCH_CUDA, FASTUDY_TORCH_VERSION
+#include "src/runtime/placement.hpp"
 
 #ifdef FASTUDY_HAVE_CUDA_KERNELS
 #include <cuda_runtime_api.h>
@@ -45,7 +46,7 @@ bool rank_has_gpu(std::string* why) {
   return visible_gpus(why) > 0;
 }
 
-int select_gpu(const mpi::Comm& group) {
+int select_gpu(const mpi::Comm& comm) {
   std::string why;
   const int count = visible_gpus(&why);
   if (count == 0) {
@@ -54,16 +55,77 @@ int select_gpu(const mpi::Comm& group) {
                      "([train] device = \"cpu\" or --device cpu)");
   }
   int local = local_rank_from_env();
-  if (local < 0) {
-    const std::vector<std::string> hosts = group.allgather(mpi::processor_name());
-    local = 0;
-    for (int r = 0; r < group.rank(); ++r) local += hosts[r] == hosts[group.rank()] ? 1 : 0;
-  }
-  const int device = local % count;
+  if (local < 0) local = local_ranks(comm.allgather(mpi::processor_name()))[static_cast<std::size_t>(comm.rank())];
+  const int device = device_of_local_rank(local, count);
+  use_gpu(device);
+  return device;
+}
+
+void use_gpu(int device) {
+  std::string why;
+  const int count = visible_gpus(&why);
+  if (device < 0 || device >= count)
+    throw UsageError("rank " + std::to_string(mpi::world_rank()) + ": CUDA device " + std::to_string(device) +
+                         " is not visible (" + (count == 0 ? why : std::to_string(count) + " visible") + ")",
+                     "check CUDA_VISIBLE_DEVICES and nvidia-smi");
 #ifdef FASTUDY_HAVE_CUDA_KERNELS
   FASTUDY_CUDA_CHECK(cudaSetDevice(device));
 #endif
+}
+
+std::string gpu_bus_id(int device) {
+#ifdef FASTUDY_HAVE_CUDA_KERNELS
+  char id[32] = {};  // "0000:00:00.0" and its terminator; CUDA asks for at least 13 bytes
+  FASTUDY_CUDA_CHECK(cudaDeviceGetPCIBusId(id, static_cast<int>(sizeof id), device));
+  return id;
+#else
+  (void)device;
+  return "";
+#endif
+}
+
+int current_gpu() {
+#ifdef FASTUDY_HAVE_CUDA_KERNELS
+  if (visible_gpus() == 0) return -1;
+  int device = -1;
+  FASTUDY_CUDA_CHECK(cudaGetDevice(&device));
   return device;
+#else
+  return -1;
+#endif
+}
+
+bool is_device_pointer(const void* p) {
+#ifdef FASTUDY_HAVE_CUDA_KERNELS
+  if (visible_gpus() == 0) return false;
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();  // older runtimes report plain host memory as an error
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
+void copy_device_to_host(void* host, const void* device, std::size_t bytes) {
+#ifdef FASTUDY_HAVE_CUDA_KERNELS
+  FASTUDY_CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+#else
+  (void)host, (void)device, (void)bytes;
+  throw Error("copy_device_to_host: this build has no CUDA");
+#endif
+}
+
+void copy_host_to_device(void* device, const void* host, std::size_t bytes) {
+#ifdef FASTUDY_HAVE_CUDA_KERNELS
+  FASTUDY_CUDA_CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+#else
+  (void)host, (void)device, (void)bytes;
+  throw Error("copy_host_to_device: this build has no CUDA");
+#endif
 }
 
 }  // namespace fastudy

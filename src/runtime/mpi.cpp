@@ -134,8 +134,18 @@ MpiSession::~MpiSession() {
 }
 
 bool MpiSession::launched_by_mpirun() const {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
-         std::getenv("PMIX_RANK") != nullptr;
+  return launched_ranks() > 0 || std::getenv("PMIX_RANK") != nullptr;
+}
+
+int launched_ranks() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end != nullptr && *end == '\0' && n > 0 && n < (1L << 30)) return static_cast<int>(n);
+  }
+  return 0;
 }
 
 int world_rank() {

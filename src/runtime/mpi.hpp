@@ -192,6 +192,11 @@ class SharedWindow {
 
 // This rank in MPI_COMM_WORLD (0 when MPI is not initialised).
 int world_rank();
+// The number of processes a launcher started for this job, read from its environment before MPI is
+// initialised: OMPI_COMM_WORLD_SIZE (Open MPI's mpirun), PMI_SIZE (MPICH's Hydra, Intel MPI, srun
+// --mpi=pmi2), SLURM_STEP_NUM_TASKS (srun); 0 when none is set (a process started by hand). A value
+// that is not a positive number counts as unset.
+int launched_ranks();
 // MPI_Get_processor_name.
 std::string processor_name();
 

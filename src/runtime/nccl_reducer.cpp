@@ -29,23 +29,22 @@ void check_nccl(ncclResult_t r, const char* call, const char* file, int line) {
 }
 #define FASTUDY_NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
 
-bool is_device_pointer(const void* p) {
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    cudaGetLastError();  // older runtimes report plain host memory as an error
-    return false;
-  }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
-}
-
 class NcclReducer final : public GradientReducer {
  public:
   explicit NcclReducer(const mpi::Comm& group) : size_(group.size()) {
-    select_device(group);
+    // The device the caller made current (select_gpu, use_gpu): where the trainer's buffers live.
+    std::string why;
+    if (visible_gpus(&why) == 0)
+      throw UsageError("the nccl allreduce backend needs a CUDA device, but rank " + std::to_string(mpi::world_rank()) +
+                           " sees none (" + why + ")",
+                       "run with one GPU per rank, or use the mpi allreduce backend");
     ncclUniqueId id{};
     if (group.rank() == 0) FASTUDY_NCCL_CHECK(ncclGetUniqueId(&id));
     group.bcast(&id, sizeof id);
-    FASTUDY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // A blocking stream: its work waits for what the trainer queued on the legacy default stream
+    // (LibTorch's default: the backward that wrote the gradients), and the default stream's later
+    // work waits for the allreduce. A non-blocking stream would read gradients still being written.
+    FASTUDY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
     FASTUDY_NCCL_CHECK(ncclCommInitRank(&comm_, group.size(), id, group.rank()));
   }
   ~NcclReducer() override {
@@ -89,16 +88,6 @@ class NcclReducer final : public GradientReducer {
 };
 
 }  // namespace
-
-int select_device(const mpi::Comm& group) {
-  std::string why;
-  if (visible_gpus(&why) == 0) {
-    throw UsageError("the nccl allreduce backend needs a CUDA device, but rank " + std::to_string(mpi::world_rank()) +
-                         " sees none (" + why + ")",
-                     "run with one GPU per rank, or use the mpi allreduce backend");
-  }
-  return select_gpu(group);
-}
 
 std::unique_ptr<GradientReducer> make_nccl_reducer(const mpi::Comm& group) {
   return std::make_unique<NcclReducer>(group);

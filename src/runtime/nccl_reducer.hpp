@@ -8,8 +8,9 @@
 // host. Device buffers (a CUDA LibTorch build, gradients on the current device) are reduced in place
 // and divided on the device. The kind is asked from cudaPointerGetAttributes.
 //
-// Device selection: select_gpu (src/runtime/gpu.hpp), one GPU per rank by node-local rank.
-// No device: UsageError with a hint.
+// Device: the current one (the caller chooses it: select_gpu or use_gpu, src/runtime/gpu.hpp). Every
+// rank of the group must have its own GPU (NCCL refuses two ranks of a communicator on one GPU);
+// make_reducer (reducer.hpp) checks that first (placement.hpp). No device: UsageError with a hint.
 //
 // Link target fastudy_nccl (built in CUDA builds when nccl.h and libnccl are found; defines
 // FASTUDY_HAVE_NCCL for its users).
@@ -29,9 +30,6 @@ class NcclError : public Error {
  public:
   NcclError(const std::string& call, int rank, const std::string& what, const char* file, int line);
 };
-
-// Chooses and sets this rank's device: select_gpu (src/runtime/gpu.hpp); returns its index.
-int select_device(const mpi::Comm& group);
 
 // Collective over group. The group communicator must outlive the reducer.
 std::unique_ptr<GradientReducer> make_nccl_reducer(const mpi::Comm& group);

@@ -1,4 +1,4 @@
-// The modelled data-parallel reduction ([train] dp_width and allreduce; README "Training-loop axes"):
+// The modelled data-parallel reduction ([train] dp_width and allreduce; docs/configuration.md "Training-loop axes"):
 // the gradients of W data-parallel shards summed in a declared order (ReduceOrder, src/core/settings.hpp),
 // then divided by W, so that a variant's arithmetic is that of a W-rank run with that allreduce
 // algorithm whatever ranks compute it. Plain arithmetic on host buffers (no MPI, no LibTorch).

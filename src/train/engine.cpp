@@ -16,9 +16,12 @@
 
 #include "base/cpu.hpp"
 #include "base/error.hpp"
+#include "base/log.hpp"
 #include "src/core/capabilities.hpp"
 #include "src/train/dp_reduce.hpp"
+#include "src/train/profile.hpp"
 #include "src/train/rng.hpp"
+#include "src/train/step_graph.hpp"
 
 namespace fastudy {
 
@@ -174,6 +177,27 @@ Engine::Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resu
     decay_.push_back(p.dim() >= 2);
   }
   loss_scale_ = v.precision == Format::fp16 ? t.loss_scale : 1.0;
+  if (hooks.profile) {
+    profile_ = std::make_unique<StepProfile>(device_.is_cuda());
+    emu_.profile = profile_.get();
+    attention_.profile = profile_.get();
+  }
+  if (hooks.cuda_graph) {
+    // The pass a graph captures must be the same every step: one rank's shard (the modelled data-parallel
+    // sum runs on the host), no shadow attention (host copies).
+    std::string why;
+    if (!device_.is_cuda()) why = "it trains on the CPU";
+    else if (!StepGraph::available()) why = "this build's LibTorch has no CUDA graphs";
+    else if (t.dp_width > 0) why = "[train] dp_width sums the shards on the host";
+    else if (t.shadow_attention) why = "shadow attention copies to the host on every call";
+    if (why.empty()) {
+      graph_ = std::make_unique<StepGraph>();
+      emu_.profile = nullptr;  // nothing inside a captured pass records events
+      attention_.profile = nullptr;
+    } else {
+      log::warn(v.id + ": --cuda-graph ignored: " + why + "; the steps run op by op");
+    }
+  }
   if (resume == nullptr) return;
 
   const auto& params = model_.params();
@@ -276,7 +300,115 @@ std::vector<std::pair<std::string, torch::Tensor>> Engine::trace_step(
   return out;
 }
 
+Engine::~Engine() = default;
+
+TrainProfile Engine::profile() const { return profile_ ? profile_->result(graph_ != nullptr) : TrainProfile{}; }
+
+std::vector<torch::Tensor> Engine::shard_tokens(std::int64_t shard) {
+  const StepProfile::Scope timed(profile_.get(), Phase::data);
+  const TrainConfig& t = v_.train;
+  const int width = t.dp_width > 0 ? t.dp_width : hooks_.world;
+  const std::int64_t micro_rows = t.batch / width / t.grad_accum;
+  std::vector<torch::Tensor> out;
+  for (int j = 0; j < t.grad_accum; ++j) {
+    const std::int64_t first = shard * (t.batch / width) + j * micro_rows;
+    std::vector<std::int64_t> rows = data_.rows(cursor_, t.batch, first, micro_rows);
+    const torch::Tensor host = torch::from_blob(rows.data(), {micro_rows, v_.model.seq_len + 1}, torch::kLong);
+    if (device_.is_cpu()) {
+      out.push_back(host.clone());
+    } else {
+      // Pinned memory copied without waiting (LibTorch's host allocator keeps it until the copy ran).
+      out.push_back(host.pin_memory().to(device_, /*non_blocking=*/true));
+    }
+  }
+  return out;
+}
+
+void Engine::forward_backward(const std::vector<torch::Tensor>& tokens, std::int64_t shard, double scale,
+                              torch::Tensor& out, StepProfile* profile) {
+  const TrainConfig& t = v_.train;
+  auto& params = model_.params();
+  const int width = t.dp_width > 0 ? t.dp_width : hooks_.world;
+  const int accum = t.grad_accum;
+  const std::int64_t micro_rows = t.batch / width / accum;
+  for (auto& [name, p] : params) p.mutable_grad() = torch::Tensor();
+  loss_sum_.zero_();
+  for (int j = 0; j < accum; ++j) {
+    attention_.params.head_offset = (shard * (t.batch / width) + j * micro_rows) * v_.model.heads;
+    torch::Tensor loss;
+    {
+      const StepProfile::Scope timed(profile, Phase::forward);
+      loss = model_.loss(tokens[static_cast<std::size_t>(j)], emu_, attention_);
+    }
+    const torch::Tensor objective = accum > 1 ? loss / static_cast<double>(accum) : loss;
+    {
+      const StepProfile::Scope timed(profile, Phase::backward);
+      (scale == 1.0 ? objective : objective * scale).backward();
+    }
+    loss_sum_.add_(loss.detach().to(torch::kDouble));  // the shard's losses summed in double, in order
+  }
+  // One flat gradient buffer: bucketed for the allreduce, clipped and unscaled as a whole.
+  const StepProfile::Scope timed(profile, Phase::gradients);
+  std::vector<torch::Tensor> parts;
+  parts.reserve(params.size());
+  for (auto& [name, p] : params) {
+    parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
+  }
+  torch::cat_out(out, parts);
+}
+
+void Engine::adamw_update(const torch::Tensor& flat, double lr) {
+  // AdamW as torch::optim::AdamW computes it (decoupled weight decay, bias-corrected moments).
+  const TrainConfig& t = v_.train;
+  auto& params = model_.params();
+  ++adam_step_;
+  const double bias1 = 1.0 - std::pow(t.beta1, static_cast<double>(adam_step_));
+  const double bias2 = 1.0 - std::pow(t.beta2, static_cast<double>(adam_step_));
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> ps, grads, decayed;
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor& p = params[i].second;
+    grads.push_back(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+    ps.push_back(p);
+    if (decay_[i]) decayed.push_back(p);
+  }
+  if (device_.is_cuda()) {
+    // On a GPU the same update as LibTorch's multi-tensor (foreach) ops: a few launches for all parameters.
+    if (!decayed.empty()) at::_foreach_mul_(decayed, 1.0 - lr * t.weight_decay);
+    at::_foreach_mul_(exp_avg_, t.beta1);
+    at::_foreach_add_(exp_avg_, grads, 1.0 - t.beta1);
+    at::_foreach_mul_(exp_avg_sq_, t.beta2);
+    at::_foreach_addcmul_(exp_avg_sq_, grads, grads, 1.0 - t.beta2);
+    std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sq_);
+    at::_foreach_div_(denom, std::sqrt(bias2));
+    at::_foreach_add_(denom, t.eps);
+    at::_foreach_addcdiv_(ps, exp_avg_, denom, -lr / bias1);
+    return;
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor& p = ps[i];
+    const torch::Tensor& g = grads[i];
+    if (decay_[i]) p.mul_(1.0 - lr * t.weight_decay);
+    exp_avg_[i].mul_(t.beta1).add_(g, 1.0 - t.beta1);
+    exp_avg_sq_[i].mul_(t.beta2).addcmul_(g, g, 1.0 - t.beta2);
+    const torch::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias2)).add_(t.eps);
+    p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
+  }
+}
+
 Engine::Step Engine::step() {
+  Step out;
+  {
+    const StepProfile::Scope timed(profile_.get(), Phase::step);
+    out = run_step();
+  }
+  if (profile_) profile_->end_step();
+  return out;
+}
+
+Engine::Step Engine::run_step() {
   c10::OptionalDeviceGuard on_device;  // the CUDA kernels use the current device
   if (!device_.is_cpu()) on_device.reset_device(device_);
   const auto start = std::chrono::steady_clock::now();
@@ -290,7 +422,7 @@ Engine::Step Engine::step() {
   attention_.params.rounding_seed = Rng(v_.seed ^ fnv1a64("attention.rounding"), static_cast<std::uint64_t>(next)).next();
   const double scale = loss_scale_;
 
-  // The data-parallel shards (README "Training-loop axes"): [train] dp_width = W shards of the global
+  // The data-parallel shards (docs/configuration.md "Training-loop axes"): [train] dp_width = W shards of the global
   // batch, W / world of them on this rank; unset, one shard per rank of the group. Each shard's gradient
   // is accumulated over grad_accum = k micro-batches of its rows, in order, each backward on loss / k
   // (PyTorch's usual recipe), so that the shard gradient is the gradient of the shard's mean loss.
@@ -298,63 +430,78 @@ Engine::Step Engine::step() {
   const int width = modelled ? t.dp_width : hooks_.world;
   const int mine = width / hooks_.world;
   const int accum = t.grad_accum;
-  const std::int64_t shard_rows = t.batch / width;
-  const std::int64_t micro_rows = shard_rows / accum;
-
-  // Shard `shard`'s flat gradient (scaled by the fp16 loss scale) into `out` (allocated when
-  // undefined); returns the shard's mean loss.
-  auto shard_gradient = [&](std::int64_t shard, torch::Tensor& out) {
-    for (auto& [name, p] : params) p.mutable_grad() = torch::Tensor();
-    double shard_loss = 0.0;
-    for (int j = 0; j < accum; ++j) {
-      const std::int64_t first = shard * shard_rows + j * micro_rows;
-      std::vector<std::int64_t> rows = data_.rows(cursor_, t.batch, first, micro_rows);
-      const torch::Tensor tokens =
-          torch::from_blob(rows.data(), {micro_rows, v_.model.seq_len + 1}, torch::kLong).to(device_);
-      attention_.params.head_offset = first * v_.model.heads;
-      const torch::Tensor loss = model_.loss(tokens, emu_, attention_);
-      const torch::Tensor objective = accum > 1 ? loss / static_cast<double>(accum) : loss;
-      (scale == 1.0 ? objective : objective * scale).backward();
-      shard_loss += loss.item<double>();
-    }
-    if (accum > 1) shard_loss /= accum;
-    // One flat gradient buffer: bucketed for the allreduce, clipped and unscaled as a whole.
-    std::vector<torch::Tensor> parts;
-    parts.reserve(params.size());
-    for (auto& [name, p] : params) {
-      parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
-    }
-    if (out.defined()) torch::cat_out(out, parts);
-    else out = torch::cat(parts).contiguous();
-    return shard_loss;
-  };
+  std::int64_t numel = 0;
+  for (const auto& [name, p] : params) numel += p.numel();
+  const torch::TensorOptions opts = params.front().second.options().requires_grad(false);
+  if (!loss_sum_.defined()) loss_sum_ = torch::zeros({}, opts.dtype(torch::kDouble));
 
   torch::Tensor flat;
-  double loss_value = 0.0;
+  double loss_value = 0.0, grad_norm = 0.0;
   if (!modelled) {
     // Each rank of the group is one shard; the group's backend averages them (in its own order).
-    loss_value = shard_gradient(hooks_.rank, flat);
+    if (!flat_.defined()) flat_ = torch::empty({numel}, opts);
+    std::vector<torch::Tensor> tokens = shard_tokens(hooks_.rank);
+    if (graph_) {
+      // The captured pass reads the tokens from buffers that stay in place; a new loss scale (fp16) is a
+      // new pass.
+      if (graph_tokens_.empty())
+        for (const torch::Tensor& x : tokens) graph_tokens_.push_back(torch::empty_like(x));
+      for (std::size_t j = 0; j < tokens.size(); ++j) graph_tokens_[j].copy_(tokens[j], /*non_blocking=*/true);
+      const StepProfile::Scope timed(profile_.get(), Phase::graph_replay);
+      if (!graph_->captured() || graph_scale_ != scale) {
+        // Nothing inside a captured pass records profile events (they would become graph nodes).
+        graph_->capture([&] { forward_backward(graph_tokens_, hooks_.rank, scale, flat_, nullptr); });
+        graph_scale_ = scale;
+      } else {
+        graph_->replay();
+      }
+    } else {
+      forward_backward(tokens, hooks_.rank, scale, flat_, profile_.get());
+    }
+    flat = flat_;
     if (hooks_.world > 1) {
+      const StepProfile::Scope timed(profile_.get(), Phase::reducer);
       if (flat.scalar_type() == torch::kDouble) {
         hooks_.allreduce_mean_f64(flat.data_ptr<double>(), static_cast<std::size_t>(flat.numel()));
       } else {
         hooks_.allreduce_mean_f32(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()));
       }
+    }
+    if (scale != 1.0) flat.div_(scale);
+    {
+      // The one wait of the step: the loss and the gradient norm together.
+      const StepProfile::Scope timed(profile_.get(), Phase::host_sync);
+      if (flat.is_cpu()) {
+        loss_value = loss_sum_.item<double>();
+        grad_norm = sequential_norm(flat);
+      } else {
+        // Summed on the device in double (LibTorch's reduction: the same bits on every run of one device).
+        const torch::Tensor wide = flat.to(torch::kDouble);
+        const torch::Tensor both = torch::stack({loss_sum_, (wide * wide).sum()}).cpu();
+        loss_value = both[0].item<double>();
+        grad_norm = std::sqrt(both[1].item<double>());
+      }
+    }
+    if (accum > 1) loss_value /= accum;
+    if (hooks_.world > 1) {
+      const StepProfile::Scope timed(profile_.get(), Phase::reducer);
       hooks_.allreduce_mean_f64(&loss_value, 1);
     }
   } else {
     // This rank's shards, then every shard's gradient on every rank (allgather: rank order is shard
     // order), summed in the declared order: the same bits whatever the group size.
-    std::int64_t numel = 0;
-    for (const auto& [name, p] : params) numel += p.numel();
-    const torch::TensorOptions opts = params.front().second.options().requires_grad(false);
     torch::Tensor local = torch::empty({mine, numel}, opts);
     std::vector<double> losses(static_cast<std::size_t>(width));
     for (int s = 0; s < mine; ++s) {
       torch::Tensor row = local[s];
       const std::int64_t shard = static_cast<std::int64_t>(hooks_.rank) * mine + s;
-      losses[static_cast<std::size_t>(shard)] = shard_gradient(shard, row);
+      forward_backward(shard_tokens(shard), shard, scale, row, profile_.get());
+      const StepProfile::Scope timed(profile_.get(), Phase::host_sync);
+      double shard_loss = loss_sum_.item<double>();
+      if (accum > 1) shard_loss /= accum;
+      losses[static_cast<std::size_t>(shard)] = shard_loss;
     }
+    const StepProfile::Scope timed(profile_.get(), Phase::reducer);
     // The declared-order sum runs on the host (reduce_shards): device shards are staged there once.
     const torch::TensorOptions host = opts.device(torch::kCPU);
     if (!local.is_cpu()) local = local.to(torch::kCPU);
@@ -380,11 +527,11 @@ Engine::Step Engine::step() {
     // the axis; the loss is only logged).
     for (double l : losses) loss_value += l;
     if (width > 1) loss_value /= width;
+    if (scale != 1.0) flat.div_(scale);
+    grad_norm = sequential_norm(flat);
     flat = flat.to(device_);
   }
-  if (scale != 1.0) flat.div_(scale);
   last_gradient_ = flat;
-  const double grad_norm = sequential_norm(flat.is_cpu() ? flat : flat.to(torch::kCPU));
 
   Step out;
   out.log = StepLog{next, loss_value, grad_norm, scale, 0.0, lr, false, false};
@@ -420,23 +567,9 @@ Engine::Step Engine::step() {
     out.event = (out.event.empty() ? "" : out.event + "; ") + "fp16 gradient overflow: step skipped, loss scale " +
                 format_double(scale) + " -> " + format_double(loss_scale_);
   } else {
+    const StepProfile::Scope timed(profile_.get(), Phase::optimizer);
     if (t.grad_clip > 0.0 && grad_norm > t.grad_clip) flat.mul_(t.grad_clip / (grad_norm + 1e-6));
-    // AdamW as torch::optim::AdamW computes it (decoupled weight decay, bias-corrected moments).
-    ++adam_step_;
-    const double bias1 = 1.0 - std::pow(t.beta1, static_cast<double>(adam_step_));
-    const double bias2 = 1.0 - std::pow(t.beta2, static_cast<double>(adam_step_));
-    torch::NoGradGuard no_grad;
-    std::int64_t offset = 0;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      torch::Tensor& p = params[i].second;
-      const torch::Tensor g = flat.narrow(0, offset, p.numel()).view(p.sizes());
-      offset += p.numel();
-      if (decay_[i]) p.mul_(1.0 - lr * t.weight_decay);
-      exp_avg_[i].mul_(t.beta1).add_(g, 1.0 - t.beta1);
-      exp_avg_sq_[i].mul_(t.beta2).addcmul_(g, g, 1.0 - t.beta2);
-      const torch::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias2)).add_(t.eps);
-      p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
-    }
+    adamw_update(flat, lr);
     if (v_.precision == Format::fp16 && ++good_steps_ >= t.loss_scale_window) {
       loss_scale_ *= 2.0;
       good_steps_ = 0;

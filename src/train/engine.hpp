@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,9 @@
 #include "src/train/trainer.hpp"
 
 namespace fastudy::train {
+
+class StepProfile;  // profile.hpp
+class StepGraph;    // step_graph.hpp
 
 // Learning rate at step s (1-based): linear warmup over `warmup` steps, then cosine to min_lr at
 // `steps` (or constant lr).
@@ -32,6 +36,9 @@ class Engine {
   // Builds the model (initial weights from v.seed) and, with `resume`, restores it exactly.
   // Throws fastudy::Error for a bad configuration, data source or resume state.
   Engine(const Variant& v, const TrainHooks& hooks, const TrainState* resume);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   struct Step {
     StepLog log;
@@ -59,8 +66,26 @@ class Engine {
   // The flat gradient (parameters in module-path order) of the last step, averaged over the
   // data-parallel shards and unscaled: what the update used, clipped in place when grad_clip applies.
   const torch::Tensor& last_gradient() const { return last_gradient_; }
+  // With hooks.profile: the phases of the steps so far (null without), and where the trainer times the
+  // work between steps (checkpoints, logs).
+  StepProfile* profiler() const { return profile_.get(); }
+  TrainProfile profile() const;
+  // Whether the steps replay a CUDA graph of the forward and backward pass (hooks.cuda_graph, where the
+  // step can be captured).
+  bool uses_cuda_graph() const { return graph_ != nullptr; }
 
  private:
+  Step run_step();
+  // This rank's tokens of micro-batch j of shard `shard`, on the device ([micro_rows, N + 1]).
+  std::vector<torch::Tensor> shard_tokens(std::int64_t shard);
+  // The forward and backward pass of one shard: its flat gradient (scaled by `scale`, parameters in
+  // module-path order) into `out`, the sum of its micro-batches' losses into loss_sum_, its phases timed
+  // in `profile` (may be null). Only tensor operations that stay on the device: a CUDA graph can
+  // capture it.
+  void forward_backward(const std::vector<torch::Tensor>& tokens, std::int64_t shard, double scale, torch::Tensor& out,
+                        StepProfile* profile);
+  void adamw_update(const torch::Tensor& flat, double lr);
+
   Variant v_;
   TrainHooks hooks_;
   Emulation emu_;
@@ -75,6 +100,11 @@ class Engine {
   std::vector<double> loss_history_;
   std::vector<ShadowRecord> shadow_;
   torch::Tensor last_gradient_;
+  std::unique_ptr<StepProfile> profile_;
+  std::unique_ptr<StepGraph> graph_;  // set when the steps replay a CUDA graph
+  double graph_scale_ = 0.0;          // the loss scale the graph was captured with
+  std::vector<torch::Tensor> graph_tokens_;  // the captured pass's inputs, refilled every step
+  torch::Tensor flat_, loss_sum_;            // its outputs (and the eager pass's buffers)
 };
 
 }  // namespace fastudy::train

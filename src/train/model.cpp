@@ -10,10 +10,16 @@
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "src/train/fixed_order.hpp"
+#include "src/train/profile.hpp"
 #include "src/train/sdpa.hpp"
+
+#include "fastudy/version.hpp"  // FASTUDY_TORCH_CUDA
 
 #ifdef FASTUDY_HAVE_CUDA_KERNELS
 #include "kernels/cuda/attention_cuda.hpp"
+#endif
+#if FASTUDY_TORCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #endif
 
 namespace fastudy::train {
@@ -48,8 +54,19 @@ void round_tensor_inplace(torch::Tensor& t, Format f) {
   });
 }
 
-torch::Tensor round_if(const torch::Tensor& t, std::int64_t code) {
-  return code == kNoRounding ? t : round_copy(t, static_cast<Format>(code));
+// A StepProfile carried through an autograd function's settings as an integer (null: not timed).
+std::int64_t profile_bits(StepProfile* p) { return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(p)); }
+StepProfile* profile_of(std::int64_t bits) { return reinterpret_cast<StepProfile*>(static_cast<std::intptr_t>(bits)); }
+
+// round_if and round_tensor_inplace, timed as roundings of the forward or backward pass.
+torch::Tensor round_if(const torch::Tensor& t, std::int64_t code, StepProfile* profile, Phase phase) {
+  if (code == kNoRounding) return t;
+  const StepProfile::Scope timed(profile, phase);
+  return round_copy(t, static_cast<Format>(code));
+}
+void round_tensor_inplace(torch::Tensor& t, Format f, StepProfile* profile, Phase phase) {
+  const StepProfile::Scope timed(profile, phase);
+  round_tensor_inplace(t, f);
 }
 
 // A matmul operand prepared for an arithmetic: `hi` is the operand in the matmul's input format (the
@@ -99,28 +116,32 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
   // default (fp32, 1) runs the plain torch products.
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor w, torch::Tensor b,
                                std::int64_t in_code, std::int64_t store_code, bool x_in_format, bool grad_in_format,
-                               std::int64_t arithmetic, std::int64_t split_k) {
-    const torch::Tensor xr = x_in_format ? x : round_if(x, in_code);
-    const torch::Tensor wr = round_if(w, in_code);
+                               std::int64_t arithmetic, std::int64_t split_k, std::int64_t profile) {
+    StepProfile* prof = profile_of(profile);
+    const torch::Tensor xr = x_in_format ? x : round_if(x, in_code, prof, Phase::forward_roundings);
+    const torch::Tensor wr = round_if(w, in_code, prof, Phase::forward_roundings);
     const bool has_bias = b.numel() > 0;
     const auto arith = static_cast<MatmulArithmetic>(arithmetic);
     const Operand xo = prepare_operand(xr, arith), wo = prepare_operand(wr, arith);
     torch::Tensor y;
     if (split_k == 1 && arith != MatmulArithmetic::bf16x3) {
       // One GEMM: the bias is its C operand (addmm), as the plain fp32 product has always done.
-      y = has_bias ? fixed::addmm(round_if(b, store_code), xo.hi, wo.hi.t()) : fixed::mm(xo.hi, wo.hi.t());
+      y = has_bias ? fixed::addmm(round_if(b, store_code, prof, Phase::forward_roundings), xo.hi, wo.hi.t())
+                   : fixed::mm(xo.hi, wo.hi.t());
     } else {
       y = split_product(xo, wo.t(), static_cast<int>(split_k));
-      if (has_bias) y.add_(round_if(b, store_code));  // the epilogue, after the reduction
+      if (has_bias) y.add_(round_if(b, store_code, prof, Phase::forward_roundings));  // the epilogue, after the reduction
     }
     ctx->save_for_backward({xo.hi, wo.hi, xo.lo, wo.lo});  // the operands as prepared (lo: bf16x3 only)
-    if (store_code != kNoRounding) round_tensor_inplace(y, static_cast<Format>(store_code));
+    if (store_code != kNoRounding)
+      round_tensor_inplace(y, static_cast<Format>(store_code), prof, Phase::forward_roundings);
     ctx->saved_data["in"] = in_code;
     ctx->saved_data["store"] = store_code;
     ctx->saved_data["bias"] = has_bias;
     ctx->saved_data["grad_in_format"] = grad_in_format;
     ctx->saved_data["arithmetic"] = arithmetic;
     ctx->saved_data["split_k"] = split_k;
+    ctx->saved_data["profile"] = profile;
     return y;
   }
 
@@ -130,9 +151,11 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
     const std::int64_t store_code = ctx->saved_data["store"].toInt();
     const auto arith = static_cast<MatmulArithmetic>(ctx->saved_data["arithmetic"].toInt());
     const int split_k = static_cast<int>(ctx->saved_data["split_k"].toInt());
+    StepProfile* prof = profile_of(ctx->saved_data["profile"].toInt());
     const torch::Tensor g = ctx->saved_data["grad_in_format"].toBool()
                                 ? grads[0].contiguous()
-                                : round_if(grads[0].contiguous(), in_code);  // the backward matmuls' input
+                                : round_if(grads[0].contiguous(), in_code, prof,
+                                           Phase::backward_roundings);  // the backward matmuls' input
     torch::Tensor gx, gw;
     if (arith == MatmulArithmetic::fp32 && split_k == 1) {
       gx = fixed::mm(g, saved[1]);
@@ -148,23 +171,26 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
     if (ctx->saved_data["bias"].toBool()) gb = fixed::column_sums(g);
     if (store_code != kNoRounding) {
       const auto f = static_cast<Format>(store_code);
-      round_tensor_inplace(gx, f);
-      round_tensor_inplace(gw, f);
-      if (gb.defined()) round_tensor_inplace(gb, f);
+      round_tensor_inplace(gx, f, prof, Phase::backward_roundings);
+      round_tensor_inplace(gw, f, prof, Phase::backward_roundings);
+      if (gb.defined()) round_tensor_inplace(gb, f, prof, Phase::backward_roundings);
     }
     variable_list out{gx, gw, gb};
-    out.resize(9);  // no gradients for the six settings
+    out.resize(10);  // no gradients for the seven settings
     return out;
   }
 };
 
 struct RoundFn : public torch::autograd::Function<RoundFn> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, std::int64_t code) {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, std::int64_t code, std::int64_t profile) {
     ctx->saved_data["code"] = code;
-    return round_copy(x, static_cast<Format>(code));
+    ctx->saved_data["profile"] = profile;
+    return round_if(x, code, profile_of(profile), Phase::forward_roundings);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {round_copy(grads[0], static_cast<Format>(ctx->saved_data["code"].toInt())), torch::Tensor()};
+    return {round_if(grads[0], ctx->saved_data["code"].toInt(), profile_of(ctx->saved_data["profile"].toInt()),
+                     Phase::backward_roundings),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -176,32 +202,55 @@ void attention_forward_typed(const AttentionShape& shape, const AttentionParams&
   attention_forward<T>(shape, params, q, q + n, q + 2 * n, o.data_ptr<T>(), lse.defined() ? lse.data_ptr<T>() : nullptr);
 }
 
-// The CUDA kernels on float containers (storage fp32: the policy rounds on load, as on the CPU); the
-// kernels run on the legacy default stream, which LibTorch's default stream synchronises with.
+// The CUDA kernels on float containers (storage fp32: the policy rounds on load, as on the CPU) or on
+// fp16/bf16 tensors of the policy's storage format (native training), on LibTorch's current stream,
+// their workspace taken from LibTorch's caching allocator: the calls allocate nothing themselves and
+// never wait for the device, so a step's attention can be captured in a CUDA graph.
 #ifndef FASTUDY_HAVE_CUDA_KERNELS
 [[noreturn]] void no_cuda_kernels() {
   throw Error("attention on a CUDA tensor needs fastudy's CUDA kernels, which this build lacks",
               "configure with nvcc available (FASTUDY_CUDA=ON), or train on the CPU");
 }
 #endif
-void check_cuda_container(const torch::Tensor& packed) {
-  if (packed.scalar_type() != torch::kFloat) {
-    throw Error("the CUDA attention kernels take float containers; fp64 variants train on the CPU",
-                "use [train] device = \"cpu\" for fp64 variants");
+Format cuda_storage(const torch::Tensor& packed) {
+  switch (packed.scalar_type()) {
+    case torch::kFloat: return Format::fp32;
+    case torch::kBFloat16: return Format::bf16;
+    case torch::kHalf: return Format::fp16;
+    default:
+      throw Error("the CUDA attention kernels take float, bf16 or fp16 tensors; fp64 variants train on the CPU",
+                  "use [train] device = \"cpu\" for fp64 variants");
   }
 }
+
+#ifdef FASTUDY_HAVE_CUDA_KERNELS
+cudaStream_t current_stream() {
+#if FASTUDY_TORCH_CUDA
+  return at::cuda::getCurrentCUDAStream().stream();
+#else
+  return nullptr;  // no CUDA tensors without a CUDA LibTorch
+#endif
+}
+
+torch::Tensor device_workspace(std::size_t bytes, const torch::Tensor& like) {
+  return torch::empty({static_cast<std::int64_t>(std::max<std::size_t>(bytes, 1))}, like.options().dtype(torch::kByte));
+}
+#endif
 
 void run_attention_forward(const AttentionShape& shape, const AttentionParams& params, const torch::Tensor& packed,
                            torch::Tensor& o, torch::Tensor& lse) {
   if (packed.is_cuda()) {
-    check_cuda_container(packed);
+    const Format storage = cuda_storage(packed);
 #ifdef FASTUDY_HAVE_CUDA_KERNELS
     const std::int64_t n = packed.numel() / 3;
-    const float* q = packed.data_ptr<float>();
-    cuda::attention_forward_cuda(shape, params, Format::fp32, q, q + n, q + 2 * n, o.data_ptr<float>(),
-                                 lse.defined() ? lse.data_ptr<float>() : nullptr);
+    const auto* q = static_cast<const unsigned char*>(packed.data_ptr());
+    const std::size_t bytes = static_cast<std::size_t>(n) * packed.element_size();
+    torch::Tensor ws = device_workspace(cuda::attention_workspace_bytes(shape, params, storage, false), packed);
+    cuda::attention_forward_cuda(shape, params, storage, q, q + bytes, q + 2 * bytes, o.data_ptr(),
+                                 lse.defined() ? lse.data_ptr<float>() : nullptr, current_stream(), ws.data_ptr());
     return;
 #else
+    (void)storage;
     no_cuda_kernels();
 #endif
   }
@@ -237,12 +286,14 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor qkv, std::int64_t heads, std::int64_t setup_bits,
                                std::int64_t layer) {
     const auto* setup = reinterpret_cast<const AttentionSetup*>(static_cast<std::intptr_t>(setup_bits));
+    const StepProfile::Scope timed(setup->profile, Phase::attention_forward);
     const std::int64_t B = qkv.size(0), N = qkv.size(1), D = qkv.size(2) / 3, d = D / heads;
     const AttentionShape shape{B, heads, N, d, /*causal=*/true, /*scale=*/0.0};
     // [B, N, 3, H, d] -> [3, B, H, N, d]: q, k, v each contiguous [B, H, N, d].
     const torch::Tensor packed = qkv.view({B, N, 3, heads, d}).permute({2, 0, 3, 1, 4}).contiguous();
     torch::Tensor o = torch::empty({B, heads, N, d}, qkv.options());
-    torch::Tensor lse = torch::empty({B, heads, N}, qkv.options());
+    // lse in the container type on the CPU, in float from the CUDA kernels.
+    torch::Tensor lse = torch::empty({B, heads, N}, qkv.is_cuda() ? qkv.options().dtype(torch::kFloat) : qkv.options());
     const AttentionParams params = layer_params(setup->params, layer);
     if (setup->capture != nullptr && setup->capture_layer == layer) {
       CapturedAttention& cap = *setup->capture;
@@ -286,6 +337,7 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
     const torch::Tensor& lse = saved[2];
     const auto* setup =
         reinterpret_cast<const AttentionSetup*>(static_cast<std::intptr_t>(ctx->saved_data["setup"].toInt()));
+    const StepProfile::Scope timed(setup->profile, Phase::attention_backward);
     const std::int64_t heads = ctx->saved_data["heads"].toInt();
     const std::int64_t B = o.size(0), N = o.size(2), d = o.size(3), D = heads * d;
     const AttentionShape shape{B, heads, N, d, /*causal=*/true, /*scale=*/0.0};
@@ -293,14 +345,17 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
     torch::Tensor dpacked = torch::empty_like(packed);
     const AttentionParams params = layer_params(setup->params, ctx->saved_data["layer"].toInt());
     if (packed.is_cuda()) {
-      check_cuda_container(packed);
+      const Format storage = cuda_storage(packed);
 #ifdef FASTUDY_HAVE_CUDA_KERNELS
-      const std::int64_t n = packed.numel() / 3;
-      const float* q = packed.data_ptr<float>();
-      float* dq = dpacked.data_ptr<float>();
-      cuda::attention_backward_cuda(shape, params, Format::fp32, q, q + n, q + 2 * n, o.data_ptr<float>(),
-                                    lse.data_ptr<float>(), dout.data_ptr<float>(), dq, dq + n, dq + 2 * n);
+      const std::size_t bytes = static_cast<std::size_t>(packed.numel() / 3) * packed.element_size();
+      const auto* q = static_cast<const unsigned char*>(packed.data_ptr());
+      auto* dq = static_cast<unsigned char*>(dpacked.data_ptr());
+      torch::Tensor ws = device_workspace(cuda::attention_workspace_bytes(shape, params, storage, true), packed);
+      cuda::attention_backward_cuda(shape, params, storage, q, q + bytes, q + 2 * bytes, o.data_ptr(),
+                                    lse.data_ptr<float>(), dout.data_ptr(), dq, dq + bytes, dq + 2 * bytes,
+                                    current_stream(), ws.data_ptr());
 #else
+      (void)storage;
       no_cuda_kernels();
 #endif
     } else if (packed.scalar_type() == torch::kDouble) {
@@ -451,6 +506,13 @@ torch::Tensor attend(const torch::Tensor& qkv, int heads, const AttentionSetup& 
     return sdpa_attention(qkv5[0], qkv5[1], qkv5[2], setup.sdpa, /*causal=*/true).permute({0, 2, 1, 3}).reshape({B, N, D});
   }
   if (qkv.scalar_type() == torch::kFloat || qkv.scalar_type() == torch::kDouble) {
+    return kernel_attention(qkv, heads, setup, layer);
+  }
+  // fp16/bf16 tensors of the policy's storage format go to the CUDA kernels as they are (the same values
+  // as widened to float and rounded on load); elsewhere they are widened.
+  const Format storage = setup.params.policy.q;
+  if (qkv.is_cuda() && ((qkv.scalar_type() == torch::kBFloat16 && storage == Format::bf16) ||
+                        (qkv.scalar_type() == torch::kHalf && storage == Format::fp16))) {
     return kernel_attention(qkv, heads, setup, layer);
   }
   return kernel_attention(qkv.to(torch::kFloat), heads, setup, layer).to(qkv.scalar_type());
@@ -606,7 +668,8 @@ torch::Tensor emulated_linear(const torch::Tensor& x, const torch::Tensor& w, co
   const torch::Tensor bias = b.defined() ? b : torch::empty({0}, x.options());
   return LinearFn::apply(x2, w, bias, format_code(e.round_matmul_inputs, e.precision),
                          format_code(e.round_storage, e.precision), x_in_format, grad_in_format,
-                         static_cast<std::int64_t>(e.numerics.matmul), static_cast<std::int64_t>(e.numerics.split_k))
+                         static_cast<std::int64_t>(e.numerics.matmul), static_cast<std::int64_t>(e.numerics.split_k),
+                         profile_bits(e.profile))
       .view(shape);
 }
 
@@ -645,7 +708,7 @@ torch::Tensor gelu(const torch::Tensor& x, GeluApproximation approximation) {
 
 torch::Tensor round_activation(const torch::Tensor& x, const Emulation& e) {
   if (!e.round_storage) return x;
-  return RoundFn::apply(x, static_cast<std::int64_t>(e.precision));
+  return RoundFn::apply(x, static_cast<std::int64_t>(e.precision), profile_bits(e.profile));
 }
 
 torch::Tensor kernel_attention(const torch::Tensor& qkv, int heads, const AttentionSetup& setup, int layer) {

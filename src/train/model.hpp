@@ -83,6 +83,8 @@
 
 namespace fastudy::train {
 
+class StepProfile;  // src/train/profile.hpp
+
 // Which roundings a training precision implies, and the arithmetic of [numerics].
 struct Emulation {
   Format precision = Format::fp32;
@@ -92,6 +94,7 @@ struct Emulation {
   NumericsConfig numerics;             // matmul arithmetic, split_k, layernorm, gelu, recompute
   bool native = false;                 // [train] arithmetic = native (no roundings above)
   torch::Dtype compute = torch::kFloat;  // native: the linear layers' format (bf16, fp16; else dtype)
+  StepProfile* profile = nullptr;        // --profile: the roundings are timed here (null: not timed)
 
   static Emulation of(Format precision, const NumericsConfig& numerics = {}, Arithmetic arithmetic = Arithmetic::emulated);
 };
@@ -155,6 +158,7 @@ struct AttentionSetup {
   CapturedAttention* capture = nullptr;
   int capture_layer = -1;
   OpTrace* trace = nullptr;  // when set, every op of the forward pass records its output here
+  StepProfile* profile = nullptr;  // --profile: the attention calls are timed here (null: not timed)
 };
 
 // `t`, recorded in setup.trace under `name` (and multiplied by its planted factor) when there is one.

@@ -57,7 +57,7 @@ torch::Tensor sdpa_attention(const torch::Tensor& q, const torch::Tensor& k, con
   (void)q, (void)k, (void)v, (void)causal;
   throw Error(std::string(to_string(backend)) + " needs LibTorch >= 2.3 (scaled_dot_product_attention); this build links LibTorch " +
                   FASTUDY_TORCH_VERSION,
-              "build against a newer LibTorch (README \"GPU\")");
+              "build against a newer LibTorch (docs/gpu.md)");
 #endif
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -14,6 +15,7 @@
 #include "base/number.hpp"
 #include "src/io/checkpoint.hpp"
 #include "src/train/engine.hpp"
+#include "src/train/profile.hpp"
 
 namespace fastudy {
 namespace {
@@ -84,7 +86,7 @@ TrainResult train_variant(const Variant& v, const std::string& variant_dir, cons
                           const TrainState* resume) {
   train::Engine engine(v, hooks, resume);
   const TrainConfig& t = v.train;
-  TrainResult result{TrainOutcome::done, engine.steps_done(), std::numeric_limits<double>::quiet_NaN(), {}, {}};
+  TrainResult result{TrainOutcome::done, engine.steps_done(), std::numeric_limits<double>::quiet_NaN(), {}, {}, {}};
   if (resume != nullptr && !resume->loss_history.empty()) result.final_loss = resume->loss_history.back();
 
   const bool writer = hooks.rank == 0;
@@ -98,10 +100,19 @@ TrainResult train_variant(const Variant& v, const std::string& variant_dir, cons
       shadow = open_log(std::filesystem::path(variant_dir) / "shadow.csv", kShadowHeader, resume);
     }
   }
+  // --profile: the work between steps (checkpoints, the logs) counted too.
+  auto timed = [&](train::Phase phase, const auto& work) {
+    const auto t0 = std::chrono::steady_clock::now();
+    work();
+    if (engine.profiler() != nullptr)
+      engine.profiler()->add_host(phase, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  };
   auto save = [&]() {
-    if (log.is_open()) log.flush();
-    if (shadow.is_open()) shadow.flush();
-    if (hooks.save_checkpoint) hooks.save_checkpoint(engine.state());
+    timed(train::Phase::checkpoint, [&] {
+      if (log.is_open()) log.flush();
+      if (shadow.is_open()) shadow.flush();
+      if (hooks.save_checkpoint) hooks.save_checkpoint(engine.state());
+    });
   };
 
   while (engine.steps_done() < t.steps) {
@@ -109,17 +120,22 @@ TrainResult train_variant(const Variant& v, const std::string& variant_dir, cons
     const StepLog& l = s.log;
     if (!s.event.empty()) result.events.emplace_back(l.step, s.event);
     if (writer) {
-      log << l.step << ',' << number_text(l.loss, 9) << ',' << number_text(l.grad_norm, 9) << ','
-          << number_text(l.lr, 9) << ',' << number_text(l.loss_scale, 9) << ',' << (l.skipped ? 1 : 0) << ',' << (l.spike ? 1 : 0) << ',' << number_text(l.tokens_per_s, 9) << '\n';
-      for (const auto& r : engine.shadow()) {
-        shadow << l.step << ',' << r.layer << ',' << number_text(r.max_abs, 9) << ',' << number_text(r.mean_abs, 9) << '\n';
-      }
+      timed(train::Phase::log, [&] {
+        log << l.step << ',' << number_text(l.loss, 9) << ',' << number_text(l.grad_norm, 9) << ','
+            << number_text(l.lr, 9) << ',' << number_text(l.loss_scale, 9) << ',' << (l.skipped ? 1 : 0) << ','
+            << (l.spike ? 1 : 0) << ',' << number_text(l.tokens_per_s, 9) << '\n';
+        for (const auto& r : engine.shadow()) {
+          shadow << l.step << ',' << r.layer << ',' << number_text(r.max_abs, 9) << ',' << number_text(r.mean_abs, 9)
+                 << '\n';
+        }
+      });
     }
     result.final_loss = l.loss;
     if (s.diverged) {
       result.outcome = TrainOutcome::diverged;
       result.step = engine.steps_done();
       result.reason = s.event;
+      result.profile = engine.profile();
       if (log.is_open()) log.flush();
       return result;
     }
@@ -131,12 +147,36 @@ TrainResult train_variant(const Variant& v, const std::string& variant_dir, cons
       result.outcome = TrainOutcome::stopped;
       result.step = engine.steps_done();
       result.reason = "stop requested after step " + std::to_string(l.step);
+      result.profile = engine.profile();
       return result;
     }
     if (t.log_every > 0 && l.step % t.log_every == 0 && log.is_open()) log.flush();
   }
   result.step = engine.steps_done();
+  result.profile = engine.profile();
   return result;
+}
+
+std::string format_profile(const std::string& variant, const TrainProfile& p) {
+  std::ostringstream os;
+  os << "profile of " << variant << ": ms per step over " << p.steps << " step(s)"
+     << (p.warmup_excluded ? " after the first" : "") << (p.cuda_graph ? ", forward and backward from a CUDA graph" : "")
+     << "; host = wall time of the phase" << (p.device ? ", device = GPU time between its events" : "") << '\n';
+  double step_ms = 0.0;
+  for (const PhaseTime& ph : p.phases)
+    if (ph.phase == "step") step_ms = ph.host_ms;
+  char line[160];
+  std::snprintf(line, sizeof line, "  %-40s %10s %10s %7s\n", "phase", "host", p.device ? "device" : "", "share");
+  os << line;
+  for (const PhaseTime& ph : p.phases) {
+    const std::string name = std::string(static_cast<std::size_t>(2 * ph.depth), ' ') + ph.phase;
+    char device[32] = "";
+    if (ph.device_ms >= 0.0) std::snprintf(device, sizeof device, "%10.3f", ph.device_ms);
+    std::snprintf(line, sizeof line, "  %-40s %10.3f %10s %6.1f%%\n", name.c_str(), ph.host_ms, device,
+                  step_ms > 0.0 ? 100.0 * ph.host_ms / step_ms : 0.0);
+    os << line;
+  }
+  return os.str();
 }
 
 CapturedAttention capture_attention_inputs(const Variant& v, const TrainState& state, int layer, std::int64_t batch) {

@@ -39,11 +39,34 @@ struct StepLog {
   bool spike;           // loss > spike_threshold x mean of the previous spike_window losses
 };
 
+// --profile: where a variant's steps spend their time, in ms per step: the host's wall time and, on a
+// GPU, the device's time between CUDA events recorded at the same points of the step (-1: not timed
+// there). Averaged over the steps after the first (which allocates and initialises) when there are more.
+struct PhaseTime {
+  std::string phase;  // step, data, forward, attention, roundings, backward, ..., checkpoint, log
+  int depth = 0;      // 0: the step or outside it; 1: a phase of the step; 2: inside the phase above
+  double host_ms = 0, device_ms = -1;
+};
+struct TrainProfile {
+  std::int64_t steps = 0;        // steps averaged
+  bool warmup_excluded = false;  // the first step left out
+  bool device = false;           // device times present
+  bool cuda_graph = false;       // forward and backward replayed from a CUDA graph
+  std::vector<PhaseTime> phases;
+};
+// The profile as a table, one line per phase (header naming the variant, the steps and the devices).
+std::string format_profile(const std::string& variant, const TrainProfile& profile);
+
 struct TrainHooks {
   int rank = 0, world = 1;  // position inside the variant's group of ranks: the global batch is sharded over `world`
   // The CUDA device this rank trains on (the job resolves [train] device and selects it), -1: the CPU.
   // On a GPU the buffers the allreduce functions get are device buffers (the NCCL reducer's).
   int cuda_device = -1;
+  bool profile = false;  // time the phases of every step (TrainResult::profile)
+  // On a GPU: capture the forward and backward pass of a step in a CUDA graph and replay it on the
+  // following steps (the same bits as running them op by op); where the step cannot be captured
+  // (shadow attention, dp_width, a CPU) the steps run op by op.
+  bool cuda_graph = false;
   std::function<void(float*, std::size_t)> allreduce_mean_f32;   // average a flat buffer over the group (empty: single rank)
   std::function<void(double*, std::size_t)> allreduce_mean_f64;
   // [train] dp_width set, group of 2+: every rank's n values in rank order (out: world * n values).
@@ -62,6 +85,7 @@ struct TrainResult {
   double final_loss;       // loss of the last step (nan when there was none)
   std::string reason;      // why it diverged or stopped ("" when done)
   std::vector<std::pair<std::int64_t, std::string>> events;  // (step, what): spikes, skipped steps, divergence
+  TrainProfile profile;    // with hooks.profile
 };
 
 // Initial weights of a variant (what step 0 looks like), without training.

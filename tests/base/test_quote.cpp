@@ -96,3 +96,23 @@ TEST(CsvField, TheReportsReaderReadsBackWhatIsWritten) {
 
 }  // namespace
 }  // namespace fastudy
+
+namespace fastudy {
+namespace {
+
+// Names from other stacks in messages and provenance (escaped, quoted_name): one line, UTF-8, and no
+// two names alike.
+TEST(Escaped, NamesOfAnyBytesBecomeOneLineOfUtf8) {
+  EXPECT_EQ(escaped("a\tb\nc"), "a\\tb\\nc");
+  EXPECT_EQ(escaped("a\\tb"), "a\\\\tb");  // not the same text as a tab
+  EXPECT_EQ(escaped(std::string("a\0b", 3)), "a\\x00b");
+  EXPECT_EQ(escaped("a\xff" "b"), "a\\xffb");          // no UTF-8 sequence
+  EXPECT_EQ(escaped("caf\xc3\xa9 \xe2\x80\xa8"), "caf\xc3\xa9 \xe2\x80\xa8");  // whole sequences kept
+  EXPECT_EQ(escaped("\xc3"), "\\xc3");                 // a sequence cut short
+  EXPECT_EQ(quoted_name("enc/layer0/w"), "'enc/layer0/w'");
+  const std::string longer(300, 'x');
+  EXPECT_EQ(quoted_name(longer), "'" + std::string(200, 'x') + "'...");
+}
+
+}  // namespace
+}  // namespace fastudy

@@ -2,7 +2,7 @@
 """Checks OUT/microbench_outputs.h5 against OUT/microbench.csv the way a user would use them, with h5py,
 numpy and Python's PyTorch (the same LibTorch fastudy links):
 
-  - every point group has the layout README "Microbenchmark" documents (attributes, inputs, one group per
+  - every point group has the layout docs/microbench.md "Real kernels" documents (attributes, inputs, one group per
     algorithm with o or dq, dk, dv of shape [B, H, N, d]);
   - every row of microbench.csv is recomputed from the saved values: max |d| against the golden value (and
     flash_vs_baseline's against baseline) equal to the CSV's bit for bit, and the real code's bit_identical

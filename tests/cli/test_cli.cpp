@@ -63,7 +63,7 @@ TEST(Cli, BadConfigExitsTwoAndWritesNothing) {
   }
 }
 
-// The real-kernel microbenchmark (README "Real kernels") where it cannot run: refused with exit 2 before
+// The real-kernel microbenchmark (docs/microbench.md "Real kernels") where it cannot run: refused with exit 2 before
 // any work, naming the grid file, the key and the reason; nothing of the study is written.
 TEST(Cli, MicrobenchRealKernelsRefusedWhereTheyCannotRun) {
   TempDir dir;
@@ -88,6 +88,36 @@ TEST(Cli, MicrobenchRealKernelsRefusedWhereTheyCannotRun) {
   EXPECT_NE(r.output.find("fw.toml"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("framework"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(out)) << out;
+}
+
+// `fastudy train --profile` (docs/gpu.md "Where the time goes"): one table per variant, the phases of
+// the step with their host milliseconds, nested phases inside their parent's time, the checkpoint
+// between steps; `--cuda-graph` on the CPU trains op by op and says why.
+TEST(Cli, TrainProfilePrintsWhereTheStepsSpendTheirTime) {
+  TempDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string grid = dir.file("g.toml", tiny_grid(out, 4, 2));
+  RunResult r = run_fastudy("train " + grid + " --variant flash-bf16 --profile --cuda-graph --device cpu");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("profile of flash-bf16: ms per step over 3 step(s) after the first"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--cuda-graph ignored: it trains on the CPU"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("profile of baseline-fp32"), std::string::npos) << "only the variant asked for";
+  // "  <phase>  <host ms>  [device ms]  <share>%": the numbers of each phase's first line.
+  auto host_ms = [&](const std::string& phase) {
+    const std::size_t at = r.output.find("\n  " + phase + " ", r.output.find("profile of flash-bf16"));
+    if (at == std::string::npos) return -1.0;
+    return std::stod(r.output.substr(r.output.find_first_not_of(' ', at + 3 + phase.size())));
+  };
+  const double step = host_ms("step"), forward = host_ms("  forward"), backward = host_ms("  backward");
+  const double attention = host_ms("    attention"), roundings = host_ms("    roundings");
+  const double optimizer = host_ms("  optimizer"), sync = host_ms("  host sync"), checkpoint = host_ms("checkpoint");
+  for (double x : {step, forward, backward, attention, roundings, optimizer, sync, checkpoint})
+    EXPECT_GT(x, 0.0) << r.output;
+  EXPECT_LE(forward + backward + optimizer, step * 1.001) << r.output;  // parts of the step, printed to 3 decimals
+  EXPECT_LE(attention, forward) << r.output;
+  EXPECT_EQ(r.output.find("device", r.output.find("profile of flash-bf16")), std::string::npos)
+      << "no device column on the CPU:\n" << r.output;
 }
 
 TEST(Cli, BadConfigUnderMpiExitsTwoOnceWithoutHanging) {
@@ -151,6 +181,54 @@ TEST(Cli, PlanRejectsAnImpossibleRankLayout) {
   r = run_fastudy("plan " + grid + " --ranks 6 --measure-steps 0");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("ranks: 6 -> 3 groups of 2 ranks"), std::string::npos) << r.output;
+}
+
+// plan says which gradient reducer each group gets (src/runtime/placement.hpp), for the GPUs and
+// nodes it is told of: ranks of a group that share a GPU average with MPI on host copies (NCCL takes
+// one GPU per rank), a group whose ranks each have a GPU gets NCCL, a CPU group MPI.
+TEST(Cli, PlanShowsEachGroupsReducer) {
+  TempDir dir;
+  // The train phase alone: plan's preflight then skips the report's Python modules (seconds a call).
+  const std::string train = "[study]\nphases = [\"train\"]\n[grid]\nseed = [1, 2]\n";
+  const std::string grid = dir.file("g.toml", train + "[train]\nranks_per_variant = 2\n");
+  const std::string cpu = dir.file("cpu.toml", train + "[train]\nranks_per_variant = 2\ndevice = \"cpu\"\n");
+  const std::string one = dir.file("one.toml", train);
+  RunResult r = run_fastudy("plan " + grid + " --ranks 4 --gpus-per-node 1 --measure-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("device: auto -> cuda, one GPU per rank by node-local rank, 1 GPU per node (--gpus-per-node)"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gradient reducer of group 0 (ranks 0-1): mpi on host copies (ranks 0 and 1 share GPU 0 on "
+                          "node0; NCCL takes one GPU per rank)\n"
+                          "gradient reducer of group 1 (ranks 2-3): mpi on host copies (ranks 2 and 3 share GPU 0 on "
+                          "node0; NCCL takes one GPU per rank)"),
+            std::string::npos) << r.output;
+  r = run_fastudy("plan " + grid + " --ranks 4 --gpus-per-node 2 --measure-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("gradient reducer of group 1 (ranks 2-3): nccl (every rank on its own GPU)"), std::string::npos)
+      << r.output;
+  r = run_fastudy("plan " + grid + " --ranks 4 --gpus-per-node 1 --ranks-per-node 1 --measure-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("nodes: 4 of 1 rank (--ranks-per-node)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gradient reducer of group 0 (ranks 0-1): nccl (every rank on its own GPU)"), std::string::npos)
+      << r.output;
+  r = run_fastudy("plan " + cpu + " --ranks 2 --gpus-per-node 2 --measure-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("gradient reducer of group 0 (ranks 0-1): mpi (the group trains on the CPU)"), std::string::npos)
+      << r.output;
+  r = run_fastudy("plan " + one + " --ranks 2 --gpus-per-node 1 --measure-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("gradient reducer: none (one rank per variant: nothing to average)"), std::string::npos)
+      << r.output;
+  // On this machine, as it is: its GPUs (none on a CPU-only machine: the CPU and MPI).
+  r = run_fastudy("plan " + grid + " --ranks 2 --measure-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("gradient reducer of group 0 (ranks 0-1): "), std::string::npos) << r.output;
+  for (const char* bad : {"--gpus-per-node=-1", "--ranks-per-node=0", "--ranks=0"}) {
+    r = run_fastudy("plan " + grid + " " + bad);
+    EXPECT_EQ(r.code, 2) << bad << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string(bad).substr(0, std::string(bad).find('=')) + " must be >= "), std::string::npos)
+        << r.output;
+  }
 }
 
 TEST(Cli, RefusesAForeignNonEmptyOutputDirectory) {

@@ -96,7 +96,7 @@ TEST(E2E, W1MatchesScipyOnCheckpointTensors) {
   EXPECT_NE(r.output.find("checked"), std::string::npos) << r.output;
 }
 
-// save_outputs (README "Microbenchmark"): OUT/microbench_outputs.h5 holds every point's inputs, golden
+// save_outputs (docs/microbench.md "Real kernels"): OUT/microbench_outputs.h5 holds every point's inputs, golden
 // value and outputs, ours and LibTorch's, such that a user recomputes every row of microbench.csv from it
 // bit for bit with h5py and numpy and reproduces torch_baseline with Python's PyTorch on the saved inputs
 // (check_microbench_outputs.py); written collectively, it is the same file on 1, 2 and 4 ranks.

@@ -127,7 +127,7 @@ TEST_F(Explain, BadArgumentsExitTwoNamingThem) {
 
 namespace {
 
-// The README's walkthrough of configs/explain.toml: fp16 diverges at step 42 because attention scores
+// docs/explain.md's walkthrough of configs/explain.toml: fp16 diverges at step 42 because attention scores
 // overflow fp16; bisect names the attention output of layer 0 (the first op beyond its bound, its Q,
 // K, V within theirs); replay from step 40 with the scores in fp32, or in bf16, runs to the end.
 TEST(ExplainDemo, BisectNamesTheOverflowAndReplayWithTheFixRunsToTheEnd) {

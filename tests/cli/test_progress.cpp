@@ -114,6 +114,14 @@ TEST(TrainProgress, EtaByPlansRuleWithMeasuredStepTimes) {
   EXPECT_EQ(p.text(), "train: 2/3 variants, 211/300 steps, 4.36 steps/s, ETA 27s");
 }
 
+TEST(TrainProgress, AFailedVariantIsNotCountedAsTrained) {
+  // b failed before it trained a step (its error recorded in status.csv): neither it nor its steps are done.
+  const Variant a = variant("a", "fp32", "1", 100), b = variant("b", "fp32", "2", 100), c = variant("c", "bf16", "1", 100);
+  TrainProgress p({&a, &b, &c}, 1, 0.0);
+  p.update({row(a, TaskState::done, 100), row(b, TaskState::failed, 0), row(c, TaskState::failed, 40)}, 1.0);
+  EXPECT_EQ(p.text().rfind("train: 1/3 variants, 140/300 steps, ", 0), 0u) << p.text();
+}
+
 TEST(TrainProgress, GroupsShareTheQueueAndSkippedVariantsCountAsDone) {
   // Two groups; the first variant was done before (resume: skipped, never running); b and c train at
   // once at 0.1 s/step, d waits for the first group that becomes free.

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -889,6 +890,67 @@ TEST(Signals, KillNineOfTheReportEndsItsRenderer) {
   EXPECT_TRUE(std::any_of(listed->begin(), listed->end(), [](const manifest::Entry& e) {
     return e.path == "report.staging" && e.kind == manifest::Kind::scratch;
   }));
+}
+
+// The renderer is fastudy's own child (started through fastudy-spawn, which becomes it), and it starts
+// clean, whatever fastudy inherited or set: no signal blocked, the stop signals and SIGPIPE at their
+// defaults (posix_spawn's attributes; a plain fork or vfork and exec would pass the mask and the
+// ignored signals on). fastudy is started here with SIGUSR2 blocked and SIGPIPE, SIGUSR1 ignored.
+TEST(Signals, TheRendererStartsAsFastudysChildWithCleanSignals) {
+  // The stand-in reads its own status with the shell's `read` (a child process would show the mask
+  // the shell sets while it waits for one).
+  FakeRenderer fake("while IFS= read -r l; do case \"$l\" in SigBlk*|SigIgn*|PPid*) echo \"$l\";; esac; done "
+                    "< /proc/self/status > \"$0.status.tmp\" && mv \"$0.status.tmp\" \"$0.status\"");
+  std::vector<std::string> args{FASTUDY_EXE, "report", fake.out, "-q"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t blocked;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGUSR2);
+  posix_spawnattr_setsigmask(&attr, &blocked);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  struct sigaction ignore {}, old_pipe {}, old_usr1 {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, &old_pipe);  // ignored signals stay ignored across exec
+  ::sigaction(SIGUSR1, &ignore, &old_usr1);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, FASTUDY_EXE, nullptr, &attr, argv.data(), environ);
+  ::sigaction(SIGPIPE, &old_pipe, nullptr);
+  ::sigaction(SIGUSR1, &old_usr1, nullptr);
+  posix_spawnattr_destroy(&attr);
+  ASSERT_EQ(rc, 0);
+  const std::string status = (fake.dir / "python.status").string();
+  ASSERT_TRUE(wait_until([&] { return fs::exists(fake.ready) && fs::exists(status); }, pid)) << "the renderer never started";
+  const std::string text = slurp(status);
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  EXPECT_EQ(exit_code_of(pid), 1);
+  EXPECT_NE(text.find("PPid:\t" + std::to_string(pid) + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("SigBlk:\t0000000000000000\n"), std::string::npos) << text;
+  const auto ign = text.find("SigIgn:\t");
+  ASSERT_NE(ign, std::string::npos) << text;
+  const unsigned long long ignored = std::stoull(text.substr(ign + 8, 16), nullptr, 16);
+  for (int sig : {SIGPIPE, SIGUSR1, SIGTERM, SIGINT})
+    EXPECT_EQ(ignored & (1ULL << (sig - 1)), 0ULL) << "signal " << sig << " is ignored in the renderer: " << text;
+}
+
+// An installation without fastudy-spawn beside the program: the report says so and how to fix it,
+// before any renderer runs, and leaves nothing behind.
+TEST(Signals, AMissingSpawnHelperIsNamed) {
+  FakeRenderer fake("");
+  const fs::path alone = fake.dir / "bin";
+  fs::create_directories(alone);
+  fs::copy_file(std::string(FASTUDY_BINARY_DIR) + "/fastudy-lite", alone / "fastudy-lite");
+  const RunResult r = run_command((alone / "fastudy-lite").string() + " report " + fake.out);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("error: cannot start the report renderer: " + (alone / "fastudy-spawn").string() + " is missing"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("hint: build or install fastudy-spawn beside fastudy"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(fake.ready));
+  EXPECT_FALSE(fs::exists(fake.out + "/report.staging"));
+  EXPECT_FALSE(fs::exists(fake.out + "/fastudy.lock"));
 }
 
 // Issue 28, item 2: `train --variant V --force` redoes V only: its files go, the other variants'

@@ -183,3 +183,38 @@ TEST(CheckpointIdentity, TheReportRefusesResultsOfAnotherConfiguration) {
   EXPECT_FALSE(fs::exists(s.out + "/report.html"));
   ::unsetenv("FASTUDY_PYTHON");
 }
+
+// Careless states and arguments around a trained study, each named as what it is: a variant recorded as
+// running while no job holds the study (its job ended without recording how) is shown failed with the
+// repair; `--from -1` is no step (not a missing option); an --out that is a symbolic link loop is a
+// usage error naming it, nothing written.
+TEST(CarelessUse, RunningWithoutAJobNegativeStepsAndOutLoopsAreNamed) {
+  Study s;
+  const std::string status = s.out + "/status.csv", text = slurp(status);
+  const std::size_t at = text.find(",done,");
+  ASSERT_NE(at, std::string::npos) << text;
+  spit(status, text.substr(0, at) + ",running," + text.substr(at + 6));
+  write_checksum(status);
+  RunResult r = run_fastudy("status " + s.out);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("but no job runs the study: the job that trained it ended without recording its end"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--resume"), std::string::npos) << r.output;
+  spit(status, text);
+  write_checksum(status);
+
+  r = run_fastudy("replay " + s.out + " --variant flash-fp32 --from -1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--from -1 is not a step"), std::string::npos) << r.output;
+  r = run_fastudy("replay " + s.out + " --variant flash-fp32");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--from is required"), std::string::npos) << r.output;
+
+  const fs::path loop = s.dir / "loop";
+  fs::create_symlink(loop, loop);
+  r = run_fastudy("train " + s.grid + " --out " + loop.string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("'" + loop.string() + "' cannot be the study's output directory: Too many levels of symbolic links"),
+            std::string::npos)
+      << r.output;
+}

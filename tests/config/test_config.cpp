@@ -289,7 +289,8 @@ TEST(Config, CustomPolicyMaxOffsetReachesItsKindsAndTheHash) {
 }
 
 TEST(Config, ShippedConfigsLoad) {
-  for (const char* name : {"quick.toml", "ci.toml", "microbench.toml", "paper.toml", "repeated_max.toml"}) {
+  for (const char* name :
+       {"quick.toml", "ci.toml", "microbench.toml", "paper.toml", "paper-profile.toml", "repeated_max.toml"}) {
     SCOPED_TRACE(name);
     Study st = load_study(std::string(FASTUDY_CONFIGS) + "/" + name);
     EXPECT_FALSE(st.variants.empty());
@@ -373,7 +374,7 @@ TEST(Config, ContentHashIsFnv1a) {
 }
 
 // The policy-step table: each row sets its own member and no other, from the grid's custom policy
-// table, and the README names every step.
+// table, and the configuration reference (docs/configuration.md) names every step.
 TEST(PolicySteps, EachRowSetsExactlyItsMemberFromTheGrid) {
   for (const auto& step : kPolicySteps) {
     SCOPED_TRACE(std::string(step.name));
@@ -390,14 +391,14 @@ TEST(PolicySteps, EachRowSetsExactlyItsMemberFromTheGrid) {
   EXPECT_EQ(find_policy_step("accumulator"), nullptr);
 }
 
-TEST(PolicySteps, ReadmeNamesEveryStep) {
-  std::ifstream in(std::string(FASTUDY_CONFIGS) + "/../README.md");
+TEST(PolicySteps, ConfigurationReferenceNamesEveryStep) {
+  std::ifstream in(std::string(FASTUDY_CONFIGS) + "/../docs/configuration.md");
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string readme = ss.str();
-  ASSERT_FALSE(readme.empty());
+  const std::string reference = ss.str();
+  ASSERT_FALSE(reference.empty());
   for (const auto& step : kPolicySteps)
-    EXPECT_NE(readme.find("`" + std::string(step.name) + "`"), std::string::npos) << step.name;
+    EXPECT_NE(reference.find("`" + std::string(step.name) + "`"), std::string::npos) << step.name;
 }
 
 // [numerics] sets every variant, a grid axis overrides its field, and only a value other than the

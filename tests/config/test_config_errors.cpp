@@ -114,7 +114,7 @@ const BadCase kCases[] = {
      "must be > 0"},
     {"microbench_sweep_unknown_key", "[microbench]\n[[microbench.sweeps]]\nname = \"a\"\nseqlens = [1]\n", 4,
      "microbench.sweeps.seqlens", "did you mean `seq_lens`?"},
-    // The real-kernel keys (README "Real kernels"): what the kernels cannot run, in every build.
+    // The real-kernel keys (docs/microbench.md "Real kernels"): what the kernels cannot run, in every build.
     {"microbench_devices_without_cpu", "[microbench]\ndevices = [\"cuda\"]\n", 2, "microbench.devices",
      "devices must list \"cpu\""},
     {"microbench_unknown_device", "[microbench]\ndevices = [\"cpu\", \"gpu\"]\n", 2, "microbench.devices",
@@ -290,18 +290,30 @@ TEST(RealKernelKeys, RefusedAtLoadWhereTheBuildLacksThem) {
   }
 }
 
-// configs/gpu-microbench.toml (what scripts/gpu-check.sh runs): the comparison of README "Real kernels",
+// configs/gpu-microbench.toml (what scripts/gpu-check.sh runs): the comparison of docs/microbench.md "Real kernels",
 // loadable where the build has the CUDA kernels and a CUDA LibTorch with SDPA, refused at load otherwise.
 TEST(RealKernelKeys, GpuMicrobenchConfig) {
   const std::string path = std::string(FASTUDY_CONFIGS) + "/gpu-microbench.toml";
   if (FASTUDY_CUDA_KERNELS && FASTUDY_TORCH_SDPA && FASTUDY_TORCH_CUDA) {
     const Study st = load_study(path);
-    ASSERT_EQ(st.microbench.sweeps.size(), 1u);
+    // Shapes where PyTorch's flash forward splits the keys (B 1, H 4) and where it does not (H 64:
+    // B*H*ceil(N/64) = 256 >= 0.8 * 2 * 132 SMs), with the kernel readings fa2 and fa3 in both.
+    ASSERT_EQ(st.microbench.sweeps.size(), 2u);
     const MicrobenchSweep& sw = st.microbench.sweeps[0];
+    EXPECT_EQ(sw.name, "split_kv");
     EXPECT_EQ(sw.formats, (std::vector<Format>{Format::fp16, Format::bf16}));
     EXPECT_EQ(sw.head_dims, (std::vector<int>{64, 128}));
+    EXPECT_EQ(sw.heads * sw.batch, 4);
     EXPECT_EQ(sw.devices, (std::vector<std::string>{"cpu", "cuda"}));
     EXPECT_EQ(sw.framework.size(), 4u);
+    const MicrobenchSweep& full = st.microbench.sweeps[1];
+    EXPECT_EQ(full.name, "full_sms");
+    EXPECT_EQ(full.heads * full.batch * ((full.seq_lens.at(0) + 63) / 64), 256);
+    for (const MicrobenchSweep* s : {&sw, &full}) {
+      for (const char* reading : {"fa2", "fa3"}) {
+        EXPECT_NE(std::find(s->policies.begin(), s->policies.end(), reading), s->policies.end()) << s->name << " " << reading;
+      }
+    }
     return;
   }
   try {

@@ -2,7 +2,9 @@
 // check harness (kernels/check.hpp, the same unit-roundoff bounds as every other kernel), against the
 // host twin (the same tile math on the CPU, so equal bit for bit except lse, whose logf may differ in
 // the last bit between host and device) and against the CPU kernels of kernels/attention.hpp within
-// the harness's bound.
+// the harness's bound. The tensor-core kernels (kernels/cuda/mma_attention.hpp) on the shapes they
+// take; a difference from the twin names its first element with the block, warp, lane and register
+// fragment that wrote it (tests/gpu/mismatch.hpp).
 // Every test skips with "no CUDA device: <reason>" where no device is visible (as on CI machines).
 //
 // B batch, H heads, N sequence, d head dim.
@@ -25,6 +27,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/tile_reference.hpp"
 #include "tests/gpu/common.hpp"
+#include "tests/gpu/mismatch.hpp"
 
 namespace fastudy {
 namespace {
@@ -97,13 +100,6 @@ std::vector<float> to_host(const cuda::DeviceBuffer<float>& b) {
   return x;
 }
 
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-bool bit_equal(const std::vector<float>& a, const float* b) {
-  return std::memcmp(a.data(), b, a.size() * sizeof(float)) == 0;
-}
-
 std::size_t elements(const AttentionShape& s) {
   return static_cast<std::size_t>(s.batch * s.heads * s.seq_len * s.head_dim);
 }
@@ -169,7 +165,9 @@ void check_case(const AttentionShape& shape, const Variant& var, Format storage,
 
   std::vector<float> o_twin(size), lse_twin(rows);
   cuda_tile::attention_forward_host(shape, params, q.data(), k.data(), v.data(), o_twin.data(), lse_twin.data());
-  EXPECT_TRUE(bit_equal(o, o_twin)) << what << ": device O differs from the host twin";
+  EXPECT_EQ(first_mismatch("O", o, o_twin, shape.seq_len, shape.head_dim), "") << what << " ("
+                                                                                << cuda::attention_cuda_path(shape, params)
+                                                                                << "): device O vs the host twin";
   // lse = stats(m + logf(l)): host and device logf are each within 1 ulp; 2 ulp of fp32 relative
   // (2^-22), or of the stats format when it is coarser.
   const double lse_tol = 2.0 * std::max(unit_roundoff(policy.stats), unit_roundoff(Format::fp32)) * 2.0;
@@ -188,9 +186,14 @@ void check_case(const AttentionShape& shape, const Variant& var, Format storage,
   std::vector<float> dq(size), dk(size), dv(size);
   cuda_tile::attention_backward_host(shape, params, q.data(), k.data(), v.data(), back.o.data(), back.lse.data(),
                                      g.data(), dq.data(), dk.data(), dv.data());
-  EXPECT_TRUE(bit_equal(dq, back.grad.data())) << what << ": device dQ differs from the host twin";
-  EXPECT_TRUE(bit_equal(dk, back.grad.data() + size)) << what << ": device dK differs from the host twin";
-  EXPECT_TRUE(bit_equal(dv, back.grad.data() + 2 * size)) << what << ": device dV differs from the host twin";
+  const char* names[3] = {"dQ", "dK", "dV"};
+  const std::vector<float>* twin[3] = {&dq, &dk, &dv};
+  for (int x = 0; x < 3; ++x) {
+    const std::vector<float> device(back.grad.begin() + static_cast<std::ptrdiff_t>(x * size),
+                                    back.grad.begin() + static_cast<std::ptrdiff_t>((x + 1) * size));
+    EXPECT_EQ(first_mismatch(names[x], device, *twin[x], shape.seq_len, shape.head_dim), "")
+        << what << " (" << cuda::attention_cuda_path(shape, params) << "): device vs the host twin";
+  }
 }
 
 TEST_F(CudaAttention, EveryVariantFormatAndPolicyMatchesHostTwin) {
@@ -217,6 +220,40 @@ TEST_F(CudaAttention, LargeTilesUseOptInSharedMemory) {
   shape.head_dim = 128;
   check_case(shape, kVariants[1], Format::bf16, make_policy("mixed", Format::bf16, AttentionKind::flash), 64, 64);
   check_case(shape, kVariants[2], Format::bf16, make_policy("fa2", Format::bf16, AttentionKind::flash), 64, 64);
+}
+
+// The tensor-core kernels: every reading with tensor-core products, both loop orders of the framework
+// loops, fp16 and bf16, causal and not, N not a multiple of the 64-row blocks, d 64 (KV tiles up to 128)
+// and 128 (up to 64), fp16/bf16 tensors and fp32 tensors rounded on load; bit for bit with the twin.
+TEST_F(CudaAttention, TensorCoreReadingsMatchHostTwin) {
+  struct Tiles {
+    std::int64_t n, d;
+    int block_q, block_kv;
+  };
+  const Tiles tiles[] = {{100, 64, 64, 128}, {130, 128, 64, 64}, {96, 64, 32, 16}};
+  for (const Tiles& t : tiles)
+    for (bool causal : {true, false}) {
+      AttentionShape shape;
+      shape.batch = 1;
+      shape.heads = 2;
+      shape.seq_len = t.n;
+      shape.head_dim = t.d;
+      shape.causal = causal;
+      for (const Variant& var : kVariants) {
+        if (var.attention != AttentionKind::flash) continue;
+        for (Format f : {Format::bf16, Format::fp16})
+          for (const char* reading : {"fa2", "fa3", "mixed", "eager"}) {
+            const bool kernel = std::string(reading) == "fa2" || std::string(reading) == "fa3";
+            if (kernel && var.order == LoopOrder::kv_outer) continue;  // the kernels have one order
+            const PrecisionPolicy policy = make_policy(reading, f, var.attention);
+            const AttentionParams params = var.params(policy, t.block_q, t.block_kv);
+            EXPECT_STREQ(cuda::attention_cuda_path(shape, params), "tensor cores") << reading;
+            check_case(shape, var, f, policy, t.block_q, t.block_kv);
+          }
+      }
+      check_case(shape, kVariants[2], Format::fp32, make_policy("fa2", Format::bf16, AttentionKind::flash),
+                 t.block_q, t.block_kv);
+    }
 }
 
 // Checked before any CUDA call: runs without a device too.

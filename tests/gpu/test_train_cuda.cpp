@@ -6,7 +6,10 @@
 //     of cuBLAS and OpenBLAS add in other orders, so bits may differ), for fp32 and bf16 (mixed flash
 //     on the CUDA kernels), and the native bf16 step within the bf16 bound of the emulated one;
 //   - a GPU run is reproducible: 4 steps twice, and 2 + resume + 2, give the same bits;
-//   - a checkpoint written on the GPU resumes on the CPU and back: the restored state is the same bytes.
+//   - a checkpoint written on the GPU resumes on the CPU and back: the restored state is the same bytes;
+//   - --cuda-graph: steps replayed from a CUDA graph give the bits of the steps run op by op (emulated
+//     and native, fa2 on the tensor cores and mixed, with gradient accumulation and an fp16 loss scale
+//     that changes); --profile times the phases on the device too.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -19,6 +22,7 @@
 #include "kernels/format.hpp"
 #include "src/train/engine.hpp"
 #include "src/train/model.hpp"
+#include "src/train/profile.hpp"
 #include "tests/train/tiny.hpp"
 
 namespace fastudy::train {
@@ -110,6 +114,62 @@ TEST(TrainCuda, CheckpointsMoveBetweenGpuAndCpu) {
   Engine back(v, on_gpu(), &from_cpu);  // and back
   expect_identical(from_cpu, back.state());
   EXPECT_TRUE(std::isfinite(back.step().log.loss));
+}
+
+// Steps from a CUDA graph against the same steps op by op: the same weights, moments and logs, bit for
+// bit; the graph was really used (uses_cuda_graph) and the fp16 loss scale's changes re-capture it.
+TEST(TrainCuda, CudaGraphStepsGiveTheBitsOfStepsOpByOp) {
+  REQUIRE_CUDA();
+  struct Case {
+    const char* policy;
+    Format precision;
+    Arithmetic arithmetic;
+    int grad_accum;
+  };
+  for (const Case& c : {Case{"fa2", Format::bf16, Arithmetic::emulated, 1}, Case{"fa2", Format::bf16, Arithmetic::native, 1},
+                        Case{"mixed", Format::bf16, Arithmetic::emulated, 2}, Case{"eager", Format::fp16, Arithmetic::emulated, 1},
+                        Case{"mixed", Format::fp32, Arithmetic::emulated, 1}}) {
+    Variant v = tiny_variant(AttentionKind::flash, c.precision);
+    v.attention_cfg.policy = c.policy;
+    v.model.heads = 1;  // head dim 16 and 16 x 16 tiles: the tensor-core kernels (fp16/bf16 readings)
+    v.attention_cfg.block_q = v.attention_cfg.block_kv = 16;
+    v.train.arithmetic = c.arithmetic;
+    v.train.grad_accum = c.grad_accum;
+    v.train.loss_scale_window = 2;  // fp16: the scale doubles every two steps (a new capture)
+    TrainHooks graph_hooks = on_gpu();
+    graph_hooks.cuda_graph = true;
+    Engine eager(v, on_gpu(), nullptr), graph(v, graph_hooks, nullptr);
+    ASSERT_TRUE(graph.uses_cuda_graph()) << c.policy;
+    EXPECT_FALSE(eager.uses_cuda_graph());
+    for (int i = 0; i < 5; ++i) {
+      const StepLog a = eager.step().log, b = graph.step().log;
+      EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof a.loss), 0) << c.policy << " step " << i + 1 << ": " << a.loss << " vs " << b.loss;
+      EXPECT_EQ(std::memcmp(&a.grad_norm, &b.grad_norm, sizeof a.grad_norm), 0) << c.policy << " step " << i + 1;
+      EXPECT_EQ(a.loss_scale, b.loss_scale) << c.policy;
+    }
+    expect_identical(eager.state(), graph.state());
+  }
+}
+
+TEST(TrainCuda, ProfileTimesThePhasesOnTheDevice) {
+  REQUIRE_CUDA();
+  TrainHooks hooks = on_gpu();
+  hooks.profile = true;
+  Variant v = tiny_variant(AttentionKind::flash, Format::bf16);
+  Engine e(v, hooks, nullptr);
+  for (int i = 0; i < 3; ++i) e.step();
+  const TrainProfile p = e.profile();
+  EXPECT_EQ(p.steps, 2);
+  EXPECT_TRUE(p.device);
+  double step_device = -1, attention_device = -1;
+  for (const PhaseTime& ph : p.phases) {
+    if (ph.phase == "step") step_device = ph.device_ms;
+    if (ph.phase == "attention" && attention_device < 0) attention_device = ph.device_ms;
+  }
+  EXPECT_GT(step_device, 0.0);
+  EXPECT_GT(attention_device, 0.0);
+  EXPECT_LT(attention_device, step_device);
+  std::cout << format_profile(v.id, p);
 }
 
 }  // namespace

@@ -258,7 +258,7 @@ TEST_F(Import, AChangedFileIsNoticedByTheNextReduce) {
   const RunResult again = run_fastudy("reduce " + out("changed").string());
   fs::copy_file(saved, victim, fs::copy_options::overwrite_existing);
   ASSERT_EQ(again.code, 0) << again.output;
-  EXPECT_NE(again.output.find("imported file " + victim.string() + " changed since the study's last reduce"), std::string::npos)
+  EXPECT_NE(again.output.find("imported file '" + victim.string() + "' changed since the study's last reduce"), std::string::npos)
       << again.output;
   EXPECT_EQ(again.output.find("math-fp32-s1/step_20.safetensors changed"), std::string::npos) << again.output;
   // `run` on the same folder without --resume is refused as for any study; with --resume it goes on.

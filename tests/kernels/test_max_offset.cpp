@@ -96,7 +96,7 @@ AttentionParams params_of(const Kernel& k, Format f, double beta, int block) {
   return params;
 }
 
-// The signed error (bias) of O at bf16, round to nearest, on repeated_max (the README's setup: every
+// The signed error (bias) of O at bf16, round to nearest, on repeated_max (docs/benchmarks.md's setup: every
 // row's largest logit, 10, shared by keys 0 to 3; V ~ N(-1, 1)), mean over 2 trials, without and with
 // beta = 2. Measured 2026-11-25 (AVX-512 build), mean_signed off -> on:
 //   eager q_outer -1.77e-3 -> -1.81e-3, eager kv_outer -1.77e-3 -> -1.76e-3, mixed -5.2e-5 -> -5.2e-5,

@@ -193,7 +193,7 @@ def write_reduce(out, attention_w1=1e-5, left_out=("flash-bf16-s2: loss is NaN a
     per_step = {s: {t: matrices(vs, s, attention_w1, scale=1 + k) for k, t in enumerate(TENSORS + ["model"])}
                 for s in STEPS}
     with h5py.File(out / "deviation.h5", "w") as f:
-        f.attrs["format"] = "fastudy-deviation/1"
+        f.attrs["format"] = "fastudy-deviation/2"
         f.attrs["provenance"] = PROVENANCE.format(phase="reduce")
         f.attrs["config_hash"] = "00000000deadbeef"
         f.attrs["variants"] = "".join(v + "\n" for v, _ in vs)
@@ -202,8 +202,9 @@ def write_reduce(out, attention_w1=1e-5, left_out=("flash-bf16-s2: loss is NaN a
         for s, tensors in per_step.items():
             g = f.create_group(f"steps/{s}")
             g.attrs["step"] = np.int64(s)
-            for t, mats in tensors.items():
-                tg = g.create_group(t)
+            for k, (t, mats) in enumerate(tensors.items()):
+                tg = g.create_group(str(k))
+                tg.attrs["name"] = t
                 for m, a in mats.items():
                     tg.create_dataset(m, data=a)
     lines = [PROVENANCE.format(phase="reduce") + "step,tensor,variant_a,variant_b,w1,w2,max_abs,mean_abs,rel_l2"]

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "src/runtime/mpi.hpp"
+#include "src/runtime/gpu.hpp"
+#include "src/runtime/placement.hpp"
 #include "src/runtime/reducer.hpp"
 
 namespace fastudy {
@@ -222,6 +224,29 @@ TEST(Reducer, NcclOrUnknownBackendIsAClearError) {
     EXPECT_NE(e.hint().find("mpi"), std::string::npos);
   }
   EXPECT_THROW(make_reducer(world, "gloo"), UsageError);
+}
+
+// Every rank's placement, gathered in rank order: its host, and with want_gpu the node-local rank's
+// GPU where it has one (on a machine without a GPU, or without want_gpu: the CPU, device -1).
+TEST(Placement, GatheredInRankOrderWithTheLocalRanksGpu) {
+  Comm world = Comm::world();
+  const auto hosts = world.allgather(mpi::processor_name());
+  for (const bool want_gpu : {false, true}) {
+    const auto placements = gather_placements(world, want_gpu);
+    ASSERT_EQ(placements.size(), static_cast<std::size_t>(world.size()));
+    const auto local = local_ranks(hosts);
+    for (std::size_t r = 0; r < placements.size(); ++r) {
+      EXPECT_EQ(placements[r].host, hosts[r]) << r;
+      if (!want_gpu || !rank_has_gpu()) {
+        EXPECT_EQ(placements[r].device, -1) << r;
+        EXPECT_EQ(placements[r].gpu, "") << r;
+      } else if (static_cast<int>(r) == world.rank()) {
+        const int l = local_rank_from_env() >= 0 ? local_rank_from_env() : local[r];
+        EXPECT_EQ(placements[r].device, device_of_local_rank(l, visible_gpus()));
+        EXPECT_EQ(placements[r].gpu, gpu_bus_id(placements[r].device));
+      }
+    }
+  }
 }
 
 }  // namespace

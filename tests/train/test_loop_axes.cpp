@@ -1,4 +1,4 @@
-// The training-loop axes (README "Training-loop axes"): dp_width, allreduce, grad_accum, repeat.
+// The training-loop axes (docs/configuration.md "Training-loop axes"): dp_width, allreduce, grad_accum, repeat.
 // Their effect on a tiny model is exactly the documented arithmetic: the flat gradient of the first
 // step equals a reference built by hand here (per-shard gradients by LibTorch autograd on a second
 // copy of the model, summed in the documented order by plain loops), bit for bit. No tolerances: the
@@ -97,7 +97,7 @@ class Reference {
   train::AttentionSetup setup_;
 };
 
-// The documented orders, written out for W = 4 (README "Training-loop axes"), then / W.
+// The documented orders, written out for W = 4 (docs/configuration.md "Training-loop axes"), then / W.
 std::vector<float> reduce_by_hand(const std::vector<std::vector<float>>& g, const std::string& order) {
   const std::size_t n = g[0].size();
   EXPECT_EQ(g.size(), 4u);

@@ -97,7 +97,7 @@ std::string compared_reading(const std::string& algorithm) {
   return "eager" + ops + " baseline";
 }
 
-// The promise of the eager reading (README "Real kernels"): at bf16, the framework's ops give the
+// The promise of the eager reading (docs/microbench.md "Real kernels"): at bf16, the framework's ops give the
 // reading's bits (run with the code's scale placement and LibTorch's ops) on at least 99% of the output
 // elements, forward, on normal and outlier inputs, with and without causal masking, with the scale
 // 1/sqrt(64) = 1/8 exact and 1/sqrt(48) not a bf16 value. The rest differ where LibTorch's fused

@@ -289,11 +289,6 @@ PairwisePartials::PairwisePartials(std::size_t variants, std::vector<VariantPair
   maxima_.assign(pair_count(), 0.0);
 }
 
-std::size_t PairwisePartials::pair_index(std::size_t i, std::size_t j) const {
-  const auto it = std::lower_bound(pairs_.begin(), pairs_.end(), VariantPair{i, j});
-  return it != pairs_.end() && *it == VariantPair{i, j} ? static_cast<std::size_t>(it - pairs_.begin()) : pairs_.size();
-}
-
 void PairwisePartials::combine(const PairwisePartials& other) {
   if (other.variants_ != variants_ || other.pairs_ != pairs_)
     throw DistanceError("PairwisePartials::combine: " + std::to_string(variants_) + " variants and " +

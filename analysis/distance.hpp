@@ -233,8 +233,6 @@ class PairwisePartials {
   std::size_t variants() const { return variants_; }
   std::size_t pair_count() const { return pairs_.size(); }
   const std::vector<VariantPair>& pairs() const { return pairs_; }
-  // The position of pair (i, j), i < j, in pairs(); pair_count() when it is not listed.
-  std::size_t pair_index(std::size_t i, std::size_t j) const;
   // Whether variant v takes part in a listed pair.
   bool uses(std::size_t v) const { return used_[v] != 0; }
 

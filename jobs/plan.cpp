@@ -194,8 +194,9 @@ void measure_import_reads(const Study& st, const ReducePlan& plan, double stored
 }
 
 // An imported study: every file checked as reduce checks it (bad input exits 2 here as there), then
-// what reduce would compare: runs, steps, tensors and the bytes it reads.
-int plan_imported(const JobContext& ctx) {
+// what reduce would compare: runs, steps, tensors and the bytes it reads, and the reduce's estimate on
+// `ranks` ranks.
+int plan_imported(const JobContext& ctx, int ranks) {
   const Study& st = *ctx.study;
   ImportCheck check = check_imports(st, nullptr);
   choose_reduce_work(st, check.plan);
@@ -223,9 +224,9 @@ int plan_imported(const JobContext& ctx) {
     os << line;
   }
   const double stored = static_cast<double>(check.data_bytes) / static_cast<double>(elements * p.variants.size() * p.steps.size());
-  ReduceRates rates = measure_reduce_rates(p.f64 ? 8 : 4, ctx.opts.ranks);
+  ReduceRates rates = measure_reduce_rates(p.f64 ? 8 : 4, ranks);
   measure_import_reads(st, p, stored, rates);
-  os << "\n" << reduce_estimate_text(p, stored, rates, ctx.opts.ranks);
+  os << "\n" << reduce_estimate_text(p, stored, rates, ranks);
   std::cout << os.str();
   return kExitOk;
 }
@@ -238,7 +239,7 @@ int job_plan(JobContext& ctx) {
   if (ctx.opts.measure_steps < 0)
     throw UsageError("--measure-steps must be >= 0 (got " + std::to_string(ctx.opts.measure_steps) + ")",
                      "0 leaves the time estimate out");
-  if (st.imported()) return plan_imported(ctx);
+  if (st.imported()) return plan_imported(ctx, ranks);
   const int rpv = st.train.ranks_per_variant;
   if (ranks % rpv != 0)
     throw UsageError(std::to_string(ranks) + " ranks cannot be split into groups of ranks_per_variant = " +

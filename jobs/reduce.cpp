@@ -578,11 +578,19 @@ TaskResults collect_results(const ReducePlan& plan, const std::vector<std::strin
 }
 
 // The ranking of the axes on the whole-model matrices (W1 and max |d| of every step); the left-out
-// variants become notes.
+// variants become notes. Without the whole model ([reduce] whole_model = false) there is nothing to
+// rank: no rows, no verdict, no twins, and a note that says why.
 Ranking rank_axes(const ReducePlan& plan, const TaskResults& results, const std::vector<RankingAxis>& axes) {
+  Ranking ranking;
+  if (!plan.whole_model) {
+    ranking.notes.push_back("[reduce] whole_model = false: the ranking and the verdict rest on the whole-model distances, "
+                            "which were not computed");
+    for (const auto& l : plan.left_out) ranking.notes.push_back("left out " + l);
+    return ranking;
+  }
   const std::size_t T = plan.tensors.size();
   std::vector<StepMatrices> sm;
-  for (std::size_t si = 0; si < plan.steps.size() && plan.whole_model; ++si) {
+  for (std::size_t si = 0; si < plan.steps.size(); ++si) {
     const auto& m = results[si * T + (T - 1)];
     StepMatrices s;
     s.step = plan.steps[si];
@@ -590,10 +598,7 @@ Ranking rank_axes(const ReducePlan& plan, const TaskResults& results, const std:
     s.max_abs = task_matrix(plan, m, 2);
     sm.push_back(std::move(s));
   }
-  Ranking ranking = rank_deviation_sources(axes, ranking_variants(plan.variants), sm);
-  if (!plan.whole_model)
-    ranking.notes.insert(ranking.notes.begin(), "[reduce] whole_model = false: the ranking and the verdict rest on the "
-                                                "whole-model distances, which were not computed");
+  ranking = rank_deviation_sources(axes, ranking_variants(plan.variants), sm);
   for (const auto& l : plan.left_out) ranking.notes.push_back("left out " + l);
   return ranking;
 }

@@ -3,8 +3,9 @@
 // enough to be sorted over all ranks): the same bits on 1, 2 and 4 ranks; pairs on demand (the
 // verdict's 24 of 66 pairs by default, "all", or the verdict's plus a list) with the same ranking and
 // verdict whichever pairs are computed; metrics choosing the columns; per_tensor and whole_model
-// leaving out what they say; every bad value an exit 2 naming the key, before anything is written; and
-// `fastudy plan` printing the pairs and the reduce's estimate.
+// leaving out what they say; every bad value an exit 2 naming the key, before anything is written;
+// `fastudy plan` printing the pairs and the reduce's estimate; and the verdict the same bits as before
+// pairs on demand (reduce_golden/).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -103,6 +104,15 @@ TEST_F(Reduce, OneTwoAndFourRanksGiveTheSameBits) {
     for (const char* file : {"deviation.csv", "ranking.csv", "verdict.csv", "twins.csv"})
       EXPECT_EQ(data_lines(out(name) / file), data_lines(one / file)) << file;
   }
+}
+
+// The ranking, the verdict (its intervals included) and the twins are the bits fastudy wrote before it
+// computed pairs on demand and sorted the whole model over the ranks (reduce_golden/, recorded then on
+// these runs); numbers are compared as written, 17 significant digits.
+TEST_F(Reduce, TheVerdictIsTodaysBitForBit) {
+  const fs::path one = reference();
+  for (const char* file : {"ranking.csv", "verdict.csv", "twins.csv"})
+    EXPECT_EQ(data_lines(one / file), data_lines(fs::path(FASTUDY_SOURCE_DIR "/tests/cli/reduce_golden") / file)) << file;
 }
 
 TEST_F(Reduce, PairsAllComputesEveryPairAndChangesNoVerdict) {
@@ -205,13 +215,13 @@ TEST_F(Reduce, BadReduceOptionsExitTwoBeforeAnythingIsWritten) {
     std::string reduce;
     std::vector<std::string> texts;
   } rows[] = {
-      {"pairs = \"some\"\n", {"reduce.pairs", "must be \"verdict\"", "(got \"some\")"}},
-      {"pairs = 3\n", {"reduce.pairs", "(got an integer)"}},
-      {"pairs = []\n", {"reduce.pairs", "empty list"}},
-      {"pairs = [[\"math-fp32-s1\"]]\n", {"reduce.pairs", "a pair of variant ids"}},
-      {"pairs = [[\"math-fp32-s1\", \"math-fp32-s1\"]]\n", {"reduce.pairs", "with itself"}},
-      {"pairs = [[\"math-fp32-s1\", \"flash-fp32-s1\"]]\n", {"reduce.pairs", "\"flash-fp32-s1\", which the grid does not have"}},
-      {"metrics = [\"w2\"]\n", {"reduce.metrics", "must include \"w1\""}},
+      {"pairs = \"some\"\n", {"[reduce] pairs", "must be \"verdict\"", "(got \"some\")"}},
+      {"pairs = 3\n", {"[reduce] pairs", "(got an integer)"}},
+      {"pairs = []\n", {"[reduce] pairs", "empty list"}},
+      {"pairs = [[\"math-fp32-s1\"]]\n", {"[reduce] pairs", "a pair of variant ids"}},
+      {"pairs = [[\"math-fp32-s1\", \"math-fp32-s1\"]]\n", {"[reduce] pairs", "with itself"}},
+      {"pairs = [[\"math-fp32-s1\", \"flash-fp32-s1\"]]\n", {"[reduce] pairs", "\"flash-fp32-s1\", which the grid does not have"}},
+      {"metrics = [\"w2\"]\n", {"[reduce] metrics", "must include \"w1\""}},
       {"metrics = [\"w1\", \"w3\"]\n", {"reduce.metrics", "w3"}},
       {"per_tensor = false\nwhole_model = false\n", {"cannot both be false"}},
       {"whole_model = \"yes\"\n", {"reduce.whole_model"}},
@@ -240,6 +250,12 @@ TEST_F(Reduce, PlanPrintsThePairsAndTheEstimate) {
   r = run_fastudy("plan " + grid("plan-all", "pairs = \"all\"\nper_tensor = false\n"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("reduce: 66 of 66 pairs (all) x 2 steps, no tensor and the whole model"), std::string::npos) << r.output;
+  // A study fastudy trains: the demo-sized CI grid (2 x 2 x 2 variants; attention, precision and seed
+  // pairs 4 each), its checkpoint steps 10 and 20.
+  r = run_fastudy("plan " FASTUDY_SOURCE_DIR "/configs/ci.toml --ranks 2 --measure-steps 0");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("reduce: 12 of 28 pairs (the verdict's) x 2 steps, "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("reduce estimate on 2 ranks, a core each: "), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -264,28 +264,46 @@ IndexRange block_aligned_part(std::size_t n, std::size_t parts, std::size_t part
 
 // ---- PairwisePartials ---------------------------------------------------------------------------
 
-PairwisePartials::PairwisePartials(std::size_t variants)
-    : variants_(variants),
-      sums_(pair_count() * kPairSums + variants * kExactLimbs, 0),
-      maxima_(pair_count(), 0.0) {}
+std::vector<VariantPair> all_pairs(std::size_t variants) {
+  std::vector<VariantPair> out;
+  for (std::size_t i = 0; i < variants; ++i)
+    for (std::size_t j = i + 1; j < variants; ++j) out.emplace_back(i, j);
+  return out;
+}
 
-std::size_t PairwisePartials::pair_index(std::size_t i, std::size_t j) const {
-  return i * (2 * variants_ - i - 1) / 2 + (j - i - 1);
+PairwisePartials::PairwisePartials(std::size_t variants) : PairwisePartials(variants, all_pairs(variants)) {}
+
+PairwisePartials::PairwisePartials(std::size_t variants, std::vector<VariantPair> pairs)
+    : variants_(variants), pairs_(std::move(pairs)), used_(variants, 0) {
+  std::sort(pairs_.begin(), pairs_.end());
+  for (std::size_t p = 0; p < pairs_.size(); ++p) {
+    const auto [i, j] = pairs_[p];
+    if (!(i < j && j < variants))
+      throw DistanceError("PairwisePartials: pair (" + std::to_string(i) + ", " + std::to_string(j) + ") of " +
+                          std::to_string(variants) + " variants is not i < j < variants");
+    if (p > 0 && pairs_[p - 1] == pairs_[p])
+      throw DistanceError("PairwisePartials: pair (" + std::to_string(i) + ", " + std::to_string(j) + ") is listed twice");
+    used_[i] = used_[j] = 1;
+  }
+  sums_.assign(pair_count() * kPairSums + variants * kExactLimbs, 0);
+  maxima_.assign(pair_count(), 0.0);
 }
 
 void PairwisePartials::combine(const PairwisePartials& other) {
-  if (other.variants_ != variants_)
-    throw DistanceError("PairwisePartials::combine: " + std::to_string(variants_) + " vs " +
-                        std::to_string(other.variants_) + " variants");
+  if (other.variants_ != variants_ || other.pairs_ != pairs_)
+    throw DistanceError("PairwisePartials::combine: " + std::to_string(variants_) + " variants and " +
+                        std::to_string(pair_count()) + " pairs vs " + std::to_string(other.variants_) + " and " +
+                        std::to_string(other.pair_count()));
   for (std::size_t k = 0; k < sums_.size(); ++k) sums_[k] += other.sums_[k];
   for (std::size_t k = 0; k < maxima_.size(); ++k) maxima_[k] = std::max(maxima_[k], other.maxima_[k]);
   if (w2_ == W2::unknown || other.w2_ == W2::no) w2_ = other.w2_;
 }
 
 void PairwisePartials::combine_elementwise(const PairwisePartials& other) {
-  if (other.variants_ != variants_)
-    throw DistanceError("PairwisePartials::combine_elementwise: " + std::to_string(variants_) + " vs " +
-                        std::to_string(other.variants_) + " variants");
+  if (other.variants_ != variants_ || other.pairs_ != pairs_)
+    throw DistanceError("PairwisePartials::combine_elementwise: " + std::to_string(variants_) + " variants and " +
+                        std::to_string(pair_count()) + " pairs vs " + std::to_string(other.variants_) + " and " +
+                        std::to_string(other.pair_count()));
   for (std::size_t p = 0; p < pair_count(); ++p) {
     std::int64_t* s = &sums_[p * kPairSums];
     const std::int64_t* o = &other.sums_[p * kPairSums];
@@ -314,31 +332,35 @@ PairwiseMatrix PairwisePartials::finalize() const {
     if (den > 0) return std::sqrt(num) / std::sqrt(den);
     return num > 0 ? std::numeric_limits<double>::infinity() : 0.0;
   };
-  for (std::size_t i = 0; i < V; ++i) {
-    for (std::size_t j = i + 1; j < V; ++j) {
-      const std::int64_t* s = &sums_[pair_index(i, j) * kPairSums];
-      PairMetrics m;
-      m.count_sorted = static_cast<std::uint64_t>(s[kCountSorted]);
-      m.count = static_cast<std::uint64_t>(s[kCount]);
-      m.nonfinite = static_cast<std::uint64_t>(s[kNonfinite]);
-      m.nonfinite_sorted = static_cast<std::uint64_t>(s[kNonfiniteSorted]);
-      const bool sorted_ok = m.count_sorted > 0 && m.nonfinite_sorted == 0;
-      const double ns = static_cast<double>(m.count_sorted);
-      m.w1 = sorted_ok ? exact_value(s + kSortedAbs) / ns : nan;
-      m.w2 = sorted_ok && has_w2() ? std::sqrt(exact_value(s + kSortedSq) / ns) : nan;
-      const double sq = exact_value(s + kSq);
-      if (m.count > 0) {
-        m.max_abs = maxima_[pair_index(i, j)];
-        m.mean_abs = exact_value(s + kAbs) / static_cast<double>(m.count);
-      } else {
-        m.max_abs = m.mean_abs = nan;
-      }
-      PairMetrics mt = m;
-      m.rel_l2 = m.count > 0 ? ratio(sq, norm2[j]) : nan;
-      mt.rel_l2 = m.count > 0 ? ratio(sq, norm2[i]) : nan;
-      out.pairs[i * V + j] = m;
-      out.pairs[j * V + i] = mt;
+  PairMetrics missing;
+  missing.w1 = missing.w2 = missing.max_abs = missing.mean_abs = missing.rel_l2 = nan;
+  for (std::size_t i = 0; i < V; ++i)
+    for (std::size_t j = 0; j < V; ++j)
+      if (i != j) out.pairs[i * V + j] = missing;
+  for (std::size_t p = 0; p < pair_count(); ++p) {
+    const auto [i, j] = pairs_[p];
+    const std::int64_t* s = &sums_[p * kPairSums];
+    PairMetrics m;
+    m.count_sorted = static_cast<std::uint64_t>(s[kCountSorted]);
+    m.count = static_cast<std::uint64_t>(s[kCount]);
+    m.nonfinite = static_cast<std::uint64_t>(s[kNonfinite]);
+    m.nonfinite_sorted = static_cast<std::uint64_t>(s[kNonfiniteSorted]);
+    const bool sorted_ok = m.count_sorted > 0 && m.nonfinite_sorted == 0;
+    const double ns = static_cast<double>(m.count_sorted);
+    m.w1 = sorted_ok ? exact_value(s + kSortedAbs) / ns : nan;
+    m.w2 = sorted_ok && has_w2() ? std::sqrt(exact_value(s + kSortedSq) / ns) : nan;
+    const double sq = exact_value(s + kSq);
+    if (m.count > 0) {
+      m.max_abs = maxima_[p];
+      m.mean_abs = exact_value(s + kAbs) / static_cast<double>(m.count);
+    } else {
+      m.max_abs = m.mean_abs = nan;
     }
+    PairMetrics mt = m;
+    m.rel_l2 = m.count > 0 ? ratio(sq, norm2[j]) : nan;
+    mt.rel_l2 = m.count > 0 ? ratio(sq, norm2[i]) : nan;
+    out.pairs[i * V + j] = m;
+    out.pairs[j * V + i] = mt;
   }
   return out;
 }
@@ -360,31 +382,30 @@ void accumulate_sorted(const SortedSet<T>& set, std::size_t begin, std::size_t e
   const bool w2 = which == SortedMetrics::w1_w2;
   partials.note_sorted_metrics(which);
   std::int64_t* sums = partials.sums();
+  const std::vector<VariantPair>& pairs = partials.pairs();
   std::vector<char> finite(V);
   for_each_block(begin, end, [&](std::size_t b0, std::size_t b1) {
     const std::size_t len = b1 - b0;
     for (std::size_t v = 0; v < V; ++v)
-      finite[v] = set.nonfinite(v) == 0 || all_finite(set.window(v) + (b0 - w0), len);
-    std::size_t p = 0;
-    for (std::size_t i = 0; i < V; ++i) {
+      finite[v] = partials.uses(v) && (set.nonfinite(v) == 0 || all_finite(set.window(v) + (b0 - w0), len));
+    for (std::size_t p = 0; p < pairs.size(); ++p) {
+      const auto [i, j] = pairs[p];
       const T* a = set.window(i) + (b0 - w0);
-      for (std::size_t j = i + 1; j < V; ++j, ++p) {
-        std::int64_t* s = sums + p * PairwisePartials::kPairSums;
-        double sa = 0, sq = 0;
-        std::uint64_t skipped = 0;
-        const T* b = set.window(j) + (b0 - w0);
-        if (finite[i] && finite[j]) sorted_kernel(a, b, len, &sa, w2 ? &sq : nullptr);
-        if (!(finite[i] && finite[j]) || !std::isfinite(sa) || !std::isfinite(sq))
-          sorted_slow(a, b, len, &sa, w2 ? &sq : nullptr, &skipped);
-        if (!std::isfinite(sa) || !std::isfinite(sq)) {
-          skipped = len;
-          sa = sq = 0;
-        }
-        s[kNonfiniteSorted] += static_cast<std::int64_t>(skipped);
-        exact_add(s + kSortedAbs, sa);
-        if (w2) exact_add(s + kSortedSq, sq);
-        s[kCountSorted] += static_cast<std::int64_t>(len);
+      std::int64_t* s = sums + p * PairwisePartials::kPairSums;
+      double sa = 0, sq = 0;
+      std::uint64_t skipped = 0;
+      const T* b = set.window(j) + (b0 - w0);
+      if (finite[i] && finite[j]) sorted_kernel(a, b, len, &sa, w2 ? &sq : nullptr);
+      if (!(finite[i] && finite[j]) || !std::isfinite(sa) || !std::isfinite(sq))
+        sorted_slow(a, b, len, &sa, w2 ? &sq : nullptr, &skipped);
+      if (!std::isfinite(sa) || !std::isfinite(sq)) {
+        skipped = len;
+        sa = sq = 0;
       }
+      s[kNonfiniteSorted] += static_cast<std::int64_t>(skipped);
+      exact_add(s + kSortedAbs, sa);
+      if (w2) exact_add(s + kSortedSq, sq);
+      s[kCountSorted] += static_cast<std::int64_t>(len);
     }
   });
   for (std::size_t p = 0; p < partials.pair_count(); ++p) {
@@ -406,42 +427,43 @@ void accumulate_elementwise(const std::vector<const T*>& values, std::size_t beg
   std::int64_t* sums = partials.sums();
   std::int64_t* norms = sums + partials.pair_count() * PairwisePartials::kPairSums;
   double* maxima = partials.maxima();
+  const std::vector<VariantPair>& pairs = partials.pairs();
   std::vector<char> finite(V);
   for_each_block(begin, end, [&](std::size_t b0, std::size_t b1) {
     const std::size_t len = b1 - b0;
     for (std::size_t v = 0; v < V; ++v) {
+      if (!partials.uses(v)) continue;
       finite[v] = all_finite(values[v] + (b0 - offset), len);
       double q = finite[v] ? squares_kernel(values[v] + (b0 - offset), len) : 0.0;
       if (!finite[v] || !std::isfinite(q)) q = squares_slow(values[v] + (b0 - offset), len);
       if (std::isfinite(q)) exact_add(norms + v * kExactLimbs, q);
     }
-    std::size_t p = 0;
-    for (std::size_t i = 0; i < V; ++i) {
+    for (std::size_t p = 0; p < pairs.size(); ++p) {
+      const auto [i, j] = pairs[p];
       const T* a = values[i] + (b0 - offset);
-      for (std::size_t j = i + 1; j < V; ++j, ++p) {
-        std::int64_t* s = sums + p * PairwisePartials::kPairSums;
-        double sa = 0, sq = 0, mx = 0;
-        std::uint64_t skipped = 0;
-        if (finite[i] && finite[j]) elementwise_kernel(a, values[j] + (b0 - offset), len, &sa, &sq, &mx);
-        if (!(finite[i] && finite[j]) || !std::isfinite(sq))
-          elementwise_slow(a, values[j] + (b0 - offset), len, &sa, &sq, &mx, &skipped);
-        if (!std::isfinite(sq)) {  // 2048 squares near DBL_MAX: the whole block is out of range
-          skipped = len;
-          sa = sq = mx = 0;
-        }
-        exact_add(s + kAbs, sa);
-        exact_add(s + kSq, sq);
-        maxima[p] = std::max(maxima[p], mx);
-        s[kCount] += static_cast<std::int64_t>(len - skipped);
-        s[kNonfinite] += static_cast<std::int64_t>(skipped);
+      std::int64_t* s = sums + p * PairwisePartials::kPairSums;
+      double sa = 0, sq = 0, mx = 0;
+      std::uint64_t skipped = 0;
+      if (finite[i] && finite[j]) elementwise_kernel(a, values[j] + (b0 - offset), len, &sa, &sq, &mx);
+      if (!(finite[i] && finite[j]) || !std::isfinite(sq))
+        elementwise_slow(a, values[j] + (b0 - offset), len, &sa, &sq, &mx, &skipped);
+      if (!std::isfinite(sq)) {  // 2048 squares near DBL_MAX: the whole block is out of range
+        skipped = len;
+        sa = sq = mx = 0;
       }
+      exact_add(s + kAbs, sa);
+      exact_add(s + kSq, sq);
+      maxima[p] = std::max(maxima[p], mx);
+      s[kCount] += static_cast<std::int64_t>(len - skipped);
+      s[kNonfinite] += static_cast<std::int64_t>(skipped);
     }
   });
   for (std::size_t p = 0; p < partials.pair_count(); ++p) {
     exact_normalize(sums + p * PairwisePartials::kPairSums + kAbs);
     exact_normalize(sums + p * PairwisePartials::kPairSums + kSq);
   }
-  for (std::size_t v = 0; v < V; ++v) exact_normalize(norms + v * kExactLimbs);
+  for (std::size_t v = 0; v < V; ++v)
+    if (partials.uses(v)) exact_normalize(norms + v * kExactLimbs);
 }
 
 template <class T>

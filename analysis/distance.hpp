@@ -8,7 +8,8 @@
 //      wasserstein1(u, v, u_weights, v_weights)  == scipy.stats.wasserstein_distance
 //      elementwise_metrics(a, ref)
 //  - the pairwise engine for V variants of the same tensor (all of length n): sort each variant once
-//    (SortedSet, linear-time radix sort), then every pair i<j with one linear pass over an index range
+//    (SortedSet, linear-time radix sort), then every pair i<j of a pair list (all pairs, or only those
+//    a caller needs: the reducer's pairs on demand) with one linear pass over an index range
 //    [begin, end), accumulated into PairwisePartials. Partials of disjoint ranges combine by integer
 //    addition (exact sums) and max, so ranks can split [0, n) and combine with MPI:
 //      MPI_Allreduce(MPI_IN_PLACE, p.sums(),   p.sums_size(),   MPI_INT64_T, MPI_SUM, comm);
@@ -47,6 +48,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "base/error.hpp"
@@ -197,7 +199,7 @@ struct PairMetrics {
 };
 
 // V x V, row-major: at(i, j). Symmetric except rel_l2 (row = variant, column = reference); the
-// diagonal is zero.
+// diagonal is zero; a pair the partials did not list has every metric NaN (and counts 0).
 struct PairwiseMatrix {
   std::size_t variants = 0;
   std::vector<PairMetrics> pairs;
@@ -207,21 +209,32 @@ struct PairwiseMatrix {
 // Which sorted metrics accumulate_sorted computes (W2 costs one more multiply-add per element).
 enum class SortedMetrics { w1, w1_w2 };
 
-// Partial sums over some index range for every unordered pair i < j, in two flat buffers: `sums`
-// (exact accumulators and counts, combined with integer +) and `maxima` (max |a-b|, combined with max).
-// Layout of sums: per pair (i<j, row-major upper triangle) kPairSums int64 (4 ExactSums: sorted |d|,
-// sorted d^2, |d|, d^2; then count_sorted, count, nonfinite, nonfinite_sorted), then per variant one
-// ExactSum of x^2 (finite entries). Both buffers start zeroed; sums are kept normalized between calls.
+// An unordered pair of variants, i < j.
+using VariantPair = std::pair<std::size_t, std::size_t>;
+// Every pair i < j of `variants` variants, row-major upper triangle: (0,1), (0,2), ..., (1,2), ...
+std::vector<VariantPair> all_pairs(std::size_t variants);
+
+// Partial sums over some index range for the unordered pairs of a pair list, in two flat buffers:
+// `sums` (exact accumulators and counts, combined with integer +) and `maxima` (max |a-b|, combined
+// with max). Layout of sums: per listed pair (in the list's order) kPairSums int64 (4 ExactSums: sorted
+// |d|, sorted d^2, |d|, d^2; then count_sorted, count, nonfinite, nonfinite_sorted), then per variant
+// one ExactSum of x^2 (finite entries; only the variants of some listed pair are summed). Both
+// buffers start zeroed; sums are kept normalized between calls. Each pair's sums depend only on its
+// two variants, so a pair's results are the same bits whatever else the list holds.
 class PairwisePartials {
  public:
   static constexpr std::size_t kPairSums = 4 * kExactLimbs + 4;
 
   PairwisePartials() = default;
-  explicit PairwisePartials(std::size_t variants);
+  explicit PairwisePartials(std::size_t variants);  // every pair (all_pairs)
+  // Only `pairs`: each i < j < variants, no pair twice (in any order; kept sorted). Throws DistanceError.
+  PairwisePartials(std::size_t variants, std::vector<VariantPair> pairs);
 
   std::size_t variants() const { return variants_; }
-  std::size_t pair_count() const { return variants_ * (variants_ - (variants_ > 0)) / 2; }
-  std::size_t pair_index(std::size_t i, std::size_t j) const;  // i < j < variants
+  std::size_t pair_count() const { return pairs_.size(); }
+  const std::vector<VariantPair>& pairs() const { return pairs_; }
+  // Whether variant v takes part in a listed pair.
+  bool uses(std::size_t v) const { return used_[v] != 0; }
 
   std::int64_t* sums() { return sums_.data(); }
   const std::int64_t* sums() const { return sums_.data(); }
@@ -245,6 +258,8 @@ class PairwisePartials {
 
  private:
   std::size_t variants_ = 0;
+  std::vector<VariantPair> pairs_;
+  std::vector<char> used_;  // per variant: in some listed pair
   enum class W2 { unknown, yes, no } w2_ = W2::unknown;  // unknown: no sorted accumulation yet
   std::vector<std::int64_t> sums_;
   std::vector<double> maxima_;

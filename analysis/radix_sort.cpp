@@ -62,12 +62,13 @@ void lsd_sort(U* keys, U* tmp, std::size_t n, int bits) {
 // writes the sorted values to out (may equal in); scratch (2n keys) is reused across calls, which saves
 // the page faults of fresh buffers for every variant.
 template <class T, class U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>
-void radix_sort_impl(const T* in, T* out, std::size_t n, std::vector<U>& scratch) {
+void radix_sort_impl(const std::vector<SortSpan<T>>& spans, T* out, std::size_t n, std::vector<U>& scratch) {
   constexpr int kBits = static_cast<int>(sizeof(U)) * 8;
   constexpr int kTop = 11;
   constexpr std::size_t kBuckets = std::size_t{1} << kTop;
   if (n < 2) {
-    if (n == 1) out[0] = in[0];
+    for (const auto& sp : spans)
+      if (sp.size == 1) out[0] = sp.data[0];
     return;
   }
   // The MSD pass reads kStreams interleaved quarters of the input with their own counters: weights
@@ -78,11 +79,13 @@ void radix_sort_impl(const T* in, T* out, std::size_t n, std::vector<U>& scratch
   U* a = scratch.data();
   U* b = scratch.data() + n;
   std::vector<std::size_t> count(kStreams * kBuckets, 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    U u;
-    std::memcpy(&u, &in[i], sizeof u);
-    a[i] = to_key(u);
-  }
+  std::size_t at = 0;
+  for (const auto& sp : spans)
+    for (std::size_t i = 0; i < sp.size; ++i, ++at) {
+      U u;
+      std::memcpy(&u, &sp.data[i], sizeof u);
+      a[at] = to_key(u);
+    }
   for (std::size_t i = 0; i < chunk; ++i)
     for (std::size_t st = 0; st < kStreams; ++st) {
       const std::size_t k = st * chunk + i;
@@ -116,20 +119,41 @@ void radix_sort_impl(const T* in, T* out, std::size_t n, std::vector<U>& scratch
 
 }  // namespace
 
+std::uint32_t sort_key(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return to_key(u);
+}
+std::uint64_t sort_key(double x) {
+  std::uint64_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return to_key(u);
+}
+
 void radix_sort_into(const float* in, float* out, std::size_t n, std::vector<std::uint32_t>& scratch) {
-  radix_sort_impl(in, out, n, scratch);
+  radix_sort_impl<float>({{in, n}}, out, n, scratch);
 }
 void radix_sort_into(const double* in, double* out, std::size_t n, std::vector<std::uint64_t>& scratch) {
-  radix_sort_impl(in, out, n, scratch);
+  radix_sort_impl<double>({{in, n}}, out, n, scratch);
+}
+void radix_sort_spans(const std::vector<SortSpan<float>>& spans, float* out, std::vector<std::uint32_t>& scratch) {
+  std::size_t n = 0;
+  for (const auto& sp : spans) n += sp.size;
+  radix_sort_impl(spans, out, n, scratch);
+}
+void radix_sort_spans(const std::vector<SortSpan<double>>& spans, double* out, std::vector<std::uint64_t>& scratch) {
+  std::size_t n = 0;
+  for (const auto& sp : spans) n += sp.size;
+  radix_sort_impl(spans, out, n, scratch);
 }
 
 void radix_sort(float* values, std::size_t n) {
   std::vector<std::uint32_t> scratch;
-  radix_sort_impl(values, values, n, scratch);
+  radix_sort_impl<float>({{values, n}}, values, n, scratch);
 }
 void radix_sort(double* values, std::size_t n) {
   std::vector<std::uint64_t> scratch;
-  radix_sort_impl(values, values, n, scratch);
+  radix_sort_impl<double>({{values, n}}, values, n, scratch);
 }
 
 }  // namespace fastudy

@@ -94,6 +94,8 @@ class Ranker {
         axis_count_(axes.size()) {}
 
   Ranking run();
+  // The pairs that differ in one axis, every axis's together, ascending (verdict_pairs).
+  std::vector<Pair> one_axis_pairs();
 
  private:
   const std::vector<RankingAxis>& axes_;
@@ -613,6 +615,16 @@ void Ranker::twins() {
   }
 }
 
+std::vector<Pair> Ranker::one_axis_pairs() {
+  check_options_and_axes();
+  index_variants();
+  index_single_axis_pairs();
+  std::vector<Pair> out;
+  for (const auto& pairs : single_axis_pairs_) out.insert(out.end(), pairs.begin(), pairs.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 Ranking Ranker::run() {
   check_options_and_axes();
   index_variants();
@@ -655,6 +667,13 @@ const char* source_role_name(SourceRole role) {
 Ranking rank_deviation_sources(const std::vector<RankingAxis>& axes, const std::vector<RankingVariant>& variants,
                                const std::vector<StepMatrices>& steps, const RankingOptions& options) {
   return Ranker(axes, variants, steps, options).run();
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> verdict_pairs(const std::vector<RankingAxis>& axes,
+                                                               const std::vector<RankingVariant>& variants) {
+  const std::vector<StepMatrices> no_steps;
+  const RankingOptions options;
+  return Ranker(axes, variants, no_steps, options).one_axis_pairs();
 }
 
 }  // namespace fastudy

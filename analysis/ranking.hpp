@@ -168,6 +168,14 @@ struct Ranking {
 Ranking rank_deviation_sources(const std::vector<RankingAxis>& axes, const std::vector<RankingVariant>& variants,
                                const std::vector<StepMatrices>& steps, const RankingOptions& options = {});
 
+// Every pair (i, j), i < j, of variants that differ in exactly one axis: the only pairs whose matrix
+// entries rank_deviation_sources reads (each axis's evidence, the conditions' groups, the references'
+// pairs, the noise floor, the fp64 twins), so a reducer that computes these gives the same ranking as
+// one that computes every pair. Ascending. Throws RankingError for inconsistent input, as
+// rank_deviation_sources does.
+std::vector<std::pair<std::size_t, std::size_t>> verdict_pairs(const std::vector<RankingAxis>& axes,
+                                                               const std::vector<RankingVariant>& variants);
+
 // The short text rank 0 prints: one verdict line per optimisation, value and condition; the pooled
 // sources ranked by mean W1 at the last step; the noise floor; the fp64 twins; the notes.
 std::string format_ranking_table(const Ranking& ranking, const RankingOptions& options = {});

@@ -1,185 +1,418 @@
-// One task's pairwise partial sums on one rank or split over the ranks (sorted_exchange.hpp): the
-// sorted arrays exchanged through node-shared memory or MPI_Alltoallv.
+// The reduce job's distributed sample sort (sorted_exchange.hpp).
 #include "analysis/sorted_exchange.hpp"
 
 #include <algorithm>
-#include <cstdint>
-#include <cstdlib>
-#include <filesystem>
+#include <cstring>
 #include <string>
-#include <system_error>
-#include <vector>
 
-#include "base/log.hpp"
-#include "base/number.hpp"
+#include "analysis/radix_sort.hpp"
+#include "base/error.hpp"
+#include "base/hash.hpp"
 
 namespace fastudy {
 
-namespace fs = std::filesystem;
-
 namespace {
 
-// The elementwise partial sums over window w of every variant's unsorted values.
-template <class T>
-void add_elementwise_window(std::size_t variants, const VariantValues<T>& values, IndexRange w, PairwisePartials& p) {
-  std::vector<std::vector<T>> raw;
-  std::vector<const T*> ptrs;
-  for (std::size_t v = 0; v < variants; ++v) {
-    raw.emplace_back(w.end - w.begin);
-    values(v, w.begin, w.end, raw.back().data());
-    ptrs.push_back(raw.back().data());
-  }
-  accumulate_elementwise(ptrs, w.begin, w.end, p, w.begin);
+std::size_t overlap(std::size_t a0, std::size_t a1, std::size_t b0, std::size_t b1) {
+  const std::size_t lo = std::max(a0, b0), hi = std::min(a1, b1);
+  return hi > lo ? hi - lo : 0;
 }
 
-// Every value of variant v, sorted.
+// Rank d of R holds the keys in [s[d-1], s[d]) (s[-1] = -inf, s[R-1] = +inf) for sorted splitter keys
+// s[0, R-1). A key equal to splitters s[first, last) may go to any of the ranks first..last: each of
+// them has it at the end or the start of its range, so the ranks' ranges stay in order; `tie` deals
+// such keys round robin.
+template <class Key>
+struct Partition {
+  const Key* s;
+  std::size_t m;  // R - 1
+  std::size_t dest(Key k, std::size_t& tie) const {
+    std::size_t lo = 0, len = m;  // upper bound: the number of splitters <= k
+    while (len > 0) {
+      const std::size_t half = len / 2;
+      const bool le = s[lo + half] <= k;
+      lo = le ? lo + half + 1 : lo;
+      len = le ? len - half - 1 : half;
+    }
+    if (lo == 0 || s[lo - 1] != k) return lo;
+    const std::size_t first = static_cast<std::size_t>(std::lower_bound(s, s + m, k) - s);
+    return first + tie++ % (lo - first + 1);
+  }
+};
+
 template <class T>
-std::vector<T> sorted_values(const VariantValues<T>& values, std::size_t v, std::size_t n) {
-  std::vector<T> x(n);
-  values(v, 0, n, x.data());
-  radix_sort(x.data(), n);
-  return x;
+auto key_of(T x) {
+  return sort_key(x);
 }
 
 }  // namespace
 
-template <class T>
-PairwisePartials local_partials(std::size_t variants, std::size_t n, const VariantValues<T>& values,
-                                bool elementwise) {
-  if (elementwise) {
-    std::vector<std::vector<T>> raw;
-    std::vector<const T*> ptrs;
-    for (std::size_t v = 0; v < variants; ++v) {
-      raw.emplace_back(n);
-      values(v, 0, n, raw.back().data());
-      ptrs.push_back(raw.back().data());
-    }
-    return pairwise_partials(ptrs, n);
-  }
-  SortedSet<T> set;
-  for (std::size_t v = 0; v < variants; ++v) set.add_sorted(sorted_values(values, v, n));
-  PairwisePartials p(variants);
-  accumulate_sorted(set, 0, n, p);
-  return p;
+template <class T, class Key>
+void partition_values(const T* x, std::size_t n, const Key* splitters, std::size_t ranks, std::size_t tie,
+                      std::size_t* counts, T* out) {
+  const Partition<Key> part{splitters, ranks - 1};
+  std::fill(counts, counts + ranks, 0);
+  std::size_t t = tie;
+  for (std::size_t i = 0; i < n; ++i) ++counts[part.dest(key_of(x[i]), t)];
+  std::vector<std::size_t> at(ranks, 0);
+  for (std::size_t d = 1; d < ranks; ++d) at[d] = at[d - 1] + counts[d - 1];
+  t = tie;
+  for (std::size_t i = 0; i < n; ++i) out[at[part.dest(key_of(x[i]), t)]++] = x[i];
 }
 
-SortedExchange::SortedExchange(const mpi::Comm& world, std::size_t variants, std::size_t largest_task) {
-  if (world.size() == 1) return;
-  const char* opt = std::getenv("FASTUDY_REDUCE_SHARED");
-  const bool wanted = !(opt && std::string(opt) == "0");
-  mpi::Comm node = world.split_shared();
-  std::int64_t problem = 0;
-  std::string why = "FASTUDY_REDUCE_SHARED=0";
-  if (!wanted) {
-    problem = 1;
-  } else if (node.is_root()) {
-    const char* dir_env = std::getenv("OMPI_MCA_osc_sm_backing_directory");
-    const std::string dir = dir_env && *dir_env ? dir_env : "/dev/shm";
-    const std::uintmax_t need = static_cast<std::uintmax_t>(largest_task) * variants * sizeof(double);  // fp64 at most
-    std::error_code ec;
-    const fs::space_info room = fs::space(dir, ec);
-    if (ec || room.available < need + need / 8) {
-      problem = 1;
-      why = dir + " has " + (ec ? "no usable space (" + ec.message() + ")" : number_text(room.available / 1e9) + " GB free") +
-            ", the sorted arrays need " + number_text(need / 1e9) + " GB";
-    }
-  }
-  if (world.allreduce_max(problem) != 0) {
-    log::info("reduce: exchanging sorted arrays with MPI_Alltoallv, not node-shared memory (" +
-              (problem ? why : std::string("another node's shared-memory directory is too small")) + ")");
+std::size_t sort_samples(std::size_t ranks) { return std::max<std::size_t>(1024, 64 * ranks); }
+
+template <class T>
+void DistributedSort<T>::exchange(const T* send, const std::vector<std::size_t>& send_counts, T* recv,
+                                  const std::vector<std::size_t>& recv_counts) {
+  const std::size_t R = send_counts.size();
+  std::size_t sent = 0, received = 0;
+  for (std::size_t q = 0; q < R; ++q) sent += send_counts[q], received += recv_counts[q];
+  const auto most = static_cast<std::size_t>(world_.allreduce_max(static_cast<std::int64_t>(std::max(sent, received) * sizeof(T))));
+  const std::size_t phases = std::max<std::size_t>(1, (most + exchange_bytes_ - 1) / exchange_bytes_);
+  std::vector<std::size_t> sb(R), rb(R);
+  if (phases == 1) {
+    for (std::size_t q = 0; q < R; ++q) sb[q] = send_counts[q] * sizeof(T), rb[q] = recv_counts[q] * sizeof(T);
+    world_.alltoallv(send, sb, recv, rb);
     return;
   }
-  shared_ = true;
-  node_ = std::move(node);
-}
-
-template <class T>
-PairwisePartials SortedExchange::split_partials(const mpi::Comm& world, std::size_t variants, std::size_t n,
-                                                const VariantValues<T>& values, bool elementwise) {
-  return shared_ ? split_partials_shared<T>(world, variants, n, values, elementwise)
-                 : split_partials_alltoallv<T>(world, variants, n, values, elementwise);
-}
-
-// Through node-shared memory: local rank l of L sorts the variants l, l+L, ... into its segment; after
-// publish() every rank reads the sorted windows of every variant in place.
-template <class T>
-PairwisePartials SortedExchange::split_partials_shared(const mpi::Comm& world, std::size_t variants, std::size_t n,
-                                                       const VariantValues<T>& values, bool elementwise) {
-  const std::size_t V = variants;
-  const std::size_t L = static_cast<std::size_t>(node_.size()), l = static_cast<std::size_t>(node_.rank());
-  const std::size_t mine = V > l ? (V - l + L - 1) / L : 0;  // variants l, l+L, ...
-  const std::size_t need = mine * n * sizeof(T);
-  const bool grow = !window_.valid() || need > window_.bytes(node_.rank());
-  if (node_.allreduce_max(static_cast<std::int64_t>(grow)) != 0) {
-    window_ = mpi::SharedWindow();  // free the old one first (collective)
-    window_ = mpi::SharedWindow(node_, need);
+  // Phase k moves part k of every count c: [c k / phases, c (k + 1) / phases), packed.
+  std::vector<std::size_t> send_at(R, 0), recv_at(R, 0);
+  for (std::size_t q = 1; q < R; ++q) {
+    send_at[q] = send_at[q - 1] + send_counts[q - 1];
+    recv_at[q] = recv_at[q - 1] + recv_counts[q - 1];
   }
-  T* segment = static_cast<T*>(window_.mine());
-  for (std::size_t v = l, k = 0; v < V; v += L, ++k) {
-    values(v, 0, n, segment + k * n);
-    radix_sort(segment + k * n, n);
-  }
-  window_.publish();
-  const IndexRange w = block_aligned_part(n, static_cast<std::size_t>(world.size()), static_cast<std::size_t>(world.rank()));
-  SortedSet<T> set;
-  for (std::size_t v = 0; v < V; ++v) {
-    const T* sorted = static_cast<const T*>(window_.segment(static_cast<int>(v % L))) + (v / L) * n;
-    set.add_sorted_view(sorted + w.begin, w.end - w.begin, w.begin, n);
-  }
-  PairwisePartials p(V);
-  accumulate_sorted(set, w.begin, w.end, p);
-  window_.publish();  // every rank of the node has read the segments: the next task may write them
-  if (elementwise) add_elementwise_window<T>(V, values, w, p);
-  return p;
-}
-
-// By MPI_Alltoallv: rank r sorts the variants v = r (mod R) and sends each rank q the window q
-// (block_aligned_part) of those sorted arrays (one alltoallv: every rank receives its window of every
-// variant, V n / R values); each rank accumulates its window of the sorted positions and, with
-// elementwise = true, of the elementwise indices (each variant's unsorted window, from `values`).
-template <class T>
-PairwisePartials SortedExchange::split_partials_alltoallv(const mpi::Comm& world, std::size_t variants, std::size_t n,
-                                                          const VariantValues<T>& values, bool elementwise) {
-  const std::size_t V = variants;
-  const std::size_t R = static_cast<std::size_t>(world.size()), r = static_cast<std::size_t>(world.rank());
-  const auto owned = [&](std::size_t q) { return V > q ? (V - q + R - 1) / R : 0; };  // variants q, q+R, ...
-  std::vector<IndexRange> windows;
-  for (std::size_t q = 0; q < R; ++q) windows.push_back(block_aligned_part(n, R, q));
-  const auto length = [&](std::size_t q) { return windows[q].end - windows[q].begin; };
-  // Send: to rank q, window q of each of my sorted variants, in variant order.
-  std::vector<T> send(owned(r) * n);
-  std::vector<std::size_t> send_bytes(R), recv_bytes(R);
-  {
-    std::size_t k = 0;
-    for (std::size_t v = r; v < V; v += R, ++k) {
-      const std::vector<T> sorted = sorted_values(values, v, n);
-      for (std::size_t q = 0, at = 0; q < R; at += owned(r) * length(q), ++q)
-        std::copy(sorted.begin() + static_cast<std::ptrdiff_t>(windows[q].begin),
-                  sorted.begin() + static_cast<std::ptrdiff_t>(windows[q].end),
-                  send.begin() + static_cast<std::ptrdiff_t>(at + k * length(q)));
+  ValueBuffer<T> out, in;
+  for (std::size_t k = 0; k < phases; ++k) {
+    const auto part = [&](std::size_t c) { return std::make_pair(c * k / phases, c * (k + 1) / phases); };
+    std::size_t so = 0, ro = 0;
+    for (std::size_t q = 0; q < R; ++q) {
+      so += part(send_counts[q]).second - part(send_counts[q]).first;
+      ro += part(recv_counts[q]).second - part(recv_counts[q]).first;
+    }
+    out.assign_uninitialized(so);
+    in.assign_uninitialized(ro);
+    so = 0;
+    for (std::size_t q = 0; q < R; ++q) {
+      const auto [a, b] = part(send_counts[q]);
+      std::copy(send + send_at[q] + a, send + send_at[q] + b, out.data() + so);
+      sb[q] = (b - a) * sizeof(T);
+      rb[q] = (part(recv_counts[q]).second - part(recv_counts[q]).first) * sizeof(T);
+      so += b - a;
+    }
+    world_.alltoallv(out.data(), sb, in.data(), rb);
+    ro = 0;
+    for (std::size_t q = 0; q < R; ++q) {
+      const auto [a, b] = part(recv_counts[q]);
+      std::copy(in.data() + ro, in.data() + ro + (b - a), recv + recv_at[q] + a);
+      ro += b - a;
     }
   }
+}
+
+// Every variant's R - 1 splitter keys (variant v's at [v, (v+1) )): a stratified sample of
+// `samples` values of each share (one value at a pseudo-random place in each of `samples` equal
+// strata, so a tensor's rows or columns cannot alias with the spacing), weighted by the share's length
+// over the sample's; the samples of variant v gathered on rank v mod R, which walks their cumulative
+// weight to the first position of every rank's window; the splitters then gathered everywhere.
+template <class T>
+std::vector<typename DistributedSort<T>::Key> DistributedSort<T>::splitters(const std::vector<const T*>& shares,
+                                                                           std::size_t length, std::size_t n,
+                                                                           std::size_t samples) {
+  const std::size_t V = shares.size(), R = static_cast<std::size_t>(world_.size()), r = static_cast<std::size_t>(world_.rank());
+  const std::size_t m = std::min(samples, length);
+  std::vector<std::int64_t> lengths(R);
+  const auto mine = static_cast<std::int64_t>(length);
+  world_.allgather(&mine, 1, lengths.data());
+  // To rank q: m keys of each variant v = q (mod R), variants ascending.
+  std::vector<Key> send(V * m);
+  std::vector<std::size_t> send_bytes(R, 0), recv_bytes(R, 0);
+  std::size_t at = 0;
+  for (std::size_t q = 0; q < R; ++q)
+    for (std::size_t v = q; v < V; v += R) {
+      SplitMix64 rng{splitmix64(r * 0x10001 + v)};
+      for (std::size_t i = 0; i < m; ++i) {
+        const std::size_t lo = i * length / m, hi = (i + 1) * length / m;
+        send[at++] = key_of(shares[v][lo + rng.below(hi - lo)]);
+      }
+      send_bytes[q] += m * sizeof(Key);
+    }
+  const std::size_t owned = V > r ? (V - r + R - 1) / R : 0;  // variants r, r + R, ...
+  std::vector<std::size_t> from(R);  // keys per variant from each rank
+  std::size_t total = 0;
   for (std::size_t q = 0; q < R; ++q) {
-    send_bytes[q] = owned(r) * length(q) * sizeof(T);
-    recv_bytes[q] = owned(q) * length(r) * sizeof(T);
+    from[q] = std::min(samples, static_cast<std::size_t>(lengths[q]));
+    recv_bytes[q] = owned * from[q] * sizeof(Key);
+    total += owned * from[q];
   }
-  // Receive: from rank q, my window of its variants q, q+R, ...
-  std::vector<T> recv(V * length(r));
-  world.alltoallv(send.data(), send_bytes, recv.data(), recv_bytes);
-  send = {};
-  const IndexRange w = windows[r];
-  SortedSet<T> set;
-  std::vector<std::size_t> first(R, 0);  // where rank q's variants start in recv
-  for (std::size_t q = 1; q < R; ++q) first[q] = first[q - 1] + owned(q - 1) * length(r);
+  std::vector<Key> recv(total);
+  world_.alltoallv(send.data(), send_bytes, recv.data(), recv_bytes);
+  // Rank q's keys of my k-th variant: at sum_{q' < q} owned from[q'] + k from[q].
+  const std::size_t per = (V + R - 1) / R;  // variants per rank, padded
+  std::vector<std::int64_t> mine_splitters(per * (R - 1), 0);
+  std::vector<std::size_t> first(R, 0);
+  for (std::size_t q = 1; q < R; ++q) first[q] = first[q - 1] + owned * from[q - 1];
+  for (std::size_t k = 0; k < owned; ++k) {
+    std::vector<std::pair<Key, double>> weighted;
+    double weight = 0;
+    for (std::size_t q = 0; q < R; ++q) {
+      const double w = from[q] ? static_cast<double>(lengths[q]) / static_cast<double>(from[q]) : 0.0;
+      for (std::size_t i = 0; i < from[q]; ++i) weighted.emplace_back(recv[first[q] + k * from[q] + i], w);
+      weight += w * static_cast<double>(from[q]);
+    }
+    std::sort(weighted.begin(), weighted.end());
+    std::size_t i = 0;
+    double below = 0;  // the weight of weighted[0, i)
+    for (std::size_t d = 1; d < R; ++d) {
+      const double target = static_cast<double>(block_aligned_part(n, R, d).begin) * weight / static_cast<double>(n);
+      while (i + 1 < weighted.size() && below + weighted[i].second <= target) below += weighted[i++].second;
+      const Key s = weighted.empty() ? Key{0} : weighted[i].first;
+      std::int64_t bits = 0;
+      std::memcpy(&bits, &s, sizeof s);
+      mine_splitters[k * (R - 1) + (d - 1)] = bits;
+    }
+  }
+  std::vector<std::int64_t> all(R * per * (R - 1));
+  world_.allgather(mine_splitters.data(), mine_splitters.size(), all.data());
+  std::vector<Key> out(V * (R - 1));
+  for (std::size_t v = 0; v < V; ++v)
+    for (std::size_t d = 0; d + 1 < R; ++d) {
+      Key s;
+      std::memcpy(&s, &all[((v % R) * per + v / R) * (R - 1) + d], sizeof s);
+      out[v * (R - 1) + d] = s;
+    }
+  return out;
+}
+
+// Collective, one variant: this rank holds m sorted values, its value range; the ranges of ranks 0, 1,
+// ... in order are the variant's n sorted values. Each value goes to the rank whose window holds its
+// position, and `window` receives this rank's window, in order.
+template <class T>
+void DistributedSort<T>::to_window(const T* sorted, std::size_t m, std::size_t n, T* window) {
+  const std::size_t R = static_cast<std::size_t>(world_.size()), r = static_cast<std::size_t>(world_.rank());
+  std::vector<std::int64_t> ms(R);
+  const auto mine = static_cast<std::int64_t>(m);
+  world_.allgather(&mine, 1, ms.data());
+  std::vector<std::size_t> first(R + 1, 0);
+  for (std::size_t q = 0; q < R; ++q) first[q + 1] = first[q] + static_cast<std::size_t>(ms[q]);
+  if (first[R] != n)
+    throw Error("distributed sort: the ranks hold " + std::to_string(first[R]) + " values of a distribution of " +
+                std::to_string(n));
+  const IndexRange w = block_aligned_part(n, R, r);
+  std::vector<std::size_t> send(R), recv(R);
+  for (std::size_t q = 0; q < R; ++q) {
+    const IndexRange wq = block_aligned_part(n, R, q);
+    send[q] = overlap(first[r], first[r + 1], wq.begin, wq.end);
+    recv[q] = overlap(first[q], first[q + 1], w.begin, w.end);
+    if (q != r) traffic_.values_moved += send[q];
+  }
+  exchange(sorted, send, window, recv);
+}
+
+template <class T>
+void DistributedSort<T>::sort_windows(ValueBuffer<T>& values, std::size_t variants, std::size_t n) {
+  const std::size_t V = variants, R = static_cast<std::size_t>(world_.size()), r = static_cast<std::size_t>(world_.rank());
+  const IndexRange w = block_aligned_part(n, R, r);
+  const std::size_t L = w.end - w.begin;
+  if (values.size() != V * L)
+    throw Error("distributed sort: " + std::to_string(values.size()) + " values for " + std::to_string(V) +
+                " windows of " + std::to_string(L));
+  if (R == 1) {
+    sort_each(values, V, L);
+    return;
+  }
+  std::vector<const T*> ptrs;
+  for (std::size_t v = 0; v < V; ++v) ptrs.push_back(values.data() + v * L);
+  const std::vector<Key> spl = splitters(ptrs, L, n, sort_samples(R));
+  // Partition: counts[q V + v] values of variant v go to rank q; send_ holds them by rank, then variant.
+  std::vector<std::int64_t> counts(R * V, 0);
   for (std::size_t v = 0; v < V; ++v) {
-    const T* window = recv.data() + first[v % R] + (v / R) * length(r);
-    set.add_sorted_window(std::vector<T>(window, window + length(r)), w.begin, n);
+    const Partition<Key> part{spl.data() + v * (R - 1), R - 1};
+    std::size_t tie = r + v;
+    for (std::size_t i = 0; i < L; ++i) ++counts[part.dest(key_of(ptrs[v][i]), tie) * V + v];
   }
-  recv = {};
-  PairwisePartials p(V);
-  accumulate_sorted(set, w.begin, w.end, p);
-  if (elementwise) add_elementwise_window<T>(V, values, w, p);
-  return p;
+  std::vector<std::size_t> at(R * V);
+  std::size_t o = 0;
+  for (std::size_t k = 0; k < R * V; ++k) at[k] = o, o += static_cast<std::size_t>(counts[k]);
+  send_.assign_uninitialized(V * L);
+  for (std::size_t v = 0; v < V; ++v) {
+    const Partition<Key> part{spl.data() + v * (R - 1), R - 1};
+    std::size_t tie = r + v;
+    for (std::size_t i = 0; i < L; ++i) send_[at[part.dest(key_of(ptrs[v][i]), tie) * V + v]++] = ptrs[v][i];
+  }
+  std::vector<std::int64_t> received(R * V);
+  world_.alltoall(counts.data(), V, received.data());
+  std::vector<std::size_t> send_counts(R, 0), recv_counts(R, 0), recv_at(R, 0);
+  std::size_t total = 0;
+  for (std::size_t q = 0; q < R; ++q) {
+    for (std::size_t v = 0; v < V; ++v) {
+      send_counts[q] += static_cast<std::size_t>(counts[q * V + v]);
+      recv_counts[q] += static_cast<std::size_t>(received[q * V + v]);
+    }
+    recv_at[q] = total;
+    total += recv_counts[q];
+    if (q != r) traffic_.values_sent += send_counts[q];
+  }
+  values.assign_uninitialized(total);  // the unsorted values are in send_ now
+  exchange(send_.data(), send_counts, values.data(), recv_counts);
+  // Each variant's value range, from every rank's piece, sorted into sorted_.
+  sorted_.assign_uninitialized(total);
+  std::vector<std::size_t> m(V, 0), sorted_at(V, 0);
+  std::vector<std::size_t> piece_at(recv_at);  // rank q's piece of the current variant
+  std::size_t so = 0;
+  for (std::size_t v = 0; v < V; ++v) {
+    std::vector<SortSpan<T>> spans;
+    for (std::size_t q = 0; q < R; ++q) {
+      const auto c = static_cast<std::size_t>(received[q * V + v]);
+      spans.push_back({values.data() + piece_at[q], c});
+      piece_at[q] += c;
+      m[v] += c;
+    }
+    sorted_at[v] = so;
+    radix_sort_spans(spans, sorted_.data() + so, keys_);
+    so += m[v];
+    if (L > 0) traffic_.largest_excess = std::max(traffic_.largest_excess, static_cast<double>(m[v]) / static_cast<double>(L) - 1.0);
+  }
+  // Exact windows, every variant in one all-to-all: each variant's range starts after the ranges of
+  // the ranks below (one allgather of every rank's range lengths); the pieces go out packed by
+  // destination, then variant, and arrive by source, then variant.
+  std::vector<std::int64_t> mine(m.begin(), m.end()), all(R * V);
+  world_.allgather(mine.data(), V, all.data());
+  std::vector<std::size_t> first(R * V, 0);  // where rank q's range of variant v starts
+  for (std::size_t v = 0; v < V; ++v) {
+    std::size_t start = 0;
+    for (std::size_t q = 0; q < R; ++q) first[q * V + v] = start, start += static_cast<std::size_t>(all[q * V + v]);
+    if (start != n)
+      throw Error("distributed sort: the ranks hold " + std::to_string(start) + " values of variant " + std::to_string(v) +
+                  ", not its " + std::to_string(n));
+  }
+  std::vector<IndexRange> windows;
+  for (std::size_t q = 0; q < R; ++q) windows.push_back(block_aligned_part(n, R, q));
+  std::fill(send_counts.begin(), send_counts.end(), 0);
+  std::fill(recv_counts.begin(), recv_counts.end(), 0);
+  send_.assign_uninitialized(total);  // free since the first all-to-all
+  std::size_t packed = 0;
+  for (std::size_t q = 0; q < R; ++q)
+    for (std::size_t v = 0; v < V; ++v) {
+      const std::size_t f = first[r * V + v];
+      const std::size_t lo = std::max(f, windows[q].begin), hi = std::min(f + m[v], windows[q].end);
+      if (hi > lo) {
+        std::copy(sorted_.data() + sorted_at[v] + (lo - f), sorted_.data() + sorted_at[v] + (hi - f), send_.data() + packed);
+        packed += hi - lo;
+        send_counts[q] += hi - lo;
+        if (q != r) traffic_.values_moved += hi - lo;
+      }
+      const std::size_t fq = first[q * V + v], mq = static_cast<std::size_t>(all[q * V + v]);
+      recv_counts[q] += overlap(fq, fq + mq, w.begin, w.end);
+    }
+  sorted_.assign_uninitialized(V * L);
+  exchange(send_.data(), send_counts, sorted_.data(), recv_counts);
+  // From rank q: its piece of each variant's window, variants in order; a window is its pieces in rank
+  // order.
+  values.assign_uninitialized(V * L);
+  std::vector<std::size_t> filled(V, 0);
+  std::size_t from = 0;
+  for (std::size_t q = 0; q < R; ++q)
+    for (std::size_t v = 0; v < V; ++v) {
+      const std::size_t fq = first[q * V + v], c = overlap(fq, fq + static_cast<std::size_t>(all[q * V + v]), w.begin, w.end);
+      std::copy(sorted_.data() + from, sorted_.data() + from + c, values.data() + v * L + filled[v]);
+      filled[v] += c;
+      from += c;
+    }
+}
+
+template <class T>
+void DistributedSort<T>::sort_shares(std::vector<ValueBuffer<T>>& shares, std::size_t n,
+                                     const std::vector<std::size_t>& runs) {
+  const std::size_t V = shares.size(), R = static_cast<std::size_t>(world_.size()), r = static_cast<std::size_t>(world_.rank());
+  const std::size_t S = V ? shares[0].size() : 0;
+  for (const auto& s : shares)
+    if (s.size() != S) throw Error("distributed sort: the variants' shares differ in length");
+  std::size_t in_runs = 0;
+  for (auto len : runs) in_runs += len;
+  if (!runs.empty() && in_runs != S)
+    throw Error("distributed sort: the sorted runs hold " + std::to_string(in_runs) + " of the share's " + std::to_string(S) + " values");
+  if (R == 1) {
+    if (S != n) throw Error("distributed sort: one rank holds " + std::to_string(S) + " of " + std::to_string(n) + " values");
+    for (auto& s : shares) radix_sort_into(s.data(), s.data(), S, keys_);
+    return;
+  }
+  std::vector<const T*> ptrs;
+  for (const auto& s : shares) ptrs.push_back(s.data());
+  const std::vector<Key> spl = splitters(ptrs, S, n, sort_samples(R));
+  const IndexRange w = block_aligned_part(n, R, r);
+  std::vector<std::size_t> send_counts(R), recv_counts(R);
+  for (std::size_t v = 0; v < V; ++v) {
+    const Key* s = spl.data() + v * (R - 1);
+    const T* x = shares[v].data();
+    std::fill(send_counts.begin(), send_counts.end(), 0);
+    send_.assign_uninitialized(S);
+    if (!runs.empty()) {
+      // Sorted runs: rank d's piece of each run starts at cut[d]; keys equal to a splitter are split
+      // evenly between the ranks that splitter bounds (as Partition deals them one by one).
+      std::vector<std::size_t> cuts(runs.size() * (R + 1));
+      std::size_t start = 0;
+      const auto below = [](T a, Key k) { return key_of(a) < k; };
+      const auto above = [](Key k, T a) { return k < key_of(a); };
+      for (std::size_t u = 0; u < runs.size(); ++u) {
+        const T* a = x + start;
+        const std::size_t len = runs[u];
+        std::size_t* cut = &cuts[u * (R + 1)];
+        cut[0] = 0;
+        cut[R] = len;
+        for (std::size_t d = 1; d < R; ++d) {
+          const Key k = s[d - 1];
+          const std::size_t lo = static_cast<std::size_t>(std::lower_bound(s, s + R - 1, k) - s);
+          const std::size_t hi = static_cast<std::size_t>(std::upper_bound(s, s + R - 1, k) - s);
+          const std::size_t e0 = static_cast<std::size_t>(std::lower_bound(a, a + len, k, below) - a);
+          const std::size_t e1 = static_cast<std::size_t>(std::upper_bound(a, a + len, k, above) - a);
+          cut[d] = e0 + (d - lo) * (e1 - e0) / (hi - lo + 1);
+        }
+        for (std::size_t d = 0; d < R; ++d) send_counts[d] += cut[d + 1] - cut[d];
+        start += len;
+      }
+      std::size_t o = 0;
+      for (std::size_t d = 0; d < R; ++d) {
+        start = 0;
+        for (std::size_t u = 0; u < runs.size(); ++u) {
+          const std::size_t* cut = &cuts[u * (R + 1)];
+          std::copy(x + start + cut[d], x + start + cut[d + 1], send_.data() + o);
+          o += cut[d + 1] - cut[d];
+          start += runs[u];
+        }
+      }
+    } else {
+      partition_values(x, S, s, R, r + v, send_counts.data(), send_.data());
+    }
+    std::vector<std::int64_t> c64(send_counts.begin(), send_counts.end()), r64(R);
+    world_.alltoall(c64.data(), 1, r64.data());
+    std::size_t total = 0;
+    for (std::size_t q = 0; q < R; ++q) {
+      recv_counts[q] = static_cast<std::size_t>(r64[q]);
+      total += recv_counts[q];
+      if (q != r) traffic_.values_sent += send_counts[q];
+    }
+    sorted_.assign_uninitialized(total);
+    exchange(send_.data(), send_counts, sorted_.data(), recv_counts);
+    radix_sort_into(sorted_.data(), sorted_.data(), total, keys_);
+    if (w.end > w.begin)
+      traffic_.largest_excess = std::max(traffic_.largest_excess, static_cast<double>(total) / static_cast<double>(w.end - w.begin) - 1.0);
+    shares[v].assign_uninitialized(w.end - w.begin);  // its values are in send_ now
+    to_window(sorted_.data(), total, n, shares[v].data());
+  }
+}
+
+template <class T>
+void DistributedSort<T>::sort_each(ValueBuffer<T>& values, std::size_t variants, std::size_t length) {
+  for (std::size_t v = 0; v < variants; ++v)
+    radix_sort_into(values.data() + v * length, values.data() + v * length, length, keys_);
+}
+
+template <class T>
+void DistributedSort<T>::release() {
+  send_.release();
+  sorted_.release();
+  keys_ = {};
 }
 
 void allreduce_partials(const mpi::Comm& world, PairwisePartials& partials) {
@@ -187,11 +420,11 @@ void allreduce_partials(const mpi::Comm& world, PairwisePartials& partials) {
   world.allreduce_max(partials.maxima(), partials.maxima_size());
 }
 
-template PairwisePartials local_partials<float>(std::size_t, std::size_t, const VariantValues<float>&, bool);
-template PairwisePartials local_partials<double>(std::size_t, std::size_t, const VariantValues<double>&, bool);
-template PairwisePartials SortedExchange::split_partials<float>(const mpi::Comm&, std::size_t, std::size_t,
-                                                                const VariantValues<float>&, bool);
-template PairwisePartials SortedExchange::split_partials<double>(const mpi::Comm&, std::size_t, std::size_t,
-                                                                 const VariantValues<double>&, bool);
+template class DistributedSort<float>;
+template class DistributedSort<double>;
+template void partition_values(const float*, std::size_t, const std::uint32_t*, std::size_t, std::size_t, std::size_t*,
+                               float*);
+template void partition_values(const double*, std::size_t, const std::uint64_t*, std::size_t, std::size_t, std::size_t*,
+                               double*);
 
 }  // namespace fastudy

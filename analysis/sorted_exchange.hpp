@@ -1,74 +1,111 @@
-// The pairwise partial sums (analysis/distance.hpp) of one task — V variants of one tensor, or of the
-// whole model, n values each — computed by one rank alone (local_partials) or by every rank of a
-// communicator together (SortedExchange::split_partials), the distributed recipe of the reduce job:
+// The distributed sort of the reduce job: every variant's values of one distribution (a tensor too
+// large for one rank, or the whole model) sorted over the ranks of a communicator, so that rank q ends
+// with window q of the sorted positions of every variant (block_aligned_part(n, R, q)) and no rank ever
+// holds more than about its share. A sample sort:
 //
-//   every variant is sorted once in the whole job (or once per node), its sorted array is cut into
-//   block-aligned windows (block_aligned_part), and rank q accumulates window q of the sorted positions
-//   of every pair (and, for the elementwise metrics, window q of the unsorted indices); the callers
-//   combine the ranks' partials with allreduce_partials. Block-aligned windows make the combined sums
-//   bit-identical to local_partials on one process, so the results do not depend on the number of
-//   ranks (tests/analysis/test_pairwise_mpi.cpp).
+//   1. splitters from a sample: every rank takes evenly spaced values of its share of each variant
+//      (of a share made of sorted runs, a stratified sample of their quantiles); the samples of variant
+//      v go to rank v mod R, which picks R - 1 splitters at the sample quantiles of the windows' first
+//      positions, and every rank gets every variant's splitters;
+//   2. partition and all-to-all: each value goes to the rank whose value range holds it (values equal
+//      to a splitter are spread over the ranks whose ranges that splitter bounds, so a value repeated a
+//      million times cannot overload one rank), in one MPI_Alltoallv;
+//   3. local sort: each rank radix-sorts what it received, one value range of each variant;
+//   4. exact windows: the ranks' counts give every value range its global sorted positions, and one
+//      more all-to-all moves the values near each boundary to the rank whose window holds their
+//      position (with a good sample, few values).
 //
-// How the ranks see each other's sorted arrays (SortedExchange): through memory shared by the ranks of
-// a node (each node sorts every variant once, its ranks a share each, and every rank reads the sorted
-// windows in place), or, where shared memory is off or too small, by MPI_Alltoallv of the sorted
-// windows (each variant sorted once in the whole job, then copied).
+// The windows are exactly those of analysis/distance.hpp's block-aligned split, so pairwise sums
+// accumulated over them are bit-identical to one process sorting everything
+// (tests/analysis/test_pairwise_mpi.cpp), whatever the number of ranks and however good the sample;
+// the sample only decides how many values step 4 moves and how far a rank's range exceeds its window.
 //
-// The values come from the caller (VariantValues: reduce copies them out of the checkpoints'
-// parameters), as float or double; all arithmetic is fp64 either way. Part of fastudy_analysis_mpi:
-// the rest of analysis/ stays free of MPI.
+// Memory per rank: sort_windows needs two buffers of the task's V n / R values (the caller's and one
+// of its own); sort_shares (the whole model) holds the V shares and exchanges one variant at a time,
+// with two buffers of n / R values. Exchanges larger than MPI's int counts go in pieces. Part of
+// fastudy_analysis_mpi: the rest of analysis/ stays free of MPI.
 #pragma once
 
 #include <cstddef>
-#include <functional>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
 
 #include "analysis/distance.hpp"
+#include "analysis/value_buffer.hpp"
 #include "src/runtime/mpi.hpp"
 
 namespace fastudy {
 
-// Writes values [begin, end) of variant `variant` to dst (end - begin values).
-template <class T>
-using VariantValues = std::function<void(std::size_t variant, std::size_t begin, std::size_t end, T* dst)>;
+// Values per rank and variant the splitters are chosen from: max(1024, 64 R), so that a rank's value
+// range exceeds its window by several per cent at most (of unsorted shares the sample quantile's error
+// is about sqrt(R / samples) / 2 of a window, 6% at 64 R; a share of sorted runs is sampled
+// stratified, with less), while the splitters' owner sorts only 64 R^2 samples per variant.
+std::size_t sort_samples(std::size_t ranks);
 
-// The partial sums of one task computed by this rank alone: every variant sorted, every pair over
-// [0, n); the elementwise sums too when `elementwise` (without them: the sorted part only, e.g. of the
-// whole model, whose elementwise sums are its tensors' added up).
-template <class T>
-PairwisePartials local_partials(std::size_t variants, std::size_t n, const VariantValues<T>& values,
-                                bool elementwise);
+// What the distributed sorts moved on this rank since construction (the reduce's log and the cost
+// model's check).
+struct SortTraffic {
+  std::uint64_t values_sent = 0;    // by the partitions' all-to-alls (to other ranks)
+  std::uint64_t values_moved = 0;   // by the exact windows' all-to-alls (to other ranks)
+  double largest_excess = 0;        // the most a received value range exceeded its window (fraction)
+};
 
-class SortedExchange {
+// An exchange larger than this (bytes sent or received by some rank) goes in several all-to-alls.
+inline constexpr std::size_t kExchangeBytes = std::size_t{1} << 30;
+
+template <class T>
+class DistributedSort {
  public:
-  // One rank: nothing to exchange.
-  SortedExchange() = default;
-  // Collective over `world`: node-shared memory unless FASTUDY_REDUCE_SHARED=0, or unless the
-  // shared-memory directory of some node (Open MPI's osc_sm_backing_directory, /dev/shm by default)
-  // has less room than its ranks need for the largest task (`largest_task` values of each of
-  // `variants` variants, counted as double). Every rank gets the same answer; the fallback is logged.
-  SortedExchange(const mpi::Comm& world, std::size_t variants, std::size_t largest_task);
+  // `exchange_bytes`: the largest all-to-all (tests make it small to exercise the pieces).
+  explicit DistributedSort(const mpi::Comm& world, std::size_t exchange_bytes = kExchangeBytes)
+      : world_(world), exchange_bytes_(exchange_bytes) {}
 
-  bool shared() const { return shared_; }
+  // Collective. `values` holds V unsorted windows of a distribution of n values per variant: variant
+  // v's values at positions block_aligned_part(n, R, r) of the unsorted distribution, at
+  // values[v L, (v+1) L) with L the window's length. On return the same positions of every variant's
+  // sorted distribution are there instead (values.size() = V L). `values` also serves as the
+  // exchange's receive buffer and may grow.
+  void sort_windows(ValueBuffer<T>& values, std::size_t variants, std::size_t n);
 
-  // Collective over `world` (the communicator the exchange was made for). This rank's partial sums of
-  // one task of `variants` variants of n values: its block-aligned window of the sorted positions and,
-  // with `elementwise`, of the unsorted indices. Combine them with allreduce_partials.
-  template <class T>
-  PairwisePartials split_partials(const mpi::Comm& world, std::size_t variants, std::size_t n,
-                                  const VariantValues<T>& values, bool elementwise);
+  // Collective. shares[v] is this rank's share of variant v's n values (the ranks' shares together hold
+  // every value once; any split will do; the same length for every variant). `runs` lists the lengths
+  // of the share's sorted runs (shares made of per-tensor sorted windows), or is empty when the shares
+  // are unsorted. On return shares[v] holds the window block_aligned_part(n, R, r) of variant v's
+  // sorted values.
+  void sort_shares(std::vector<ValueBuffer<T>>& shares, std::size_t n, const std::vector<std::size_t>& runs);
+
+  // This rank alone: each of the V runs of `values` (L values each) sorted in place, with the sort's
+  // scratch kept for the next call.
+  void sort_each(ValueBuffer<T>& values, std::size_t variants, std::size_t length);
+
+  const SortTraffic& traffic() const { return traffic_; }
+  // Gives the exchange buffers' memory back (between steps).
+  void release();
+
+  using Key = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
 
  private:
-  template <class T>
-  PairwisePartials split_partials_shared(const mpi::Comm& world, std::size_t variants, std::size_t n,
-                                         const VariantValues<T>& values, bool elementwise);
-  template <class T>
-  PairwisePartials split_partials_alltoallv(const mpi::Comm& world, std::size_t variants, std::size_t n,
-                                            const VariantValues<T>& values, bool elementwise);
+  std::vector<Key> splitters(const std::vector<const T*>& shares, std::size_t length, std::size_t n,
+                             std::size_t samples);
+  void to_window(const T* sorted, std::size_t m, std::size_t n, T* window);
+  void exchange(const T* send, const std::vector<std::size_t>& send_counts, T* recv,
+                const std::vector<std::size_t>& recv_counts);
 
-  bool shared_ = false;
-  mpi::Comm node_;             // the ranks of this rank's node (shared)
-  mpi::SharedWindow window_;   // reused by every split task; grown when a task needs more
+  const mpi::Comm& world_;
+  const std::size_t exchange_bytes_;
+  ValueBuffer<T> send_;    // partitioned values (by destination rank)
+  ValueBuffer<T> sorted_;  // the received value ranges, sorted
+  std::vector<Key> keys_;  // the radix sort's scratch
+  SortTraffic traffic_;
 };
+
+// The partition of the distributed sort: the n values of x into `ranks` value ranges bounded by the
+// ranks - 1 sorted splitter keys (sort_key order; a value equal to splitters goes round robin to the
+// ranks they bound, starting at `tie`), written to out by range, counts[d] of them to range d.
+template <class T, class Key>
+void partition_values(const T* x, std::size_t n, const Key* splitters, std::size_t ranks, std::size_t tie,
+                      std::size_t* counts, T* out);
 
 // Collective: every rank's partials combined (sums by MPI_SUM, maxima by MPI_MAX), on every rank.
 void allreduce_partials(const mpi::Comm& world, PairwisePartials& partials);

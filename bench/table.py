@@ -205,6 +205,14 @@ def main():
             table.append((figure, ours, anchor, fmt(r, "x"), aim, "yes" if met else "no"))
     except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
         problems.append(f"import_bench: {e}")
+    # The reduce at model scale (bench/reduce/scale_bench.py): `fastudy plan`'s estimate against a
+    # 100-run simulation on 1, 2 and 4 ranks, and the plan of 100 runs of a 7B model on 64 ranks.
+    try:
+        import scale_bench
+        for figure, ours, anchor, r, aim, met in scale_bench.rows(build):
+            table.append((figure, ours, anchor, fmt(r, "x"), aim, "yes" if met else "no"))
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+        problems.append(f"scale_bench: {e}")
 
     w1 = run([os.path.join(os.path.dirname(os.path.abspath(__file__)), "analysis", "run_w1_vs_scipy.sh"), build])
     if w1 is not None:

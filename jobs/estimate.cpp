@@ -16,15 +16,26 @@ std::string human_bytes(double bytes) {
   return buf;
 }
 
+std::vector<std::pair<std::string, std::int64_t>> model_tensor_sizes(const ModelConfig& m) {
+  const std::int64_t D = m.d_model, F = static_cast<std::int64_t>(m.mlp_ratio) * m.d_model;
+  std::vector<std::pair<std::string, std::int64_t>> t{{"tok_emb.weight", m.vocab * D}, {"pos_emb.weight", m.seq_len * D}};
+  for (int i = 0; i < m.layers; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    t.insert(t.end(), {{b + "ln1.weight", D},          {b + "ln1.bias", D},
+                       {b + "attn.qkv.weight", 3 * D * D}, {b + "attn.qkv.bias", 3 * D},
+                       {b + "attn.proj.weight", D * D},    {b + "attn.proj.bias", D},
+                       {b + "ln2.weight", D},              {b + "ln2.bias", D},
+                       {b + "mlp.fc.weight", F * D},       {b + "mlp.fc.bias", F},
+                       {b + "mlp.proj.weight", D * F},     {b + "mlp.proj.bias", D}});
+  }
+  t.insert(t.end(), {{"ln_f.weight", D}, {"ln_f.bias", D}, {"lm_head.weight", m.vocab * D}});
+  return t;
+}
+
 std::int64_t parameter_count(const ModelConfig& m) {
-  const std::int64_t D = m.d_model, V = m.vocab, N = m.seq_len, F = static_cast<std::int64_t>(m.mlp_ratio) * m.d_model;
-  const std::int64_t per_layer = 2 * D              // ln1
-                                 + D * 3 * D + 3 * D  // qkv
-                                 + D * D + D          // attention output projection
-                                 + 2 * D              // ln2
-                                 + D * F + F          // mlp up
-                                 + F * D + D;         // mlp down
-  return V * D + N * D + m.layers * per_layer + 2 * D + D * V;  // embeddings, blocks, final norm, untied head
+  std::int64_t n = 0;
+  for (const auto& [name, size] : model_tensor_sizes(m)) n += size;
+  return n;
 }
 
 std::string variant_kind(const Variant& v) {

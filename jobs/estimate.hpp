@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "src/core/config.hpp"
 
@@ -51,6 +53,9 @@ inline double matmul_work_factor(const NumericsConfig& n) {
   return (n.matmul == MatmulArithmetic::bf16x3 ? 3.0 : 1.0) * (n.recompute ? 4.0 / 3.0 : 1.0);
 }
 
+// The model's parameters as the trainer makes them (src/train/model_params.cpp, Gpt's constructor):
+// name and element count, in module-path order. parameter_count is their sum.
+std::vector<std::pair<std::string, std::int64_t>> model_tensor_sizes(const ModelConfig& m);
 std::int64_t parameter_count(const ModelConfig& m);
 // The variant's kind for time estimates: its values of the axes that are not replicates (seed-like
 // axes change no step's cost), "attention=flash precision=bf16"; "every variant" when there are none.

@@ -20,6 +20,7 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include <boost/program_options.hpp>
 
@@ -29,6 +30,7 @@
 #include "jobs/job.hpp"
 #include "jobs/preflight.hpp"
 #include "jobs/reduce_import.hpp"
+#include "jobs/reduce_work.hpp"
 #include "src/runtime/gpu.hpp"
 #include "src/runtime/mpi.hpp"
 #include "src/runtime/placement.hpp"
@@ -123,11 +125,81 @@ std::string time_estimate(const Study& st, int groups, int rpv, int measure_step
 
 namespace {
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int cores_here() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// The reduce phase: its pairs, and its time and memory per rank on `ranks` ranks (jobs/reduce_work.hpp's
+// cost model, with the rates measured here), each rank with a core of its own and, when there are more
+// ranks than this machine has cores, all of them here.
+std::string reduce_estimate_text(const ReducePlan& plan, double stored_bytes, const ReduceRates& rates, int ranks) {
+  const ReduceShape shape = reduce_shape(plan, stored_bytes);
+  std::uint64_t values = 0;
+  for (auto n : plan.sizes) values += static_cast<std::uint64_t>(n);
+  const std::size_t V = plan.variants.size();
+  std::ostringstream os;
+  os << "reduce: " << plan.pairs.size() << " of " << V * (V - 1) / 2 << " pairs (" << plan.pairs_note << ") x "
+     << plan.steps.size() << " step" << (plan.steps.size() == 1 ? "" : "s") << ", "
+     << (plan.per_tensor ? std::to_string(plan.tensors.size() - 1) + " tensors" : std::string("no tensor"))
+     << (plan.whole_model ? " and the whole model" : "") << ", " << values << " values per run and step, compared as "
+     << (plan.f64 ? "fp64" : "fp32") << "\n";
+  const auto line = [&](const std::string& where, int cores) {
+    const ReduceEstimate e = estimate_reduce(shape, ranks, cores, rates);
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "reduce estimate on %d rank%s, %s: %.3g s per step, %s in all (per step on the busiest rank: reading %.3g s, "
+                  "sorting %.3g s, moving values %.3g s, pairwise sums %.3g s); peak memory %s per rank (of it the whole "
+                  "model's shares %s)\n",
+                  ranks, ranks == 1 ? "" : "s", where.c_str(), e.step_seconds, duration_text(e.seconds).c_str(),
+                  e.read_seconds, e.sort_seconds, e.move_seconds, e.pair_seconds, human_bytes(e.peak_bytes).c_str(),
+                  human_bytes(e.share_bytes).c_str());
+    os << buf;
+  };
+  line("a core each", ranks);
+  if (ranks > cores_here())
+    line("all on this machine's " + std::to_string(cores_here()) + " cores", cores_here());
+  os << "  (rates measured here: " << rates.source << ")\n";
+  return os.str();
+}
+
+// The read rates of an imported study's files (the first run's first file, already in the page cache
+// after the check): a large range of its largest tensor, and a one-value read.
+void measure_import_reads(const Study& st, const ReducePlan& plan, double stored_bytes, ReduceRates& rates) {
+  std::size_t largest = 0;
+  for (std::size_t t = 1; t + 1 < plan.tensors.size(); ++t)
+    if (plan.sizes[t] > plan.sizes[largest]) largest = t;
+  const auto count = static_cast<std::size_t>(std::min<std::int64_t>(plan.sizes[largest], std::int64_t{1} << 22));
+  io::ImportedStep step(st.import, {plan.files[0][0]});
+  std::vector<double> buf(count);
+  const auto read = [&](std::size_t n) {
+    if (plan.f64) step.read(0, {plan.tensors[largest]}, {plan.sizes[largest]}, 0, n, buf.data());
+    else step.read(0, {plan.tensors[largest]}, {plan.sizes[largest]}, 0, n, reinterpret_cast<float*>(buf.data()));
+  };
+  double call = 1e30, bulk = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    read(1);
+    call = std::min(call, seconds_since(t0));
+    t0 = std::chrono::steady_clock::now();
+    read(count);
+    bulk = std::min(bulk, seconds_since(t0));
+  }
+  rates.read_call = call;
+  rates.read_byte = std::max(0.0, bulk - call) / (static_cast<double>(count) * stored_bytes);
+  rates.source += "; reads of " + plan.files[0][0];
+}
+
 // An imported study: every file checked as reduce checks it (bad input exits 2 here as there), then
-// what reduce would compare: runs, steps, tensors and the bytes it reads.
-int plan_imported(const JobContext& ctx) {
+// what reduce would compare: runs, steps, tensors and the bytes it reads, and the reduce's estimate on
+// `ranks` ranks.
+int plan_imported(const JobContext& ctx, int ranks) {
   const Study& st = *ctx.study;
-  const ImportCheck check = check_imports(st, nullptr);
+  ImportCheck check = check_imports(st, nullptr);
+  choose_reduce_work(st, check.plan);
   const ReducePlan& p = check.plan;
   std::uint64_t elements = 0;
   for (auto n : p.sizes) elements += static_cast<std::uint64_t>(n);
@@ -151,6 +223,10 @@ int plan_imported(const JobContext& ctx) {
     std::snprintf(line, sizeof line, "%-32s %s\n", p.variants[v]->id.c_str(), p.files[v].front().c_str());
     os << line;
   }
+  const double stored = static_cast<double>(check.data_bytes) / static_cast<double>(elements * p.variants.size() * p.steps.size());
+  ReduceRates rates = measure_reduce_rates(p.f64 ? 8 : 4, ranks);
+  measure_import_reads(st, p, stored, rates);
+  os << "\n" << reduce_estimate_text(p, stored, rates, ranks);
   std::cout << os.str();
   return kExitOk;
 }
@@ -163,7 +239,7 @@ int job_plan(JobContext& ctx) {
   if (ctx.opts.measure_steps < 0)
     throw UsageError("--measure-steps must be >= 0 (got " + std::to_string(ctx.opts.measure_steps) + ")",
                      "0 leaves the time estimate out");
-  if (st.imported()) return plan_imported(ctx);
+  if (st.imported()) return plan_imported(ctx, ranks);
   const int rpv = st.train.ranks_per_variant;
   if (ranks % rpv != 0)
     throw UsageError(std::to_string(ranks) + " ranks cannot be split into groups of ranks_per_variant = " +
@@ -214,6 +290,14 @@ int job_plan(JobContext& ctx) {
     os << "matmul work per step: up to " << work << "x the default [numerics] (bf16x3 3x, recompute 4/3x)\n";
   }
   os << "batch per rank: " << st.train.batch / rpv << " sequences of " << st.model.seq_len << " tokens\n";
+  if (st.has_phase("reduce")) {
+    // fastudy's checkpoints store the parameters as fp32 (fp64 for fp64 variants), read by range from
+    // the page cache: a copy with conversion.
+    const ReducePlan reduce = planned_reduce(st);
+    const double stored = reduce.f64 ? 8.0 : 4.0;
+    ReduceRates rates = measure_reduce_rates(reduce.f64 ? 8 : 4, ranks);
+    os << reduce_estimate_text(reduce, stored, rates, ranks);
+  }
   // Where the variants train: [train] device (or --device), auto resolved as the train job does, on
   // this machine's GPUs or on nodes of --gpus-per-node; and each group's gradient reducer
   // (src/runtime/placement.hpp), as the train job chooses it.

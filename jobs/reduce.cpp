@@ -1,37 +1,58 @@
 // `fastudy reduce GRID.toml|OUT`: how far apart did the variants' weights drift, and which grid axis
-// moved them most. Reads the checkpoints, computes for every checkpoint step the pairwise matrices
-// (W1, W2, max |d|, mean |d|, relative L2) per tensor and for the whole model (all parameters
-// flattened), and ranks the axes as deviation sources (analysis/ranking.hpp).
+// moved them most. Reads the checkpoints and computes, for every checkpoint step, the distances (W1,
+// W2, max |d|, mean |d|, relative L2: [reduce] metrics) between the pairs of variants the ranking and
+// the verdict use ([reduce] pairs), per tensor ([reduce] per_tensor) and for the whole model (every
+// parameter as one distribution: [reduce] whole_model), and ranks the axes as deviation sources
+// (analysis/ranking.hpp).
 //
-// Work split: the tasks are (step, tensor) pairs plus one whole-model task per step. Small tensors are
-// dealt to the ranks by size (largest first, to the least loaded: src/runtime/deal.hpp) and computed
-// whole by one rank. The whole model and every tensor of at least kSplitElements values are split over
-// all ranks by element range (analysis/sorted_exchange.hpp): the variants are sorted once, the sorted
-// arrays are exchanged, and every rank accumulates its block-aligned part of the sorted positions (and
-// of the elementwise indices); the exact partial sums are combined with MPI_Allreduce. The whole
-// model's elementwise sums (max |d|, mean |d|, relative L2) are those of its tensors added up
-// (PairwisePartials::combine_elementwise), so it needs only the sorted pass of its own. Block-aligned
-// splits give bit-identical sums, so the results do not depend on the number of ranks either way.
-// Rank 0 gathers them in task order and writes deviation.h5/.csv, axes.csv, ranking.csv, verdict.csv
-// and twins.csv (jobs/reduce_output.hpp).
+// Pairs on demand: the verdict, the ranking and the report's per-condition views use only the pairs of
+// variants that differ in one axis (verdict_pairs: the optimisations' pairs, the references' and the
+// replicates' for the noise floor and the intervals, the fp64 twins), about R x axes of the R(R-1)/2;
+// [reduce] pairs = "all" computes every pair, a list adds the pairs it names. A pair's numbers are the
+// same bits whichever other pairs are computed (analysis/distance.hpp).
+//
+// Work split, per checkpoint step (the schedule and its cost: jobs/reduce_work.hpp):
+//   pass 1, per tensor: a tensor of at least kSplitElements values is split over all ranks: rank q
+//     reads window q (block_aligned_part) of every variant's values, accumulates the elementwise sums
+//     over it, and the ranks sort the tensor together (analysis/sorted_exchange.hpp, a sample sort that
+//     leaves each rank window q of the sorted positions) and accumulate the sorted sums over their
+//     windows; the partial sums are combined with MPI_Allreduce. Smaller tensors are dealt whole to one
+//     rank (largest first to the least loaded) and computed there. Whatever a rank read it keeps, as its
+//     share of the whole model (its per-tensor sorted windows: sorted runs);
+//   pass 2, whole model: the shares are sorted over the ranks by value range, one variant at a time
+//     (DistributedSort::sort_shares), so each rank holds window q of every variant's sorted model, about
+//     R P / N values, never the whole model; the sorted sums over the windows are combined with the
+//     elementwise sums of every tensor (PairwisePartials::combine_elementwise: additive over tensors).
+// Every value is read once per step, by one rank. A reader thread reads the next task's values while
+// the current task is sorted and exchanged; the buffers are reused from task to task. Block-aligned
+// windows give bit-identical sums, so the results do not depend on the number of ranks. Rank 0 gathers
+// the results in task order and writes deviation.h5/.csv, axes.csv, ranking.csv, verdict.csv and
+// twins.csv (jobs/reduce_output.hpp).
 //
 // An imported study ([import]) takes its runs from files other programs wrote: every file is checked
 // first (jobs/reduce_import.hpp; bad input is an exit 2 before any distance), the study folder is made
 // when this is its first phase, imported.csv records the files, and the tasks read their values by
-// range from the files (src/io/import_runs.hpp) instead of from fastudy's checkpoints.
+// range from the files (src/io/import_runs.hpp); fastudy's own checkpoints are read by range too
+// (CheckpointParams), after the whole-file check of every one of them.
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <exception>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <boost/program_options.hpp>
 
 #include "analysis/distance.hpp"
 #include "analysis/ranking.hpp"
 #include "analysis/sorted_exchange.hpp"
+#include "analysis/value_buffer.hpp"
 #include "base/bytes.hpp"
 #include "base/log.hpp"
 #include "base/manifest.hpp"
@@ -42,8 +63,8 @@
 #include "jobs/preflight.hpp"
 #include "jobs/reduce_import.hpp"
 #include "jobs/reduce_output.hpp"
+#include "jobs/reduce_work.hpp"
 #include "src/io/checkpoint.hpp"
-#include "src/runtime/deal.hpp"
 #include "src/runtime/mpi.hpp"
 
 namespace fs = std::filesystem;
@@ -109,6 +130,7 @@ ReducePlan make_plan(const Study& st, const std::string& out, bool allow_missing
   for (const auto& a : read_params(checkpoint_path(out, plan.variants[0]->id, plan.steps[0]))) {
     plan.tensors.push_back(a.name);
     plan.sizes.push_back(a.numel());
+    plan.f64 |= a.dtype == DType::f64;
   }
   plan.tensors.push_back(kModelTensor);
   return plan;
@@ -116,6 +138,7 @@ ReducePlan make_plan(const Study& st, const std::string& out, bool allow_missing
 
 std::string pack_plan(const ReducePlan& p) {
   std::ostringstream os;
+  os << "d " << p.f64 << '\n';
   for (const auto* v : p.variants) os << "v " << v->id << '\n';
   for (const auto& s : p.left_out) os << "l " << s << '\n';
   for (auto s : p.steps) os << "s " << s << '\n';
@@ -131,6 +154,7 @@ ReducePlan unpack_plan(const std::string& text, const Study& st) {
   while (std::getline(in, line)) {
     const std::string body = line.substr(2);
     switch (line[0]) {
+      case 'd': p.f64 = body == "1"; break;
       case 'v': p.variants.push_back(st.find_variant(body)); break;
       case 'l': p.left_out.push_back(body); break;
       case 's': p.steps.push_back(std::stoll(body)); break;
@@ -141,86 +165,8 @@ ReducePlan unpack_plan(const std::string& text, const Study& st) {
   return p;
 }
 
-// A tensor this large (elements) is split over the ranks rather than computed by one: below it the
-// exchange of sorted arrays costs more than it saves.
-constexpr std::size_t kSplitElements = std::size_t{1} << 18;
-
-// Parameters of every variant at one step, as double when any variant stores f64, else float: read
-// whole (checkpoints), or, in an imported study, read by range as they are asked for (imported).
-struct StepParams {
-  bool f64 = false;
-  std::vector<std::vector<NamedArray>> per_variant;
-  std::unique_ptr<io::ImportedStep> imported;
-};
-
-// Every variant's parameters at one step. Every rank reads them all (from the page cache that is
-// cheaper than reading a share and exchanging the arrays: 0.27 s to read 12 checkpoints of 3.3M
-// parameters, 0.8 s to pack and allgather half of them), without the whole-file pass: the check
-// before the work verified every file against its sidecar (the crc32 of each dataset is checked).
-std::vector<std::vector<NamedArray>> read_step_params(const ReducePlan& plan, const std::string& out, std::int64_t step) {
-  std::vector<std::vector<NamedArray>> arrays;
-  for (const auto* v : plan.variants)
-    arrays.push_back(read_params(checkpoint_path(out, v->id, step), {}, WholeFile::checked_before));
-  return arrays;
-}
-
-// Values [begin, end) of variant v's `tensor` (kModelTensor: all parameters concatenated in file order),
-// converted to T, into dst (end - begin values). Copies only that range.
-template <class T>
-void flatten_into(T* dst, const StepParams& sp, std::size_t v, const std::string& tensor,
-                  const std::vector<std::string>& names, std::size_t begin, std::size_t end) {
-  const std::vector<NamedArray>& arrays = sp.per_variant[v];
-  std::size_t at = 0;  // index of the current tensor's first value in the (concatenated) tensor
-  for (std::size_t t = 0; t < arrays.size() && at < end; ++t) {
-    if (tensor != kModelTensor && names[t] != tensor) continue;
-    const NamedArray& a = arrays[t];
-    const std::size_t n = static_cast<std::size_t>(a.numel());
-    const std::size_t lo = std::max(begin, at), hi = std::min(end, at + n);
-    if (lo < hi) {
-      T* out = dst + (lo - begin);
-      if (a.dtype == DType::f64) std::copy(a.as<double>() + (lo - at), a.as<double>() + (hi - at), out);
-      else std::copy(a.as<float>() + (lo - at), a.as<float>() + (hi - at), out);
-    }
-    at += n;
-  }
-}
-
-// The values of `tensor` at one step, for analysis/sorted_exchange.hpp: from the checkpoints read for
-// the step (sp.per_variant), or, in an imported study, read by range from the variant's file as they
-// are asked for (sp.imported: every rank reads only what its tasks and windows need; the check before
-// the work verified every file).
-template <class T>
-VariantValues<T> values_of(const StepParams& sp, const std::string& tensor, const std::vector<std::string>& names,
-                           const ReducePlan& plan) {
-  if (!sp.imported)
-    return [&sp, &tensor, &names](std::size_t v, std::size_t begin, std::size_t end, T* dst) {
-      flatten_into(dst, sp, v, tensor, names, begin, end);
-    };
-  std::vector<std::string> which = names;
-  std::vector<std::int64_t> sizes(plan.sizes);
-  if (tensor != kModelTensor) {
-    const auto t = static_cast<std::size_t>(std::find(names.begin(), names.end(), tensor) - names.begin());
-    which = {tensor};
-    sizes = {plan.sizes.at(t)};
-  }
-  io::ImportedStep* step = sp.imported.get();
-  return [step, which, sizes](std::size_t v, std::size_t begin, std::size_t end, T* dst) {
-    step->read(v, which, sizes, begin, end, dst);
-  };
-}
-
 double since(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-SourceRole source_role(AxisRole role) {
-  switch (role) {
-    case AxisRole::optimisation: return SourceRole::optimisation;
-    case AxisRole::reference: return SourceRole::reference;
-    case AxisRole::noise: return SourceRole::noise;
-    case AxisRole::setting: return SourceRole::setting;
-  }
-  return SourceRole::setting;
 }
 
 // Rank 0: the output directory holds a study, and every [reduce] steps entry is a checkpoint step.
@@ -258,185 +204,401 @@ ReducePlan agree_on_plan(const Study& st, const std::string& out, bool allow_mis
   return unpack_plan(packed, st);
 }
 
-// The owner of every task k = (step k / T, tensor k % T): -1 for a split task (the whole model, or a
-// tensor of at least kSplitElements values, with more than one rank), which runs on every rank; the
-// others dealt by size (deal_largest_first; the pairwise work is linear in it), from the plan's sizes
-// (the first variant's checkpoint: every variant has the same parameters). The same on every rank.
-std::vector<int> task_owners(const ReducePlan& plan, int ranks) {
-  const std::size_t T = plan.tensors.size(), tasks = plan.steps.size() * T;
-  std::vector<std::int64_t> sizes(plan.sizes);
-  sizes.push_back(0);  // the whole model: always split on several ranks
-  std::vector<bool> split(T, false);
-  for (std::size_t t = 0; t < T; ++t)
-    split[t] = ranks > 1 && (t + 1 == T || static_cast<std::size_t>(sizes[t]) >= kSplitElements);
-  std::vector<std::size_t> dealt;
-  std::vector<double> costs;
-  for (std::size_t k = 0; k < tasks; ++k)
-    if (!split[k % T]) {
-      dealt.push_back(k);
-      costs.push_back(static_cast<double>(std::max<std::int64_t>(sizes[k % T], 1)));
-    }
-  std::vector<int> owner(tasks, -1);
-  const std::vector<int> ranks_of = deal_largest_first(costs, ranks);
-  for (std::size_t i = 0; i < dealt.size(); ++i) owner[dealt[i]] = ranks_of[i];
-  return owner;
+// ---- the values of one step ---------------------------------------------------------------------
+
+// Values [begin, end) of tensor t of variant v at one step, converted to float or double.
+class StepValues {
+ public:
+  virtual ~StepValues() = default;
+  virtual void read(std::size_t v, std::size_t t, std::size_t begin, std::size_t end, float* dst) = 0;
+  virtual void read(std::size_t v, std::size_t t, std::size_t begin, std::size_t end, double* dst) = 0;
+};
+
+// fastudy's checkpoints (checked whole before the work): each file opened once for the step.
+class CheckpointValues : public StepValues {
+ public:
+  CheckpointValues(const ReducePlan& plan, const std::string& out, std::int64_t step) : plan_(plan) {
+    for (const auto* v : plan.variants) files_.push_back(std::make_unique<CheckpointParams>(checkpoint_path(out, v->id, step)));
+  }
+  void read(std::size_t v, std::size_t t, std::size_t begin, std::size_t end, float* dst) override {
+    files_[v]->read(plan_.tensors[t], begin, end - begin, dst);
+  }
+  void read(std::size_t v, std::size_t t, std::size_t begin, std::size_t end, double* dst) override {
+    files_[v]->read(plan_.tensors[t], begin, end - begin, dst);
+  }
+
+ private:
+  const ReducePlan& plan_;
+  std::vector<std::unique_ptr<CheckpointParams>> files_;
+};
+
+// An imported study's files of one step (checked before the work).
+class ImportedValues : public StepValues {
+ public:
+  ImportedValues(const Study& st, const ReducePlan& plan, std::size_t si) : plan_(plan), step_(st.import, paths(plan, si)) {}
+  void read(std::size_t v, std::size_t t, std::size_t begin, std::size_t end, float* dst) override {
+    step_.read(v, {plan_.tensors[t]}, {plan_.sizes[t]}, begin, end, dst);
+  }
+  void read(std::size_t v, std::size_t t, std::size_t begin, std::size_t end, double* dst) override {
+    step_.read(v, {plan_.tensors[t]}, {plan_.sizes[t]}, begin, end, dst);
+  }
+
+ private:
+  static std::vector<std::string> paths(const ReducePlan& plan, std::size_t si) {
+    std::vector<std::string> out;
+    for (const auto& files : plan.files) out.push_back(files[si]);
+    return out;
+  }
+  const ReducePlan& plan_;
+  io::ImportedStep step_;
+};
+
+std::unique_ptr<StepValues> step_values(const Study& st, const ReducePlan& plan, const std::string& out, std::size_t si) {
+  if (plan.files.empty()) return std::make_unique<CheckpointValues>(plan, out, plan.steps[si]);
+  return std::make_unique<ImportedValues>(st, plan, si);
 }
 
-// The V x V matrices of every metric (kMetrics, metric-major) of finalized partials.
-std::vector<double> metric_matrices(const PairwiseMatrix& m) {
-  const std::size_t V = m.variants;
-  std::vector<double> out(kMetrics * V * V, 0.0);
-  for (std::size_t i = 0; i < V; ++i)
-    for (std::size_t j = 0; j < V; ++j) {
-      if (i == j) continue;
-      const PairMetrics& p = m.at(i, j);
-      const double vals[kMetrics] = {p.w1, p.w2, p.max_abs, p.mean_abs, p.rel_l2};
-      for (int k = 0; k < kMetrics; ++k) out[(static_cast<std::size_t>(k) * V + i) * V + j] = vals[k];
-    }
-  return out;
-}
+// One read of a task: values [begin, end) of tensor t of every variant, variant v's at [v L, (v+1) L).
+struct TaskRead {
+  std::size_t tensor = 0;
+  std::size_t begin = 0, end = 0;
+};
 
-// This rank's work: its own tasks and its part of every split task. The results it holds (its own
-// tasks; on rank 0 also the split ones) go to `results` as bytes: per task its index, then its
-// metric_matrices. `stopped` when a stop signal ended the work.
+// This rank's task reads of a step, in order, each into a buffer of its own slot: with `ahead`, a
+// thread reads task k + 1 while the caller works on task k (two slots, reused: no fresh pages per
+// task); without, get() reads. A read's error is thrown by get().
+template <class T>
+class TaskReader {
+ public:
+  TaskReader(StepValues& values, std::vector<TaskRead> reads, std::size_t variants, bool ahead)
+      : values_(values), reads_(std::move(reads)), variants_(variants) {
+    if (ahead && reads_.size() > 1) thread_ = std::thread([this] { run(); });
+  }
+  ~TaskReader() { stop(); }
+  TaskReader(const TaskReader&) = delete;
+  TaskReader& operator=(const TaskReader&) = delete;
+
+  // The values of read k (call in order, each after done(k - 1)).
+  ValueBuffer<T>& get(std::size_t k) {
+    if (!thread_.joinable()) {
+      fill(k);
+      return slots_[k % 2];
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return read_ > k || error_; });
+    if (error_) std::rethrow_exception(error_);
+    return slots_[k % 2];
+  }
+  // The caller is done with read k: its slot may take read k + 2.
+  void done(std::size_t k) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      released_ = k + 1;
+    }
+    changed_.notify_all();
+  }
+  // Ends the reading and gives the slots' memory back.
+  void release() {
+    stop();
+    for (auto& s : slots_) s.release();
+  }
+
+ private:
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void fill(std::size_t k) {
+    const TaskRead& r = reads_[k];
+    ValueBuffer<T>& slot = slots_[k % 2];
+    const std::size_t L = r.end - r.begin;
+    slot.shrink_to(variants_ * L);
+    slot.assign_uninitialized(variants_ * L);
+    for (std::size_t v = 0; v < variants_; ++v) values_.read(v, r.tensor, r.begin, r.end, slot.data() + v * L);
+  }
+  void run() {
+    for (std::size_t k = 0; k < reads_.size(); ++k) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [&] { return stop_ || released_ + 2 > k; });
+        if (stop_) return;
+      }
+      try {
+        fill(k);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        error_ = std::current_exception();
+        changed_.notify_all();
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        read_ = k + 1;
+      }
+      changed_.notify_all();
+    }
+  }
+
+  StepValues& values_;
+  const std::vector<TaskRead> reads_;
+  const std::size_t variants_;
+  ValueBuffer<T> slots_[2];
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::size_t read_ = 0;      // reads finished
+  std::size_t released_ = 0;  // reads the caller is done with
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+// ---- the work of every step -----------------------------------------------------------------------
+
+// This rank's results: per task its index and its result (reduce_output.hpp TaskResults), as bytes;
+// `stopped` when a stop signal ended the work.
 struct RankWork {
   ByteWriter results;
   bool stopped = false;
-  double read_s = 0, compute_s = 0;  // reading checkpoints and computing (debug log)
+  double read_s = 0, compute_s = 0, wait_s = 0;  // rank 0's log: reading (the reader thread's share
+                                                  // shows as waiting), computing, waiting for reads
 };
 
-RankWork compute_tasks(const Study& st, const ReducePlan& plan, const std::vector<int>& owner, const std::string& out,
-                       mpi::Comm& world) {
-  const std::size_t V = plan.variants.size(), T = plan.tensors.size();
-  const std::vector<std::string> names(plan.tensors.begin(), plan.tensors.end() - 1);
-  const auto model_values = static_cast<std::size_t>(std::accumulate(plan.sizes.begin(), plan.sizes.end(), std::int64_t{0}));
-  SortedExchange exchange(world, V, model_values);
+// One task's partials as its result: per listed pair and metric, (i, j) then (j, i).
+std::vector<double> task_result(const ReducePlan& plan, const PairwisePartials& p) {
+  const PairwiseMatrix m = p.finalize();
+  std::vector<double> out;
+  out.reserve(plan.pairs.size() * kMetrics * 2);
+  for (const auto& [i, j] : plan.pairs)
+    for (int k = 0; k < kMetrics; ++k)
+      for (const PairMetrics* pm : {&m.at(i, j), &m.at(j, i)}) {
+        const double vals[kMetrics] = {pm->w1, pm->w2, pm->max_abs, pm->mean_abs, pm->rel_l2};
+        out.push_back(vals[k]);
+      }
+  return out;
+}
+
+void put_result(RankWork& work, std::size_t k, const std::vector<double>& r) {
+  work.results.put<std::uint64_t>(k);
+  work.results.put_bytes(r.data(), r.size() * sizeof(double));
+}
+
+// Collective: every step's tasks (see the top of this file) for values of type T.
+template <class T>
+class StepWork {
+ public:
+  StepWork(const Study& st, const ReducePlan& plan, const std::string& out, mpi::Comm& world)
+      : st_(st), plan_(plan), out_(out), world_(world), sorter_(world),
+        schedule_(schedule_reduce(plan.sizes, world.size())), shares_(plan.variants.size()) {
+    for (std::size_t t : schedule_.order)
+      if (schedule_.split[t] || schedule_.owner[t] == world.rank()) mine_.push_back(t);
+    for (auto n : plan.sizes) model_values_ += static_cast<std::size_t>(n);
+    which_ = plan.has_metric("w2") ? SortedMetrics::w1_w2 : SortedMetrics::w1;
+    elementwise_ = plan.has_metric("max_abs") || plan.has_metric("mean_abs") || plan.has_metric("rel_l2");
+    for (std::size_t t : mine_) mine_values_ += static_cast<double>(plan.sizes[t]) / (schedule_.split[t] ? world.size() : 1);
+  }
+
+  const SortTraffic& traffic() const { return sorter_.traffic(); }
+  std::size_t task_count() const { return mine_.size() + (plan_.whole_model ? 1 : 0); }
+
+  // One step; false when a stop signal ended it (on every rank).
+  bool run(std::size_t si, RankWork& work, const std::function<void(double)>& task_done) {
+    const std::size_t V = plan_.variants.size(), NT = plan_.tensors.size();  // tasks per step
+    const std::size_t R = static_cast<std::size_t>(world_.size()), r = static_cast<std::size_t>(world_.rank());
+    auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<StepValues> values = step_values(st_, plan_, out_, si);
+    std::vector<TaskRead> reads;
+    std::size_t share = 0;
+    for (std::size_t t : mine_) {
+      const auto n = static_cast<std::size_t>(plan_.sizes[t]);
+      const IndexRange w = schedule_.split[t] ? block_aligned_part(n, R, r) : IndexRange{0, n};
+      reads.push_back({t, w.begin, w.end});
+      share += w.end - w.begin;
+    }
+    if (plan_.whole_model)
+      for (auto& s : shares_) {
+        s.clear();
+        s.reserve(std::max(share, model_window()));
+      }
+    std::vector<std::size_t> runs;
+    work.read_s += since(t0, std::chrono::steady_clock::now());
+    TaskReader<T> reader(*values, reads, V, true);
+    // This rank's share of the whole model's elementwise sums (its tasks, its windows of split ones).
+    PairwisePartials model_elementwise(V, plan_.pairs);
+    for (std::size_t k = 0; k < mine_.size(); ++k) {
+      const std::size_t t = mine_[k];
+      const bool split = schedule_.split[t] != 0;
+      if (split && world_.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) return false;
+      // A signal skips this rank's own tasks; it leaves the loop only at the next collective check,
+      // together with the other ranks (the check after the loop then fails the job everywhere).
+      if (!split && stop_signal_received()) continue;
+      const auto t1 = std::chrono::steady_clock::now();
+      ValueBuffer<T>& x = reader.get(k);
+      const auto t2 = std::chrono::steady_clock::now();
+      work.wait_s += since(t1, t2);
+      const TaskRead& rd = reads[k];
+      const std::size_t n = static_cast<std::size_t>(plan_.sizes[t]), L = rd.end - rd.begin;
+      PairwisePartials p(V, plan_.pairs);
+      if (elementwise_) {
+        std::vector<const T*> ptrs;
+        for (std::size_t v = 0; v < V; ++v) ptrs.push_back(x.data() + v * L);
+        accumulate_elementwise(ptrs, rd.begin, rd.end, p, rd.begin);
+      }
+      model_elementwise.combine_elementwise(p);
+      if (plan_.per_tensor) {
+        if (split) sorter_.sort_windows(x, V, n);
+        else sorter_.sort_each(x, V, L);
+        SortedSet<T> set;
+        for (std::size_t v = 0; v < V; ++v) set.add_sorted_view(x.data() + v * L, L, rd.begin, n);
+        accumulate_sorted(set, rd.begin, rd.end, p, which_);
+      }
+      if (plan_.whole_model) {
+        for (std::size_t v = 0; v < V; ++v) shares_[v].append(x.data() + v * L, L);
+        runs.push_back(L);
+      }
+      reader.done(k);
+      if (plan_.per_tensor) {
+        if (split) {
+          allreduce_partials(world_, p);
+          p.set_has_w2(which_ == SortedMetrics::w1_w2);
+        }
+        if (!split || world_.is_root()) put_result(work, si * NT + t, task_result(plan_, p));
+      }
+      task_done(static_cast<double>(L));
+      work.compute_s += since(t2, std::chrono::steady_clock::now());
+      // After the split tasks (largest first), the big buffers are given back: the dealt tensors are
+      // small, and the model's sort needs the room.
+      if (split && (k + 1 == mine_.size() || !schedule_.split[mine_[k + 1]])) sorter_.release();
+    }
+    reader.release();
+    if (world_.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) return false;
+    if (plan_.whole_model) {
+      const auto t3 = std::chrono::steady_clock::now();
+      sorter_.sort_shares(shares_, model_values_, plan_.per_tensor ? runs : std::vector<std::size_t>{});
+      const IndexRange w = block_aligned_part(model_values_, R, r);
+      SortedSet<T> set;
+      for (std::size_t v = 0; v < V; ++v) set.add_sorted_view(shares_[v].data(), w.end - w.begin, w.begin, model_values_);
+      PairwisePartials p(V, plan_.pairs);
+      accumulate_sorted(set, w.begin, w.end, p, which_);
+      p.combine_elementwise(model_elementwise);
+      allreduce_partials(world_, p);
+      p.set_has_w2(which_ == SortedMetrics::w1_w2);
+      if (world_.is_root()) put_result(work, si * NT + (NT - 1), task_result(plan_, p));
+      task_done(static_cast<double>(w.end - w.begin));
+      release();  // the next step's large tensors need the room before its shares fill
+      work.compute_s += since(t3, std::chrono::steady_clock::now());
+    }
+    return true;
+  }
+
+  // The values of this rank's tasks and model window per step (the progress line's unit).
+  double values_per_step() const {
+    return mine_values_ + (plan_.whole_model ? static_cast<double>(model_window()) : 0.0);
+  }
+
+ private:
+  void release() {
+    for (auto& s : shares_) s.release();
+    sorter_.release();
+  }
+  std::size_t model_window() const {
+    const IndexRange w = block_aligned_part(model_values_, static_cast<std::size_t>(world_.size()),
+                                            static_cast<std::size_t>(world_.rank()));
+    return w.end - w.begin;
+  }
+
+  const Study& st_;
+  const ReducePlan& plan_;
+  const std::string& out_;
+  mpi::Comm& world_;
+  DistributedSort<T> sorter_;
+  ReduceSchedule schedule_;
+  std::vector<std::size_t> mine_;  // tensors this rank takes part in, in the schedule's order
+  std::vector<ValueBuffer<T>> shares_;
+  std::size_t model_values_ = 0;
+  double mine_values_ = 0;
+  SortedMetrics which_ = SortedMetrics::w1;
+  bool elementwise_ = true;
+};
+
+template <class T>
+RankWork compute_steps(const Study& st, const ReducePlan& plan, const std::string& out, mpi::Comm& world) {
+  StepWork<T> steps(st, plan, out, world);
   RankWork work;
-  // This rank's work on the console (rank 0; the deal balances the ranks): tasks done, the speed, and
-  // the time left from the values still to sort at the values per second measured so far.
-  auto values_of_task = [&](std::size_t k) {
-    const std::size_t t = k % T;
-    return t + 1 == T ? static_cast<double>(model_values) : static_cast<double>(plan.sizes[t]);
-  };
-  double mine_values = 0, done_values = 0;
-  std::size_t mine_tasks = 0, done_tasks = 0;
-  for (std::size_t k = 0; k < owner.size(); ++k)
-    if (owner[k] < 0 || owner[k] == world.rank()) mine_values += values_of_task(k), ++mine_tasks;
+  // This rank's work on the console (rank 0; the schedule balances the ranks): tasks done, the speed,
+  // and the time left from the values still to process at the values per second measured so far.
+  const double mine_values = steps.values_per_step() * static_cast<double>(plan.steps.size());
+  const std::size_t mine_tasks = steps.task_count() * plan.steps.size();
+  double done_values = 0;
+  std::size_t done_tasks = 0;
   ProgressLine progress;
   const auto start = std::chrono::steady_clock::now();
-  auto task_done = [&](std::size_t k) {
-    done_values += values_of_task(k);
+  const auto task_done = [&](double values) {
+    done_values += values;
     ++done_tasks;
     const double s = since(start, std::chrono::steady_clock::now());
     progress.update("reduce: " + std::to_string(done_tasks) + "/" + std::to_string(mine_tasks) +
                     " tasks (step x tensor), " + rate_text(static_cast<double>(done_tasks) / s) + " tasks/s, " +
-                    eta_text(s * (mine_values - done_values) / done_values));
+                    eta_text(s * (mine_values - done_values) / std::max(done_values, 1.0)));
   };
-  for (std::size_t si = 0; si < plan.steps.size() && !work.stopped; ++si) {
-    bool any = false;
-    for (std::size_t t = 0; t < T; ++t) any |= owner[si * T + t] < 0 || owner[si * T + t] == world.rank();
-    if (!any) continue;
-    auto t0 = std::chrono::steady_clock::now();
-    StepParams sp;
-    if (plan.files.empty()) {
-      sp.per_variant = read_step_params(plan, out, plan.steps[si]);
-      for (const auto& arrays : sp.per_variant)
-        for (const auto& a : arrays) sp.f64 |= a.dtype == DType::f64;
-    } else {
-      sp.f64 = plan.f64;
-      std::vector<std::string> paths;
-      for (const auto& files : plan.files) paths.push_back(files[si]);
-      sp.imported = std::make_unique<io::ImportedStep>(st.import, std::move(paths));
-    }
-    auto t1 = std::chrono::steady_clock::now();
-    work.read_s += since(t0, t1);
-    // The whole model's elementwise sums are those of its tensors added up (combine_elementwise): this
-    // rank's share (its own tasks, its windows of split tasks) is added here and combined over the
-    // ranks with the model's sorted sums, so the model needs no elementwise pass of its own.
-    PairwisePartials model_elementwise(V);
-    for (std::size_t t = 0; t < T && !work.stopped; ++t) {
-      const std::size_t k = si * T + t;
-      const bool model = t + 1 == T, split_task = owner[k] < 0;
-      const std::size_t n = model ? model_values : static_cast<std::size_t>(plan.sizes[t]);
-      const std::string& tensor = plan.tensors[t];
-      PairwisePartials p;  // this rank's part of the task (all of it for an unsplit task)
-      if (split_task) {
-        if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {
-          work.stopped = true;
-          break;
-        }
-        p = sp.f64 ? exchange.split_partials<double>(world, V, n, values_of<double>(sp, tensor, names, plan), !model)
-                   : exchange.split_partials<float>(world, V, n, values_of<float>(sp, tensor, names, plan), !model);
-      } else {
-        // A signal skips this rank's own tasks; it leaves the loop only at the next collective check,
-        // together with the other ranks (the check after the loop then fails the job everywhere).
-        if (owner[k] != world.rank() || stop_signal_received()) continue;
-        p = sp.f64 ? local_partials<double>(V, n, values_of<double>(sp, tensor, names, plan), !model)
-                   : local_partials<float>(V, n, values_of<float>(sp, tensor, names, plan), !model);
-      }
-      if (model) p.combine_elementwise(model_elementwise);
-      else model_elementwise.combine_elementwise(p);
-      if (split_task) {
-        allreduce_partials(world, p);
-        p.set_has_w2(true);
-        if (!world.is_root()) continue;  // rank 0 holds the result
-      }
-      task_done(k);
-      const std::vector<double> m = metric_matrices(p.finalize());
-      work.results.put<std::uint64_t>(k);
-      work.results.put_bytes(m.data(), m.size() * sizeof(double));
-    }
-    work.compute_s += since(t1, std::chrono::steady_clock::now());
-  }
+  for (std::size_t si = 0; si < plan.steps.size() && !work.stopped; ++si)
+    work.stopped = !steps.run(si, work, task_done);
   progress.finish();
+  const SortTraffic& tr = steps.traffic();
+  log::debug("reduce: rank " + std::to_string(world.rank()) + " sent " + std::to_string(tr.values_sent) +
+             " values in the sorts' partitions, moved " + std::to_string(tr.values_moved) +
+             " to exact windows; largest value range " + number_text(100 * tr.largest_excess) + "% over its window");
   return work;
 }
 
-// Rank 0: every task's result from the ranks' bytes (RankWork::results), in task order.
+// Rank 0: every computed task's result from the ranks' bytes (RankWork::results), in task order;
+// the tasks [reduce] per_tensor or whole_model leave out stay empty.
 TaskResults collect_results(const ReducePlan& plan, const std::vector<std::string>& parts) {
-  const std::size_t V = plan.variants.size(), tasks = plan.steps.size() * plan.tensors.size();
+  const std::size_t T = plan.tensors.size(), tasks = plan.steps.size() * T;
+  const std::size_t size = plan.pairs.size() * kMetrics * 2;
   TaskResults results(tasks);
   for (const auto& part : parts) {
     ByteReader in(part, "reduce: the results a rank sent");
     while (!in.done()) {
       const auto k = in.get<std::uint64_t>();
       if (k >= tasks) throw Error("reduce: a rank sent the result of task " + std::to_string(k) + " of " + std::to_string(tasks));
-      results[k].resize(kMetrics * V * V);
-      in.get_bytes(results[k].data(), results[k].size() * sizeof(double));
+      results[k].resize(size);
+      in.get_bytes(results[k].data(), size * sizeof(double));
     }
   }
-  for (std::size_t k = 0; k < tasks; ++k)
-    if (results[k].empty()) throw Error("reduce: task " + std::to_string(k) + " produced no result");
+  for (std::size_t k = 0; k < tasks; ++k) {
+    const bool model = k % T == T - 1;
+    if ((model ? plan.whole_model : plan.per_tensor) && results[k].empty() && !plan.pairs.empty())
+      throw Error("reduce: task " + std::to_string(k) + " produced no result");
+  }
   return results;
 }
 
-// Each grid axis with its role, baseline and replicate flag: the study's [axes.NAME], else the axis
-// table (kGridAxes, src/core/grid.cpp), else a setting (study_axis).
-std::vector<RankingAxis> ranking_axes(const Study& st) {
-  std::vector<RankingAxis> axes;
-  for (const auto& [name, values] : st.axes) {
-    const GridAxisInfo info = study_axis(st, name);
-    axes.push_back(RankingAxis{name, values, source_role(info.role), info.baseline, info.replicate});
-  }
-  return axes;
-}
-
 // The ranking of the axes on the whole-model matrices (W1 and max |d| of every step); the left-out
-// variants become notes.
+// variants become notes. Without the whole model ([reduce] whole_model = false) there is nothing to
+// rank: no rows, no verdict, no twins, and a note that says why.
 Ranking rank_axes(const ReducePlan& plan, const TaskResults& results, const std::vector<RankingAxis>& axes) {
-  const std::size_t V = plan.variants.size(), T = plan.tensors.size();
-  std::vector<RankingVariant> rv;
-  for (const auto* v : plan.variants) rv.push_back({v->id, v->axes});
+  Ranking ranking;
+  if (!plan.whole_model) {
+    ranking.notes.push_back("[reduce] whole_model = false: the ranking and the verdict rest on the whole-model distances, "
+                            "which were not computed");
+    for (const auto& l : plan.left_out) ranking.notes.push_back("left out " + l);
+    return ranking;
+  }
+  const std::size_t T = plan.tensors.size();
   std::vector<StepMatrices> sm;
   for (std::size_t si = 0; si < plan.steps.size(); ++si) {
     const auto& m = results[si * T + (T - 1)];
     StepMatrices s;
     s.step = plan.steps[si];
-    s.w1.assign(m.begin(), m.begin() + static_cast<std::ptrdiff_t>(V * V));
-    s.max_abs.assign(m.begin() + static_cast<std::ptrdiff_t>(2 * V * V), m.begin() + static_cast<std::ptrdiff_t>(3 * V * V));
+    s.w1 = task_matrix(plan, m, 0);
+    s.max_abs = task_matrix(plan, m, 2);
     sm.push_back(std::move(s));
   }
-  Ranking ranking = rank_deviation_sources(axes, rv, sm);
+  ranking = rank_deviation_sources(axes, ranking_variants(plan.variants), sm);
   for (const auto& l : plan.left_out) ranking.notes.push_back("left out " + l);
   return ranking;
 }
@@ -461,6 +623,7 @@ int job_reduce(JobContext& ctx) {
     // imported study) or continued, and the files' provenance recorded.
     ImportCheck check = check_imports(st, &world);
     plan = std::move(check.plan);
+    choose_reduce_work(st, plan);
     on_root(world, [&] {
       check_output_space(out, static_cast<double>(reduce_output_bytes(plan)), "the reduce's results (deviation.h5, deviation.csv, ...)");
       if (!file_exists(path("study.toml")) || ctx.opts.command == "run") prepare_output(ctx);
@@ -470,16 +633,19 @@ int job_reduce(JobContext& ctx) {
   } else {
     on_root(world, [&] { check_study_dir(st, out); });
     plan = agree_on_plan(st, out, ctx.opts.allow_missing, world);
+    choose_reduce_work(st, plan);
     on_root(world, [&] {
       check_output_space(out, static_cast<double>(reduce_output_bytes(plan)), "the reduce's results (deviation.h5, deviation.csv, ...)");
     });
   }
   const auto t_checked = std::chrono::steady_clock::now();
   log::info("reduce: " + std::to_string(plan.variants.size()) + " variants x " + std::to_string(plan.steps.size()) +
-            " steps x " + std::to_string(plan.tensors.size() - 1) + " tensors (+ whole model) on " +
-            std::to_string(world.size()) + " rank(s)");
+            " steps x " + std::to_string(plan.tensors.size() - 1) + " tensors (+ whole model), " +
+            std::to_string(plan.pairs.size()) + " of " +
+            std::to_string(plan.variants.size() * (plan.variants.size() - 1) / 2) + " pairs (" + plan.pairs_note +
+            "), on " + std::to_string(world.size()) + " rank(s)");
 
-  const RankWork work = compute_tasks(st, plan, task_owners(plan, world.size()), out, world);
+  const RankWork work = plan.f64 ? compute_steps<double>(st, plan, out, world) : compute_steps<float>(st, plan, out, world);
   const auto t_computed = std::chrono::steady_clock::now();
   const std::vector<std::string> parts = world.gather(work.results.bytes());
   if (world.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) {
@@ -501,11 +667,11 @@ int job_reduce(JobContext& ctx) {
     write_twins_csv(path("twins.csv"), ranking, ctx.prov);
     log::info(format_ranking_table(ranking));
     const auto t_end = std::chrono::steady_clock::now();
-    log::debug("reduce: rank 0 checked checkpoints for " + number_text(since(t_start, t_checked)) + " s, read them for " +
-               number_text(work.read_s) + " s, computed for " + number_text(work.compute_s) + " s, gathered for " +
-               number_text(since(t_computed, t_gathered)) + " s, wrote deviation.h5/.csv for " +
-               number_text(since(t_gathered, t_written)) + " s, ranked and wrote the rest for " +
-               number_text(since(t_written, t_end)) + " s");
+    log::debug("reduce: rank 0 checked the files for " + number_text(since(t_start, t_checked)) + " s, opened them for " +
+               number_text(work.read_s) + " s, computed for " + number_text(work.compute_s) + " s (of it waiting for reads " +
+               number_text(work.wait_s) + " s), gathered for " + number_text(since(t_computed, t_gathered)) +
+               " s, wrote deviation.h5/.csv for " + number_text(since(t_gathered, t_written)) +
+               " s, ranked and wrote the rest for " + number_text(since(t_written, t_end)) + " s");
     log::info("reduce: wrote deviation.h5, deviation.csv, axes.csv, ranking.csv, verdict.csv and twins.csv in " + out);
   });
   return kExitOk;

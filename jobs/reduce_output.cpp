@@ -3,6 +3,7 @@
 #include "jobs/reduce_output.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "base/atomic_file.hpp"
@@ -13,16 +14,40 @@
 
 namespace fastudy {
 
+bool ReducePlan::has_metric(const std::string& name) const {
+  for (int k : metrics)
+    if (name == kMetricNames[k]) return true;
+  return false;
+}
+
+std::vector<double> task_matrix(const ReducePlan& plan, const std::vector<double>& result, int metric) {
+  const std::size_t V = plan.variants.size();
+  std::vector<double> m(V * V, std::numeric_limits<double>::quiet_NaN());
+  for (std::size_t v = 0; v < V; ++v) m[v * V + v] = 0;
+  for (std::size_t p = 0; p < plan.pairs.size() && !result.empty(); ++p) {
+    const auto [i, j] = plan.pairs[p];
+    m[i * V + j] = result[(p * kMetrics + static_cast<std::size_t>(metric)) * 2];
+    m[j * V + i] = result[(p * kMetrics + static_cast<std::size_t>(metric)) * 2 + 1];
+  }
+  return m;
+}
+
 std::uint64_t reduce_output_bytes(const ReducePlan& plan) {
   constexpr std::uint64_t kGroupMeta = 4096, kDatasetMeta = 1024, kNumber = 25, kSmallCsvs = std::uint64_t{1} << 20;
-  const std::uint64_t V = plan.variants.size(), S = plan.steps.size(), pairs = V * (V - 1) / 2;
-  std::uint64_t ids = 0, names = 0;
+  const std::uint64_t V = plan.variants.size(), S = plan.steps.size(), pairs = plan.pairs.size(),
+                      M = plan.metrics.size();
+  // The tensors written: the per-tensor ones ([reduce] per_tensor) and the whole model ([reduce] whole_model).
+  std::uint64_t ids = 0, names = 0, tensors = 0;
   for (const auto* v : plan.variants) ids += v->id.size() + 4;
-  for (const auto& t : plan.tensors) names += t.size() + 4;
-  const std::uint64_t h5 = kGroupMeta * (2 + S) +
-                           S * plan.tensors.size() * (kGroupMeta + kMetrics * (kDatasetMeta + V * V * sizeof(double))) +
+  for (std::size_t t = 0; t < plan.tensors.size(); ++t) {
+    const bool model = t + 1 == plan.tensors.size();
+    if (model ? !plan.whole_model : !plan.per_tensor) continue;
+    names += plan.tensors[t].size() + 4;
+    ++tensors;
+  }
+  const std::uint64_t h5 = kGroupMeta * (2 + S) + S * tensors * (kGroupMeta + M * (kDatasetMeta + V * V * sizeof(double))) +
                            kGroupMeta + 2 * ids;
-  const std::uint64_t csv = S * (names * pairs + plan.tensors.size() * pairs * (2 * ids / std::max<std::uint64_t>(V, 1) + 20 + kMetrics * kNumber));
+  const std::uint64_t csv = S * (names * pairs + tensors * pairs * (2 * ids / std::max<std::uint64_t>(V, 1) + 20 + M * kNumber));
   return h5 + csv + kSmallCsvs;
 }
 
@@ -47,6 +72,10 @@ void write_deviation_file(const std::string& tmp, const ReducePlan& plan, const 
   root.set_attr("variants", ids);
   root.set_attr("variant_axes", axes);
   root.set_attr("left_out", left);
+  std::string metrics;
+  for (int k : plan.metrics) metrics += (metrics.empty() ? "" : ",") + std::string(kMetricNames[k]);
+  root.set_attr("metrics", metrics);
+  root.set_attr("pairs", plan.pairs_note);
   h5::Transfer xfer(f);
   h5::Group steps = root.create_group("steps");
   std::size_t task = 0;
@@ -54,13 +83,14 @@ void write_deviation_file(const std::string& tmp, const ReducePlan& plan, const 
     h5::Group sg = steps.create_group(std::to_string(s));
     sg.set_attr("step", static_cast<std::int64_t>(s));
     for (std::size_t t = 0; t < plan.tensors.size(); ++t) {
+      const std::vector<double>& r = results[task++];
+      if (r.empty()) continue;  // not computed ([reduce] per_tensor, whole_model)
       // The tensor's group is named by its index; its name (another program's, which may hold '/' or be
       // ".") is an attribute, never a path.
       h5::Group tg = sg.create_group(std::to_string(t));
       tg.set_attr("name", plan.tensors[t]);
-      const std::vector<double>& m = results[task++];
-      for (int k = 0; k < kMetrics; ++k)
-        tg.create_dataset(kMetricNames[k], DType::f64, {v64, v64}).write_rows(m.data() + static_cast<std::size_t>(k) * V * V, 0, v64, xfer);
+      for (int k : plan.metrics)
+        tg.create_dataset(kMetricNames[k], DType::f64, {v64, v64}).write_rows(task_matrix(plan, r, k).data(), 0, v64, xfer);
     }
   }
   f.close();
@@ -80,19 +110,22 @@ void write_deviation_h5(const std::string& path, const ReducePlan& plan, const T
 
 void write_deviation_csv(const std::string& path, const ReducePlan& plan, const TaskResults& results,
                          const Provenance& prov) {
-  const std::size_t V = plan.variants.size(), T = plan.tensors.size();
+  const std::size_t T = plan.tensors.size();
   std::ostringstream csv;
-  csv << prov.header() << "step,tensor,variant_a,variant_b,w1,w2,max_abs,mean_abs,rel_l2\n";
+  csv << prov.header() << "step,tensor,variant_a,variant_b";
+  for (int k : plan.metrics) csv << ',' << kMetricNames[k];
+  csv << '\n';
   for (std::size_t si = 0; si < plan.steps.size(); ++si)
     for (std::size_t t = 0; t < T; ++t) {
-      const auto& m = results[si * T + t];
-      for (std::size_t i = 0; i < V; ++i)
-        for (std::size_t j = i + 1; j < V; ++j) {
-          csv << plan.steps[si] << ',' << csv_field(plan.tensors[t]) << ',' << csv_field(plan.variants[i]->id) << ','
-              << csv_field(plan.variants[j]->id);
-          for (int k = 0; k < kMetrics; ++k) csv << ',' << number_text(m[(static_cast<std::size_t>(k) * V + i) * V + j]);
-          csv << '\n';
-        }
+      const auto& r = results[si * T + t];
+      if (r.empty()) continue;
+      for (std::size_t p = 0; p < plan.pairs.size(); ++p) {
+        const auto [i, j] = plan.pairs[p];
+        csv << plan.steps[si] << ',' << csv_field(plan.tensors[t]) << ',' << csv_field(plan.variants[i]->id) << ','
+            << csv_field(plan.variants[j]->id);
+        for (int k : plan.metrics) csv << ',' << number_text(r[(p * kMetrics + static_cast<std::size_t>(k)) * 2]);
+        csv << '\n';
+      }
     }
   atomic_write_sealed(path, csv.str());
 }

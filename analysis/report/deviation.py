@@ -44,10 +44,14 @@ def build(data, figs):
     order = ordered_variants(dev.variants, grid, axes_of)
     groups = condition_groups(dev.variants, axes_of, data.axes) if data.axes else []
     sources = source_pairs(dev.variants, grid, axes_of)
+    has_model = MODEL_TENSOR in dev.tensors
+    tensors = [t for t in dev.tensors if t != MODEL_TENSOR]
+    what = (f"{len(tensors)} tensors" if tensors else "no tensor ([reduce] per_tensor = false)") + \
+        (" plus the whole model (every parameter flattened into one distribution)" if has_model else
+         ", not the whole model ([reduce] whole_model = false)")
     sec.blocks.append(text(
         f"From {dev.source}: {len(dev.variants)} variants, checkpoints at steps {', '.join(map(str, dev.steps))}, "
-        f"{len(dev.tensors) - (MODEL_TENSOR in dev.tensors)} tensors plus the whole model (every parameter "
-        "flattened into one distribution). W1 is the 1-D Wasserstein distance between the two weight distributions "
+        f"{what}. W1 is the 1-D Wasserstein distance between the two weight distributions "
         "(scipy.stats.wasserstein_distance); max |dW| the largest elementwise difference of the weights."))
     if dev.left_out:
         sec.blocks.append(text("Left out of the reduction: " + "; ".join(dev.left_out), kind="missing"))
@@ -57,12 +61,22 @@ def build(data, figs):
                                "OUT` again for the per-condition view.", kind="missing"))
         groups = [{"axis": a, "role": "", "condition": "*", "value_a": "*", "value_b": "*", "pairs": p}
                   for a, p in sources.items()]
-    noise = noise_curve(dev, groups)
-    sec.blocks.append(heatmap(dev, order, axes_of, grid, figs, noise))
+    noise = noise_curve(dev, groups) if has_model else None
+    if has_model:
+        sec.blocks.append(heatmap(dev, order, axes_of, grid, figs, noise))
+    else:
+        sec.blocks.append(text("The whole model's distances were not computed ([reduce] whole_model = false): no "
+                               "heatmap, no W1 over the steps and no verdict; the per-tensor distances follow.",
+                               kind="missing"))
     if groups:
-        sec.blocks.append(over_steps(dev, groups, noise, figs))
-        sec.blocks.append(tensor_figure(dev, groups, figs))
-        sec.blocks.append(tensor_table(dev, groups))
+        if has_model:
+            sec.blocks.append(over_steps(dev, groups, noise, figs))
+        if tensors:
+            sec.blocks.append(tensor_figure(dev, groups, figs))
+            sec.blocks.append(tensor_table(dev, groups))
+        else:
+            sec.blocks.append(text("Per-tensor distances were not computed ([reduce] per_tensor = false): the whole "
+                                   "model's only.", kind="note"))
     else:
         sec.blocks.append(text("No pair of variants differs in exactly one axis, so no source can be measured.",
                                kind="missing"))
@@ -136,9 +150,10 @@ def heatmap(dev, order, axes_of, grid, figs, noise):
             ax.axvline(k - 0.5, color="white", lw=2)
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="whole-model W1 (weight units)")
     ax.set_title(f"pairwise whole-model W1 at step {step}")
-    caption = (f"Whole-model W1 between every pair of variants at the final checkpoint (step {step}), variants "
+    caption = (f"Whole-model W1 between the pairs of variants at the final checkpoint (step {step}), variants "
                "ordered by the grid's axes (white lines separate the first axis's values); log colour scale, "
-               "diagonal and missing pairs blank. " +
+               "diagonal and missing pairs blank: reduce computes the pairs the verdict uses, those that differ in "
+               "one axis (`[reduce] pairs = \"all\"` computes the rest). " +
                (noise_caption(noise) if noise is None or all(v == 0 for v in noise[1]) else
                 f"Noise floor at this step: mean W1 {sig(noise[1][-1])} over the noise axis's pairs (the same variant "
                 "run again)."))

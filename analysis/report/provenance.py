@@ -49,6 +49,9 @@ def phase_state(data):
     if data.ranking and data.ranking.rows:
         steps = sorted({int(r["step"]) for r in data.ranking.rows})
         items.append(f"reduce: done (ranking.csv at steps {', '.join(map(str, steps))})")
+    elif data.ranking and data.deviation and data.deviation.steps:
+        items.append(f"reduce: done (deviation.h5 at steps {', '.join(map(str, data.deviation.steps))}; no ranking: "
+                     f"{'; '.join(data.ranking.notes) or 'ranking.csv has no rows'})")
     elif status or data.train_logs:
         items.append("reduce: not run (no ranking.csv, deviation.h5): run `fastudy reduce OUT` for the weight "
                      "deviation and the verdict")

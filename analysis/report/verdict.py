@@ -261,6 +261,12 @@ def noise_statement(data, rows, step):
 def build(data, status_summary):
     """The verdict section. status_summary: the phases' state in words (what exists, what is missing)."""
     sec = Section("1. Verdict", "verdict")
+    skipped = [n for n in (data.ranking.notes if data.ranking is not None else []) if "whole_model = false" in n]
+    if skipped:
+        sec.blocks.append(text("No verdict: " + skipped[0] + " (`[reduce] whole_model = true`, the default, computes "
+                               "them). Section 4 shows the per-tensor distances.", kind="missing"))
+        sec.blocks.append(Bullets(status_summary))
+        return sec
     if (data.ranking is None or not data.ranking.rows) and not (data.planned("train") and data.planned("reduce")):
         sec.blocks.append(text("This study does not train or reduce ([study] phases), so there is no weight-level "
                                "verdict: the microbenchmark in section 2 is its result. A grid with train and reduce "

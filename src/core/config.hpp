@@ -207,10 +207,15 @@ struct MicrobenchConfig {
 };
 
 struct ReduceConfig {
-  std::vector<std::string> metrics{"w1", "max_abs", "mean_abs", "rel_l2"};
+  std::vector<std::string> metrics{"w1", "max_abs", "mean_abs", "rel_l2"};  // written; w2 only when listed
   std::vector<std::int64_t> steps;   // empty: every checkpoint step
-  bool per_tensor = true;
-  bool whole_model = true;
+  bool per_tensor = true;            // the distances of every tensor (false: the whole model's only)
+  bool whole_model = true;           // the whole model's (false: no ranking or verdict, which rest on them)
+  // The pairs of variants reduce computes: "verdict", those the ranking and the verdict use (the pairs
+  // that differ in one axis), or "all"; pair_list (pairs = [["id_a", "id_b"], ...]) adds pairs to the
+  // verdict's.
+  std::string pairs = "verdict";
+  std::vector<std::pair<std::string, std::string>> pair_list;
 };
 
 // What an axis is to the verdict (analysis/ranking.hpp):

@@ -595,6 +595,34 @@ void read_microbench(Section mb, MicrobenchConfig& mbc, const std::vector<std::s
   mb.finish();
 }
 
+// [reduce] pairs: "verdict", "all", or a list of two-id arrays (the variants are checked against the
+// grid after its expansion: check_reduce_pairs).
+void read_reduce_pairs(Section& red, ReduceConfig& rc) {
+  const std::string what = "[reduce] pairs must be \"verdict\" (the pairs the ranking and the verdict use), \"all\", or "
+                           "a list of pairs of variant ids";
+  const std::string hint = "pairs = \"all\", or pairs = [[\"flash-bf16-s1\", \"baseline-fp32-s2\"]] to add pairs to the verdict's";
+  if (!red.has("pairs")) return;
+  const toml::node& n = *red.node("pairs");
+  if (const auto word = n.value<std::string>()) {
+    if (*word != "verdict" && *word != "all") red.fail("pairs", what + " (got \"" + *word + "\")", hint);
+    rc.pairs = *word;
+    return;
+  }
+  const toml::array* list = n.as_array();
+  if (!list) red.fail("pairs", what + " (got " + Section::type_name(n) + ")", hint);
+  if (list->empty()) red.fail("pairs", "[reduce] pairs is an empty list", "leave the key out: reduce computes the verdict's pairs");
+  rc.pairs = "verdict";
+  for (const auto& el : *list) {
+    const toml::array* pair = el.as_array();
+    const auto a = pair && pair->size() == 2 ? pair->get(0)->value<std::string>() : std::nullopt;
+    const auto b = pair && pair->size() == 2 ? pair->get(1)->value<std::string>() : std::nullopt;
+    if (!a || !b) red.fail_at(el, "pairs", "each entry of [reduce] pairs is a pair of variant ids (got " + Section::type_name(el) + ")", hint);
+    if (*a == *b) red.fail_at(el, "pairs", "[reduce] pairs lists \"" + *a + "\" with itself", "a pair names two different variants");
+    const auto p = std::make_pair(std::min(*a, *b), std::max(*a, *b));
+    if (std::find(rc.pair_list.begin(), rc.pair_list.end(), p) == rc.pair_list.end()) rc.pair_list.push_back(p);
+  }
+}
+
 void read_reduce(Section red, ReduceConfig& rc) {
   red.get_words("metrics", rc.metrics, kMetrics);
   if (const toml::array* steps = red.array("steps")) {
@@ -607,10 +635,25 @@ void read_reduce(Section red, ReduceConfig& rc) {
   }
   red.get("per_tensor", rc.per_tensor);
   red.get("whole_model", rc.whole_model);
+  read_reduce_pairs(red, rc);
   require(std::find(rc.metrics.begin(), rc.metrics.end(), "w1") != rc.metrics.end(), red, "metrics",
           "[reduce] metrics must include \"w1\" (the ranking is built on it)");
   require(rc.per_tensor || rc.whole_model, red, "per_tensor", "[reduce] per_tensor and whole_model cannot both be false");
   red.finish();
+}
+
+// Every variant [reduce] pairs names is one of the grid's.
+void check_reduce_pairs(const Study& st, const toml::table& root, const std::string& file) {
+  for (const auto& [a, b] : st.reduce.pair_list)
+    for (const std::string& id : {a, b})
+      if (!st.find_variant(id)) {
+        std::string ids;
+        for (std::size_t i = 0; i < st.variants.size() && i < 4; ++i) ids += (i ? ", " : "") + st.variants[i].id;
+        if (st.variants.size() > 4) ids += ", ...";
+        Section red = open_section(root, file, "reduce");
+        red.fail("pairs", "[reduce] pairs names variant \"" + id + "\", which the grid does not have",
+                 "the grid's variants: " + ids + " (fastudy plan GRID.toml lists them all)");
+      }
 }
 
 // The training-loop keys of every variant against each other and the batch (they may come from [train]
@@ -753,6 +796,7 @@ Study parse_study(const std::string& text, const std::string& file) {
   read_grid(open_section(root, file, "grid"), st, policy_names, file);
   check_variant_count(st, root, file);
   expand_variants(st);
+  check_reduce_pairs(st, root, file);
   if (st.imported()) {
     check_import_against_grid(st, root, file);
   } else {

@@ -243,6 +243,22 @@ std::string variant_toml(const Variant& var) {
   return to_toml_text(vt);
 }
 
+namespace {
+
+// [reduce] pairs, only where it is not the default (the verdict's): other studies' hashes unchanged.
+void add_reduce_pairs(const ReduceConfig& rc, toml::table& resolved) {
+  toml::table& red = *resolved["reduce"].as_table();
+  if (!rc.pair_list.empty()) {
+    toml::array list;
+    for (const auto& [a, b] : rc.pair_list) list.push_back(toml::array{a, b});
+    red.insert("pairs", list);
+  } else if (rc.pairs != "verdict") {
+    red.insert("pairs", rc.pairs);
+  }
+}
+
+}  // namespace
+
 std::string resolved_study_toml(const Study& st) {
   const ReduceConfig& rc = st.reduce;
   toml::array steps;
@@ -255,6 +271,7 @@ std::string resolved_study_toml(const Study& st) {
                                                 {"per_tensor", rc.per_tensor},
                                                 {"whole_model", rc.whole_model}}}};
     if (!steps.empty()) resolved["reduce"].as_table()->insert("steps", steps);
+    add_reduce_pairs(rc, resolved);
     add_import_tables(st, resolved);
     return to_toml_text(resolved) + grid_toml(st);
   }
@@ -269,6 +286,7 @@ std::string resolved_study_toml(const Study& st) {
                              {"per_tensor", rc.per_tensor},
                              {"whole_model", rc.whole_model}}}};
   if (!steps.empty()) resolved["reduce"].as_table()->insert("steps", steps);
+  add_reduce_pairs(rc, resolved);
   if (!st.numerics.is_default()) resolved.insert("numerics", numerics_table(st.numerics));
   // [grid] after the rest, in the file's order (grid_toml).
   return to_toml_text(resolved) + grid_toml(st);

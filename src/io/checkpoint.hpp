@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -113,6 +114,35 @@ enum class WholeFile { verify, checked_before };
 // exactly those (a missing name is a CheckpointError). Checksums are checked. For the reducer.
 std::vector<NamedArray> read_params(const std::string& path, const std::vector<std::string>& names = {},
                                     WholeFile whole = WholeFile::verify);
+
+// The parameters of one checkpoint, read by range: the reducer's ranks each read only the windows of
+// the tensors they compute, never a whole checkpoint. Opening reads the HDF5 metadata once (where each
+// parameter's contiguous little-endian data lies in the file); each read is then a positioned read of
+// the file (base/read_file.hpp), converted to the caller's type. For a file found intact
+// earlier in the same run (checkpoint_problem): no checksum is checked here. Throws CheckpointError.
+class CheckpointParams {
+ public:
+  explicit CheckpointParams(const std::string& path);
+  ~CheckpointParams();
+  CheckpointParams(const CheckpointParams&) = delete;
+  CheckpointParams& operator=(const CheckpointParams&) = delete;
+  // Values [begin, begin + count) of parameter `name` (flattened row-major), converted into out.
+  void read(const std::string& name, std::uint64_t begin, std::uint64_t count, float* out) const;
+  void read(const std::string& name, std::uint64_t begin, std::uint64_t count, double* out) const;
+
+ private:
+  struct Param {
+    DType dtype = DType::f32;
+    std::uint64_t numel = 0;
+    std::uint64_t offset = 0;  // of the data in the file
+  };
+  template <class T>
+  void read_as(const std::string& name, std::uint64_t begin, std::uint64_t count, T* out) const;
+  std::string path_;
+  std::map<std::string, Param> params_;
+  struct Mapping;
+  std::unique_ptr<Mapping> map_;
+};
 
 // The root attributes only (step, data_cursor and the string attrs: variant id, config hash, ...),
 // without reading or checking the tensors: a cheap look, e.g. to refuse a resume whose config hash

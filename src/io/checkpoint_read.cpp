@@ -5,13 +5,16 @@
 #include "src/io/checkpoint.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
+#include <type_traits>
 
 #include "base/bytes.hpp"
 #include "base/checksum.hpp"
+#include "base/read_file.hpp"
 #include "src/io/checkpoint_format.hpp"
 #include "src/io/h5.hpp"
 
@@ -268,6 +271,97 @@ std::vector<NamedArray> read_params(const std::string& path, const std::vector<s
   h5::File f = open_checked(path, whole);
   h5::Group root = f.root();
   return read_section(root, "params", path, names);
+}
+
+struct CheckpointParams::Mapping {
+  RegularFile file;
+};
+
+CheckpointParams::CheckpointParams(const std::string& path) : path_(path) {
+  {
+    h5::File f = open_checked(path, WholeFile::checked_before);
+    try {
+      h5::Group g = f.root().open_group("params");
+      for (const auto& name : g.children()) {
+        h5::Dataset d = g.open_dataset(name);
+        Param p;
+        p.dtype = d.dtype();
+        p.numel = static_cast<std::uint64_t>(d.numel());
+        const std::int64_t at = d.file_offset();
+        if (p.dtype != DType::f32 && p.dtype != DType::f64)
+          throw CheckpointError(path, "/params/" + name, "a parameter of type " + std::string(to_string(p.dtype)) +
+                                "; the reducer reads f32 and f64", kHintCorrupt);
+        if (at < 0 && p.numel > 0)
+          throw CheckpointError(path, "/params/" + name, "not stored contiguously (fastudy writes every parameter so)",
+                                kHintCorrupt);
+        p.offset = static_cast<std::uint64_t>(std::max<std::int64_t>(at, 0));
+        params_.emplace(name, p);
+      }
+    } catch (const h5::H5Error& e) {
+      throw CheckpointError(path, "/params", "cannot be listed (" + e.details() + ")", kHintCorrupt);
+    }
+  }
+  std::string problem;
+  std::optional<RegularFile> file = RegularFile::open(path, &problem);
+  if (!file) throw CheckpointError(path, "", problem, kHintCorrupt);
+  map_ = std::make_unique<Mapping>(Mapping{std::move(*file)});
+  for (const auto& [name, p] : params_)
+    if (p.offset + p.numel * dtype_size(p.dtype) > map_->file.size())
+      throw CheckpointError(path, "/params/" + name, "its data lies beyond the end of the file", kHintCorrupt);
+}
+
+CheckpointParams::~CheckpointParams() = default;
+
+template <class T>
+void CheckpointParams::read_as(const std::string& name, std::uint64_t begin, std::uint64_t count, T* out) const {
+  const auto it = params_.find(name);
+  if (it == params_.end())
+    throw CheckpointError(path_, "/params/" + name, "no such parameter", "list them with: h5dump -H " + path_);
+  const Param& p = it->second;
+  if (begin > p.numel || count > p.numel - begin)
+    throw CheckpointError(path_, "/params/" + name, "values [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                          ") of " + std::to_string(p.numel), kHintCorrupt);
+  // Positioned reads (a mapping would turn a file truncated meanwhile into SIGBUS): straight into `out`
+  // where the stored type is T, else through a buffer of kChunk values, converted.
+  const std::size_t width = dtype_size(p.dtype);
+  const auto read_bytes = [&](void* buf, std::uint64_t first, std::uint64_t n) {
+    const long long got = map_->file.read_at(buf, n * width, p.offset + first * width);
+    if (got < 0)
+      throw CheckpointError(path_, "/params/" + name, std::string("cannot be read: ") + std::strerror(errno), kHintCorrupt);
+    if (static_cast<std::uint64_t>(got) != n * width)
+      throw CheckpointError(path_, "/params/" + name, "the file changed while it was read (it is now shorter)",
+                            "run again once nothing writes the checkpoints");
+  };
+  const bool same = (p.dtype == DType::f32 && std::is_same_v<T, float>) || (p.dtype == DType::f64 && std::is_same_v<T, double>);
+  if (same) {
+    read_bytes(out, begin, count);
+    return;
+  }
+  constexpr std::uint64_t kChunk = 1 << 16;
+  std::vector<std::byte> buf(std::min(count, kChunk) * width);
+  for (std::uint64_t done = 0; done < count;) {
+    const std::uint64_t n = std::min(count - done, kChunk);
+    read_bytes(buf.data(), begin + done, n);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (p.dtype == DType::f32) {
+        float x;
+        std::memcpy(&x, buf.data() + i * sizeof x, sizeof x);
+        out[done + i] = static_cast<T>(x);
+      } else {
+        double x;
+        std::memcpy(&x, buf.data() + i * sizeof x, sizeof x);
+        out[done + i] = static_cast<T>(x);
+      }
+    }
+    done += n;
+  }
+}
+
+void CheckpointParams::read(const std::string& name, std::uint64_t begin, std::uint64_t count, float* out) const {
+  read_as(name, begin, count, out);
+}
+void CheckpointParams::read(const std::string& name, std::uint64_t begin, std::uint64_t count, double* out) const {
+  read_as(name, begin, count, out);
 }
 
 std::optional<std::string> identity_problem(const CheckpointInfo& info, const CheckpointIdentity& want) {

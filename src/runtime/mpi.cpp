@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <exception>
 #include <iostream>
 #include <limits>
 #include <utility>
@@ -216,12 +215,7 @@ Comm Comm::dup() const {
   return Comm(out, true);
 }
 
-namespace {
-void barrier_of(MPI_Comm comm) { FASTUDY_MPI(MPI_Barrier, comm); }
-void sync_window(MPI_Win win) { FASTUDY_MPI(MPI_Win_sync, win); }
-}  // namespace
-
-void Comm::barrier() const { barrier_of(comm_); }
+void Comm::barrier() const { FASTUDY_MPI(MPI_Barrier, comm_); }
 
 void Comm::bcast(void* data, std::size_t bytes, int root) const {
   constexpr std::size_t kPiece = std::size_t{1} << 30;  // MPI counts are int: send large buffers in pieces
@@ -251,6 +245,12 @@ void Comm::allreduce_max(float* d, std::size_t n) const { allreduce(d, n, MPI_FL
 void Comm::allreduce_max(std::int64_t* d, std::size_t n) const { allreduce(d, n, MPI_INT64_T, MPI_MAX, comm_); }
 void Comm::allgather(const float* send, std::size_t n, float* recv) const { allgather_values(send, n, MPI_FLOAT, recv, comm_); }
 void Comm::allgather(const double* send, std::size_t n, double* recv) const { allgather_values(send, n, MPI_DOUBLE, recv, comm_); }
+void Comm::allgather(const std::int64_t* send, std::size_t n, std::int64_t* recv) const {
+  allgather_values(send, n, MPI_INT64_T, recv, comm_);
+}
+void Comm::alltoall(const std::int64_t* send, std::size_t n, std::int64_t* recv) const {
+  FASTUDY_MPI(MPI_Alltoall, send, checked_count(n), MPI_INT64_T, recv, checked_count(n), MPI_INT64_T, comm_);
+}
 std::int64_t Comm::allreduce_sum(std::int64_t v) const { allreduce_sum(&v, 1); return v; }
 std::int64_t Comm::allreduce_max(std::int64_t v) const { allreduce_max(&v, 1); return v; }
 
@@ -282,69 +282,6 @@ std::vector<std::string> Comm::gather(const std::string& s, int root) const {
               comm_);
   if (rank_ != root) return {};
   return unpack(lens, all);
-}
-
-Comm Comm::split_shared() const {
-  MPI_Comm out = MPI_COMM_NULL;
-  FASTUDY_MPI(MPI_Comm_split_type, comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out);
-  return Comm(out, true);
-}
-
-SharedWindow::SharedWindow(const Comm& node, std::size_t my_bytes) : comm_(node.raw()), rank_(node.rank()) {
-  void* base = nullptr;
-  FASTUDY_MPI(MPI_Win_allocate_shared, static_cast<MPI_Aint>(my_bytes), 1, MPI_INFO_NULL, comm_, &base, &win_);
-  FASTUDY_MPI(MPI_Win_set_errhandler, win_, MPI_ERRORS_RETURN);
-  FASTUDY_MPI(MPI_Win_lock_all, MPI_MODE_NOCHECK, win_);
-  for (int q = 0; q < node.size(); ++q) {
-    MPI_Aint size = 0;
-    int unit = 0;
-    void* at = nullptr;
-    FASTUDY_MPI(MPI_Win_shared_query, win_, q, &size, &unit, &at);
-    segments_.push_back(at);
-    sizes_.push_back(static_cast<std::size_t>(size));
-  }
-}
-
-// MPI_Win_free synchronises the node's ranks: a rank unwinding from an error (on its way to main(),
-// which aborts the job) must not wait there for ranks that will never come, so it leaves the window
-// to the abort.
-SharedWindow::~SharedWindow() {
-  if (std::uncaught_exceptions() == 0) release();
-}
-
-SharedWindow::SharedWindow(SharedWindow&& other) noexcept
-    : win_(other.win_), comm_(other.comm_), rank_(other.rank_), segments_(std::move(other.segments_)),
-      sizes_(std::move(other.sizes_)) {
-  other.win_ = MPI_WIN_NULL;
-}
-
-SharedWindow& SharedWindow::operator=(SharedWindow&& other) noexcept {
-  if (this != &other) {
-    release();
-    win_ = other.win_;
-    comm_ = other.comm_;
-    rank_ = other.rank_;
-    segments_ = std::move(other.segments_);
-    sizes_ = std::move(other.sizes_);
-    other.win_ = MPI_WIN_NULL;
-  }
-  return *this;
-}
-
-void SharedWindow::release() noexcept {
-  if (win_ != MPI_WIN_NULL && MpiSession::initialized()) {
-    MPI_Win_unlock_all(win_);
-    MPI_Win_free(&win_);
-  }
-  win_ = MPI_WIN_NULL;
-  segments_.clear();
-  sizes_.clear();
-}
-
-void SharedWindow::publish() const {
-  sync_window(win_);
-  barrier_of(comm_);
-  sync_window(win_);
 }
 
 void Comm::alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,

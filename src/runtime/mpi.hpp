@@ -104,10 +104,6 @@ class Comm {
   Comm split(int color, int key) const;
   // MPI_Comm_dup: same group, separate message space (e.g. for the scheduler's messages).
   Comm dup() const;
-  // MPI_Comm_split_type(MPI_COMM_TYPE_SHARED): the ranks of this communicator that can share memory
-  // (one node), ordered by their rank here.
-  Comm split_shared() const;
-
   void barrier() const;
 
   void bcast(void* data, std::size_t bytes, int root = 0) const;  // any size (sent in 1 GiB pieces)
@@ -127,6 +123,11 @@ class Comm {
   // Every rank's n values, in rank order: recv holds size() * n values (rank r's at r * n).
   void allgather(const float* send, std::size_t n, float* recv) const;
   void allgather(const double* send, std::size_t n, double* recv) const;
+  void allgather(const std::int64_t* send, std::size_t n, std::int64_t* recv) const;
+
+  // Personalised exchange of n values per pair: this rank sends send[q n, (q + 1) n) to rank q and
+  // receives rank q's n values into recv[q n, (q + 1) n) (MPI_Alltoall).
+  void alltoall(const std::int64_t* send, std::size_t n, std::int64_t* recv) const;
 
   // Personalised exchange: this rank sends send_bytes[q] bytes (consecutive in `send`, in rank order) to
   // rank q and receives recv_bytes[q] bytes from rank q into `recv` (consecutive, in rank order). The
@@ -151,38 +152,6 @@ class Comm {
   bool owned_ = false;
   int rank_ = 0;
   int size_ = 0;
-};
-
-// Memory shared by the ranks of a node communicator (Comm::split_shared), MPI_Win_allocate_shared:
-// each rank contributes a segment of its own size, and every rank reads (and may write) every
-// segment directly, without copies. Collective to create and to destroy (MPI_Win_free); move-only.
-// The window is locked for the whole lifetime (MPI_Win_lock_all), so publish() is all a reader needs:
-// each rank writes its own segment, then every rank calls publish(), then reads any segment.
-class SharedWindow {
- public:
-  SharedWindow() = default;
-  SharedWindow(const Comm& node, std::size_t my_bytes);
-  ~SharedWindow();
-  SharedWindow(SharedWindow&& other) noexcept;
-  SharedWindow& operator=(SharedWindow&& other) noexcept;
-  SharedWindow(const SharedWindow&) = delete;
-  SharedWindow& operator=(const SharedWindow&) = delete;
-
-  bool valid() const { return win_ != MPI_WIN_NULL; }
-  void* mine() const { return segments_.empty() ? nullptr : segments_[static_cast<std::size_t>(rank_)]; }
-  const void* segment(int rank) const { return segments_.at(static_cast<std::size_t>(rank)); }
-  std::size_t bytes(int rank) const { return sizes_.at(static_cast<std::size_t>(rank)); }
-  // Makes every rank's writes before the call visible to every rank after it (MPI_Win_sync,
-  // MPI_Barrier, MPI_Win_sync). Collective over the node communicator.
-  void publish() const;
-
- private:
-  void release() noexcept;
-  MPI_Win win_ = MPI_WIN_NULL;
-  MPI_Comm comm_ = MPI_COMM_NULL;  // the node communicator's handle (not owned)
-  int rank_ = 0;
-  std::vector<void*> segments_;
-  std::vector<std::size_t> sizes_;
 };
 
 // This rank in MPI_COMM_WORLD (0 when MPI is not initialised).

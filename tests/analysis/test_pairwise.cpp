@@ -334,6 +334,38 @@ TEST(Pairwise, WholeModelFromPerTensorElementwisePartials) {
   }
 }
 
+// Pairs on demand: partials of a pair list give each listed pair the bits it has among all pairs (its
+// sums depend on its two variants only), NaN for the others; a bad list is refused.
+TEST(Pairwise, APairListGivesThoseEntriesOfAllPairs) {
+  const Data d = make_data(5, 3 * kPairwiseBlock + 41, 5);
+  const std::vector<VariantPair> some{{3, 4}, {0, 2}};  // any order: kept sorted
+  SortedSet<float> set;
+  for (const float* v : d.ptrs()) set.add(ArrayView<float>(v, d.n));
+  PairwisePartials all(5), listed(5, some);
+  for (PairwisePartials* p : {&all, &listed}) {
+    accumulate_sorted(set, 0, d.n, *p);
+    accumulate_elementwise(d.ptrs(), 0, d.n, *p);
+  }
+  EXPECT_EQ(listed.pair_count(), 2u);
+  EXPECT_EQ(listed.pairs(), (std::vector<VariantPair>{{0, 2}, {3, 4}}));
+  const PairwiseMatrix a = all.finalize(), s = listed.finalize();
+  for (std::size_t i = 0; i < 5; ++i)
+    for (std::size_t j = 0; j < 5; ++j) {
+      const bool in = (i == 0 && j == 2) || (i == 2 && j == 0) || (i == 3 && j == 4) || (i == 4 && j == 3);
+      if (in) {
+        expect_same_bits(PairwiseMatrix{1, {s.at(i, j)}}, PairwiseMatrix{1, {a.at(i, j)}});
+      } else if (i != j) {
+        EXPECT_TRUE(std::isnan(s.at(i, j).w1) && std::isnan(s.at(i, j).max_abs) && std::isnan(s.at(i, j).rel_l2)) << i << j;
+        EXPECT_EQ(s.at(i, j).count, 0u);
+      }
+    }
+  for (const std::vector<VariantPair>& bad : {std::vector<VariantPair>{{1, 1}}, std::vector<VariantPair>{{2, 1}},
+                                               std::vector<VariantPair>{{0, 5}}, std::vector<VariantPair>{{0, 1}, {0, 1}}})
+    EXPECT_THROW(PairwisePartials(5, bad), DistanceError);
+  PairwisePartials other(5, {{0, 1}});
+  EXPECT_THROW(listed.combine(other), DistanceError);
+}
+
 TEST(Pairwise, InputChecks) {
   SortedSet<float> set;
   set.add(std::vector<float>{1, 2, 3});

@@ -2,8 +2,10 @@
 // its block-aligned part of [0, n), the partials are combined by MPI_Allreduce (MPI_SUM on the int64
 // sums, MPI_MAX on the maxima), and the finalized V x V matrices must be bit-identical to the matrices
 // one process computes alone. A split at arbitrary cut points must agree to rounding level. The reduce
-// job's split tasks (analysis/sorted_exchange.hpp), through node-shared memory and through
-// MPI_Alltoallv, must give the partials of one process bit for bit.
+// job's distributed sort (analysis/sorted_exchange.hpp) must leave every rank exactly its window of
+// every variant's sorted values, for smooth values, heavy ties, a single value and non-finite ones,
+// in one all-to-all or in many pieces, and the sums over those windows must be one process's, bit for
+// bit; a subset of the pairs gives those pairs' bits.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -11,11 +13,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "analysis/distance.hpp"
 #include "analysis/sorted_exchange.hpp"
+#include "analysis/value_buffer.hpp"
 #include "src/runtime/mpi.hpp"
 #include "tests/analysis/pairwise_data.hpp"
 
@@ -120,51 +125,196 @@ void expect_bit_identical(const PairwiseMatrix& got, const PairwiseMatrix& want)
   }
 }
 
-// Split tasks of 5 variants (not a multiple of 2 or 4 ranks) in T, two sizes (the shared window grows
-// for the second), with and without the elementwise sums: combined over the ranks, the same partials
-// as local_partials on one process, and (elementwise) as the engine's own pairwise_matrix.
+// ---- the distributed sort (sorted_exchange.hpp) ----------------------------------------------------
+
+// V variants of n values of a kind that stresses the sample sort: smooth (a base plus drifts), heavy ties
+// (five values repeated: bf16-like weights, LayerNorm gains), one value only, non-finite values
+// (NaN, +-inf, -0 and +0), and a distribution with fewer blocks than ranks.
+enum class Kind { smooth, ties, constant, nonfinite };
+
 template <class T>
-void check_split_tasks(bool shared_memory) {
-  if (shared_memory) unsetenv("FASTUDY_REDUCE_SHARED");
-  else setenv("FASTUDY_REDUCE_SHARED", "0", 1);
-  mpi::Comm world = mpi::Comm::world();
-  const std::size_t V = 5;
-  const Data small = make_data(V, 3 * kPairwiseBlock + 5), large = make_data(V, 9 * kPairwiseBlock + 777);
-  SortedExchange exchange(world, V, large.n);
-  if (!shared_memory || world.size() == 1) {
-    EXPECT_FALSE(exchange.shared());
-  }
-  for (const Data* d : {&small, &large}) {
-    std::vector<std::vector<T>> x;
-    for (const auto& v : d->x) x.emplace_back(v.begin(), v.end());
-    const VariantValues<T> values = [&x](std::size_t v, std::size_t begin, std::size_t end, T* dst) {
-      std::copy(x[v].begin() + static_cast<std::ptrdiff_t>(begin), x[v].begin() + static_cast<std::ptrdiff_t>(end), dst);
-    };
-    for (bool elementwise : {true, false}) {
-      SCOPED_TRACE("n = " + std::to_string(d->n) + (elementwise ? ", elementwise" : ", sorted only"));
-      PairwisePartials split = exchange.split_partials<T>(world, V, d->n, values, elementwise);
-      allreduce_partials(world, split);
-      split.set_has_w2(true);
-      const PairwisePartials local = local_partials<T>(V, d->n, values, elementwise);
-      expect_bit_identical(split.finalize(), local.finalize());
-      if (elementwise) {
-        std::vector<const T*> ptrs;
-        for (const auto& v : x) ptrs.push_back(v.data());
-        expect_bit_identical(local.finalize(), pairwise_matrix(ptrs, d->n));
+std::vector<std::vector<T>> make_values(Kind kind, std::size_t V, std::size_t n) {
+  std::vector<std::vector<T>> x(V, std::vector<T>(n));
+  const Data d = test::make_data(V, n, 91);
+  const T few[5] = {T(-0.5), T(0), T(0), T(0.25), T(1)};
+  for (std::size_t v = 0; v < V; ++v)
+    for (std::size_t i = 0; i < n; ++i) {
+      switch (kind) {
+        case Kind::smooth: x[v][i] = static_cast<T>(d.x[v][i]); break;
+        case Kind::ties: x[v][i] = few[(i * 7 + v * 3 + i / 13) % 5]; break;
+        case Kind::constant: x[v][i] = T(1); break;
+        case Kind::nonfinite: {
+          const T special[6] = {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                                -std::numeric_limits<T>::infinity(), T(-0.0), T(0.0), -std::numeric_limits<T>::quiet_NaN()};
+          x[v][i] = i % 97 == v ? special[(i / 97) % 6] : static_cast<T>(d.x[v][i]);
+          break;
+        }
       }
     }
+  return x;
+}
+
+// Every variant sorted on one process: the reference of every window.
+template <class T>
+std::vector<std::vector<T>> sorted_copies(const std::vector<std::vector<T>>& x) {
+  std::vector<std::vector<T>> s(x);
+  for (auto& v : s) radix_sort(v.data(), v.size());
+  return s;
+}
+
+// Rank r's window [w.begin, w.end) of every sorted variant, bit for bit.
+template <class T>
+void expect_windows(const std::vector<std::vector<T>>& sorted, IndexRange w, const T* got, std::size_t stride,
+                    const std::string& what) {
+  const std::size_t L = w.end - w.begin;
+  for (std::size_t v = 0; v < sorted.size(); ++v) {
+    const T* want = sorted[v].data() + w.begin;
+    const T* have = got + v * stride;
+    EXPECT_EQ(std::memcmp(want, have, L * sizeof(T)), 0) << what << ": variant " << v << ", window [" << w.begin << ", "
+                                                         << w.end << ")";
   }
 }
 
-TEST(SortedExchange, SplitTasksThroughSharedMemoryAreBitIdenticalToOneProcess) {
-  check_split_tasks<float>(true);
-  check_split_tasks<double>(true);
+template <class T>
+void check_sort_windows(Kind kind, std::size_t V, std::size_t n, std::size_t exchange_bytes) {
+  mpi::Comm world = mpi::Comm::world();
+  const auto x = make_values<T>(kind, V, n);
+  const auto sorted = sorted_copies(x);
+  const IndexRange w = block_aligned_part(n, static_cast<std::size_t>(world.size()), static_cast<std::size_t>(world.rank()));
+  const std::size_t L = w.end - w.begin;
+  ValueBuffer<T> buf;
+  buf.assign_uninitialized(V * L);
+  for (std::size_t v = 0; v < V; ++v) std::copy(x[v].begin() + w.begin, x[v].begin() + w.end, buf.data() + v * L);
+  DistributedSort<T> sorter(world, exchange_bytes);
+  sorter.sort_windows(buf, V, n);
+  ASSERT_EQ(buf.size(), V * L);
+  expect_windows(sorted, w, buf.data(), L, "sort_windows");
 }
 
-TEST(SortedExchange, SplitTasksThroughAlltoallvAreBitIdenticalToOneProcess) {
-  check_split_tasks<float>(false);
-  check_split_tasks<double>(false);
-  unsetenv("FASTUDY_REDUCE_SHARED");
+// Shares of a model of tensors (`tensor_sizes`, summing to n): each rank's windows of the tensors of at
+// least 4 blocks and, dealt by index, the smaller ones whole; with sorted_runs each piece sorted first.
+template <class T>
+void check_sort_shares(Kind kind, std::size_t V, const std::vector<std::size_t>& tensor_sizes, bool sorted_runs,
+                       std::size_t exchange_bytes) {
+  mpi::Comm world = mpi::Comm::world();
+  const std::size_t R = static_cast<std::size_t>(world.size()), r = static_cast<std::size_t>(world.rank());
+  std::size_t n = 0;
+  for (auto t : tensor_sizes) n += t;
+  const auto x = make_values<T>(kind, V, n);
+  const auto sorted = sorted_copies(x);
+  std::vector<ValueBuffer<T>> shares(V);
+  std::vector<std::size_t> runs;
+  std::size_t at = 0;
+  for (std::size_t t = 0; t < tensor_sizes.size(); ++t) {
+    const std::size_t size = tensor_sizes[t];
+    IndexRange piece{0, 0};
+    if (size >= 4 * kPairwiseBlock) piece = block_aligned_part(size, R, r);
+    else if (t % R == r) piece = {0, size};
+    for (std::size_t v = 0; v < V; ++v) {
+      std::vector<T> part(x[v].begin() + at + piece.begin, x[v].begin() + at + piece.end);
+      if (sorted_runs) radix_sort(part.data(), part.size());
+      shares[v].append(part.data(), part.size());
+    }
+    runs.push_back(piece.end - piece.begin);
+    at += size;
+  }
+  DistributedSort<T> sorter(world, exchange_bytes);
+  sorter.sort_shares(shares, n, sorted_runs ? runs : std::vector<std::size_t>{});
+  const IndexRange w = block_aligned_part(n, R, r);
+  for (std::size_t v = 0; v < V; ++v) {
+    ASSERT_EQ(shares[v].size(), w.end - w.begin);
+    expect_windows(std::vector<std::vector<T>>{sorted[v]}, w, shares[v].data(), 0,
+                   std::string("sort_shares, variant ") + std::to_string(v));
+  }
+  // The sorted sums over the windows, combined over the ranks: those of one process, bit for bit.
+  SortedSet<T> set;
+  for (std::size_t v = 0; v < V; ++v) set.add_sorted_view(shares[v].data(), w.end - w.begin, w.begin, n);
+  PairwisePartials p(V);
+  accumulate_sorted(set, w.begin, w.end, p);
+  allreduce_partials(world, p);
+  p.set_has_w2(true);
+  SortedSet<T> whole;
+  for (std::size_t v = 0; v < V; ++v) whole.add_sorted_view(sorted[v].data(), n, 0, n);
+  PairwisePartials want(V);
+  accumulate_sorted(whole, 0, n, want);
+  expect_bit_identical(p.finalize(), want.finalize());
+}
+
+const std::size_t kWhole = std::size_t{1} << 30;  // the default exchange size: one all-to-all
+const std::size_t kPieces = 4096;                 // bytes: every exchange goes in many pieces
+
+TEST(DistributedSort, WindowsAreExactlyTheSortedPositionsOfOneProcess) {
+  for (Kind kind : {Kind::smooth, Kind::ties, Kind::constant, Kind::nonfinite}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    check_sort_windows<float>(kind, 5, 9 * kPairwiseBlock + 777, kWhole);
+    check_sort_windows<double>(kind, 3, 5 * kPairwiseBlock + 1, kWhole);
+  }
+  check_sort_windows<float>(Kind::smooth, 5, 9 * kPairwiseBlock + 777, kPieces);
+  check_sort_windows<float>(Kind::smooth, 2, kPairwiseBlock + 3, kWhole);  // fewer blocks than 4 ranks
+}
+
+TEST(DistributedSort, SharesBecomeTheSortedWindowsAndGiveTheSumsOfOneProcess) {
+  const std::vector<std::size_t> tensors{7 * kPairwiseBlock + 5, 100, 4 * kPairwiseBlock, 3, 2 * kPairwiseBlock + 9, 1};
+  for (Kind kind : {Kind::smooth, Kind::ties, Kind::constant, Kind::nonfinite})
+    for (bool runs : {true, false}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(kind)) + (runs ? " sorted runs" : " unsorted"));
+      check_sort_shares<float>(kind, 5, tensors, runs, kWhole);
+      check_sort_shares<double>(kind, 3, tensors, runs, kWhole);
+    }
+  check_sort_shares<float>(Kind::ties, 4, tensors, true, kPieces);
+  check_sort_shares<float>(Kind::smooth, 4, tensors, false, kPieces);
+}
+
+// A value repeated far more often than a window holds is spread over the ranks, not sent to one.
+TEST(DistributedSort, ARepeatedValueDoesNotOverloadOneRank) {
+  mpi::Comm world = mpi::Comm::world();
+  if (world.size() < 2) GTEST_SKIP() << "one rank holds everything";
+  check_sort_windows<float>(Kind::constant, 2, 16 * kPairwiseBlock, kWhole);
+  DistributedSort<float> sorter(world);
+  const std::size_t n = 16 * kPairwiseBlock;
+  const IndexRange w = block_aligned_part(n, static_cast<std::size_t>(world.size()), static_cast<std::size_t>(world.rank()));
+  ValueBuffer<float> buf;
+  buf.assign_uninitialized(2 * (w.end - w.begin));
+  std::fill(buf.data(), buf.data() + buf.size(), 1.0f);
+  sorter.sort_windows(buf, 2, n);
+  // Round robin over the ranks that the repeated splitter bounds: within a value or two of the window.
+  EXPECT_LT(sorter.traffic().largest_excess, 0.01);
+}
+
+// Partials of a subset of the pairs: each listed pair's numbers are the bits it has among all pairs.
+TEST(DistributedSort, ASubsetOfPairsGivesThoseEntriesOfAllPairs) {
+  mpi::Comm world = mpi::Comm::world();
+  const std::size_t V = 6, n = 5 * kPairwiseBlock + 11;
+  const auto x = make_values<float>(Kind::smooth, V, n);
+  const IndexRange w = block_aligned_part(n, static_cast<std::size_t>(world.size()), static_cast<std::size_t>(world.rank()));
+  ValueBuffer<float> buf;
+  buf.assign_uninitialized(V * (w.end - w.begin));
+  for (std::size_t v = 0; v < V; ++v) std::copy(x[v].begin() + w.begin, x[v].begin() + w.end, buf.data() + v * (w.end - w.begin));
+  std::vector<const float*> unsorted;
+  for (std::size_t v = 0; v < V; ++v) unsorted.push_back(buf.data() + v * (w.end - w.begin));
+  const std::vector<VariantPair> some{{0, 3}, {1, 2}, {4, 5}};
+  PairwisePartials all(V), subset(V, some);
+  accumulate_elementwise(unsorted, w.begin, w.end, all, w.begin);
+  accumulate_elementwise(unsorted, w.begin, w.end, subset, w.begin);
+  DistributedSort<float> sorter(world);
+  sorter.sort_windows(buf, V, n);
+  SortedSet<float> set;
+  for (std::size_t v = 0; v < V; ++v) set.add_sorted_view(buf.data() + v * (w.end - w.begin), w.end - w.begin, w.begin, n);
+  accumulate_sorted(set, w.begin, w.end, all);
+  accumulate_sorted(set, w.begin, w.end, subset);
+  allreduce_partials(world, all);
+  allreduce_partials(world, subset);
+  const PairwiseMatrix a = all.finalize(), s = subset.finalize();
+  for (std::size_t i = 0; i < V; ++i)
+    for (std::size_t j = 0; j < V; ++j) {
+      if (i == j) continue;
+      const bool listed = std::find(some.begin(), some.end(), VariantPair{std::min(i, j), std::max(i, j)}) != some.end();
+      if (listed) {
+        expect_bit_identical(PairwiseMatrix{1, {s.at(i, j)}}, PairwiseMatrix{1, {a.at(i, j)}});
+      } else {
+        EXPECT_TRUE(std::isnan(s.at(i, j).w1) && std::isnan(s.at(i, j).max_abs)) << i << "," << j;
+      }
+    }
 }
 
 }  // namespace

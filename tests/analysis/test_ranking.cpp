@@ -7,8 +7,11 @@
 // from a noise axis, bit-identical controls, disagreeing conditions, fp64 twins and the printed text.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -450,6 +453,76 @@ TEST(Ranking, RejectsInconsistentInput) {
   EXPECT_TRUE(none.rows.empty());
   ASSERT_FALSE(none.notes.empty());
   EXPECT_NE(none.notes[0].find("no checkpoint steps"), std::string::npos);
+}
+
+// Every number of a ranking in hexadecimal (NaN as "nan"), and every text: equal dumps are equal bits.
+std::string dump(const Ranking& r) {
+  std::string s;
+  const auto num = [&](double x) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%a ", x);
+    s += buf;
+  };
+  for (const auto& x : r.rows) {
+    s += x.axis + "|" + x.condition + "|" + x.value_a + "|" + x.value_b + "|" + std::to_string(x.pairs) + "|" +
+         std::to_string(x.independent) + "|" + std::to_string(x.step) + "|";
+    for (double v : {x.w1_mean, x.w1_min, x.w1_max, x.max_abs_mean, x.slope}) num(v);
+    s += "\n";
+  }
+  for (const auto& c : r.comparisons) {
+    s += c.axis + "|" + c.value + "|" + c.condition + "|" + c.reference + "|" + c.reference_pair + "|" +
+         std::to_string(c.pairs) + "|" + std::to_string(c.reference_pairs) + "|" + c.measure + "|" + c.comparison + "|" +
+         c.verdict + "|";
+    for (double v : {c.w1, c.reference_w1, c.end_ratio, c.end_lo, c.end_hi, c.slope, c.reference_slope, c.slope_ratio,
+                     c.slope_lo, c.slope_hi, c.noise_w1})
+      num(v);
+    s += "\n";
+  }
+  for (const auto& t : r.twins) {
+    s += t.variant + "|" + t.twin + "|" + std::to_string(t.step) + "|";
+    num(t.w1);
+    num(t.max_abs);
+    s += "\n";
+  }
+  for (const auto& n : r.notes) s += n + "\n";
+  return s;
+}
+
+// verdict_pairs lists exactly the pairs that differ in one axis, and they are the only entries the
+// ranking reads: NaN in every other entry (a reducer that computes only these pairs) gives the same
+// ranking, verdict, intervals and twins, bit for bit.
+TEST(Ranking, VerdictPairsAreTheOnlyEntriesTheRankingReads) {
+  const Study noise = make_study({{"opt", {"base", "fast", "same"}, SourceRole::optimisation, "", false},
+                                  {"rep", {"1", "2", "3"}, SourceRole::reference, "", true},
+                                  {"again", {"1", "2"}, SourceRole::noise, "", true}});
+  const Study twins = make_study({{"opt", {"fast", "base"}, SourceRole::optimisation, "base", false},
+                                  {"precision", {"fp64", "fp32", "fp16"}, SourceRole::reference, "fp32", false},
+                                  {"rep", {"1", "2", "3", "4"}, SourceRole::reference, "", true}});
+  const W1Rule varied = [](const RankingVariant& a, const RankingVariant& b, const std::string& axis) {
+    return 1.0 + static_cast<double>(a.id.size() % 3) + 0.5 * static_cast<double>(b.id.size() % 5) + (axis == "opt" ? 0.25 : 0.0);
+  };
+  for (const Study* st : {&noise, &twins}) {
+    const auto pairs = verdict_pairs(st->axes, st->variants);
+    const std::size_t V = st->variants.size();
+    std::vector<std::pair<std::size_t, std::size_t>> want;
+    for (std::size_t i = 0; i < V; ++i)
+      for (std::size_t j = i + 1; j < V; ++j) {
+        int differ = 0;
+        for (const auto& [axis, x] : st->variants[i].axes) differ += value(st->variants[j], axis) != x;
+        if (differ == 1) want.emplace_back(i, j);
+      }
+    EXPECT_EQ(pairs, want);
+    std::vector<StepMatrices> full{make_step(*st, 20, varied), make_step(*st, 10, varied)}, masked = full;
+    for (auto& m : masked)
+      for (std::size_t i = 0; i < V; ++i)
+        for (std::size_t j = 0; j < V; ++j)
+          if (i != j && std::find(pairs.begin(), pairs.end(), std::make_pair(std::min(i, j), std::max(i, j))) == pairs.end())
+            m.w1[i * V + j] = m.max_abs[i * V + j] = std::numeric_limits<double>::quiet_NaN();
+    const Ranking a = rank_deviation_sources(st->axes, st->variants, full);
+    const Ranking b = rank_deviation_sources(st->axes, st->variants, masked);
+    EXPECT_FALSE(a.comparisons.empty());
+    EXPECT_EQ(dump(b), dump(a));
+  }
 }
 
 TEST(Ranking, TextOpensWithTheVerdictRowsThenThePooledSummary) {

@@ -90,31 +90,6 @@ TEST(Mpi, AlltoallvDeliversEachRanksMessageInRankOrder) {
   EXPECT_THROW(world.alltoallv(send.data(), {1}, recv.data(), {1, 2, 3, 4, 5}), UsageError);
 }
 
-// Shared memory of a node: each rank writes its own segment (rank r: r + 1 values "1000 r + k", rank 1
-// none, to cover an empty segment); after publish() every rank reads every segment in place. A
-// second window replaces the first (the old one freed collectively).
-TEST(Mpi, SharedWindowShowsEveryRanksSegmentAfterPublish) {
-  Comm world = Comm::world();
-  Comm node = world.split_shared();
-  ASSERT_EQ(node.size(), world.size()) << "mpirun here starts every rank on this host";
-  const auto count = [](int rank) { return rank == 1 ? 0 : rank + 1; };
-  mpi::SharedWindow win(node, static_cast<std::size_t>(count(node.rank())) * sizeof(std::int64_t));
-  for (int round = 0; round < 2; ++round) {
-    auto* mine = static_cast<std::int64_t*>(win.mine());
-    for (int k = 0; k < count(node.rank()); ++k) mine[k] = 1000 * node.rank() + k + round;
-    win.publish();
-    for (int q = 0; q < node.size(); ++q) {
-      ASSERT_EQ(win.bytes(q), static_cast<std::size_t>(count(q)) * sizeof(std::int64_t)) << q;
-      const auto* theirs = static_cast<const std::int64_t*>(win.segment(q));
-      for (int k = 0; k < count(q); ++k) EXPECT_EQ(theirs[k], 1000 * q + k + round) << q << " " << k;
-    }
-    win.publish();  // everyone has read: the next round may write
-    win = mpi::SharedWindow();
-    win = mpi::SharedWindow(node, static_cast<std::size_t>(count(node.rank())) * sizeof(std::int64_t));
-  }
-  EXPECT_TRUE(win.valid());
-}
-
 TEST(Mpi, GatherAndAllgatherHostnames) {
   Comm world = Comm::world();
   const std::string host = mpi::processor_name();

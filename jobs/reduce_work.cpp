@@ -1,0 +1,338 @@
+// The reduce's schedule and cost model (reduce_work.hpp).
+#include "jobs/reduce_work.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "analysis/distance.hpp"
+#include "analysis/radix_sort.hpp"
+#include "analysis/sorted_exchange.hpp"
+#include "analysis/value_buffer.hpp"
+#include "jobs/estimate.hpp"
+#include "src/io/checkpoint.hpp"
+#include "src/runtime/deal.hpp"
+
+namespace fastudy {
+
+namespace {
+
+SourceRole source_role(AxisRole role) {
+  switch (role) {
+    case AxisRole::optimisation: return SourceRole::optimisation;
+    case AxisRole::reference: return SourceRole::reference;
+    case AxisRole::noise: return SourceRole::noise;
+    case AxisRole::setting: return SourceRole::setting;
+  }
+  return SourceRole::setting;
+}
+
+}  // namespace
+
+std::vector<RankingAxis> ranking_axes(const Study& st) {
+  std::vector<RankingAxis> axes;
+  for (const auto& [name, values] : st.axes) {
+    const GridAxisInfo info = study_axis(st, name);
+    axes.push_back(RankingAxis{name, values, source_role(info.role), info.baseline, info.replicate});
+  }
+  return axes;
+}
+
+std::vector<RankingVariant> ranking_variants(const std::vector<const Variant*>& variants) {
+  std::vector<RankingVariant> rv;
+  for (const auto* v : variants) rv.push_back({v->id, v->axes});
+  return rv;
+}
+
+void choose_reduce_work(const Study& st, ReducePlan& plan) {
+  plan.metrics.clear();
+  for (int k = 0; k < kMetrics; ++k)
+    if (std::find(st.reduce.metrics.begin(), st.reduce.metrics.end(), kMetricNames[k]) != st.reduce.metrics.end())
+      plan.metrics.push_back(k);
+  plan.per_tensor = st.reduce.per_tensor;
+  plan.whole_model = st.reduce.whole_model;
+  plan.pairs = reduce_pairs(st, ranking_axes(st), ranking_variants(plan.variants), &plan.pairs_note);
+}
+
+ReducePlan planned_reduce(const Study& st) {
+  ReducePlan plan;
+  for (const auto& v : st.variants) {
+    plan.variants.push_back(&v);
+    plan.f64 |= v.precision == Format::fp64;
+  }
+  if (!st.reduce.steps.empty()) plan.steps = st.reduce.steps;
+  else plan.steps = checkpoint_schedule(st.train.checkpoint_every, st.train.steps);
+  for (const auto& [name, size] : model_tensor_sizes(st.model)) {
+    plan.tensors.push_back(name);
+    plan.sizes.push_back(size);
+  }
+  plan.tensors.push_back(kModelTensor);
+  choose_reduce_work(st, plan);
+  return plan;
+}
+
+ReduceShape reduce_shape(const ReducePlan& plan, double stored_bytes) {
+  ReduceShape s;
+  s.runs = plan.variants.size();
+  s.steps = plan.steps.size();
+  s.sizes = plan.sizes;
+  s.pairs = plan.pairs.size();
+  s.value_bytes = plan.f64 ? 8 : 4;
+  s.stored_bytes = stored_bytes;
+  s.per_tensor = plan.per_tensor;
+  s.whole_model = plan.whole_model;
+  s.elementwise = plan.has_metric("max_abs") || plan.has_metric("mean_abs") || plan.has_metric("rel_l2");
+  s.w2 = plan.has_metric("w2");
+  return s;
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> reduce_pairs(const Study& st, const std::vector<RankingAxis>& axes,
+                                                              const std::vector<RankingVariant>& variants,
+                                                              std::string* note) {
+  const ReduceConfig& rc = st.reduce;
+  std::vector<std::pair<std::size_t, std::size_t>> pairs;
+  if (rc.pairs == "all") {
+    for (std::size_t i = 0; i < variants.size(); ++i)
+      for (std::size_t j = i + 1; j < variants.size(); ++j) pairs.emplace_back(i, j);
+    *note = "all";
+    return pairs;
+  }
+  pairs = verdict_pairs(axes, variants);
+  *note = "the verdict's";
+  std::size_t added = 0;
+  std::vector<std::string> skipped;
+  for (const auto& [a, b] : rc.pair_list) {
+    std::size_t ia = variants.size(), ib = variants.size();
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      if (variants[v].id == a) ia = v;
+      if (variants[v].id == b) ib = v;
+    }
+    if (ia == variants.size() || ib == variants.size()) {
+      skipped.push_back(a + " <-> " + b);
+      continue;
+    }
+    const auto p = std::make_pair(std::min(ia, ib), std::max(ia, ib));
+    if (std::find(pairs.begin(), pairs.end(), p) == pairs.end()) pairs.push_back(p), ++added;
+  }
+  std::sort(pairs.begin(), pairs.end());
+  if (!rc.pair_list.empty()) *note += " and " + std::to_string(added) + " listed in [reduce] pairs";
+  if (!skipped.empty()) *note += " (left out with their variants: " + std::to_string(skipped.size()) + ")";
+  return pairs;
+}
+
+ReduceSchedule schedule_reduce(const std::vector<std::int64_t>& sizes, int ranks) {
+  ReduceSchedule s;
+  const std::size_t T = sizes.size();
+  s.split.assign(T, 0);
+  s.owner.assign(T, -1);
+  std::vector<std::size_t> dealt;
+  std::vector<double> costs;
+  for (std::size_t t = 0; t < T; ++t) {
+    if (ranks > 1 && static_cast<std::size_t>(sizes[t]) >= kSplitElements) {
+      s.split[t] = 1;
+    } else {
+      dealt.push_back(t);
+      costs.push_back(static_cast<double>(std::max<std::int64_t>(sizes[t], 1)));
+    }
+  }
+  const std::vector<int> to = deal_largest_first(costs, ranks);
+  for (std::size_t i = 0; i < dealt.size(); ++i) s.owner[dealt[i]] = to[i];
+  for (std::size_t t = 0; t < T; ++t) s.order.push_back(t);
+  // Split tensors first (every rank takes them together), then the dealt ones; largest first within
+  // each, ties in tensor order: the big exchange buffers are needed while the model's shares are small.
+  std::stable_sort(s.order.begin(), s.order.end(), [&](std::size_t a, std::size_t b) {
+    if (s.split[a] != s.split[b]) return s.split[a] > s.split[b];
+    return sizes[a] > sizes[b];
+  });
+  return s;
+}
+
+std::size_t ReduceSchedule::share(std::size_t q, const std::vector<std::int64_t>& sizes, int ranks) const {
+  std::size_t n = 0;
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    const auto size = static_cast<std::size_t>(sizes[t]);
+    if (split[t]) {
+      const IndexRange w = block_aligned_part(size, static_cast<std::size_t>(ranks), q);
+      n += w.end - w.begin;
+    } else if (owner[t] == static_cast<int>(q)) {
+      n += size;
+    }
+  }
+  return n;
+}
+
+namespace {
+
+double seconds_of(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The median of three timings of f (a loaded machine makes single timings wander).
+template <class F>
+double median3(F&& f) {
+  double t[3];
+  for (double& x : t) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    x = seconds_of(t0);
+  }
+  std::sort(t, t + 3);
+  return t[1];
+}
+
+double resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  double pages = 0, resident = 0;
+  in >> pages >> resident;
+  return resident * static_cast<double>(::sysconf(_SC_PAGESIZE));
+}
+
+template <class T>
+ReduceRates measure(std::size_t value_bytes, int ranks) {
+  constexpr std::size_t n = std::size_t{1} << 21;
+  ReduceRates r;
+  r.base_bytes = resident_bytes();
+  std::mt19937 rng(11);
+  std::normal_distribution<double> normal(0.0, 0.02);
+  std::vector<T> a(n), b(n), c(n);
+  for (std::size_t i = 0; i < n; ++i) a[i] = static_cast<T>(normal(rng)), b[i] = a[i] + static_cast<T>(1e-4 * normal(rng));
+  std::vector<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>> keys;
+  r.sort_value = median3([&] { radix_sort_into(a.data(), c.data(), n, keys); }) / static_cast<double>(n);
+  // The partition into the ranks' value ranges (a binary search over R - 1 splitters per value).
+  const auto R = static_cast<std::size_t>(std::max(ranks, 2));
+  std::vector<typename DistributedSort<T>::Key> splitters;
+  for (std::size_t d = 1; d < R; ++d) splitters.push_back(sort_key(c[d * n / R]));
+  std::vector<std::size_t> counts(R);
+  ValueBuffer<T> out;
+  out.assign_uninitialized(n);
+  r.partition_value = median3([&] { partition_values(a.data(), n, splitters.data(), R, 0, counts.data(), out.data()); }) /
+                      static_cast<double>(n);
+  r.move_byte = median3([&] { std::memcpy(c.data(), a.data(), n * sizeof(T)); }) / static_cast<double>(n * sizeof(T));
+  radix_sort_into(a.data(), a.data(), n, keys);
+  radix_sort_into(b.data(), b.data(), n, keys);
+  SortedSet<T> set;
+  set.add_sorted_view(a.data(), n, 0, n);
+  set.add_sorted_view(b.data(), n, 0, n);
+  r.sorted_pair = median3([&] {
+                    PairwisePartials p(2);
+                    accumulate_sorted(set, 0, n, p, SortedMetrics::w1);
+                  }) / static_cast<double>(n);
+  r.sorted_pair_w2 = median3([&] {
+                       PairwisePartials p(2);
+                       accumulate_sorted(set, 0, n, p, SortedMetrics::w1_w2);
+                     }) / static_cast<double>(n);
+  const std::vector<const T*> both{a.data(), b.data()};
+  r.elementwise_pair = median3([&] {
+                         PairwisePartials p(2);
+                         accumulate_elementwise(both, 0, n, p);
+                       }) / static_cast<double>(n);
+  r.read_byte = r.move_byte;  // the caller measures the study's own files where there are some
+  char what[96];
+  std::snprintf(what, sizeof what, "%s values, %zu per timing", value_bytes == 8 ? "fp64" : "fp32", n);
+  r.source = what;
+  return r;
+}
+
+}  // namespace
+
+ReduceRates measure_reduce_rates(std::size_t value_bytes, int ranks) {
+  return value_bytes == 8 ? measure<double>(8, ranks) : measure<float>(4, ranks);
+}
+
+ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, const ReduceRates& rates) {
+  ReduceEstimate e;
+  const ReduceSchedule s = schedule_reduce(shape.sizes, ranks);
+  const auto N = static_cast<std::size_t>(ranks);
+  const double V = static_cast<double>(shape.runs), K = static_cast<double>(shape.pairs);
+  const double vb = static_cast<double>(shape.value_bytes);
+  // A received value range over its window (the sample's error, sort_samples); none on one rank.
+  const double excess = N > 1 ? 1.05 : 1.0;
+  std::size_t P = 0;
+  for (auto n : shape.sizes) P += static_cast<std::size_t>(n);
+  // The slowest rank: the one with the largest share (windows of the split tensors plus its dealt ones).
+  std::size_t q = 0;
+  for (std::size_t r = 1; r < N; ++r)
+    if (s.share(r, shape.sizes, ranks) > s.share(q, shape.sizes, ranks)) q = r;
+  // This rank's tasks in order, and the values of each (its window of a split tensor, or the whole).
+  std::vector<double> lengths;
+  std::vector<char> split;
+  for (std::size_t t : s.order) {
+    if (!s.split[t] && s.owner[t] != static_cast<int>(q)) continue;
+    const IndexRange w = s.split[t] ? block_aligned_part(static_cast<std::size_t>(shape.sizes[t]), N, q)
+                                    : IndexRange{0, static_cast<std::size_t>(shape.sizes[t])};
+    lengths.push_back(static_cast<double>(w.end - w.begin));
+    split.push_back(s.split[t]);
+  }
+  double S = 0, split_values = 0;
+  for (std::size_t k = 0; k < lengths.size(); ++k) S += lengths[k], split_values += split[k] ? lengths[k] : 0;
+  const IndexRange wm = block_aligned_part(P, N, q);
+  const double W = static_cast<double>(wm.end - wm.begin);
+  // An all-to-all copies what stays once and what leaves twice (through shared memory).
+  const double copies = N > 1 ? 2.0 - 1.0 / static_cast<double>(N) : 0.0;
+  e.read_seconds = V * S * shape.stored_bytes * rates.read_byte + V * static_cast<double>(lengths.size()) * rates.read_call;
+  const double sorted_pair = shape.w2 ? rates.sorted_pair_w2 : rates.sorted_pair;
+  if (shape.elementwise) e.pair_seconds += K * S * rates.elementwise_pair;
+  if (shape.per_tensor) {
+    e.sort_seconds += V * S * rates.sort_value;
+    // The partition, the two all-to-alls, and the exact windows' packing and unpacking.
+    e.move_seconds += V * split_values * (rates.partition_value + (2 * copies + 2) * vb * rates.move_byte);
+    e.pair_seconds += K * S * sorted_pair;
+  }
+  if (shape.whole_model) {
+    e.sort_seconds += V * W * excess * rates.sort_value;
+    // Kept as the share (a copy), packed by destination (or partitioned, unsorted), then the two
+    // all-to-alls; one rank sorts its share in place.
+    const double pack = shape.per_tensor ? vb * rates.move_byte : rates.partition_value;
+    e.move_seconds += V * S * vb * rates.move_byte + (N > 1 ? V * S * (pack + 2 * copies * vb * rates.move_byte) : 0.0);
+    e.pair_seconds += K * W * sorted_pair;
+  }
+  const double slower = (ranks > cores && cores > 0) ? static_cast<double>(ranks) / cores : 1.0;
+  e.read_seconds *= slower, e.sort_seconds *= slower, e.move_seconds *= slower, e.pair_seconds *= slower;
+  e.step_seconds = e.read_seconds + e.sort_seconds + e.move_seconds + e.pair_seconds;
+  e.seconds = e.step_seconds * static_cast<double>(shape.steps);
+  // Memory: the buffers as jobs/reduce.cpp keeps them (analysis/value_buffer.hpp: grown to what a task
+  // needs, given back when a task needs less than half). Pass 1: the two read slots (task k's, grown to
+  // its received range, and task k + 1's, read meanwhile), the distributed sort's partition, sorted
+  // ranges and keys (given back after the split tensors), and the shares filled so far. Pass 2: the
+  // shares (each becomes its window), the partition of one run's share, its sorted range and keys.
+  const double kb = vb;  // a radix-sort key is as wide as the value
+  double slot[2] = {0, 0}, send = 0, sorted = 0, keys = 0, shares = 0, peak = 0;
+  const auto fill = [&](std::size_t k) {
+    double& cap = slot[k % 2];
+    const double need = V * lengths[k] * vb;
+    if (cap > 2 * need) cap = 0;
+    cap = std::max(cap, need);
+  };
+  if (!lengths.empty()) fill(0);
+  for (std::size_t k = 0; k < lengths.size(); ++k) {
+    if (k + 1 < lengths.size()) fill(k + 1);
+    const double L = lengths[k];
+    if (split[k] && shape.per_tensor) {
+      slot[k % 2] = std::max(slot[k % 2], V * L * excess * vb);
+      send = std::max(send, V * L * excess * vb);
+      sorted = std::max(sorted, V * L * excess * vb);
+      keys = std::max(keys, 2 * L * excess * kb);
+    } else if (shape.per_tensor) {
+      keys = std::max(keys, 2 * L * kb);
+    }
+    if (shape.whole_model) shares += V * L * vb;
+    peak = std::max(peak, slot[0] + slot[1] + send + sorted + keys + shares);
+    if (split[k] && (k + 1 == lengths.size() || !split[k + 1])) send = sorted = keys = 0;
+  }
+  e.share_values = static_cast<std::size_t>(S);
+  if (shape.whole_model) {
+    e.share_bytes = V * std::max(S, W) * vb;
+    const double pass2 = N > 1 ? S * vb + W * excess * vb + 2 * W * excess * kb : 2 * W * kb;
+    peak = std::max(peak, e.share_bytes + pass2);
+  }
+  e.peak_bytes = rates.base_bytes + peak;
+  return e;
+}
+
+}  // namespace fastudy

@@ -1,0 +1,122 @@
+// How `fastudy reduce` splits its work over N ranks, and what that costs: the schedule every rank
+// computes alike (which tensors are sorted over all ranks, which are dealt whole to one), and the
+// estimate of time and memory per rank that `fastudy plan` prints before any work (and reduce logs
+// when it starts), from rates measured on this machine.
+//
+// The work of one checkpoint step (jobs/reduce.cpp; R runs, P parameters, K pairs, N ranks):
+//   read      every value once: R P / N values per rank (a window of each large tensor, the whole of
+//             the small tensors dealt to it), converted to fp32 (fp64 when a tensor is stored so);
+//   per tensor  the elementwise sums over the values read (K pairs), each tensor's values sorted
+//             (small ones whole on their rank; large ones by the distributed sort, with two
+//             all-to-alls of their R n / N values per rank) and the sorted sums (K pairs);
+//   whole model  the values read, kept as this rank's share (R P / N values), sorted over the ranks by
+//             value range (analysis/sorted_exchange.hpp: two all-to-alls of R P / N values per rank,
+//             one variant at a time) and the sorted sums over this rank's window (K pairs).
+// So a step costs about (R P / N) (t_read + 2 t_sort + 4 t_move) + (K P / N) (t_elementwise +
+// 2 t_sorted) per rank, and holds R P / N values of the model's shares plus one large tensor's
+// exchange buffers (or, in the model's sort, one run's worth). t_move is a memory copy per value on
+// one node (MPI's shared-memory transport copies through a buffer: counted twice); across nodes
+// it is the network's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "analysis/ranking.hpp"
+#include "jobs/reduce_output.hpp"
+#include "src/core/config.hpp"
+
+namespace fastudy {
+
+// Each grid axis with its role, baseline and replicate flag (the ranking's input): the study's
+// [axes.NAME], else the axis table (kGridAxes, src/core/grid.cpp), else a setting (study_axis).
+std::vector<RankingAxis> ranking_axes(const Study& st);
+std::vector<RankingVariant> ranking_variants(const std::vector<const Variant*>& variants);
+
+// What the study asks reduce to compute ([reduce] metrics, per_tensor, whole_model) and between which
+// variants (reduce_pairs), into the plan: the same on every rank.
+void choose_reduce_work(const Study& st, ReducePlan& plan);
+// A trained study's reduce as `fastudy plan` sees it before any checkpoint exists: every variant, the
+// checkpoint steps ([reduce] steps or the schedule), the model's tensors (model_tensor_sizes), and the
+// work chosen as reduce chooses it.
+ReducePlan planned_reduce(const Study& st);
+
+// The pairs of variants reduce computes (ReducePlan::pairs; indices into `variants`, i < j,
+// ascending): with [reduce] pairs = "verdict" (the default) those the ranking and the verdict use
+// (verdict_pairs: the pairs that differ in one axis), with "all" every pair; a list adds its pairs to the
+// verdict's (a pair naming a variant that is left out is skipped, said in *note). *note says which.
+std::vector<std::pair<std::size_t, std::size_t>> reduce_pairs(const Study& st, const std::vector<RankingAxis>& axes,
+                                                              const std::vector<RankingVariant>& variants,
+                                                              std::string* note);
+
+// A tensor at least this large (elements) is sorted over all ranks rather than dealt whole to one:
+// below it the exchanges cost more than they save.
+inline constexpr std::size_t kSplitElements = std::size_t{1} << 18;
+
+// What one reduce compares and computes.
+struct ReduceShape {
+  std::size_t runs = 0;              // R: variants (runs) compared
+  std::size_t steps = 0;             // checkpoint steps
+  std::vector<std::int64_t> sizes;   // elements of every tensor
+  std::size_t pairs = 0;             // K: pairs of runs computed
+  std::size_t value_bytes = 4;       // 4 (compared as fp32) or 8 (fp64)
+  double stored_bytes = 4;           // bytes per value in the files (bf16 2, fp32 4, fp64 8)
+  bool per_tensor = true;            // [reduce] per_tensor
+  bool whole_model = true;           // [reduce] whole_model
+  bool elementwise = true;           // some of max_abs, mean_abs, rel_l2 in [reduce] metrics
+  bool w2 = false;                   // w2 in [reduce] metrics
+};
+
+// Which tensors are split over the ranks and who computes the others: the same on every rank.
+struct ReduceSchedule {
+  std::vector<char> split;          // per tensor: sorted over every rank (the distributed sort)
+  std::vector<int> owner;           // per tensor: the rank that computes it whole (-1 when split)
+  std::vector<std::size_t> order;   // tensors in the order the ranks take them: split ones, largest
+                                    // first (every rank at once), then the dealt ones, largest first
+  // The values rank q reads and keeps as its share of the whole model (windows of split tensors, its
+  // dealt tensors whole).
+  std::size_t share(std::size_t q, const std::vector<std::int64_t>& sizes, int ranks) const;
+};
+// Tensors of at least kSplitElements are split when ranks > 1; the rest are dealt largest first to the
+// least loaded rank (src/runtime/deal.hpp).
+ReduceSchedule schedule_reduce(const std::vector<std::int64_t>& sizes, int ranks);
+
+// The shape of a plan's work; stored_bytes: bytes per value in its files.
+ReduceShape reduce_shape(const ReducePlan& plan, double stored_bytes);
+
+// Seconds per unit of work on one core of this machine (measure_reduce_rates).
+struct ReduceRates {
+  double read_byte = 0;          // converting stored bytes to values (a file in the page cache)
+  double read_call = 0;          // each read of a tensor's range of one run (opening, finding it)
+  double sort_value = 0;         // the radix sort
+  double partition_value = 0;    // the distributed sort's partition of an unsorted value
+  double move_byte = 0;          // one memory copy of a byte
+  double sorted_pair = 0;        // W1 sums, per pair and sorted position (W2 with them: sorted_pair_w2)
+  double sorted_pair_w2 = 0;
+  double elementwise_pair = 0;   // max |d|, sum |d|, sum d^2, per pair and position
+  double base_bytes = 0;         // this process's resident memory before any reduce buffer
+  std::string source;            // what was measured ("fp32, ..."), for the printout
+};
+// Times each kind of work on small buffers (about a second in all; the partition for `ranks` ranks);
+// the read rates are set to a memory copy's, for the caller to measure on the study's own files where
+// it has some.
+ReduceRates measure_reduce_rates(std::size_t value_bytes, int ranks);
+
+struct ReduceEstimate {
+  double step_seconds = 0;      // one checkpoint step, the slowest rank
+  double seconds = 0;           // every step
+  double read_seconds = 0;      // of a step: reading
+  double sort_seconds = 0;      //   sorting (per tensor and whole model)
+  double move_seconds = 0;      //   partitions and all-to-alls
+  double pair_seconds = 0;      //   the pairwise sums
+  double peak_bytes = 0;        // resident memory of the largest rank
+  double share_bytes = 0;       //   of it, the whole model's shares
+  std::size_t share_values = 0; // values per run in the largest share
+};
+// `cores` is the cores the N ranks share (N when each rank has its own core).
+ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, const ReduceRates& rates);
+
+}  // namespace fastudy

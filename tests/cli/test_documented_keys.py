@@ -45,11 +45,6 @@ U32 = 2.0**-24
 # Documented keys that nothing reads yet, and the branch that connects them. Their rows below are
 # complete and are skipped while listed here: remove a line when its branch lands.
 PENDING = {
-    "reduce.metrics": "reducer",
-    "reduce.per_tensor": "reducer",
-    "reduce.whole_model": "reducer",
-    "microbench.distribution=file": "fa2exact",
-    "microbench.input_file": "fa2exact",
 }
 
 
@@ -880,7 +875,11 @@ def _(t, s, name):
     t.assertFalse((out / "microbench.csv").exists())
 
 
-KEYS["study.memory_check"] = Pointer("tests/cli/test_reliability.cpp",
+KEYS["microbench.sm_count"] = Pointer("tests/cli/test_microbench_file.cpp", "MicrobenchFile, SmCountChangesTheSplit",
+                                      "sm_count = ")
+KEYS["reduce.pairs"] = Pointer("tests/cli/test_reduce.cpp", "Reduce, PairsAllComputesEveryPairAndChangesNoVerdict",
+                               "pairs = \\\"all\\\"")
+KEYS["study.memory_check"] = Pointer("tests/cli/test_reliability_preflight.cpp",
                                      "Preflight, LayoutMemoryDiskAndReportAllAtOnceBeforeAnythingIsWritten",
                                      "memory_check = false")
 
@@ -1562,10 +1561,7 @@ def _(t, s, name):
 ENVIRONMENT["FASTUDY_HUGEPAGES"] = Pointer("tests/cli/test_cli.cpp",
                                            "Hugepages, TheProcessReexecutesWithTheTunableAndGetsHugePages",
                                            "FASTUDY_HUGEPAGES=0")
-ENVIRONMENT["FASTUDY_REDUCE_SHARED"] = Pointer("tests/cli/test_e2e.cpp",
-                                               "E2E, TrainOnOneAndTwoRanksGivesIdenticalWeightsAndReduceIsRankInvariant",
-                                               "FASTUDY_REDUCE_SHARED=0")
-ENVIRONMENT["FASTUDY_STOP_GRACE_S"] = Pointer("tests/cli/test_reliability.cpp",
+ENVIRONMENT["FASTUDY_STOP_GRACE_S"] = Pointer("tests/cli/test_reliability_signals.cpp",
                                               "Signals, GracePeriodAfterTheFirstSigtermEndsAHungJob",
                                               "FASTUDY_STOP_GRACE_S")
 

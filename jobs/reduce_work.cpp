@@ -193,9 +193,12 @@ double resident_bytes() {
   return resident * static_cast<double>(::sysconf(_SC_PAGESIZE));
 }
 
+// Each rate on buffers of 2^22 values (16 or 32 MiB each, several of them at once): larger than the
+// last-level caches of most machines, as the reduce's buffers are, so that a copy is timed at the
+// speed of memory, not of a cache that holds both its ends.
 template <class T>
 ReduceRates measure(std::size_t value_bytes, int ranks) {
-  constexpr std::size_t n = std::size_t{1} << 21;
+  constexpr std::size_t n = std::size_t{1} << 22;
   ReduceRates r;
   r.base_bytes = resident_bytes();
   std::mt19937 rng(11);
@@ -233,8 +236,12 @@ ReduceRates measure(std::size_t value_bytes, int ranks) {
                          accumulate_elementwise(both, 0, n, p);
                        }) / static_cast<double>(n);
   r.read_byte = r.move_byte;  // the caller measures the study's own files where there are some
-  char what[96];
-  std::snprintf(what, sizeof what, "%s values, %zu per timing", value_bytes == 8 ? "fp64" : "fp32", n);
+  char what[256];
+  std::snprintf(what, sizeof what,
+                "%s values, %zu per timing: sort %.3g ns, partition into %zu ranges %.3g ns, pairwise sums %.3g ns "
+                "(sorted) and %.3g ns (elementwise) per value, copies %.3g GB/s",
+                value_bytes == 8 ? "fp64" : "fp32", n, 1e9 * r.sort_value, R, 1e9 * r.partition_value, 1e9 * r.sorted_pair,
+                1e9 * r.elementwise_pair, 1e-9 / r.move_byte);
   r.source = what;
   return r;
 }
@@ -278,18 +285,23 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
   e.read_seconds = V * S * shape.stored_bytes * rates.read_byte + V * static_cast<double>(lengths.size()) * rates.read_call;
   const double sorted_pair = shape.w2 ? rates.sorted_pair_w2 : rates.sorted_pair;
   if (shape.elementwise) e.pair_seconds += K * S * rates.elementwise_pair;
+  // The values outside their windows after a sort's all-to-all (sort_to_windows): about the ranges'
+  // excess, moved once more.
+  const double exchanged = (copies + 3 * (excess - 1)) * vb * rates.move_byte;
   if (shape.per_tensor) {
     e.sort_seconds += V * S * rates.sort_value;
-    // The partition, the two all-to-alls, and the exact windows' packing and unpacking.
-    e.move_seconds += V * split_values * (rates.partition_value + (2 * copies + 2) * vb * rates.move_byte);
+    // The partition and the all-to-all (the sort writes the windows: the shares, with the whole model).
+    e.move_seconds += V * split_values * (rates.partition_value + exchanged);
     e.pair_seconds += K * S * sorted_pair;
   }
   if (shape.whole_model) {
     e.sort_seconds += V * W * excess * rates.sort_value;
-    // Kept as the share (a copy), packed by destination (or partitioned, unsorted), then the two
-    // all-to-alls; one rank sorts its share in place.
+    // Packed by destination from the sorted runs (or partitioned, unsorted), then the all-to-all; one
+    // rank sorts its share in place. Without per-tensor sorts the values read are kept as the share (a
+    // copy).
+    const double keep = shape.per_tensor ? 0.0 : vb * rates.move_byte;
     const double pack = shape.per_tensor ? vb * rates.move_byte : rates.partition_value;
-    e.move_seconds += V * S * vb * rates.move_byte + (N > 1 ? V * S * (pack + 2 * copies * vb * rates.move_byte) : 0.0);
+    e.move_seconds += V * S * keep + (N > 1 ? V * S * (pack + exchanged) : 0.0);
     e.pair_seconds += K * W * sorted_pair;
   }
   const double slower = (ranks > cores && cores > 0) ? static_cast<double>(ranks) / cores : 1.0;
@@ -297,9 +309,9 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
   e.step_seconds = e.read_seconds + e.sort_seconds + e.move_seconds + e.pair_seconds;
   e.seconds = e.step_seconds * static_cast<double>(shape.steps);
   // Memory: the buffers as jobs/reduce.cpp keeps them (analysis/value_buffer.hpp: grown to what a task
-  // needs, given back when a task needs less than half). Pass 1: the two read slots (task k's, grown to
-  // its received range, and task k + 1's, read meanwhile), the distributed sort's partition, sorted
-  // ranges and keys (given back after the split tensors), and the shares filled so far. Pass 2: the
+  // needs, given back when a task needs less than half). Pass 1: the two read slots (task k's and task
+  // k + 1's, read meanwhile), the distributed sort's partition, received ranges and keys (given back
+  // after the split tensors), and the shares filled so far. Pass 2: the
   // shares (each becomes its window), the partition of one run's share, its sorted range and keys.
   const double kb = vb;  // a radix-sort key is as wide as the value
   double slot[2] = {0, 0}, send = 0, sorted = 0, keys = 0, shares = 0, peak = 0;
@@ -314,8 +326,7 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
     if (k + 1 < lengths.size()) fill(k + 1);
     const double L = lengths[k];
     if (split[k] && shape.per_tensor) {
-      slot[k % 2] = std::max(slot[k % 2], V * L * excess * vb);
-      send = std::max(send, V * L * excess * vb);
+      send = std::max(send, V * L * vb);
       sorted = std::max(sorted, V * L * excess * vb);
       keys = std::max(keys, 2 * L * excess * kb);
     } else if (shape.per_tensor) {

@@ -51,17 +51,43 @@ auto key_of(T x) {
 
 }  // namespace
 
+namespace {
+
+template <class D, class T, class Key>
+void partition_as(ValueBuffer<D>& range, const std::vector<const T*>& x, std::size_t L, const Key* splitters,
+                  std::size_t R, std::size_t tie, std::size_t* counts, T* out) {
+  const std::size_t V = x.size();
+  range.assign_uninitialized(V * L);
+  std::fill(counts, counts + R * V, 0);
+  for (std::size_t v = 0; v < V; ++v) {
+    const Partition<Key> part{splitters + v * (R - 1), R - 1};
+    std::size_t t = tie + v;
+    const T* xv = x[v];
+    D* dv = range.data() + v * L;
+    for (std::size_t i = 0; i < L; ++i) {
+      const std::size_t d = part.dest(key_of(xv[i]), t);
+      dv[i] = static_cast<D>(d);
+      ++counts[d * V + v];
+    }
+  }
+  std::vector<std::size_t> at(R * V);
+  std::size_t o = 0;
+  for (std::size_t k = 0; k < R * V; ++k) at[k] = o, o += counts[k];
+  for (std::size_t v = 0; v < V; ++v) {
+    const T* xv = x[v];
+    const D* dv = range.data() + v * L;
+    for (std::size_t i = 0; i < L; ++i) out[at[dv[i] * V + v]++] = xv[i];
+  }
+}
+
+}  // namespace
+
 template <class T, class Key>
-void partition_values(const T* x, std::size_t n, const Key* splitters, std::size_t ranks, std::size_t tie,
-                      std::size_t* counts, T* out) {
-  const Partition<Key> part{splitters, ranks - 1};
-  std::fill(counts, counts + ranks, 0);
-  std::size_t t = tie;
-  for (std::size_t i = 0; i < n; ++i) ++counts[part.dest(key_of(x[i]), t)];
-  std::vector<std::size_t> at(ranks, 0);
-  for (std::size_t d = 1; d < ranks; ++d) at[d] = at[d - 1] + counts[d - 1];
-  t = tie;
-  for (std::size_t i = 0; i < n; ++i) out[at[part.dest(key_of(x[i]), t)]++] = x[i];
+void partition_values(const std::vector<const T*>& x, std::size_t length, const Key* splitters, std::size_t ranks,
+                      std::size_t tie, std::size_t* counts, T* out, PartitionScratch& scratch) {
+  if (ranks <= (std::size_t{1} << 8)) partition_as(scratch.b1, x, length, splitters, ranks, tie, counts, out);
+  else if (ranks <= (std::size_t{1} << 16)) partition_as(scratch.b2, x, length, splitters, ranks, tie, counts, out);
+  else partition_as(scratch.b4, x, length, splitters, ranks, tie, counts, out);
 }
 
 std::size_t sort_samples(std::size_t ranks) { return std::max<std::size_t>(1024, 64 * ranks); }
@@ -276,21 +302,10 @@ void DistributedSort<T>::sort_windows(ValueBuffer<T>& values, std::size_t varian
   for (std::size_t v = 0; v < V; ++v) ptrs.push_back(values.data() + v * L);
   const std::vector<Key> spl = splitters(ptrs, L, n, sort_samples(R));
   // Partition: counts[q V + v] values of variant v go to rank q; send_ holds them by rank, then variant.
-  std::vector<std::int64_t> counts(R * V, 0);
-  for (std::size_t v = 0; v < V; ++v) {
-    const Partition<Key> part{spl.data() + v * (R - 1), R - 1};
-    std::size_t tie = r + v;
-    for (std::size_t i = 0; i < L; ++i) ++counts[part.dest(key_of(ptrs[v][i]), tie) * V + v];
-  }
-  std::vector<std::size_t> at(R * V);
-  std::size_t o = 0;
-  for (std::size_t k = 0; k < R * V; ++k) at[k] = o, o += static_cast<std::size_t>(counts[k]);
+  std::vector<std::size_t> part_counts(R * V);
   send_.assign_uninitialized(V * L);
-  for (std::size_t v = 0; v < V; ++v) {
-    const Partition<Key> part{spl.data() + v * (R - 1), R - 1};
-    std::size_t tie = r + v;
-    for (std::size_t i = 0; i < L; ++i) send_[at[part.dest(key_of(ptrs[v][i]), tie) * V + v]++] = ptrs[v][i];
-  }
+  partition_values(ptrs, L, spl.data(), R, r, part_counts.data(), send_.data(), ranges_);
+  std::vector<std::int64_t> counts(part_counts.begin(), part_counts.end());
   std::vector<std::int64_t> received(R * V);
   world_.alltoall(counts.data(), V, received.data());
   std::vector<std::size_t> send_counts(R, 0), recv_counts(R, 0), recv_at(R, 0);
@@ -386,7 +401,7 @@ void DistributedSort<T>::sort_shares(std::vector<ValueBuffer<T>>& shares, std::s
         }
       }
     } else {
-      partition_values(x, S, s, R, r + v, send_counts.data(), send_.data());
+      partition_values(std::vector<const T*>{x}, S, s, R, r + v, send_counts.data(), send_.data(), ranges_);
     }
     std::vector<std::int64_t> c64(send_counts.begin(), send_counts.end()), r64(R);
     world_.alltoall(c64.data(), 1, r64.data());
@@ -418,6 +433,7 @@ template <class T>
 void DistributedSort<T>::release() {
   send_.release();
   sorted_.release();
+  ranges_.release();
   keys_ = {};
 }
 
@@ -428,9 +444,9 @@ void allreduce_partials(const mpi::Comm& world, PairwisePartials& partials) {
 
 template class DistributedSort<float>;
 template class DistributedSort<double>;
-template void partition_values(const float*, std::size_t, const std::uint32_t*, std::size_t, std::size_t, std::size_t*,
-                               float*);
-template void partition_values(const double*, std::size_t, const std::uint64_t*, std::size_t, std::size_t, std::size_t*,
-                               double*);
+template void partition_values(const std::vector<const float*>&, std::size_t, const std::uint32_t*, std::size_t, std::size_t,
+                               std::size_t*, float*, PartitionScratch&);
+template void partition_values(const std::vector<const double*>&, std::size_t, const std::uint64_t*, std::size_t, std::size_t,
+                               std::size_t*, double*, PartitionScratch&);
 
 }  // namespace fastudy

@@ -23,7 +23,8 @@
 // the sample only decides how many values step 4 moves and how far a rank's range exceeds its window.
 //
 // Memory per rank: sort_windows needs three buffers of the task's V n / R values (the caller's, the
-// partition's and the received ranges) and the sort's keys of one range; sort_shares (the whole model)
+// partition's and the received ranges), the partition's range of each value (a byte up to 256 ranks)
+// and the sort's keys of one range; sort_shares (the whole model)
 // holds the V shares and exchanges one variant at a time, with two buffers of n / R values. Exchanges larger than MPI's int counts go in pieces. Part of
 // fastudy_analysis_mpi: the rest of analysis/ stays free of MPI.
 #pragma once
@@ -56,6 +57,15 @@ struct SortTraffic {
 
 // An exchange larger than this (bytes sent or received by some rank) goes in several all-to-alls.
 inline constexpr std::size_t kExchangeBytes = std::size_t{1} << 30;
+
+// The range the partition assigns to each value, kept between its two passes (one to count, one to
+// write): a byte per value up to 256 ranges, two up to 65536, else four; reused from call to call.
+struct PartitionScratch {
+  ValueBuffer<std::uint8_t> b1;
+  ValueBuffer<std::uint16_t> b2;
+  ValueBuffer<std::uint32_t> b4;
+  void release() { b1.release(), b2.release(), b4.release(); }
+};
 
 template <class T>
 class DistributedSort {
@@ -103,16 +113,19 @@ class DistributedSort {
   const std::size_t exchange_bytes_;
   ValueBuffer<T> send_;    // partitioned values (by destination rank)
   ValueBuffer<T> sorted_;  // the received value ranges (then the values arriving for the windows)
+  PartitionScratch ranges_;  // the partition's range of each value
   std::vector<Key> keys_;  // the radix sort's scratch
   SortTraffic traffic_;
 };
 
-// The partition of the distributed sort: the n values of x into `ranks` value ranges bounded by the
-// ranks - 1 sorted splitter keys (sort_key order; a value equal to splitters goes round robin to the
-// ranks they bound, starting at `tie`), written to out by range, counts[d] of them to range d.
+// The partition of the distributed sort: the `length` values of each of the V arrays x[v] into `ranks`
+// value ranges, bounded for variant v by the ranks - 1 sorted splitter keys at splitters[v (ranks - 1),
+// (v + 1) (ranks - 1)) (sort_key order; a value equal to splitters goes round robin to the ranks they
+// bound, starting at tie + v), written to out by range, then variant: counts[d V + v] of variant v's
+// values to range d. One search per value (its range kept in `scratch` for the writing pass).
 template <class T, class Key>
-void partition_values(const T* x, std::size_t n, const Key* splitters, std::size_t ranks, std::size_t tie,
-                      std::size_t* counts, T* out);
+void partition_values(const std::vector<const T*>& x, std::size_t length, const Key* splitters, std::size_t ranks,
+                      std::size_t tie, std::size_t* counts, T* out, PartitionScratch& scratch);
 
 // Collective: every rank's partials combined (sums by MPI_SUM, maxima by MPI_MAX), on every rank.
 void allreduce_partials(const mpi::Comm& world, PairwisePartials& partials);

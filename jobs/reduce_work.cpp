@@ -214,7 +214,9 @@ ReduceRates measure(std::size_t value_bytes, int ranks) {
   std::vector<std::size_t> counts(R);
   ValueBuffer<T> out;
   out.assign_uninitialized(n);
-  r.partition_value = median3([&] { partition_values(a.data(), n, splitters.data(), R, 0, counts.data(), out.data()); }) /
+  PartitionScratch scratch;
+  const std::vector<const T*> unsorted{a.data()};
+  r.partition_value = median3([&] { partition_values(unsorted, n, splitters.data(), R, 0, counts.data(), out.data(), scratch); }) /
                       static_cast<double>(n);
   r.move_byte = median3([&] { std::memcpy(c.data(), a.data(), n * sizeof(T)); }) / static_cast<double>(n * sizeof(T));
   radix_sort_into(a.data(), a.data(), n, keys);
@@ -311,10 +313,12 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
   // Memory: the buffers as jobs/reduce.cpp keeps them (analysis/value_buffer.hpp: grown to what a task
   // needs, given back when a task needs less than half). Pass 1: the two read slots (task k's and task
   // k + 1's, read meanwhile), the distributed sort's partition, received ranges and keys (given back
-  // after the split tensors), and the shares filled so far. Pass 2: the
-  // shares (each becomes its window), the partition of one run's share, its sorted range and keys.
+  // after the split tensors), the partition's range of each value, and the shares filled so far. Pass
+  // 2: the shares (each becomes its window), the partition of one run's share, its received range and
+  // keys.
   const double kb = vb;  // a radix-sort key is as wide as the value
-  double slot[2] = {0, 0}, send = 0, sorted = 0, keys = 0, shares = 0, peak = 0;
+  const double db = N <= 256 ? 1 : N <= 65536 ? 2 : 4;  // the partition's range of a value (PartitionScratch)
+  double slot[2] = {0, 0}, send = 0, sorted = 0, keys = 0, ranges = 0, shares = 0, peak = 0;
   const auto fill = [&](std::size_t k) {
     double& cap = slot[k % 2];
     const double need = V * lengths[k] * vb;
@@ -327,19 +331,21 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
     const double L = lengths[k];
     if (split[k] && shape.per_tensor) {
       send = std::max(send, V * L * vb);
+      ranges = std::max(ranges, V * L * db);
       sorted = std::max(sorted, V * L * excess * vb);
       keys = std::max(keys, 2 * L * excess * kb);
     } else if (shape.per_tensor) {
       keys = std::max(keys, 2 * L * kb);
     }
     if (shape.whole_model) shares += V * L * vb;
-    peak = std::max(peak, slot[0] + slot[1] + send + sorted + keys + shares);
-    if (split[k] && (k + 1 == lengths.size() || !split[k + 1])) send = sorted = keys = 0;
+    peak = std::max(peak, slot[0] + slot[1] + send + sorted + keys + ranges + shares);
+    if (split[k] && (k + 1 == lengths.size() || !split[k + 1])) send = sorted = keys = ranges = 0;
   }
   e.share_values = static_cast<std::size_t>(S);
   if (shape.whole_model) {
     e.share_bytes = V * std::max(S, W) * vb;
-    const double pass2 = N > 1 ? S * vb + W * excess * vb + 2 * W * excess * kb : 2 * W * kb;
+    const double partition = shape.per_tensor ? 0.0 : S * db;  // unsorted shares are partitioned
+    const double pass2 = N > 1 ? S * vb + partition + W * excess * vb + 2 * W * excess * kb : 2 * W * kb;
     peak = std::max(peak, e.share_bytes + pass2);
   }
   e.peak_bytes = rates.base_bytes + peak;

@@ -18,7 +18,7 @@
 //     leaves each rank window q of the sorted positions) and accumulate the sorted sums over their
 //     windows; the partial sums are combined with MPI_Allreduce. Smaller tensors are dealt whole to one
 //     rank (largest first to the least loaded) and computed there. Whatever a rank read it keeps, as its
-//     share of the whole model (its per-tensor sorted windows: sorted runs);
+//     share of the whole model (its per-tensor sorted windows, which the sorts write there: sorted runs);
 //   pass 2, whole model: the shares are sorted over the ranks by value range, one variant at a time
 //     (DistributedSort::sort_shares), so each rank holds window q of every variant's sorted model, about
 //     R P / N values, never the whole model; the sorted sums over the windows are combined with the

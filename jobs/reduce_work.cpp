@@ -1,10 +1,10 @@
 // The reduce's schedule and cost model (reduce_work.hpp).
 #include "jobs/reduce_work.hpp"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -169,18 +169,15 @@ std::size_t ReduceSchedule::share(std::size_t q, const std::vector<std::int64_t>
 
 namespace {
 
-double seconds_of(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// The median of three timings of f (a loaded machine makes single timings wander).
+// The median of three timings of f in this thread's CPU time: a core's speed, which the estimate
+// assumes for every rank, whatever else the machine runs meanwhile.
 template <class F>
 double median3(F&& f) {
   double t[3];
   for (double& x : t) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = thread_cpu_seconds();
     f();
-    x = seconds_of(t0);
+    x = thread_cpu_seconds() - t0;
   }
   std::sort(t, t + 3);
   return t[1];
@@ -249,6 +246,12 @@ ReduceRates measure(std::size_t value_bytes, int ranks) {
 }
 
 }  // namespace
+
+double thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 ReduceRates measure_reduce_rates(std::size_t value_bytes, int ranks) {
   return value_bytes == 8 ? measure<double>(8, ranks) : measure<float>(4, ranks);

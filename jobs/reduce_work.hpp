@@ -103,10 +103,13 @@ struct ReduceRates {
   double base_bytes = 0;         // this process's resident memory before any reduce buffer
   std::string source;            // what was measured ("fp32, ..."), for the printout
 };
-// Times each kind of work on small buffers (about a second in all; the partition for `ranks` ranks);
-// the read rates are set to a memory copy's, for the caller to measure on the study's own files where
-// it has some.
+// Times each kind of work (about a second in all; the partition for `ranks` ranks) in CPU time
+// (thread_cpu_seconds): the rates of a core of its own, as the estimate assumes, also while other
+// work shares the machine. The read rates are set to a memory copy's, for the caller to measure on the
+// study's own files where it has some (by the same clock).
 ReduceRates measure_reduce_rates(std::size_t value_bytes, int ranks);
+// This thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID): the clock of the rates.
+double thread_cpu_seconds();
 
 struct ReduceEstimate {
   double step_seconds = 0;      // one checkpoint step, the slowest rank

@@ -18,7 +18,7 @@
 #include "base/number.hpp"
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
-#include "jobs/microbench_points.hpp"
+#include "jobs/microbench/points.hpp"
 #include "kernels/advise.hpp"
 
 namespace fs = std::filesystem;
@@ -69,21 +69,21 @@ std::string advice_sentence(const PointAdvice& a) {
 }  // namespace
 
 void advise_options(po::options_description& d, CliOptions& o) {
-  d.add_options()("target-ulps", po::value<double>(&o.target_ulps),
+  d.add_options()("target-ulps", po::value<double>(&o.advise.target_ulps),
                   "the target: flash's error (rel_l2 against fp64) at most this many units of the format's unit roundoff "
                   "(default: the baseline's error in the same format and reading)");
 }
 
 int job_advise(JobContext& ctx) {
   const Study& st = *ctx.study;
-  if (ctx.opts.target_ulps < 0) throw UsageError("--target-ulps must be > 0", "e.g. --target-ulps 2");
+  if (ctx.opts.advise.target_ulps < 0) throw UsageError("--target-ulps must be > 0", "e.g. --target-ulps 2");
   const auto points = advice_points(st);
   if (points.empty())
     throw UsageError(st.file + ": [microbench] has no point in a format narrower than fp32 to advise on",
                      "list fp16 or bf16 in [microbench] formats");
   prepare_output(ctx);
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const std::string target_text = ctx.opts.target_ulps > 0 ? number_text(ctx.opts.target_ulps, 6) + " u (rel_l2)"
+  const std::string target_text = ctx.opts.advise.target_ulps > 0 ? number_text(ctx.opts.advise.target_ulps, 6) + " u (rel_l2)"
                                                             : std::string("the baseline's error in the same format");
   log::info("advise: " + std::to_string(points.size()) + " points; target: " + target_text);
 
@@ -96,7 +96,7 @@ int job_advise(JobContext& ctx) {
     if (stop_signal_received()) throw Error("advise: stopped by a signal; advice.csv was not written");
     ReadingPolicies reading = resolve_reading(st.attention, point.policy, point.format);
     if (point.rounding) reading.flash.rounding = reading.baseline.rounding = *point.rounding;
-    const PointAdvice a = advise_point(point, reading, ctx.opts.target_ulps, threads);
+    const PointAdvice a = advise_point(point, reading, ctx.opts.advise.target_ulps, threads);
     std::ostringstream table;
     table << "  step           flash (fp32 alone)  baseline (fp32 alone)  flash (format alone)  share  order\n";
     for (const StepAdvice& s : a.steps) {

@@ -42,21 +42,21 @@ std::string layer_of(const std::string& op) {
 }  // namespace
 
 void bisect_options(po::options_description& d, CliOptions& o) {
-  d.add_options()("variant", po::value<std::vector<std::string>>(&o.variants), "variant A: its checkpoint gives the weights")(
-      "against", po::value<std::string>(&o.against), "variant B, run from A's weights on the same batch")(
-      "step", po::value<std::int64_t>(&o.at_step), "A's weights after this step (its checkpoint there, or trained on from the one before; 0: the initial weights); the batch is the next step's");
+  d.add_options()("variant", po::value<std::vector<std::string>>(&o.bisect.variants), "variant A: its checkpoint gives the weights")(
+      "against", po::value<std::string>(&o.bisect.against), "variant B, run from A's weights on the same batch")(
+      "step", po::value<std::int64_t>(&o.bisect.at_step), "A's weights after this step (its checkpoint there, or trained on from the one before; 0: the initial weights); the batch is the next step's");
 }
 
 int job_bisect(JobContext& ctx) {
   const Study& st = *ctx.study;
   const std::string out = ctx.out_dir;
-  if (ctx.opts.variants.size() > 1) throw UsageError("--variant names one variant (A)", "pass --variant once");
-  const Variant& a = named_variant(st, "--variant", ctx.opts.variants.empty() ? "" : ctx.opts.variants[0]);
-  const Variant& b = named_variant(st, "--against", ctx.opts.against);
+  if (ctx.opts.bisect.variants.size() > 1) throw UsageError("--variant names one variant (A)", "pass --variant once");
+  const Variant& a = named_variant(st, "--variant", ctx.opts.bisect.variants.empty() ? "" : ctx.opts.bisect.variants[0]);
+  const Variant& b = named_variant(st, "--against", ctx.opts.bisect.against);
   if (a.model.layers != b.model.layers || a.model.d_model != b.model.d_model)
     throw UsageError("--against " + b.id + " has another model than " + a.id, "bisect compares variants of one model");
-  const TrainState state = state_at(out, a, ctx.opts.at_step, "--step", /*on_from_earlier=*/true);
-  const std::int64_t step = ctx.opts.at_step;
+  const TrainState state = state_at(out, a, ctx.opts.bisect.at_step, "--step", /*on_from_earlier=*/true);
+  const std::int64_t step = ctx.opts.bisect.at_step;
 
   const std::string rel = "bisect/" + a.id + "--" + b.id + "-step" + std::to_string(step) + ".csv";
   manifest::add(out, {{manifest::Kind::file, "bisect", rel}});

@@ -41,29 +41,54 @@ struct SlurmOptions {
 // apart from it).
 inline constexpr std::int64_t kNoStep = std::numeric_limits<std::int64_t>::min();
 
+// Each job's own command-line options, set by the job's options function (declared below, defined in
+// the job's file next to the code that reads them) and read only by that job (`run` takes train's and
+// reduce's, as it runs their phases).
+struct PlanOptions {
+  int ranks = 0;             // --ranks (0: not given: the ranks it runs on, 1 or mpirun's N)
+  int gpus_per_node = -1;    // --gpus-per-node (-1: not given: this machine's)
+  int ranks_per_node = 0;    // --ranks-per-node (0: every rank on one node)
+  int measure_steps = 3;     // --measure-steps
+};
+struct TrainOptions {
+  std::vector<std::string> variants;  // --variant (empty: all)
+  std::string device;        // --device (overrides [train] device; "" keeps it)
+  bool profile = false;      // --profile: print where each variant's steps spend their time
+  bool cuda_graph = false;   // --cuda-graph: replay the steps' forward and backward from a CUDA graph
+};
+struct ReduceOptions {
+  bool allow_missing = false;  // --allow-missing
+};
+struct ReplayOptions {
+  std::vector<std::string> variants;  // --variant (one)
+  std::int64_t from_step = kNoStep;   // --from
+  std::int64_t steps = 0;             // --steps (0: to the original's last step)
+  std::vector<std::string> sets;      // --set AXIS=VALUE
+};
+struct BisectOptions {
+  std::vector<std::string> variants;  // --variant (one: A)
+  std::string against;                // --against
+  std::int64_t at_step = kNoStep;     // --step
+};
+struct AdviseOptions {
+  double target_ulps = 0;  // --target-ulps (0: the baseline's error)
+};
+
 struct CliOptions {
   std::string command;       // the job name ("run", "plan", ...)
   std::string target;        // GRID.toml, or OUT for report/status
   std::string out;           // --out (overrides [study] out)
   bool resume = false;
   bool force = false;
-  bool allow_missing = false;
-  int ranks = 0;             // plan --ranks (0: not given: the ranks it runs on, 1 or mpirun's N)
-  int gpus_per_node = -1;    // plan --gpus-per-node (-1: not given: this machine's)
-  int ranks_per_node = 0;    // plan --ranks-per-node (0: every rank on one node)
-  int measure_steps = 3;     // plan --measure-steps
-  std::vector<std::string> variants;  // train --variant (empty: all)
-  std::string device;        // train/run --device (overrides [train] device; "" keeps it)
-  bool profile = false;      // train/run --profile: print where each variant's steps spend their time
-  bool cuda_graph = false;   // train/run --cuda-graph: replay the steps' forward and backward from a CUDA graph
-  std::int64_t from_step = kNoStep;   // replay --from
-  std::int64_t replay_steps = 0;      // replay --steps (0: to the original's last step)
-  std::vector<std::string> sets;      // replay --set AXIS=VALUE
-  std::string against;                // bisect --against
-  std::int64_t at_step = kNoStep;     // bisect --step
-  double target_ulps = 0;             // advise --target-ulps (0: the baseline's error)
-  SlurmOptions slurm;
   std::string command_line;  // argv as shell words (shell_word) on one line, for provenance
+  // The jobs' own options (only the running job's are set).
+  PlanOptions plan;
+  TrainOptions train;
+  ReduceOptions reduce;
+  ReplayOptions replay;
+  BisectOptions bisect;
+  AdviseOptions advise;
+  SlurmOptions slurm;
 };
 
 struct JobContext {

@@ -229,10 +229,10 @@ JobContext make_context(const Parsed& p) {
     throw UsageError("`fastudy " + p.opts.command + "` runs fastudy's own model, and " + ctx.study->file +
                          " imports its runs ([import])",
                      "an imported study runs reduce and report: fastudy run GRID.toml (or fastudy reduce GRID.toml)");
-  if (!p.opts.device.empty()) {
+  if (!p.opts.train.device.empty()) {
     // --device: where the variants run, not what they compute (no hash changes).
-    const std::optional<Device> device = parse_device(p.opts.device);
-    if (!device) throw UsageError("--device " + p.opts.device + " is not a device", "use auto, cpu or cuda");
+    const std::optional<Device> device = parse_device(p.opts.train.device);
+    if (!device) throw UsageError("--device " + p.opts.train.device + " is not a device", "use auto, cpu or cuda");
     ctx.study->train.device = *device;
     for (Variant& v : ctx.study->variants) v.train.device = *device;
   }

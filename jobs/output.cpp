@@ -245,7 +245,7 @@ void open_study(JobContext& ctx) {
     const bool all = ctx.opts.command == "run";
     // `train --variant V --force`: only those variants' files; the others' results and the study's
     // state stay, and the job continues the study (as --resume) with those variants from scratch.
-    const std::vector<std::string> only = ctx.opts.command == "train" ? ctx.opts.variants : std::vector<std::string>{};
+    const std::vector<std::string> only = ctx.opts.command == "train" ? ctx.opts.train.variants : std::vector<std::string>{};
     const auto of_variant = [&](const manifest::Entry& e) {
       return std::any_of(only.begin(), only.end(), [&](const std::string& id) {
         for (const std::string& dir : {"variants/" + id, "checkpoints/" + id})

@@ -55,14 +55,14 @@ std::function<void(int)> at_least(const char* option, int least) {
 }  // namespace
 
 void plan_options(po::options_description& d, CliOptions& o) {
-  d.add_options()("ranks,n", po::value<int>(&o.ranks)->notifier(at_least("--ranks", 1)),
+  d.add_options()("ranks,n", po::value<int>(&o.plan.ranks)->notifier(at_least("--ranks", 1)),
                   "number of MPI ranks to plan for (default: the ranks plan runs on: 1, or N under mpirun -n N)")(
-      "gpus-per-node", po::value<int>(&o.gpus_per_node)->notifier(at_least("--gpus-per-node", 0)),
+      "gpus-per-node", po::value<int>(&o.plan.gpus_per_node)->notifier(at_least("--gpus-per-node", 0)),
       "plan for nodes with this many GPUs each and a CUDA build with NCCL (default: the GPUs this build sees "
       "here); decides each group's device and gradient reducer")(
-      "ranks-per-node", po::value<int>(&o.ranks_per_node)->notifier(at_least("--ranks-per-node", 1)),
+      "ranks-per-node", po::value<int>(&o.plan.ranks_per_node)->notifier(at_least("--ranks-per-node", 1)),
       "ranks on each node, consecutive ranks together (default: every rank on one node)")(
-      "measure-steps", po::value<int>(&o.measure_steps)->default_value(3),
+      "measure-steps", po::value<int>(&o.plan.measure_steps)->default_value(3),
       "timed training steps per kind of variant for the time estimate (after one warm-up step; 0: no estimate)");
 }
 
@@ -232,9 +232,9 @@ int plan_imported(const JobContext& ctx, int ranks) {
 
 int job_plan(JobContext& ctx) {
   const Study& st = *ctx.study;
-  const int ranks = ctx.opts.ranks > 0 ? ctx.opts.ranks : std::max(1, mpi::launched_ranks());
-  if (ctx.opts.measure_steps < 0)
-    throw UsageError("--measure-steps must be >= 0 (got " + std::to_string(ctx.opts.measure_steps) + ")",
+  const int ranks = ctx.opts.plan.ranks > 0 ? ctx.opts.plan.ranks : std::max(1, mpi::launched_ranks());
+  if (ctx.opts.plan.measure_steps < 0)
+    throw UsageError("--measure-steps must be >= 0 (got " + std::to_string(ctx.opts.plan.measure_steps) + ")",
                      "0 leaves the time estimate out");
   if (st.imported()) return plan_imported(ctx, ranks);
   const int rpv = st.train.ranks_per_variant;
@@ -298,9 +298,9 @@ int job_plan(JobContext& ctx) {
   // Where the variants train: [train] device (or --device), auto resolved as the train job does, on
   // this machine's GPUs or on nodes of --gpus-per-node; and each group's gradient reducer
   // (src/runtime/placement.hpp), as the train job chooses it.
-  const bool modelled = ctx.opts.gpus_per_node >= 0;
+  const bool modelled = ctx.opts.plan.gpus_per_node >= 0;
   std::string no_gpu = modelled ? std::string("--gpus-per-node 0") : std::string();
-  const int gpus = modelled ? ctx.opts.gpus_per_node : (rank_has_gpu(&no_gpu) ? visible_gpus() : 0);
+  const int gpus = modelled ? ctx.opts.plan.gpus_per_node : (rank_has_gpu(&no_gpu) ? visible_gpus() : 0);
   const bool want_gpu = st.train.device != Device::cpu;
   const bool on_gpu = want_gpu && gpus > 0;
   const std::string per_node = std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s") + " per node" +
@@ -310,12 +310,12 @@ int job_plan(JobContext& ctx) {
   if (st.train.device == Device::auto_) os << " -> " << (on_gpu ? "cuda, " + gpu_text : "cpu (" + no_gpu + ")");
   else if (on_gpu) os << ", " << gpu_text;
   os << "\n";
-  if (ctx.opts.ranks_per_node > 0) {
-    const int nodes = (ranks + ctx.opts.ranks_per_node - 1) / ctx.opts.ranks_per_node;
-    os << "nodes: " << nodes << " of " << ctx.opts.ranks_per_node << " rank" << (ctx.opts.ranks_per_node == 1 ? "" : "s")
+  if (ctx.opts.plan.ranks_per_node > 0) {
+    const int nodes = (ranks + ctx.opts.plan.ranks_per_node - 1) / ctx.opts.plan.ranks_per_node;
+    os << "nodes: " << nodes << " of " << ctx.opts.plan.ranks_per_node << " rank" << (ctx.opts.plan.ranks_per_node == 1 ? "" : "s")
        << " (--ranks-per-node)\n";
   }
-  const std::vector<RankPlacement> placements = modelled_placements(ranks, ctx.opts.ranks_per_node, on_gpu ? gpus : 0);
+  const std::vector<RankPlacement> placements = modelled_placements(ranks, ctx.opts.plan.ranks_per_node, on_gpu ? gpus : 0);
   const std::vector<ReducerChoice> reducers = choose_reducers(placements, rpv, on_gpu, modelled || have_nccl());
   if (rpv == 1) {
     os << "gradient reducer: none (one rank per variant: nothing to average)\n";
@@ -328,12 +328,12 @@ int job_plan(JobContext& ctx) {
   scope.train = st.has_phase("train");
   scope.report = st.has_phase("report");
   scope.ranks = ranks;
-  scope.ranks_on_host = ctx.opts.ranks_per_node > 0 ? std::min(ranks, ctx.opts.ranks_per_node) : ranks;
+  scope.ranks_on_host = ctx.opts.plan.ranks_per_node > 0 ? std::min(ranks, ctx.opts.plan.ranks_per_node) : ranks;
   scope.out = ctx.opts.out.empty() ? st.out : ctx.opts.out;
   const std::vector<std::string> problems = preflight_problems(st, scope);
   // Only a grid that would start is timed (a missing data file, say, is the preflight's to name).
-  if (problems.empty() && ctx.opts.measure_steps > 0 && st.has_phase("train"))
-    std::cout << time_estimate(st, groups, rpv, ctx.opts.measure_steps) << std::flush;
+  if (problems.empty() && ctx.opts.plan.measure_steps > 0 && st.has_phase("train"))
+    std::cout << time_estimate(st, groups, rpv, ctx.opts.plan.measure_steps) << std::flush;
   if (problems.empty()) {
     std::cout << "preflight: every check passed (layout, data, memory, disk" << (scope.report ? ", report modules" : "")
               << ")\n";

@@ -617,7 +617,7 @@ Ranking rank_axes(const ReducePlan& plan, const TaskResults& results, const std:
 }  // namespace
 
 void reduce_options(po::options_description& d, CliOptions& o) {
-  d.add_options()("allow-missing", po::bool_switch(&o.allow_missing),
+  d.add_options()("allow-missing", po::bool_switch(&o.reduce.allow_missing),
                   "leave out variants whose checkpoints are missing or corrupt (reported)");
 }
 
@@ -643,7 +643,7 @@ int job_reduce(JobContext& ctx) {
     });
   } else {
     on_root(world, [&] { check_study_dir(st, out); });
-    plan = agree_on_plan(st, out, ctx.opts.allow_missing, world);
+    plan = agree_on_plan(st, out, ctx.opts.reduce.allow_missing, world);
     choose_reduce_work(st, plan);
     on_root(world, [&] {
       check_output_space(out, static_cast<double>(reduce_output_bytes(plan)), "the reduce's results (deviation.h5, deviation.csv, ...)");

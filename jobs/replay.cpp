@@ -110,34 +110,34 @@ std::string cell(bool present, double x) { return present ? number_text(x, 9) : 
 }  // namespace
 
 void replay_options(po::options_description& d, CliOptions& o) {
-  d.add_options()("variant", po::value<std::vector<std::string>>(&o.variants), "the variant to replay (its id)")(
-      "from", po::value<std::int64_t>(&o.from_step), "resume from the variant's checkpoint at this step (0: its initial weights)")(
-      "steps", po::value<std::int64_t>(&o.replay_steps), "steps to replay (default: to the original's last step)")(
-      "set", po::value<std::vector<std::string>>(&o.sets),
+  d.add_options()("variant", po::value<std::vector<std::string>>(&o.replay.variants), "the variant to replay (its id)")(
+      "from", po::value<std::int64_t>(&o.replay.from_step), "resume from the variant's checkpoint at this step (0: its initial weights)")(
+      "steps", po::value<std::int64_t>(&o.replay.steps), "steps to replay (default: to the original's last step)")(
+      "set", po::value<std::vector<std::string>>(&o.replay.sets),
       "AXIS=VALUE: run with this grid axis changed (repeatable; none: the original again, bit for bit)");
 }
 
 int job_replay(JobContext& ctx) {
   const Study& st = *ctx.study;
   const std::string out = ctx.out_dir;
-  if (ctx.opts.variants.size() > 1) throw UsageError("--variant names one variant to replay", "pass --variant once");
-  const Variant& orig = named_variant(st, "--variant", ctx.opts.variants.empty() ? "" : ctx.opts.variants[0]);
-  const std::int64_t from = ctx.opts.from_step;
-  const Variant v = variant_with(st, orig, parse_sets(ctx.opts.sets));
+  if (ctx.opts.replay.variants.size() > 1) throw UsageError("--variant names one variant to replay", "pass --variant once");
+  const Variant& orig = named_variant(st, "--variant", ctx.opts.replay.variants.empty() ? "" : ctx.opts.replay.variants[0]);
+  const std::int64_t from = ctx.opts.replay.from_step;
+  const Variant v = variant_with(st, orig, parse_sets(ctx.opts.replay.sets));
   if (orig.train.dp_width == 0 && orig.train.ranks_per_variant > 1)
     throw UsageError("--variant " + orig.id + " trained on groups of " + std::to_string(orig.train.ranks_per_variant) +
                          " ranks averaged by the MPI/NCCL allreduce, which a replay on one process cannot repeat bit for bit",
                      "set [train] dp_width to model the data-parallel width (the same bits on any rank count)");
-  const std::int64_t steps = ctx.opts.replay_steps > 0 ? ctx.opts.replay_steps : orig.train.steps - std::max<std::int64_t>(from, 0);
-  if (ctx.opts.replay_steps < 0 || (from >= 0 && from + steps > orig.train.steps))
-    throw UsageError("--steps " + std::to_string(ctx.opts.replay_steps) + ": the original trained to step " + std::to_string(orig.train.steps),
+  const std::int64_t steps = ctx.opts.replay.steps > 0 ? ctx.opts.replay.steps : orig.train.steps - std::max<std::int64_t>(from, 0);
+  if (ctx.opts.replay.steps < 0 || (from >= 0 && from + steps > orig.train.steps))
+    throw UsageError("--steps " + std::to_string(ctx.opts.replay.steps) + ": the original trained to step " + std::to_string(orig.train.steps),
                      "replay at most " + std::to_string(orig.train.steps - std::max<std::int64_t>(from, 0)) + " steps from step " +
                          std::to_string(from));
   TrainState start = replay_state(v, state_at(out, orig, from, "--from"));
   const std::int64_t last = from + steps;
 
   std::string name = orig.id + "-from" + std::to_string(from);
-  for (const auto& [axis, value] : parse_sets(ctx.opts.sets)) name += "+" + axis + "=" + value;
+  for (const auto& [axis, value] : parse_sets(ctx.opts.replay.sets)) name += "+" + axis + "=" + value;
   const std::string rel = "replays/" + name;
   const std::string dir = (fs::path(out) / rel).string();
   manifest::add(out, {{manifest::Kind::dir, "replay", rel},
@@ -149,7 +149,7 @@ int job_replay(JobContext& ctx) {
   const std::map<std::int64_t, LogRow> original = read_train_log((fs::path(out) / "variants" / orig.id / "train_log.csv").string());
   const std::vector<std::int64_t> ckpts = list_checkpoint_steps(checkpoint_dir(out, orig.id));
   log::info("replay " + orig.id + " from step " + std::to_string(from) + " for " + std::to_string(steps) + " steps" +
-            (ctx.opts.sets.empty() ? std::string(" (no axis changed: must repeat the original bit for bit)") : " as " + v.id) +
+            (ctx.opts.replay.sets.empty() ? std::string(" (no axis changed: must repeat the original bit for bit)") : " as " + v.id) +
             " into " + dir);
 
   std::map<std::int64_t, LogRow> replayed;

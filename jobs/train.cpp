@@ -165,14 +165,14 @@ std::string disk_full_note(const std::string& out) {
 }  // namespace
 
 void train_options(po::options_description& d, CliOptions& o) {
-  d.add_options()("variant", po::value<std::vector<std::string>>(&o.variants),
+  d.add_options()("variant", po::value<std::vector<std::string>>(&o.train.variants),
                   "train only this variant id (repeatable; default: all)")(
-      "device", po::value<std::string>(&o.device),
+      "device", po::value<std::string>(&o.train.device),
       "where the variants train: auto, cpu or cuda (overrides [train] device; a checkpoint resumes on either)")(
-      "profile", po::bool_switch(&o.profile),
+      "profile", po::bool_switch(&o.train.profile),
       "print where each variant's steps spend their time: forward, backward, attention, roundings, optimizer, "
       "reducer, host syncs, checkpoints (host wall time; on a GPU also device time)")(
-      "cuda-graph", po::bool_switch(&o.cuda_graph),
+      "cuda-graph", po::bool_switch(&o.train.cuda_graph),
       "on a GPU, replay each step's forward and backward pass from a CUDA graph (the same bits, fewer launches)");
 }
 
@@ -185,7 +185,7 @@ std::vector<const Variant*> prepare_train_output(JobContext& ctx, const std::str
   const Study& st = *ctx.study;
   const std::string& out = ctx.out_dir;
   check_layout(ctx.world->size(), st.train.ranks_per_variant);
-  std::vector<const Variant*> variants = select_variants(st, ctx.opts.variants);
+  std::vector<const Variant*> variants = select_variants(st, ctx.opts.train.variants);
   prepare_output(ctx);
   std::vector<manifest::Entry> files;
   for (const auto* v : variants) {
@@ -345,8 +345,8 @@ TaskOutcome train_one_variant(const JobContext& ctx, const Variant& v, mpi::Comm
   if (group.size() > 1) reducer = make_reducer(group, on_gpu ? place.reducer.backend : std::string("mpi"));
   hooks.rank = group.rank();
   hooks.world = group.size();
-  hooks.profile = ctx.opts.profile;
-  hooks.cuda_graph = ctx.opts.cuda_graph;
+  hooks.profile = ctx.opts.train.profile;
+  hooks.cuda_graph = ctx.opts.train.cuda_graph;
   if (group.size() > 1) {
     hooks.allreduce_mean_f32 = [&](float* p, std::size_t n) { reducer->allreduce_mean(p, n); };
     hooks.allreduce_mean_f64 = [&](double* p, std::size_t n) { reducer->allreduce_mean(p, n); };
@@ -379,7 +379,7 @@ TaskOutcome train_one_variant(const JobContext& ctx, const Variant& v, mpi::Comm
     if (group.rank() == 0) log::error(reason);
     return {TaskState::failed, last_step, NAN, reason};
   }
-  if (ctx.opts.profile && group.rank() == 0) {
+  if (ctx.opts.train.profile && group.rank() == 0) {
     std::string table = format_profile(v.id, r.profile);
     if (!table.empty() && table.back() == '\n') table.pop_back();
     log::info(table);
@@ -429,7 +429,7 @@ int job_train(JobContext& ctx) {
 
   std::vector<const Variant*> variants;
   on_root(world, [&] { variants = prepare_train_output(ctx, status_path); });
-  if (world.rank() != 0) variants = select_variants(st, ctx.opts.variants);
+  if (world.rank() != 0) variants = select_variants(st, ctx.opts.train.variants);
 
   std::vector<std::string> ids;
   for (const auto* v : variants) ids.push_back(v->id);

@@ -58,7 +58,7 @@ std::string_view to_string(ScalePlacement s);
 std::optional<ScalePlacement> parse_scale_placement(std::string_view name);
 
 // How the framework's ops treat a reduced format (framework kinds only: the baseline and the framework
-// flash loops), measured on LibTorch's own ops (jobs/microbench_torch.cpp probes which one it runs):
+// flash loops), measured on LibTorch's own ops (src/train/microbench_torch.cpp probes which one it runs):
 //   opmath         every op computes in fp32 and rounds its output once: a Python scalar (the softmax
 //                  scale) multiplies in fp32 and the softmax backward keeps its row dot sum(dY * Y) in
 //                  fp32 (PyTorch's CUDA kernels, accscalar_t / opmath_t). What the readings model.

@@ -100,7 +100,7 @@ std::string tile_rule_names();
 // Rows of other algorithms on the same inputs (the microbench job adds them, see docs/microbench.md "Real kernels"):
 // "cuda_flash" / "cuda_baseline" (our CUDA kernels, kernels/cuda/microbench_cuda.hpp) and "sdpa_flash",
 // "sdpa_efficient", "sdpa_cudnn", "sdpa_math" (LibTorch's scaled_dot_product_attention, policy "native").
-// Rows of LibTorch's own ops on the CPU (jobs/microbench_torch.hpp): "torch_baseline",
+// Rows of LibTorch's own ops on the CPU (src/train/microbench_torch.hpp): "torch_baseline",
 // "torch_baseline_before", "torch_flash" (kRealCode below), on the point's own inputs and policy.
 // The agreement columns compare a row of real code with the reading that claims to model it, on the same
 // inputs, element by element in the point's format ("-", 0, 0 on every other row; set_agreement):
@@ -252,7 +252,7 @@ double microbench_cost(const MicrobenchPoint& point);
 // `threads` is passed to the kernels (AttentionParams::threads). A point of distribution "captured"
 // takes its Q, K, V from `captured` (each B*H*N*d values: see capture_attention_inputs in src/train)
 // and a normal dO from its seed; one of distribution "file" takes Q, K, V and, when it holds one, dO
-// from `captured` (jobs/microbench_file.hpp reads them), otherwise a normal dO from its seed.
+// from `captured` (jobs/microbench/file.hpp reads them), otherwise a normal dO from its seed.
 //
 // `keep`, when given, receives the point's prepared inputs, golden value and CPU kernel results, for
 // algorithms run on the same inputs and checked against them (MicrobenchRun).

@@ -2,7 +2,7 @@
 report takes them from (docs/readings.md, kernels/attention.hpp kPolicyPresets).
 
 A microbench.csv written by a build with real-code rows carries its own account in its "# code ALG:" and
-"# machine:" lines (jobs/microbench_table.hpp code_notes, from kRealCode in kernels/microbench.hpp): the
+"# machine:" lines (jobs/microbench/table.hpp code_notes, from kRealCode in kernels/microbench.hpp): the
 report prefers those to the words here, so the report says what the build that ran measured.
 """
 

@@ -192,11 +192,11 @@ struct MicrobenchSweep {
   // formats (fp16 and bf16 only; builds with a CUDA LibTorch >= 2.3).
   std::vector<std::string> framework;
   // distribution = "file": the tensor file (safetensors, h5py HDF5 or torch.save) that holds q, k, v and,
-  // for the backward pass, do, each [B, H, N, d] (jobs/microbench_file.hpp). Its shape replaces the
+  // for the backward pass, do, each [B, H, N, d] (jobs/microbench/file.hpp). Its shape replaces the
   // sweep's seq_lens, head_dims, batch and heads, and it runs one trial (every trial would read the same
   // tensors); a relative path is taken from the working directory, as [data] path.
   std::string input_file;
-  // Every point's inputs and outputs into OUT/microbench_outputs.h5 (jobs/microbench_saved.hpp).
+  // Every point's inputs and outputs into OUT/microbench_outputs.h5 (jobs/microbench/saved.hpp).
   bool save_outputs = false;
 };
 

@@ -11,7 +11,7 @@
 // of 2 ranks the bits agree (a + b in either order), for larger groups the last bits may differ
 // ([train] dp_width fixes the order for both).
 //
-// Pure functions, tested without MPI or a GPU (tests/runner/test_placement.cpp) and through `fastudy
+// Pure functions, tested without MPI or a GPU (tests/runtime/test_placement.cpp) and through `fastudy
 // plan --gpus-per-node`; gather_placements is the one collective (the train job calls it).
 #pragma once
 

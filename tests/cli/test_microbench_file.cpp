@@ -1,6 +1,6 @@
 // `fastudy microbench` on inputs from a user's tensor file (distribution = "file") and with PyTorch's
 // FlashAttention-2 launch (launch = "pytorch"), through the binary as the docs show it:
-//   - a file written by h5py and one written as safetensors (tests/train/write_microbench_files.py) run
+//   - a file written by h5py and one written as safetensors (tests/jobs/microbench/write_microbench_files.py) run
 //     at their own shape, forward and backward;
 //   - a file that also holds a kernel's outputs (tests/data/fa2_truth: the real FlashAttention-2 kernel
 //     recorded on an H200) gives "file" rows, whose per-tensor agreement with the fa2 reading is what
@@ -60,7 +60,7 @@ std::string study(const std::string& out, const std::string& microbench) {
 // The user's own files: one written by h5py, one in safetensors, each [1, 2, 40, 16] with q, k, v, do.
 TEST(MicrobenchFile, RunsOnFilesWrittenByH5pyAndSafetensors) {
   TempDir dir;
-  const std::string cmd = std::string(FASTUDY_PYTHON) + " " + FASTUDY_CLI_TESTS + "/../train/write_microbench_files.py " +
+  const std::string cmd = std::string(FASTUDY_PYTHON) + " " + FASTUDY_CLI_TESTS + "/../jobs/microbench/write_microbench_files.py " +
                           dir.str();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   for (const char* file : {"inputs.h5", "inputs.safetensors"}) {

@@ -58,11 +58,16 @@ std::size_t count_rows(const std::map<std::string, std::string>& rows, const std
 
 class Reduce : public ::testing::Test {
  protected:
+  // A failing fixture script fails every test (a failure in SetUpTestSuite would only skip them).
+  static inline bool written_ = false;
+  static inline std::string failed_command_;
+  void SetUp() override { ASSERT_TRUE(written_) << "the fixture script failed: " << failed_command_; }
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     const std::string cmd = std::string(FASTUDY_PYTHON) + " " FASTUDY_SOURCE_DIR "/tests/cli/write_reduce_runs.py " +
                             (*dir_ / "runs").string();
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    written_ = std::system(cmd.c_str()) == 0;
+    if (!written_) failed_command_ = cmd;  // no assertion here: any failure in SetUpTestSuite skips the tests
   }
   static void TearDownTestSuite() { delete dir_; }
 

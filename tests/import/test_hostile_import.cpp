@@ -50,11 +50,16 @@ RunResult bounded(const std::string& args) {
 
 class HostileImport : public ::testing::Test {
  protected:
+  // A failing fixture script fails every test (a failure in SetUpTestSuite would only skip them).
+  static inline bool written_ = false;
+  static inline std::string failed_command_;
+  void SetUp() override { ASSERT_TRUE(written_) << "the fixture script failed: " << failed_command_; }
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     std::string cmd = std::string(FASTUDY_PYTHON) + " " FASTUDY_SOURCE_DIR "/tests/import/write_hostile_imports.py " + dir_->str();
     for (const char* c : kCases) cmd += std::string(" ") + c;
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    written_ = std::system(cmd.c_str()) == 0;
+    if (!written_) failed_command_ = cmd;  // no assertion here: any failure in SetUpTestSuite skips the tests
     // Special files where a checkpoint is expected: a FIFO nobody writes, /dev/zero.
     const fs::path d = dir_->str();
     for (const fs::path& f : {d / "fifo_safetensors/s2/step_10.safetensors", d / "fifo_index/s2/step_10/model.safetensors.index.json",

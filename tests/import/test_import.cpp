@@ -44,11 +44,16 @@ std::string data_rows(const fs::path& p) {
 
 class Import : public ::testing::Test {
  protected:
+  // A failing fixture script fails every test (a failure in SetUpTestSuite would only skip them).
+  static inline bool written_ = false;
+  static inline std::string failed_command_;
+  void SetUp() override { ASSERT_TRUE(written_) << "the fixture script failed: " << failed_command_; }
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     std::string cmd = std::string(FASTUDY_PYTHON) + " " + FASTUDY_SOURCE_DIR "/tests/import/write_import_runs.py " + dir_->str();
     for (const char* c : kCases) cmd += std::string(" ") + c;
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    written_ = std::system(cmd.c_str()) == 0;
+    if (!written_) failed_command_ = cmd;  // no assertion here: any failure in SetUpTestSuite skips the tests
   }
   static void TearDownTestSuite() { delete dir_; }
 

@@ -20,12 +20,17 @@ namespace fs = std::filesystem;
 
 class TensorFileTest : public ::testing::Test {
  protected:
+  // A failing fixture script fails every test (a failure in SetUpTestSuite would only skip them).
+  static inline bool written_ = false;
+  static inline std::string failed_command_;
+  void SetUp() override { ASSERT_TRUE(written_) << "the fixture script failed: " << failed_command_; }
   static void SetUpTestSuite() {
     dir_ = new std::string((fs::temp_directory_path() / ("fastudy_tensor_file_" + std::to_string(::getpid()))).string());
     fs::remove_all(*dir_);
     fs::create_directories(*dir_);
     const std::string cmd = std::string(FASTUDY_PYTHON) + " " + FASTUDY_SOURCE_DIR "/tests/io/write_tensor_files.py " + *dir_;
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    written_ = std::system(cmd.c_str()) == 0;
+    if (!written_) failed_command_ = cmd;  // no assertion here: any failure in SetUpTestSuite skips the tests
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);

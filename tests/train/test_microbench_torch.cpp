@@ -1,4 +1,4 @@
-// LibTorch's own ops on the CPU as microbenchmark rows (jobs/microbench_torch.hpp): the framework
+// LibTorch's own ops on the CPU as microbenchmark rows (src/train/microbench_torch.hpp): the framework
 // baseline and FlashAttention-2 as a loop of LibTorch ops are attention (at fp64 they agree with the fp64
 // golden value to fp64's rounding, forward and backward, with and without causal masking, on tiles that
 // do not divide N); at bf16 they agree bit for bit with the eager reading on at least 99% of the output
@@ -14,7 +14,7 @@
 
 #include "base/error.hpp"
 #include "fastudy/version.hpp"
-#include "jobs/microbench_torch.hpp"
+#include "src/train/microbench_torch.hpp"
 #include "kernels/check.hpp"
 #include "src/train/libtorch.hpp"
 

@@ -1,7 +1,7 @@
 // The microbench job's outputs (microbench_table.hpp): the CSV and HDF5 writers and the tables rank 0
 // prints (the flash/baseline summary, the real-kernel tables), all over the schema of
 // microbench_columns.hpp.
-#include "jobs/microbench_table.hpp"
+#include "jobs/microbench/table.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -12,15 +12,15 @@
 #include "base/checksum.hpp"
 #include "src/io/checkpoint.hpp"
 #include "src/io/h5.hpp"
-#include "tests/runner/common.hpp"
+#include "tests/common/mpi_scratch.hpp"
 
 namespace fastudy {
 namespace {
 
 namespace fs = std::filesystem;
 using mpi::Comm;
-using testing_runner::make_state;
-using testing_runner::scratch_dir;
+using testing_mpi::make_state;
+using testing_mpi::scratch_dir;
 
 void expect_same(const std::vector<NamedArray>& a, const std::vector<NamedArray>& b) {
   ASSERT_EQ(a.size(), b.size());
@@ -96,7 +96,7 @@ TEST(Checkpoint, RoundTripIsBitExactAndCollective) {
   // By default tensors under 1 MiB (all of this state's) are written whole by rank 0 alone; a
   // 1 MiB tensor is split and written collectively.
   TrainState big = s;
-  big.params.push_back(testing_runner::make_array("big.weight", {256, 1024}, DType::f32, 3));
+  big.params.push_back(testing_mpi::make_array("big.weight", {256, 1024}, DType::f32, 3));
   const std::string path_def = checkpoint_path(dir, "flash-bf16-s1", 42);
   const CheckpointWriteStats def = write_checkpoint(world, path_def, big);
   EXPECT_EQ(def.collective_transfers, 1);
@@ -150,7 +150,7 @@ TEST(Checkpoint, SidecarOfAnUnverifiedWriteMatchesTheFile) {
   Comm world = Comm::world();
   const std::string dir = scratch_dir(world, "unverified");
   TrainState s = make_state(12);
-  s.params.push_back(testing_runner::make_array("big.weight", {256, 1024}, DType::f32, 5));
+  s.params.push_back(testing_mpi::make_array("big.weight", {256, 1024}, DType::f32, 5));
   for (bool collective : {true, false}) {
     CheckpointOptions fast;
     fast.verify = false;

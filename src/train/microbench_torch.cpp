@@ -3,7 +3,7 @@
 // of them the emulated readings model is written next to the kernels (kernels/detail/attention_impl.hpp).
 //
 // B batch, H heads, N sequence, d head dim; tensors are [B, H, N, d], lse [B, H, N, 1].
-#include "jobs/microbench_torch.hpp"
+#include "src/train/microbench_torch.hpp"
 
 #include <algorithm>
 #include <cmath>

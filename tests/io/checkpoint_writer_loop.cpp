@@ -5,7 +5,7 @@
 #include <string>
 
 #include "src/io/checkpoint.hpp"
-#include "tests/runner/common.hpp"
+#include "tests/common/mpi_scratch.hpp"
 
 int main(int argc, char** argv) {
   fastudy::mpi::MpiSession session(&argc, &argv);
@@ -14,8 +14,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   fastudy::mpi::Comm world = fastudy::mpi::Comm::world();
-  fastudy::TrainState s = fastudy::testing_runner::make_state(1);
-  s.params.push_back(fastudy::testing_runner::make_array("big.weight", {1024, 1024}, fastudy::DType::f32, 7));
+  fastudy::TrainState s = fastudy::testing_mpi::make_state(1);
+  s.params.push_back(fastudy::testing_mpi::make_array("big.weight", {1024, 1024}, fastudy::DType::f32, 7));
   for (std::int64_t step = 1;; ++step) {
     s.step = step;
     fastudy::write_checkpoint(world, fastudy::checkpoint_path(argv[1], "v", step), s);

@@ -1,21 +1,25 @@
-// Helpers shared by the runner tests: a scratch directory every rank of the world sees, and small
-// TrainStates with known contents.
+// Helpers shared by the MPI tests (tests/runtime, tests/io; main: mpi_main.cpp): a scratch directory
+// every rank of the world sees, small TrainStates with known contents, and the environment for a
+// helper program started as its own singleton job.
 #pragma once
 
 #include <filesystem>
 #include <string>
+#include <vector>
 #include <unistd.h>
+
+extern char** environ;
 
 #include "src/core/train_state.hpp"
 #include "src/runtime/mpi.hpp"
 
-namespace fastudy::testing_runner {
+namespace fastudy::testing_mpi {
 
 // A fresh directory under the build tree, the same path on every rank of `comm` (collective).
 inline std::string scratch_dir(const mpi::Comm& comm, const std::string& name) {
   std::string dir;
   if (comm.is_root()) {
-    dir = std::string(FASTUDY_BINARY_DIR) + "/runner-test-tmp/" + name + "-" + std::to_string(::getpid());
+    dir = std::string(FASTUDY_BINARY_DIR) + "/mpi-test-tmp/" + name + "-" + std::to_string(::getpid());
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
   }
@@ -65,4 +69,20 @@ inline TrainState make_state(std::int64_t step, std::uint32_t seed = 1) {
   return s;
 }
 
-}  // namespace fastudy::testing_runner
+// The environment without the variables mpirun sets, so the child starts as its own singleton job.
+inline std::vector<std::string> clean_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string v = *e;
+    if (v.rfind("OMPI_COMM_WORLD", 0) == 0 || v.rfind("OMPI_MCA_orte", 0) == 0 || v.rfind("OMPI_MCA_ess", 0) == 0 ||
+        v.rfind("OMPI_MCA_pmix", 0) == 0 || v.rfind("PMIX_", 0) == 0 || v.rfind("OMPI_FILE_LOCATION", 0) == 0 ||
+        v.rfind("OMPI_UNIVERSE_SIZE", 0) == 0 || v.rfind("OMPI_APP_CTX", 0) == 0 || v.rfind("OMPI_FIRST_RANKS", 0) == 0 ||
+        v.rfind("OMPI_NUM_APP_CTX", 0) == 0 || v.rfind("OMPI_ARGV", 0) == 0 || v.rfind("OMPI_COMMAND", 0) == 0) {
+      continue;
+    }
+    env.push_back(v);
+  }
+  return env;
+}
+
+}  // namespace fastudy::testing_mpi

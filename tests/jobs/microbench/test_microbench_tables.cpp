@@ -1,4 +1,4 @@
-// The real-kernel tables `fastudy microbench` prints (jobs/microbench_table.hpp, docs/microbench.md "Real kernels")
+// The real-kernel tables `fastudy microbench` prints (jobs/microbench/table.hpp, docs/microbench.md "Real kernels")
 // from rows as the job writes them: our CUDA kernels' checks, the SDPA backends' errors, and the
 // within-2x verdict of each emulated reading against sdpa_flash. No GPU involved: the rows are made
 // here with known errors.
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "jobs/microbench_table.hpp"
+#include "jobs/microbench/table.hpp"
 #include "kernels/microbench.hpp"
 
 namespace fastudy {

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   if (rank == 0 && !any_failed) {
     const std::string suffix = "-" + std::to_string(::getpid());
     std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(std::string(FASTUDY_BINARY_DIR) + "/runner-test-tmp", ec)) {
+    for (const auto& e : std::filesystem::directory_iterator(std::string(FASTUDY_BINARY_DIR) + "/mpi-test-tmp", ec)) {
       const std::string name = e.path().filename().string();
       if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
         std::filesystem::remove_all(e.path(), ec);

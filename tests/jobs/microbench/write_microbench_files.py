@@ -17,7 +17,7 @@ import sys
 import h5py
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "io"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "io"))
 from write_tensor_files import bf16_bits, bf16_values, write_safetensors  # noqa: E402
 
 SHAPE = (1, 2, 40, 16)  # B, H, N, d

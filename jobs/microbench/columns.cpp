@@ -1,6 +1,6 @@
 // The microbench job's output schema (microbench_columns.hpp): the columns, cell access, CSV text and
 // the byte codec of records.
-#include "jobs/microbench_columns.hpp"
+#include "jobs/microbench/columns.hpp"
 
 #include <iterator>
 #include <stdexcept>

@@ -14,13 +14,13 @@
 #include "base/quote.hpp"
 #include "src/runtime/deal.hpp"
 #include "src/runtime/scheduler.hpp"
-#include "tests/runner/common.hpp"
+#include "tests/common/mpi_scratch.hpp"
 
 namespace fastudy {
 namespace {
 
 using mpi::Comm;
-using testing_runner::scratch_dir;
+using testing_mpi::scratch_dir;
 
 std::vector<std::string> ids(int n) {
   std::vector<std::string> v;

@@ -1,4 +1,4 @@
-// The microbenchmark's inputs from a user's tensor file (jobs/microbench_file.hpp): fixtures written by
+// The microbenchmark's inputs from a user's tensor file (jobs/microbench/file.hpp): fixtures written by
 // h5py and a few lines of Python for safetensors (write_microbench_files.py); the values read exactly;
 // every bad input refused with a UsageError that names the file and the tensor.
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "jobs/microbench_file.hpp"
+#include "jobs/microbench/file.hpp"
 #include "src/io/tensor_file.hpp"
 
 namespace fastudy {
@@ -27,9 +27,12 @@ class MicrobenchFileTest : public ::testing::Test {
     fs::remove_all(*dir_);
     fs::create_directories(*dir_);
     const std::string cmd =
-        std::string(FASTUDY_PYTHON) + " " + FASTUDY_SOURCE_DIR "/tests/train/write_microbench_files.py " + *dir_;
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+        std::string(FASTUDY_PYTHON) + " " + FASTUDY_SOURCE_DIR "/tests/jobs/microbench/write_microbench_files.py " + *dir_;
+    written_ = std::system(cmd.c_str()) == 0;
+    if (!written_) failed_command_ = cmd;  // no assertion here: any failure in SetUpTestSuite skips the tests
   }
+  // A failing fixture script fails every test (a failure in SetUpTestSuite would only skip them).
+  void SetUp() override { ASSERT_TRUE(written_) << "the fixture script failed: " << failed_command_; }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
     delete dir_;
@@ -47,6 +50,8 @@ class MicrobenchFileTest : public ::testing::Test {
   }
 
   static std::string* dir_;
+  static inline bool written_ = false;
+  static inline std::string failed_command_;
 };
 std::string* MicrobenchFileTest::dir_ = nullptr;
 

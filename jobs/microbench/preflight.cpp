@@ -1,13 +1,13 @@
 // The microbench job's CUDA preflight (microbench_preflight.hpp): a device on every rank for the sweeps
 // that need one, and our flash kernel's tiles within what the device holds.
-#include "jobs/microbench_preflight.hpp"
+#include "jobs/microbench/preflight.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <set>
 #include <tuple>
 
-#include "jobs/microbench_sdpa.hpp"
+#include "src/train/microbench_sdpa.hpp"
 #if FASTUDY_HAVE_CUDA_KERNELS
 #include "kernels/cuda/attention_cuda.hpp"
 #endif

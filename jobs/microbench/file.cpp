@@ -1,6 +1,6 @@
 // The microbenchmark's inputs from a user's tensor file (see microbench_file.hpp): the checks, each a
 // UsageError naming the file and the tensor, then the values as doubles (exact for every format read).
-#include "jobs/microbench_file.hpp"
+#include "jobs/microbench/file.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "jobs/microbench_columns.hpp"
+#include "jobs/microbench/columns.hpp"
 #include "src/core/provenance.hpp"
 
 namespace fastudy::microbench_table {

@@ -1,6 +1,6 @@
 // OUT/microbench_outputs.h5 (see microbench_saved.hpp): created collectively, written point by point by
 // the rank that computed it, committed and sealed by rank 0.
-#include "jobs/microbench_saved.hpp"
+#include "jobs/microbench/saved.hpp"
 
 #include <cstdio>
 #include <filesystem>

@@ -1,7 +1,7 @@
 // LibTorch's SDPA backends as microbenchmark algorithms (see microbench_sdpa.hpp). Compiles against
 // every LibTorch: on one without SDPA or CUDA the config refuses these algorithms at load, and
 // sdpa_attention throws if it is reached anyway.
-#include "jobs/microbench_sdpa.hpp"
+#include "src/train/microbench_sdpa.hpp"
 
 #include <torch/cuda.h>
 

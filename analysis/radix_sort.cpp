@@ -2,9 +2,11 @@
 // analysis/distance.hpp): stable, total order, NaNs last.
 #include "analysis/distance.hpp"
 #include "analysis/radix_sort.hpp"
+#include "base/error.hpp"
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -58,17 +60,21 @@ void lsd_sort(U* keys, U* tmp, std::size_t n, int bits) {
 
 // One MSD pass on the top 11 bits (sign, and the exponent's top bits: weights concentrate in few
 // buckets), then an LSD sort of each bucket on the remaining bits while it sits in cache. About 2x
-// faster than a plain LSD sort whose scatters into 2048 DRAM streams thrash the TLB. Reads in[0, n),
-// writes the sorted values to out (may equal in); scratch (2n keys) is reused across calls, which saves
-// the page faults of fresh buffers for every variant.
+// faster than a plain LSD sort whose scatters into 2048 DRAM streams thrash the TLB. Reads the spans,
+// writes the sorted values to the consecutive pieces `outs` (which may overlap the spans: every value
+// is read before any is written); scratch (2n keys) is reused across calls, which saves the page
+// faults of fresh buffers for every variant.
 template <class T, class U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>
-void radix_sort_impl(const std::vector<SortSpan<T>>& spans, T* out, std::size_t n, std::vector<U>& scratch) {
+void radix_sort_impl(const std::vector<SortSpan<T>>& spans, const std::vector<OutSpan<T>>& outs, std::size_t n,
+                     std::vector<U>& scratch) {
   constexpr int kBits = static_cast<int>(sizeof(U)) * 8;
   constexpr int kTop = 11;
   constexpr std::size_t kBuckets = std::size_t{1} << kTop;
   if (n < 2) {
     for (const auto& sp : spans)
-      if (sp.size == 1) out[0] = sp.data[0];
+      if (sp.size == 1)
+        for (const auto& o : outs)
+          if (o.size == 1) o.data[0] = sp.data[0];
     return;
   }
   // The MSD pass reads kStreams interleaved quarters of the input with their own counters: weights
@@ -111,10 +117,12 @@ void radix_sort_impl(const std::vector<SortSpan<T>>& spans, T* out, std::size_t 
     const std::size_t len = start[d + 1] - start[d];
     if (len > 1) lsd_sort(b + start[d], a + start[d], len, kBits - kTop);
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    const U u = from_key(b[i]);
-    std::memcpy(&out[i], &u, sizeof u);
-  }
+  std::size_t i = 0;
+  for (const auto& o : outs)
+    for (std::size_t j = 0; j < o.size; ++j, ++i) {
+      const U u = from_key(b[i]);
+      std::memcpy(&o.data[j], &u, sizeof u);
+    }
 }
 
 }  // namespace
@@ -130,30 +138,41 @@ std::uint64_t sort_key(double x) {
   return to_key(u);
 }
 
+namespace {
+
+template <class T, class U>
+void sort_spans(const std::vector<SortSpan<T>>& spans, const std::vector<OutSpan<T>>& outs, std::vector<U>& scratch) {
+  std::size_t n = 0, m = 0;
+  for (const auto& sp : spans) n += sp.size;
+  for (const auto& o : outs) m += o.size;
+  if (m != n) throw Error("radix sort: " + std::to_string(n) + " values for " + std::to_string(m) + " places");
+  radix_sort_impl(spans, outs, n, scratch);
+}
+
+}  // namespace
+
 void radix_sort_into(const float* in, float* out, std::size_t n, std::vector<std::uint32_t>& scratch) {
-  radix_sort_impl<float>({{in, n}}, out, n, scratch);
+  radix_sort_impl<float>({{in, n}}, {{out, n}}, n, scratch);
 }
 void radix_sort_into(const double* in, double* out, std::size_t n, std::vector<std::uint64_t>& scratch) {
-  radix_sort_impl<double>({{in, n}}, out, n, scratch);
+  radix_sort_impl<double>({{in, n}}, {{out, n}}, n, scratch);
 }
-void radix_sort_spans(const std::vector<SortSpan<float>>& spans, float* out, std::vector<std::uint32_t>& scratch) {
-  std::size_t n = 0;
-  for (const auto& sp : spans) n += sp.size;
-  radix_sort_impl(spans, out, n, scratch);
+void radix_sort_spans(const std::vector<SortSpan<float>>& spans, const std::vector<OutSpan<float>>& outs,
+                      std::vector<std::uint32_t>& scratch) {
+  sort_spans(spans, outs, scratch);
 }
-void radix_sort_spans(const std::vector<SortSpan<double>>& spans, double* out, std::vector<std::uint64_t>& scratch) {
-  std::size_t n = 0;
-  for (const auto& sp : spans) n += sp.size;
-  radix_sort_impl(spans, out, n, scratch);
+void radix_sort_spans(const std::vector<SortSpan<double>>& spans, const std::vector<OutSpan<double>>& outs,
+                      std::vector<std::uint64_t>& scratch) {
+  sort_spans(spans, outs, scratch);
 }
 
 void radix_sort(float* values, std::size_t n) {
   std::vector<std::uint32_t> scratch;
-  radix_sort_impl<float>({{values, n}}, values, n, scratch);
+  radix_sort_impl<float>({{values, n}}, {{values, n}}, n, scratch);
 }
 void radix_sort(double* values, std::size_t n) {
   std::vector<std::uint64_t> scratch;
-  radix_sort_impl<double>({{values, n}}, values, n, scratch);
+  radix_sort_impl<double>({{values, n}}, {{values, n}}, n, scratch);
 }
 
 }  // namespace fastudy

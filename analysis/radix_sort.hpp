@@ -11,15 +11,25 @@ namespace fastudy {
 void radix_sort_into(const float* in, float* out, std::size_t n, std::vector<std::uint32_t>& scratch);
 void radix_sort_into(const double* in, double* out, std::size_t n, std::vector<std::uint64_t>& scratch);
 
-// The concatenation of `spans` sorted into out (as many values as the spans hold; out may not overlap
-// them): the distributed sort's receiving side, whose values arrive in pieces (analysis/sorted_exchange).
+// The concatenation of `spans` sorted into the consecutive pieces `outs` (sorted positions [0, outs[0].size)
+// to outs[0], the next ones to outs[1], ...; as many places as the spans hold values, else Error). The
+// pieces may overlap the spans: every value is read before any is written. The distributed sort's
+// receiving side: its values arrive in pieces, and its sorted range goes partly to this rank's window,
+// partly to the neighbours' (analysis/sorted_exchange).
 template <class T>
 struct SortSpan {
   const T* data = nullptr;
   std::size_t size = 0;
 };
-void radix_sort_spans(const std::vector<SortSpan<float>>& spans, float* out, std::vector<std::uint32_t>& scratch);
-void radix_sort_spans(const std::vector<SortSpan<double>>& spans, double* out, std::vector<std::uint64_t>& scratch);
+template <class T>
+struct OutSpan {
+  T* data = nullptr;
+  std::size_t size = 0;
+};
+void radix_sort_spans(const std::vector<SortSpan<float>>& spans, const std::vector<OutSpan<float>>& outs,
+                      std::vector<std::uint32_t>& scratch);
+void radix_sort_spans(const std::vector<SortSpan<double>>& spans, const std::vector<OutSpan<double>>& outs,
+                      std::vector<std::uint64_t>& scratch);
 
 // The sort's order as an unsigned key (monotone map of the IEEE bit pattern): -NaN < -inf < ... < -0 <
 // +0 < ... < +inf < +NaN. The distributed sort compares values with splitters in this order.

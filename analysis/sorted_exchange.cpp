@@ -26,14 +26,18 @@ template <class Key>
 struct Partition {
   const Key* s;
   std::size_t m;  // R - 1
+  // The upper bound (the number of splitters <= k) by a binary search whose steps depend on m only
+  // and whose choices are conditional moves: no branch to mispredict on random values (a search with
+  // branches took 150-200 ns per value at 64 ranks, more than sorting it).
   std::size_t dest(Key k, std::size_t& tie) const {
-    std::size_t lo = 0, len = m;  // upper bound: the number of splitters <= k
-    while (len > 0) {
+    if (m == 0) return 0;
+    const Key* base = s;
+    for (std::size_t len = m; len > 1;) {
       const std::size_t half = len / 2;
-      const bool le = s[lo + half] <= k;
-      lo = le ? lo + half + 1 : lo;
-      len = le ? len - half - 1 : half;
+      base = base[half] <= k ? base + half : base;
+      len -= half;
     }
+    const std::size_t lo = static_cast<std::size_t>(base - s) + (*base <= k ? 1 : 0);
     if (lo == 0 || s[lo - 1] != k) return lo;
     const std::size_t first = static_cast<std::size_t>(std::lower_bound(s, s + m, k) - s);
     return first + tie++ % (lo - first + 1);
@@ -47,17 +51,43 @@ auto key_of(T x) {
 
 }  // namespace
 
+namespace {
+
+template <class D, class T, class Key>
+void partition_as(ValueBuffer<D>& range, const std::vector<const T*>& x, std::size_t L, const Key* splitters,
+                  std::size_t R, std::size_t tie, std::size_t* counts, T* out) {
+  const std::size_t V = x.size();
+  range.assign_uninitialized(V * L);
+  std::fill(counts, counts + R * V, 0);
+  for (std::size_t v = 0; v < V; ++v) {
+    const Partition<Key> part{splitters + v * (R - 1), R - 1};
+    std::size_t t = tie + v;
+    const T* xv = x[v];
+    D* dv = range.data() + v * L;
+    for (std::size_t i = 0; i < L; ++i) {
+      const std::size_t d = part.dest(key_of(xv[i]), t);
+      dv[i] = static_cast<D>(d);
+      ++counts[d * V + v];
+    }
+  }
+  std::vector<std::size_t> at(R * V);
+  std::size_t o = 0;
+  for (std::size_t k = 0; k < R * V; ++k) at[k] = o, o += counts[k];
+  for (std::size_t v = 0; v < V; ++v) {
+    const T* xv = x[v];
+    const D* dv = range.data() + v * L;
+    for (std::size_t i = 0; i < L; ++i) out[at[dv[i] * V + v]++] = xv[i];
+  }
+}
+
+}  // namespace
+
 template <class T, class Key>
-void partition_values(const T* x, std::size_t n, const Key* splitters, std::size_t ranks, std::size_t tie,
-                      std::size_t* counts, T* out) {
-  const Partition<Key> part{splitters, ranks - 1};
-  std::fill(counts, counts + ranks, 0);
-  std::size_t t = tie;
-  for (std::size_t i = 0; i < n; ++i) ++counts[part.dest(key_of(x[i]), t)];
-  std::vector<std::size_t> at(ranks, 0);
-  for (std::size_t d = 1; d < ranks; ++d) at[d] = at[d - 1] + counts[d - 1];
-  t = tie;
-  for (std::size_t i = 0; i < n; ++i) out[at[part.dest(key_of(x[i]), t)]++] = x[i];
+void partition_values(const std::vector<const T*>& x, std::size_t length, const Key* splitters, std::size_t ranks,
+                      std::size_t tie, std::size_t* counts, T* out, PartitionScratch& scratch) {
+  if (ranks <= (std::size_t{1} << 8)) partition_as(scratch.b1, x, length, splitters, ranks, tie, counts, out);
+  else if (ranks <= (std::size_t{1} << 16)) partition_as(scratch.b2, x, length, splitters, ranks, tie, counts, out);
+  else partition_as(scratch.b4, x, length, splitters, ranks, tie, counts, out);
 }
 
 std::size_t sort_samples(std::size_t ranks) { return std::max<std::size_t>(1024, 64 * ranks); }
@@ -184,62 +214,98 @@ std::vector<typename DistributedSort<T>::Key> DistributedSort<T>::splitters(cons
   return out;
 }
 
-// Collective, one variant: this rank holds m sorted values, its value range; the ranges of ranks 0, 1,
-// ... in order are the variant's n sorted values. Each value goes to the rank whose window holds its
-// position, and `window` receives this rank's window, in order.
+// Collective (sorted_exchange.hpp, steps 3 and 4): each variant's range sorted straight into its
+// places, the part of it in this rank's window into windows[v], the rest packed by destination rank,
+// then variant, into send_ for one exchange of only those values.
 template <class T>
-void DistributedSort<T>::to_window(const T* sorted, std::size_t m, std::size_t n, T* window) {
-  const std::size_t R = static_cast<std::size_t>(world_.size()), r = static_cast<std::size_t>(world_.rank());
-  std::vector<std::int64_t> ms(R);
-  const auto mine = static_cast<std::int64_t>(m);
-  world_.allgather(&mine, 1, ms.data());
-  std::vector<std::size_t> first(R + 1, 0);
-  for (std::size_t q = 0; q < R; ++q) first[q + 1] = first[q] + static_cast<std::size_t>(ms[q]);
-  if (first[R] != n)
-    throw Error("distributed sort: the ranks hold " + std::to_string(first[R]) + " values of a distribution of " +
-                std::to_string(n));
-  const IndexRange w = block_aligned_part(n, R, r);
-  std::vector<std::size_t> send(R), recv(R);
-  for (std::size_t q = 0; q < R; ++q) {
-    const IndexRange wq = block_aligned_part(n, R, q);
-    send[q] = overlap(first[r], first[r + 1], wq.begin, wq.end);
-    recv[q] = overlap(first[q], first[q + 1], w.begin, w.end);
-    if (q != r) traffic_.values_moved += send[q];
+void DistributedSort<T>::sort_to_windows(const std::vector<std::vector<SortSpan<T>>>& ranges, std::size_t n,
+                                         const std::vector<T*>& windows) {
+  const std::size_t V = ranges.size(), R = static_cast<std::size_t>(world_.size()), r = static_cast<std::size_t>(world_.rank());
+  std::vector<std::int64_t> mine(V, 0), all(R * V);
+  for (std::size_t v = 0; v < V; ++v)
+    for (const auto& sp : ranges[v]) mine[v] += static_cast<std::int64_t>(sp.size);
+  world_.allgather(mine.data(), V, all.data());
+  // Where rank q's range of variant v starts among v's sorted positions (the ranges of the ranks below).
+  std::vector<std::size_t> first(R * V, 0);
+  for (std::size_t v = 0; v < V; ++v) {
+    std::size_t start = 0;
+    for (std::size_t q = 0; q < R; ++q) first[q * V + v] = start, start += static_cast<std::size_t>(all[q * V + v]);
+    if (start != n)
+      throw Error("distributed sort: the ranks hold " + std::to_string(start) + " values of variant " + std::to_string(v) +
+                  ", not its " + std::to_string(n));
   }
-  exchange(sorted, send, window, recv);
+  std::vector<IndexRange> win;
+  for (std::size_t q = 0; q < R; ++q) win.push_back(block_aligned_part(n, R, q));
+  const IndexRange w = win[r];
+  const auto range_of = [&](std::size_t q, std::size_t v) {
+    return std::make_pair(first[q * V + v], first[q * V + v] + static_cast<std::size_t>(all[q * V + v]));
+  };
+  std::vector<std::size_t> send_counts(R, 0), recv_counts(R, 0), at(R * V, 0);
+  std::size_t leaving = 0;
+  for (std::size_t q = 0; q < R; ++q)
+    for (std::size_t v = 0; v < V; ++v) {
+      at[q * V + v] = leaving;
+      if (q == r) continue;
+      const auto [f, e] = range_of(r, v);
+      const std::size_t c = overlap(f, e, win[q].begin, win[q].end);
+      send_counts[q] += c;
+      leaving += c;
+      traffic_.values_moved += c;
+      const auto [fq, eq] = range_of(q, v);
+      recv_counts[q] += overlap(fq, eq, w.begin, w.end);
+    }
+  send_.assign_uninitialized(leaving);
+  for (std::size_t v = 0; v < V; ++v) {
+    const auto [f, e] = range_of(r, v);
+    std::vector<OutSpan<T>> outs;
+    for (std::size_t q = 0; q < R; ++q) {
+      const std::size_t lo = std::max(f, win[q].begin), hi = std::min(e, win[q].end);
+      if (hi <= lo) continue;
+      outs.push_back({q == r ? windows[v] + (lo - w.begin) : send_.data() + at[q * V + v], hi - lo});
+    }
+    radix_sort_spans(ranges[v], outs, keys_);
+  }
+  std::size_t arriving = 0;
+  for (auto c : recv_counts) arriving += c;
+  sorted_.assign_uninitialized(arriving);  // the ranges are read
+  exchange(send_.data(), send_counts, sorted_.data(), recv_counts);
+  // From rank q: its piece of each variant's window, variants in order.
+  std::size_t from = 0;
+  for (std::size_t q = 0; q < R; ++q) {
+    if (q == r) continue;
+    for (std::size_t v = 0; v < V; ++v) {
+      const auto [fq, eq] = range_of(q, v);
+      const std::size_t lo = std::max(fq, w.begin), hi = std::min(eq, w.end);
+      if (hi <= lo) continue;
+      std::copy(sorted_.data() + from, sorted_.data() + from + (hi - lo), windows[v] + (lo - w.begin));
+      from += hi - lo;
+    }
+  }
 }
 
 template <class T>
-void DistributedSort<T>::sort_windows(ValueBuffer<T>& values, std::size_t variants, std::size_t n) {
+void DistributedSort<T>::sort_windows(ValueBuffer<T>& values, std::size_t variants, std::size_t n,
+                                      const std::vector<T*>& windows) {
   const std::size_t V = variants, R = static_cast<std::size_t>(world_.size()), r = static_cast<std::size_t>(world_.rank());
   const IndexRange w = block_aligned_part(n, R, r);
   const std::size_t L = w.end - w.begin;
   if (values.size() != V * L)
     throw Error("distributed sort: " + std::to_string(values.size()) + " values for " + std::to_string(V) +
                 " windows of " + std::to_string(L));
+  if (!windows.empty() && windows.size() != V)
+    throw Error("distributed sort: " + std::to_string(windows.size()) + " windows for " + std::to_string(V) + " variants");
   if (R == 1) {
-    sort_each(values, V, L);
+    sort_each(values, V, L, windows);
     return;
   }
   std::vector<const T*> ptrs;
   for (std::size_t v = 0; v < V; ++v) ptrs.push_back(values.data() + v * L);
   const std::vector<Key> spl = splitters(ptrs, L, n, sort_samples(R));
   // Partition: counts[q V + v] values of variant v go to rank q; send_ holds them by rank, then variant.
-  std::vector<std::int64_t> counts(R * V, 0);
-  for (std::size_t v = 0; v < V; ++v) {
-    const Partition<Key> part{spl.data() + v * (R - 1), R - 1};
-    std::size_t tie = r + v;
-    for (std::size_t i = 0; i < L; ++i) ++counts[part.dest(key_of(ptrs[v][i]), tie) * V + v];
-  }
-  std::vector<std::size_t> at(R * V);
-  std::size_t o = 0;
-  for (std::size_t k = 0; k < R * V; ++k) at[k] = o, o += static_cast<std::size_t>(counts[k]);
+  std::vector<std::size_t> part_counts(R * V);
   send_.assign_uninitialized(V * L);
-  for (std::size_t v = 0; v < V; ++v) {
-    const Partition<Key> part{spl.data() + v * (R - 1), R - 1};
-    std::size_t tie = r + v;
-    for (std::size_t i = 0; i < L; ++i) send_[at[part.dest(key_of(ptrs[v][i]), tie) * V + v]++] = ptrs[v][i];
-  }
+  partition_values(ptrs, L, spl.data(), R, r, part_counts.data(), send_.data(), ranges_);
+  std::vector<std::int64_t> counts(part_counts.begin(), part_counts.end());
   std::vector<std::int64_t> received(R * V);
   world_.alltoall(counts.data(), V, received.data());
   std::vector<std::size_t> send_counts(R, 0), recv_counts(R, 0), recv_at(R, 0);
@@ -253,72 +319,25 @@ void DistributedSort<T>::sort_windows(ValueBuffer<T>& values, std::size_t varian
     total += recv_counts[q];
     if (q != r) traffic_.values_sent += send_counts[q];
   }
-  values.assign_uninitialized(total);  // the unsorted values are in send_ now
-  exchange(send_.data(), send_counts, values.data(), recv_counts);
-  // Each variant's value range, from every rank's piece, sorted into sorted_.
   sorted_.assign_uninitialized(total);
-  std::vector<std::size_t> m(V, 0), sorted_at(V, 0);
+  exchange(send_.data(), send_counts, sorted_.data(), recv_counts);
+  // Each variant's value range: rank q's piece of it, for every q.
+  std::vector<std::vector<SortSpan<T>>> ranges(V);
   std::vector<std::size_t> piece_at(recv_at);  // rank q's piece of the current variant
-  std::size_t so = 0;
   for (std::size_t v = 0; v < V; ++v) {
-    std::vector<SortSpan<T>> spans;
+    std::size_t m = 0;
     for (std::size_t q = 0; q < R; ++q) {
       const auto c = static_cast<std::size_t>(received[q * V + v]);
-      spans.push_back({values.data() + piece_at[q], c});
+      ranges[v].push_back({sorted_.data() + piece_at[q], c});
       piece_at[q] += c;
-      m[v] += c;
+      m += c;
     }
-    sorted_at[v] = so;
-    radix_sort_spans(spans, sorted_.data() + so, keys_);
-    so += m[v];
-    if (L > 0) traffic_.largest_excess = std::max(traffic_.largest_excess, static_cast<double>(m[v]) / static_cast<double>(L) - 1.0);
+    if (L > 0) traffic_.largest_excess = std::max(traffic_.largest_excess, static_cast<double>(m) / static_cast<double>(L) - 1.0);
   }
-  // Exact windows, every variant in one all-to-all: each variant's range starts after the ranges of
-  // the ranks below (one allgather of every rank's range lengths); the pieces go out packed by
-  // destination, then variant, and arrive by source, then variant.
-  std::vector<std::int64_t> mine(m.begin(), m.end()), all(R * V);
-  world_.allgather(mine.data(), V, all.data());
-  std::vector<std::size_t> first(R * V, 0);  // where rank q's range of variant v starts
-  for (std::size_t v = 0; v < V; ++v) {
-    std::size_t start = 0;
-    for (std::size_t q = 0; q < R; ++q) first[q * V + v] = start, start += static_cast<std::size_t>(all[q * V + v]);
-    if (start != n)
-      throw Error("distributed sort: the ranks hold " + std::to_string(start) + " values of variant " + std::to_string(v) +
-                  ", not its " + std::to_string(n));
-  }
-  std::vector<IndexRange> windows;
-  for (std::size_t q = 0; q < R; ++q) windows.push_back(block_aligned_part(n, R, q));
-  std::fill(send_counts.begin(), send_counts.end(), 0);
-  std::fill(recv_counts.begin(), recv_counts.end(), 0);
-  send_.assign_uninitialized(total);  // free since the first all-to-all
-  std::size_t packed = 0;
-  for (std::size_t q = 0; q < R; ++q)
-    for (std::size_t v = 0; v < V; ++v) {
-      const std::size_t f = first[r * V + v];
-      const std::size_t lo = std::max(f, windows[q].begin), hi = std::min(f + m[v], windows[q].end);
-      if (hi > lo) {
-        std::copy(sorted_.data() + sorted_at[v] + (lo - f), sorted_.data() + sorted_at[v] + (hi - f), send_.data() + packed);
-        packed += hi - lo;
-        send_counts[q] += hi - lo;
-        if (q != r) traffic_.values_moved += hi - lo;
-      }
-      const std::size_t fq = first[q * V + v], mq = static_cast<std::size_t>(all[q * V + v]);
-      recv_counts[q] += overlap(fq, fq + mq, w.begin, w.end);
-    }
-  sorted_.assign_uninitialized(V * L);
-  exchange(send_.data(), send_counts, sorted_.data(), recv_counts);
-  // From rank q: its piece of each variant's window, variants in order; a window is its pieces in rank
-  // order.
-  values.assign_uninitialized(V * L);
-  std::vector<std::size_t> filled(V, 0);
-  std::size_t from = 0;
-  for (std::size_t q = 0; q < R; ++q)
-    for (std::size_t v = 0; v < V; ++v) {
-      const std::size_t fq = first[q * V + v], c = overlap(fq, fq + static_cast<std::size_t>(all[q * V + v]), w.begin, w.end);
-      std::copy(sorted_.data() + from, sorted_.data() + from + c, values.data() + v * L + filled[v]);
-      filled[v] += c;
-      from += c;
-    }
+  std::vector<T*> out(windows);
+  if (out.empty())
+    for (std::size_t v = 0; v < V; ++v) out.push_back(values.data() + v * L);  // its values are in send_ now
+  sort_to_windows(ranges, n, out);
 }
 
 template <class T>
@@ -382,7 +401,7 @@ void DistributedSort<T>::sort_shares(std::vector<ValueBuffer<T>>& shares, std::s
         }
       }
     } else {
-      partition_values(x, S, s, R, r + v, send_counts.data(), send_.data());
+      partition_values(std::vector<const T*>{x}, S, s, R, r + v, send_counts.data(), send_.data(), ranges_);
     }
     std::vector<std::int64_t> c64(send_counts.begin(), send_counts.end()), r64(R);
     world_.alltoall(c64.data(), 1, r64.data());
@@ -394,24 +413,27 @@ void DistributedSort<T>::sort_shares(std::vector<ValueBuffer<T>>& shares, std::s
     }
     sorted_.assign_uninitialized(total);
     exchange(send_.data(), send_counts, sorted_.data(), recv_counts);
-    radix_sort_into(sorted_.data(), sorted_.data(), total, keys_);
     if (w.end > w.begin)
       traffic_.largest_excess = std::max(traffic_.largest_excess, static_cast<double>(total) / static_cast<double>(w.end - w.begin) - 1.0);
     shares[v].assign_uninitialized(w.end - w.begin);  // its values are in send_ now
-    to_window(sorted_.data(), total, n, shares[v].data());
+    sort_to_windows({{{sorted_.data(), total}}}, n, {shares[v].data()});
   }
 }
 
 template <class T>
-void DistributedSort<T>::sort_each(ValueBuffer<T>& values, std::size_t variants, std::size_t length) {
+void DistributedSort<T>::sort_each(ValueBuffer<T>& values, std::size_t variants, std::size_t length,
+                                   const std::vector<T*>& windows) {
+  if (!windows.empty() && windows.size() != variants)
+    throw Error("distributed sort: " + std::to_string(windows.size()) + " windows for " + std::to_string(variants) + " variants");
   for (std::size_t v = 0; v < variants; ++v)
-    radix_sort_into(values.data() + v * length, values.data() + v * length, length, keys_);
+    radix_sort_into(values.data() + v * length, windows.empty() ? values.data() + v * length : windows[v], length, keys_);
 }
 
 template <class T>
 void DistributedSort<T>::release() {
   send_.release();
   sorted_.release();
+  ranges_.release();
   keys_ = {};
 }
 
@@ -422,9 +444,9 @@ void allreduce_partials(const mpi::Comm& world, PairwisePartials& partials) {
 
 template class DistributedSort<float>;
 template class DistributedSort<double>;
-template void partition_values(const float*, std::size_t, const std::uint32_t*, std::size_t, std::size_t, std::size_t*,
-                               float*);
-template void partition_values(const double*, std::size_t, const std::uint64_t*, std::size_t, std::size_t, std::size_t*,
-                               double*);
+template void partition_values(const std::vector<const float*>&, std::size_t, const std::uint32_t*, std::size_t, std::size_t,
+                               std::size_t*, float*, PartitionScratch&);
+template void partition_values(const std::vector<const double*>&, std::size_t, const std::uint64_t*, std::size_t, std::size_t,
+                               std::size_t*, double*, PartitionScratch&);
 
 }  // namespace fastudy

@@ -10,19 +10,22 @@
 //   2. partition and all-to-all: each value goes to the rank whose value range holds it (values equal
 //      to a splitter are spread over the ranks whose ranges that splitter bounds, so a value repeated a
 //      million times cannot overload one rank), in one MPI_Alltoallv;
-//   3. local sort: each rank radix-sorts what it received, one value range of each variant;
-//   4. exact windows: the ranks' counts give every value range its global sorted positions, and one
-//      more all-to-all moves the values near each boundary to the rank whose window holds their
-//      position (with a good sample, few values).
+//   3. local sort into the windows: the ranks' counts give every value range its global sorted
+//      positions; each rank radix-sorts what it received, one value range of each variant, and the
+//      sort writes the positions that fall in the rank's own window straight to their places there;
+//   4. exact windows: the sorted positions outside the rank's window (the values near each boundary
+//      of its range: with a good sample, a few per cent) go in one more all-to-all to the rank whose
+//      window holds them. The values that stay are not copied again.
 //
 // The windows are exactly those of analysis/distance.hpp's block-aligned split, so pairwise sums
 // accumulated over them are bit-identical to one process sorting everything
 // (tests/analysis/test_pairwise_mpi.cpp), whatever the number of ranks and however good the sample;
 // the sample only decides how many values step 4 moves and how far a rank's range exceeds its window.
 //
-// Memory per rank: sort_windows needs two buffers of the task's V n / R values (the caller's and one
-// of its own); sort_shares (the whole model) holds the V shares and exchanges one variant at a time,
-// with two buffers of n / R values. Exchanges larger than MPI's int counts go in pieces. Part of
+// Memory per rank: sort_windows needs three buffers of the task's V n / R values (the caller's, the
+// partition's and the received ranges), the partition's range of each value (a byte up to 256 ranks)
+// and the sort's keys of one range; sort_shares (the whole model)
+// holds the V shares and exchanges one variant at a time, with two buffers of n / R values. Exchanges larger than MPI's int counts go in pieces. Part of
 // fastudy_analysis_mpi: the rest of analysis/ stays free of MPI.
 #pragma once
 
@@ -32,6 +35,7 @@
 #include <vector>
 
 #include "analysis/distance.hpp"
+#include "analysis/radix_sort.hpp"
 #include "analysis/value_buffer.hpp"
 #include "src/runtime/mpi.hpp"
 
@@ -54,6 +58,15 @@ struct SortTraffic {
 // An exchange larger than this (bytes sent or received by some rank) goes in several all-to-alls.
 inline constexpr std::size_t kExchangeBytes = std::size_t{1} << 30;
 
+// The range the partition assigns to each value, kept between its two passes (one to count, one to
+// write): a byte per value up to 256 ranges, two up to 65536, else four; reused from call to call.
+struct PartitionScratch {
+  ValueBuffer<std::uint8_t> b1;
+  ValueBuffer<std::uint16_t> b2;
+  ValueBuffer<std::uint32_t> b4;
+  void release() { b1.release(), b2.release(), b4.release(); }
+};
+
 template <class T>
 class DistributedSort {
  public:
@@ -64,9 +77,9 @@ class DistributedSort {
   // Collective. `values` holds V unsorted windows of a distribution of n values per variant: variant
   // v's values at positions block_aligned_part(n, R, r) of the unsorted distribution, at
   // values[v L, (v+1) L) with L the window's length. On return the same positions of every variant's
-  // sorted distribution are there instead (values.size() = V L). `values` also serves as the
-  // exchange's receive buffer and may grow.
-  void sort_windows(ValueBuffer<T>& values, std::size_t variants, std::size_t n);
+  // sorted distribution are at windows[v] (L values each; empty `windows`: in `values` instead of the
+  // unsorted ones, at the same places). `values`' contents are lost either way.
+  void sort_windows(ValueBuffer<T>& values, std::size_t variants, std::size_t n, const std::vector<T*>& windows = {});
 
   // Collective. shares[v] is this rank's share of variant v's n values (the ranks' shares together hold
   // every value once; any split will do; the same length for every variant). `runs` lists the lengths
@@ -75,9 +88,9 @@ class DistributedSort {
   // sorted values.
   void sort_shares(std::vector<ValueBuffer<T>>& shares, std::size_t n, const std::vector<std::size_t>& runs);
 
-  // This rank alone: each of the V runs of `values` (L values each) sorted in place, with the sort's
-  // scratch kept for the next call.
-  void sort_each(ValueBuffer<T>& values, std::size_t variants, std::size_t length);
+  // This rank alone: each of the V runs of `values` (L values each) sorted to windows[v] (empty: in
+  // place), with the sort's scratch kept for the next call.
+  void sort_each(ValueBuffer<T>& values, std::size_t variants, std::size_t length, const std::vector<T*>& windows = {});
 
   const SortTraffic& traffic() const { return traffic_; }
   // Gives the exchange buffers' memory back (between steps).
@@ -88,24 +101,31 @@ class DistributedSort {
  private:
   std::vector<Key> splitters(const std::vector<const T*>& shares, std::size_t length, std::size_t n,
                              std::size_t samples);
-  void to_window(const T* sorted, std::size_t m, std::size_t n, T* window);
+  // Collective: ranges[v] are the pieces of this rank's value range of variant v (the ranges of ranks 0,
+  // 1, ... in order hold each variant's n values); on return windows[v] holds the window
+  // block_aligned_part(n, R, r) of v's sorted values. The pieces may lie in sorted_ (all are read
+  // before it receives); send_ is overwritten.
+  void sort_to_windows(const std::vector<std::vector<SortSpan<T>>>& ranges, std::size_t n, const std::vector<T*>& windows);
   void exchange(const T* send, const std::vector<std::size_t>& send_counts, T* recv,
                 const std::vector<std::size_t>& recv_counts);
 
   const mpi::Comm& world_;
   const std::size_t exchange_bytes_;
   ValueBuffer<T> send_;    // partitioned values (by destination rank)
-  ValueBuffer<T> sorted_;  // the received value ranges, sorted
+  ValueBuffer<T> sorted_;  // the received value ranges (then the values arriving for the windows)
+  PartitionScratch ranges_;  // the partition's range of each value
   std::vector<Key> keys_;  // the radix sort's scratch
   SortTraffic traffic_;
 };
 
-// The partition of the distributed sort: the n values of x into `ranks` value ranges bounded by the
-// ranks - 1 sorted splitter keys (sort_key order; a value equal to splitters goes round robin to the
-// ranks they bound, starting at `tie`), written to out by range, counts[d] of them to range d.
+// The partition of the distributed sort: the `length` values of each of the V arrays x[v] into `ranks`
+// value ranges, bounded for variant v by the ranks - 1 sorted splitter keys at splitters[v (ranks - 1),
+// (v + 1) (ranks - 1)) (sort_key order; a value equal to splitters goes round robin to the ranks they
+// bound, starting at tie + v), written to out by range, then variant: counts[d V + v] of variant v's
+// values to range d. One search per value (its range kept in `scratch` for the writing pass).
 template <class T, class Key>
-void partition_values(const T* x, std::size_t n, const Key* splitters, std::size_t ranks, std::size_t tie,
-                      std::size_t* counts, T* out);
+void partition_values(const std::vector<const T*>& x, std::size_t length, const Key* splitters, std::size_t ranks,
+                      std::size_t tie, std::size_t* counts, T* out, PartitionScratch& scratch);
 
 // Collective: every rank's partials combined (sums by MPI_SUM, maxima by MPI_MAX), on every rank.
 void allreduce_partials(const mpi::Comm& world, PairwisePartials& partials);

@@ -125,10 +125,6 @@ std::string time_estimate(const Study& st, int groups, int rpv, int measure_step
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 int cores_here() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
@@ -167,7 +163,8 @@ std::string reduce_estimate_text(const ReducePlan& plan, double stored_bytes, co
 }
 
 // The read rates of an imported study's files (the first run's first file, already in the page cache
-// after the check): a large range of its largest tensor, and a one-value read.
+// after the check): a large range of its largest tensor, and a one-value read, in CPU time as the
+// other rates.
 void measure_import_reads(const Study& st, const ReducePlan& plan, double stored_bytes, ReduceRates& rates) {
   std::size_t largest = 0;
   for (std::size_t t = 1; t + 1 < plan.tensors.size(); ++t)
@@ -181,12 +178,12 @@ void measure_import_reads(const Study& st, const ReducePlan& plan, double stored
   };
   double call = 1e30, bulk = 1e30;
   for (int i = 0; i < 3; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
+    double t0 = thread_cpu_seconds();
     read(1);
-    call = std::min(call, seconds_since(t0));
-    t0 = std::chrono::steady_clock::now();
+    call = std::min(call, thread_cpu_seconds() - t0);
+    t0 = thread_cpu_seconds();
     read(count);
-    bulk = std::min(bulk, seconds_since(t0));
+    bulk = std::min(bulk, thread_cpu_seconds() - t0);
   }
   rates.read_call = call;
   rates.read_byte = std::max(0.0, bulk - call) / (static_cast<double>(count) * stored_bytes);

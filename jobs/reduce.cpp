@@ -18,7 +18,7 @@
 //     leaves each rank window q of the sorted positions) and accumulate the sorted sums over their
 //     windows; the partial sums are combined with MPI_Allreduce. Smaller tensors are dealt whole to one
 //     rank (largest first to the least loaded) and computed there. Whatever a rank read it keeps, as its
-//     share of the whole model (its per-tensor sorted windows: sorted runs);
+//     share of the whole model (its per-tensor sorted windows, which the sorts write there: sorted runs);
 //   pass 2, whole model: the shares are sorted over the ranks by value range, one variant at a time
 //     (DistributedSort::sort_shares), so each rank holds window q of every variant's sorted model, about
 //     R P / N values, never the whole model; the sorted sums over the windows are combined with the
@@ -449,16 +449,27 @@ class StepWork {
       }
       model_elementwise.combine_elementwise(p);
       if (plan_.per_tensor) {
-        if (split) sorter_.sort_windows(x, V, n);
-        else sorter_.sort_each(x, V, L);
+        // The sorted windows go straight to the end of the shares (reserved: nothing moves), or back
+        // into x without the whole model.
+        std::vector<T*> sorted(V);
+        for (std::size_t v = 0; v < V; ++v) {
+          if (!plan_.whole_model) {
+            sorted[v] = x.data() + v * L;
+            continue;
+          }
+          const std::size_t at = shares_[v].size();
+          shares_[v].resize(at + L);
+          sorted[v] = shares_[v].data() + at;
+        }
+        if (split) sorter_.sort_windows(x, V, n, sorted);
+        else sorter_.sort_each(x, V, L, sorted);
         SortedSet<T> set;
-        for (std::size_t v = 0; v < V; ++v) set.add_sorted_view(x.data() + v * L, L, rd.begin, n);
+        for (std::size_t v = 0; v < V; ++v) set.add_sorted_view(sorted[v], L, rd.begin, n);
         accumulate_sorted(set, rd.begin, rd.end, p, which_);
-      }
-      if (plan_.whole_model) {
+      } else if (plan_.whole_model) {
         for (std::size_t v = 0; v < V; ++v) shares_[v].append(x.data() + v * L, L);
-        runs.push_back(L);
       }
+      if (plan_.whole_model) runs.push_back(L);
       reader.done(k);
       if (plan_.per_tensor) {
         if (split) {

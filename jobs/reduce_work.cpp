@@ -1,10 +1,10 @@
 // The reduce's schedule and cost model (reduce_work.hpp).
 #include "jobs/reduce_work.hpp"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -169,18 +169,15 @@ std::size_t ReduceSchedule::share(std::size_t q, const std::vector<std::int64_t>
 
 namespace {
 
-double seconds_of(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// The median of three timings of f (a loaded machine makes single timings wander).
+// The median of three timings of f in this thread's CPU time: a core's speed, which the estimate
+// assumes for every rank, whatever else the machine runs meanwhile.
 template <class F>
 double median3(F&& f) {
   double t[3];
   for (double& x : t) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = thread_cpu_seconds();
     f();
-    x = seconds_of(t0);
+    x = thread_cpu_seconds() - t0;
   }
   std::sort(t, t + 3);
   return t[1];
@@ -193,9 +190,12 @@ double resident_bytes() {
   return resident * static_cast<double>(::sysconf(_SC_PAGESIZE));
 }
 
+// Each rate on buffers of 2^22 values (16 or 32 MiB each, several of them at once): larger than the
+// last-level caches of most machines, as the reduce's buffers are, so that a copy is timed at the
+// speed of memory, not of a cache that holds both its ends.
 template <class T>
 ReduceRates measure(std::size_t value_bytes, int ranks) {
-  constexpr std::size_t n = std::size_t{1} << 21;
+  constexpr std::size_t n = std::size_t{1} << 22;
   ReduceRates r;
   r.base_bytes = resident_bytes();
   std::mt19937 rng(11);
@@ -211,7 +211,9 @@ ReduceRates measure(std::size_t value_bytes, int ranks) {
   std::vector<std::size_t> counts(R);
   ValueBuffer<T> out;
   out.assign_uninitialized(n);
-  r.partition_value = median3([&] { partition_values(a.data(), n, splitters.data(), R, 0, counts.data(), out.data()); }) /
+  PartitionScratch scratch;
+  const std::vector<const T*> unsorted{a.data()};
+  r.partition_value = median3([&] { partition_values(unsorted, n, splitters.data(), R, 0, counts.data(), out.data(), scratch); }) /
                       static_cast<double>(n);
   r.move_byte = median3([&] { std::memcpy(c.data(), a.data(), n * sizeof(T)); }) / static_cast<double>(n * sizeof(T));
   radix_sort_into(a.data(), a.data(), n, keys);
@@ -233,13 +235,23 @@ ReduceRates measure(std::size_t value_bytes, int ranks) {
                          accumulate_elementwise(both, 0, n, p);
                        }) / static_cast<double>(n);
   r.read_byte = r.move_byte;  // the caller measures the study's own files where there are some
-  char what[96];
-  std::snprintf(what, sizeof what, "%s values, %zu per timing", value_bytes == 8 ? "fp64" : "fp32", n);
+  char what[256];
+  std::snprintf(what, sizeof what,
+                "%s values, %zu per timing: sort %.3g ns, partition into %zu ranges %.3g ns, pairwise sums %.3g ns "
+                "(sorted) and %.3g ns (elementwise) per value, copies %.3g GB/s",
+                value_bytes == 8 ? "fp64" : "fp32", n, 1e9 * r.sort_value, R, 1e9 * r.partition_value, 1e9 * r.sorted_pair,
+                1e9 * r.elementwise_pair, 1e-9 / r.move_byte);
   r.source = what;
   return r;
 }
 
 }  // namespace
+
+double thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 ReduceRates measure_reduce_rates(std::size_t value_bytes, int ranks) {
   return value_bytes == 8 ? measure<double>(8, ranks) : measure<float>(4, ranks);
@@ -278,18 +290,23 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
   e.read_seconds = V * S * shape.stored_bytes * rates.read_byte + V * static_cast<double>(lengths.size()) * rates.read_call;
   const double sorted_pair = shape.w2 ? rates.sorted_pair_w2 : rates.sorted_pair;
   if (shape.elementwise) e.pair_seconds += K * S * rates.elementwise_pair;
+  // The values outside their windows after a sort's all-to-all (sort_to_windows): about the ranges'
+  // excess, moved once more.
+  const double exchanged = (copies + 3 * (excess - 1)) * vb * rates.move_byte;
   if (shape.per_tensor) {
     e.sort_seconds += V * S * rates.sort_value;
-    // The partition, the two all-to-alls, and the exact windows' packing and unpacking.
-    e.move_seconds += V * split_values * (rates.partition_value + (2 * copies + 2) * vb * rates.move_byte);
+    // The partition and the all-to-all (the sort writes the windows: the shares, with the whole model).
+    e.move_seconds += V * split_values * (rates.partition_value + exchanged);
     e.pair_seconds += K * S * sorted_pair;
   }
   if (shape.whole_model) {
     e.sort_seconds += V * W * excess * rates.sort_value;
-    // Kept as the share (a copy), packed by destination (or partitioned, unsorted), then the two
-    // all-to-alls; one rank sorts its share in place.
+    // Packed by destination from the sorted runs (or partitioned, unsorted), then the all-to-all; one
+    // rank sorts its share in place. Without per-tensor sorts the values read are kept as the share (a
+    // copy).
+    const double keep = shape.per_tensor ? 0.0 : vb * rates.move_byte;
     const double pack = shape.per_tensor ? vb * rates.move_byte : rates.partition_value;
-    e.move_seconds += V * S * vb * rates.move_byte + (N > 1 ? V * S * (pack + 2 * copies * vb * rates.move_byte) : 0.0);
+    e.move_seconds += V * S * keep + (N > 1 ? V * S * (pack + exchanged) : 0.0);
     e.pair_seconds += K * W * sorted_pair;
   }
   const double slower = (ranks > cores && cores > 0) ? static_cast<double>(ranks) / cores : 1.0;
@@ -297,12 +314,14 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
   e.step_seconds = e.read_seconds + e.sort_seconds + e.move_seconds + e.pair_seconds;
   e.seconds = e.step_seconds * static_cast<double>(shape.steps);
   // Memory: the buffers as jobs/reduce.cpp keeps them (analysis/value_buffer.hpp: grown to what a task
-  // needs, given back when a task needs less than half). Pass 1: the two read slots (task k's, grown to
-  // its received range, and task k + 1's, read meanwhile), the distributed sort's partition, sorted
-  // ranges and keys (given back after the split tensors), and the shares filled so far. Pass 2: the
-  // shares (each becomes its window), the partition of one run's share, its sorted range and keys.
+  // needs, given back when a task needs less than half). Pass 1: the two read slots (task k's and task
+  // k + 1's, read meanwhile), the distributed sort's partition, received ranges and keys (given back
+  // after the split tensors), the partition's range of each value, and the shares filled so far. Pass
+  // 2: the shares (each becomes its window), the partition of one run's share, its received range and
+  // keys.
   const double kb = vb;  // a radix-sort key is as wide as the value
-  double slot[2] = {0, 0}, send = 0, sorted = 0, keys = 0, shares = 0, peak = 0;
+  const double db = N <= 256 ? 1 : N <= 65536 ? 2 : 4;  // the partition's range of a value (PartitionScratch)
+  double slot[2] = {0, 0}, send = 0, sorted = 0, keys = 0, ranges = 0, shares = 0, peak = 0;
   const auto fill = [&](std::size_t k) {
     double& cap = slot[k % 2];
     const double need = V * lengths[k] * vb;
@@ -314,21 +333,22 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
     if (k + 1 < lengths.size()) fill(k + 1);
     const double L = lengths[k];
     if (split[k] && shape.per_tensor) {
-      slot[k % 2] = std::max(slot[k % 2], V * L * excess * vb);
-      send = std::max(send, V * L * excess * vb);
+      send = std::max(send, V * L * vb);
+      ranges = std::max(ranges, V * L * db);
       sorted = std::max(sorted, V * L * excess * vb);
       keys = std::max(keys, 2 * L * excess * kb);
     } else if (shape.per_tensor) {
       keys = std::max(keys, 2 * L * kb);
     }
     if (shape.whole_model) shares += V * L * vb;
-    peak = std::max(peak, slot[0] + slot[1] + send + sorted + keys + shares);
-    if (split[k] && (k + 1 == lengths.size() || !split[k + 1])) send = sorted = keys = 0;
+    peak = std::max(peak, slot[0] + slot[1] + send + sorted + keys + ranges + shares);
+    if (split[k] && (k + 1 == lengths.size() || !split[k + 1])) send = sorted = keys = ranges = 0;
   }
   e.share_values = static_cast<std::size_t>(S);
   if (shape.whole_model) {
     e.share_bytes = V * std::max(S, W) * vb;
-    const double pass2 = N > 1 ? S * vb + W * excess * vb + 2 * W * excess * kb : 2 * W * kb;
+    const double partition = shape.per_tensor ? 0.0 : S * db;  // unsorted shares are partitioned
+    const double pass2 = N > 1 ? S * vb + partition + W * excess * vb + 2 * W * excess * kb : 2 * W * kb;
     peak = std::max(peak, e.share_bytes + pass2);
   }
   e.peak_bytes = rates.base_bytes + peak;

@@ -7,16 +7,19 @@
 //   read      every value once: R P / N values per rank (a window of each large tensor, the whole of
 //             the small tensors dealt to it), converted to fp32 (fp64 when a tensor is stored so);
 //   per tensor  the elementwise sums over the values read (K pairs), each tensor's values sorted
-//             (small ones whole on their rank; large ones by the distributed sort, with two
-//             all-to-alls of their R n / N values per rank) and the sorted sums (K pairs);
-//   whole model  the values read, kept as this rank's share (R P / N values), sorted over the ranks by
-//             value range (analysis/sorted_exchange.hpp: two all-to-alls of R P / N values per rank,
-//             one variant at a time) and the sorted sums over this rank's window (K pairs).
-// So a step costs about (R P / N) (t_read + 2 t_sort + 4 t_move) + (K P / N) (t_elementwise +
-// 2 t_sorted) per rank, and holds R P / N values of the model's shares plus one large tensor's
-// exchange buffers (or, in the model's sort, one run's worth). t_move is a memory copy per value on
-// one node (MPI's shared-memory transport copies through a buffer: counted twice); across nodes
-// it is the network's.
+//             (small ones whole on their rank; large ones by the distributed sort: a partition by
+//             value range and one all-to-all of their R n / N values per rank), the sort writing this
+//             rank's window into its share of the whole model, and the sorted sums (K pairs);
+//   whole model  the shares (R P / N values, sorted runs), sorted over the ranks by value range
+//             (analysis/sorted_exchange.hpp: packed by destination, one all-to-all, one variant at a
+//             time), the sort writing the rank's window in place, and the sorted sums over it (K pairs).
+// After each sort's all-to-all only the values outside the rank's window move once more (the ranges'
+// excess over the windows, a few per cent). So a step costs about
+//   (R P / N) (t_read + 2 t_sort + t_partition + 5 t_copy) + (K P / N) (t_elementwise + 2 t_sorted)
+// per rank (an all-to-all copies what stays once and what leaves twice: MPI's shared-memory transport
+// copies through a buffer; across nodes it is the network's; one rank partitions and copies nothing),
+// and holds R P / N values of the model's shares plus one large tensor's exchange buffers (or, in the
+// model's sort, one run's worth).
 #pragma once
 
 #include <cstddef>
@@ -93,24 +96,27 @@ struct ReduceRates {
   double read_call = 0;          // each read of a tensor's range of one run (opening, finding it)
   double sort_value = 0;         // the radix sort
   double partition_value = 0;    // the distributed sort's partition of an unsorted value
-  double move_byte = 0;          // one memory copy of a byte
+  double move_byte = 0;          // one memory copy of a byte (buffers larger than the caches)
   double sorted_pair = 0;        // W1 sums, per pair and sorted position (W2 with them: sorted_pair_w2)
   double sorted_pair_w2 = 0;
   double elementwise_pair = 0;   // max |d|, sum |d|, sum d^2, per pair and position
   double base_bytes = 0;         // this process's resident memory before any reduce buffer
   std::string source;            // what was measured ("fp32, ..."), for the printout
 };
-// Times each kind of work on small buffers (about a second in all; the partition for `ranks` ranks);
-// the read rates are set to a memory copy's, for the caller to measure on the study's own files where
-// it has some.
+// Times each kind of work (about a second in all; the partition for `ranks` ranks) in CPU time
+// (thread_cpu_seconds): the rates of a core of its own, as the estimate assumes, also while other
+// work shares the machine. The read rates are set to a memory copy's, for the caller to measure on the
+// study's own files where it has some (by the same clock).
 ReduceRates measure_reduce_rates(std::size_t value_bytes, int ranks);
+// This thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID): the clock of the rates.
+double thread_cpu_seconds();
 
 struct ReduceEstimate {
   double step_seconds = 0;      // one checkpoint step, the slowest rank
   double seconds = 0;           // every step
   double read_seconds = 0;      // of a step: reading
   double sort_seconds = 0;      //   sorting (per tensor and whole model)
-  double move_seconds = 0;      //   partitions and all-to-alls
+  double move_seconds = 0;      //   partitions, packing and all-to-alls
   double pair_seconds = 0;      //   the pairwise sums
   double peak_bytes = 0;        // resident memory of the largest rank
   double share_bytes = 0;       //   of it, the whole model's shares

@@ -8,8 +8,9 @@ transformer.h.N.*), as F32 (and BF16 with --dtypes fp32,bf16) files, then for ea
   - the anchor (bench/reduce/import_anchor): reading every file once from the page cache plus one
     radix sort of as many fp32 values as the files hold;
   - `fastudy reduce` on 1, 2 (and, with --ranks 1,2,4, 4) ranks, each into a fresh study folder,
-    interleaved, best of --repeats: wall time, peak RSS per rank (/usr/bin/time -v), minor page
-    faults, and rank 0's own account of its compute time (`-v`: opening, computing);
+    interleaved, best of --repeats: wall time, peak RSS and CPU time (user + sys) per rank
+    (/usr/bin/time -v), minor page faults, and rank 0's own account of its compute time (`-v`:
+    opening, computing);
   - `fastudy plan --ranks N` right before each reduce: its estimate of the reduce's compute time and
     peak memory per rank, compared with the measured ones.
 Aims: 2 ranks within 2x of the anchor; 2 ranks at least 1.7x faster than 1; peak memory per rank at
@@ -120,9 +121,11 @@ def timed_reduce(build, toml, out, ranks, env):
     text = r.stdout + r.stderr
     rss = [int(k) * 1024 for k in re.findall(r"Maximum resident set size \(kbytes\): (\d+)", text)]
     faults = sum(int(k) for k in re.findall(r"Minor \(reclaiming a frame\) page faults: (\d+)", text))
+    user = [float(k) for k in re.findall(r"User time \(seconds\): ([\d.]+)", text)]
+    system = [float(k) for k in re.findall(r"System time \(seconds\): ([\d.]+)", text)]
     m = re.search(r"opened them for ([\d.e+-]+) s, computed for ([\d.e+-]+) s", text)
     computed = float(m.group(1)) + float(m.group(2)) if m else None
-    return {"wall": wall, "rss": rss, "faults": faults, "computed": computed}
+    return {"wall": wall, "rss": rss, "faults": faults, "computed": computed, "cpu": [u + s for u, s in zip(user, system)]}
 
 
 def planned(build, toml, ranks, env):
@@ -195,6 +198,10 @@ def rows(build, d_model=768, layers=12, vocab=50257, ctx=1024, dtypes=("fp32",),
                                  f"{est_bytes / GIB:.2f} GiB", f"{peak_k / GIB:.2f} GiB", est_bytes / peak_k,
                                  "0.8 - 1.25", 0.8 <= est_bytes / peak_k <= 1.25))
             for k in ranks:
+                cpu = best[k]["cpu"] or [0]
+                out_rows.append((f"import reduce, {label}: {k} rank(s), CPU time (user + sys) of the busiest rank / "
+                                 f"wall; ratio: the cores the ranks had (CPU of all ranks / wall)", f"{max(cpu):.3g} s",
+                                 f"{best[k]['wall']:.3g} s", sum(cpu) / best[k]["wall"], "-", True))
                 out_rows.append((f"import reduce, {label}: {k} rank(s), wall / rank 0's compute / minor page faults "
                                  f"(load average {load_before} before, {load()} after)", f"{best[k]['wall']:.3g} s",
                                  f"{best[k]['computed'] or 0:.3g} s", best[k]["faults"], "-", True))

@@ -186,9 +186,18 @@ void check_sort_windows(Kind kind, std::size_t V, std::size_t n, std::size_t exc
   buf.assign_uninitialized(V * L);
   for (std::size_t v = 0; v < V; ++v) std::copy(x[v].begin() + w.begin, x[v].begin() + w.end, buf.data() + v * L);
   DistributedSort<T> sorter(world, exchange_bytes);
+  ValueBuffer<T> again;
+  again.append(buf.data(), buf.size());
   sorter.sort_windows(buf, V, n);
   ASSERT_EQ(buf.size(), V * L);
   expect_windows(sorted, w, buf.data(), L, "sort_windows");
+  // The same into windows elsewhere (the reduce's: each variant's window at the end of its share).
+  std::vector<std::vector<T>> shares(V, std::vector<T>(L + 3));
+  std::vector<T*> windows;
+  for (auto& s : shares) windows.push_back(s.data() + 3);
+  sorter.sort_windows(again, V, n, windows);
+  for (std::size_t v = 0; v < V; ++v)
+    EXPECT_EQ(std::memcmp(sorted[v].data() + w.begin, windows[v], L * sizeof(T)), 0) << "sort_windows elsewhere, variant " << v;
 }
 
 // Shares of a model of tensors (`tensor_sizes`, summing to n): each rank's windows of the tensors of at

@@ -42,8 +42,9 @@ def table():
         raise ReadingsUnavailable(f"cannot run {program} readings --json: {e} (set FASTUDY_BIN to the fastudy "
                                   "program)") from e
     if done.returncode != 0:
-        raise ReadingsUnavailable(f"{program} readings --json failed (exit code {done.returncode}): "
-                                  f"{done.stderr.strip()}")
+        said = done.stderr.strip()
+        raise ReadingsUnavailable(f"{program} readings --json failed (exit code {done.returncode})" +
+                                  (f": {said}" if said else "") + " (set FASTUDY_BIN to a fastudy program)")
     try:
         rows = json.loads(done.stdout)["readings"]
     except (ValueError, KeyError, TypeError) as e:
@@ -62,10 +63,6 @@ def reading_words(name):
 
 
 _CODE = re.compile(r"models (?P<reading>.+?) \(device (?P<device>\w+)\): (?P<code>.*)$")
-
-
-def reading_words(name):
-    return READINGS.get(name, "unknown reading")
 
 
 def real_codes(provenance):

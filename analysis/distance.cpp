@@ -333,7 +333,7 @@ PairwiseMatrix PairwisePartials::finalize() const {
     return num > 0 ? std::numeric_limits<double>::infinity() : 0.0;
   };
   PairMetrics missing;
-  missing.w1 = missing.w2 = missing.max_abs = missing.mean_abs = missing.rel_l2 = nan;
+  for (const PairMetric& metric : kPairMetrics) missing.*metric.value = nan;
   for (std::size_t i = 0; i < V; ++i)
     for (std::size_t j = 0; j < V; ++j)
       if (i != j) out.pairs[i * V + j] = missing;

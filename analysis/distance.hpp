@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/pair_metrics.hpp"
 
 namespace fastudy {
 
@@ -185,13 +186,14 @@ struct IndexRange {
 // Part `part` of `parts` near-equal block-aligned pieces of [0, n) (some may be empty).
 IndexRange block_aligned_part(std::size_t n, std::size_t parts, std::size_t part);
 
-// The finalized metrics of one ordered pair (i, j): j is the reference of rel_l2.
-struct PairMetrics {
-  double w1 = 0;        // mean |sorted_i - sorted_j| over the sorted positions (NaN if nonfinite_sorted)
-  double w2 = 0;        // sqrt(mean (sorted_i - sorted_j)^2) (NaN if nonfinite_sorted or not computed)
-  double max_abs = 0;   // elementwise, over indices where both values are finite
-  double mean_abs = 0;
-  double rel_l2 = 0;    // ||x_i - x_j|| / ||x_j||; ||x_j|| over the finite entries of x_j
+// The finalized metrics of one ordered pair (i, j): j is the reference of rel_l2. The metrics are the
+// rows of kPairMetrics (base/pair_metrics.hpp), their values the members of PairDistances:
+//   w1        mean |sorted_i - sorted_j| over the sorted positions (NaN if nonfinite_sorted)
+//   w2        sqrt(mean (sorted_i - sorted_j)^2) (NaN if nonfinite_sorted or not computed)
+//   max_abs   elementwise, over indices where both values are finite
+//   mean_abs
+//   rel_l2    ||x_i - x_j|| / ||x_j||; ||x_j|| over the finite entries of x_j
+struct PairMetrics : PairDistances {
   std::uint64_t count_sorted = 0;      // sorted positions accumulated
   std::uint64_t count = 0;             // elementwise indices with both values finite
   std::uint64_t nonfinite = 0;         // elementwise indices skipped

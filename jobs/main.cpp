@@ -3,6 +3,7 @@
 //   fastudy GRID.toml                 run every phase the grid enables (same as `fastudy run GRID.toml`)
 //   mpirun -n 64 fastudy GRID.toml    the same over 64 ranks
 //   fastudy <job> --help              the options of one job (plan, microbench, train, reduce, report, status, slurm)
+//   fastudy readings [--json]         the readings (attention precision policies): what each models, its source
 //
 // Every job runs under `mpirun -n N` (or srun) as one job: run, microbench, train and reduce spread
 // their work over the ranks; the others (plan, status, report, advise, replay, bisect, slurm) run on
@@ -24,6 +25,7 @@
 #include <sstream>
 
 #include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
 
 #include "base/checksum.hpp"
 #include "base/error.hpp"
@@ -62,6 +64,9 @@ std::string wrapped(const std::string& lead, const std::string& text, std::size_
   return out + line;
 }
 
+constexpr const char* kReadingsSummary =
+    "list the readings (attention precision policies): what each models, its source, where it runs";
+
 void print_global_help(std::ostream& os) {
   os << "fastudy " FASTUDY_VERSION " - rank the sources of numeric deviation in neural-network training\n\n"
         "usage: fastudy [JOB] GRID.toml [options]      (JOB defaults to `run`)\n"
@@ -69,10 +74,11 @@ void print_global_help(std::ostream& os) {
   for (const auto& j : job_registry()) {
     os << "  " << j.name << std::string(12 - std::min<std::size_t>(11, j.name.size()), ' ') << j.summary << "\n";
   }
-  os << "\nprecision policies (readings: which implementation of attention in a format each models):\n";
-  for (const auto& preset : kPolicyPresets)
-    os << "  " << preset.name << std::string(15 - std::min<std::size_t>(14, preset.name.size()), ' ') << preset.models
-       << "\n";
+  os << "  readings    " << kReadingsSummary << " (no grid: `fastudy readings [--json]`)\n";
+  os << "\nprecision policies (readings: which implementation of attention in a format each models;\n"
+        "`fastudy readings` adds the source each cites and where it runs):\n";
+  for (const Reading& r : kReadings)
+    os << "  " << r.name << std::string(15 - std::min<std::size_t>(14, r.name.size()), ' ') << r.models << "\n";
   os << "\nreal code beside the readings ([microbench] framework = [...]): each row is compared element by\n"
         "element with the reading that claims to model it, on the same inputs (microbench.csv: vs_reading,\n"
         "bit_identical, max_ulp_vs; `fastudy report` shows the measured agreement on the machine that ran it):\n";
@@ -95,6 +101,48 @@ void print_global_help(std::ostream& os) {
         "`fastudy JOB --help` shows the options of one job.\n\n"
         "exit codes: 0 success; 1 runtime failure (or some variants failed or diverged);\n"
         "            2 usage or configuration error (nothing written)\n";
+}
+
+// `fastudy readings [--json]`: the readings table (kernels/attention.hpp kReadings), as text for a reader
+// or as JSON for programs (the report's renderer reads it: analysis/report/readings.py).
+int print_readings(int argc, char** argv) {
+  const bool json = argc == 3 && std::string(argv[2]) == "--json";
+  if (argc == 3 && (std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h")) {
+    std::cout << "fastudy readings: " << kReadingsSummary
+              << "\nusage: fastudy readings [--json]\n\noptions of `readings`:\n"
+                 "  --json                print the table as JSON (name, models, source, cuda, gpu_kernel, report);\n"
+                 "                        the report's renderer reads it\n";
+    return kExitOk;
+  }
+  if (argc > 3 || (argc == 3 && !json)) {
+    print_error(UsageError(
+        "`fastudy readings` takes no argument but --json (got '" + std::string(argv[argc - 1]) + "')",
+        "fastudy readings [--json]"));
+    return kExitUsage;
+  }
+  if (json) {
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const Reading& r : kReadings)
+      rows.push_back({{"name", r.name},
+                      {"models", r.models},
+                      {"source", r.source},
+                      {"cuda", r.cuda},
+                      {"gpu_kernel",
+                       make_policy(r.name, Format::fp16, AttentionKind::flash).kernel != FlashKernel::framework},
+                      {"report", r.report}});
+    std::cout << nlohmann::ordered_json{{"readings", rows}}.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::cout << "readings (precision policies: which implementation of attention in a format each models; [attention]\n"
+               "policy and a sweep's policies name them):\n";
+  for (const Reading& r : kReadings) {
+    const std::string lead = "  " + std::string(r.name) + std::string(8 - std::min<std::size_t>(7, r.name.size()), ' ');
+    std::cout << wrapped(lead, std::string(r.models), 110) << "\n";
+    const std::string indent(lead.size(), ' ');
+    if (!r.source.empty()) std::cout << wrapped(indent + "source: ", std::string(r.source), 110) << "\n";
+    std::cout << indent << "runs on: " << (r.cuda ? "the CPU and the CUDA kernels" : "the CPU kernels only") << "\n";
+  }
+  return kExitOk;
 }
 
 po::options_description common_options() {
@@ -335,13 +383,14 @@ extern char** environ;
 
 namespace {
 
-// `fastudy`, `fastudy --help` and `fastudy --version`: answered before anything else; nullopt for any
-// other command line.
+// `fastudy`, `fastudy --help`, `fastudy --version` and `fastudy readings`: answered before anything
+// else (no MPI, no study); nullopt for any other command line.
 std::optional<int> help_or_version(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     print_global_help(argc < 2 ? std::cerr : std::cout);
     return argc < 2 ? kExitUsage : kExitOk;
   }
+  if (std::string(argv[1]) == "readings") return print_readings(argc, argv);
   if (std::string(argv[1]) == "--version") {
     std::cout << "fastudy " FASTUDY_VERSION " (git " FASTUDY_GIT_SHA ")\n";
     return kExitOk;
@@ -492,8 +541,9 @@ int run_under_mpi(int& argc, char**& argv, const Parsed& parsed) {
 int main(int argc, char** argv) {
 #ifdef FASTUDY_LITE
   // fastudy-lite (no trainer, no LibTorch): a command line that is not one of its jobs (registry_lite.cpp)
-  // nor --version goes to fastudy-main beside it, unchanged.
-  if (argc < 2 || (std::string(argv[1]) != "--version" && find_job(argv[1]) == nullptr)) {
+  // nor --version or `readings` goes to fastudy-main beside it, unchanged.
+  if (argc < 2 ||
+      (std::string(argv[1]) != "--version" && std::string(argv[1]) != "readings" && find_job(argv[1]) == nullptr)) {
     return exec_beside_or_fail("fastudy-main", argv, environ);
   }
 #endif

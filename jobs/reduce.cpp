@@ -371,13 +371,10 @@ struct RankWork {
 std::vector<double> task_result(const ReducePlan& plan, const PairwisePartials& p) {
   const PairwiseMatrix m = p.finalize();
   std::vector<double> out;
-  out.reserve(plan.pairs.size() * kMetrics * 2);
+  out.reserve(plan.pairs.size() * kPairMetricCount * 2);
   for (const auto& [i, j] : plan.pairs)
-    for (int k = 0; k < kMetrics; ++k)
-      for (const PairMetrics* pm : {&m.at(i, j), &m.at(j, i)}) {
-        const double vals[kMetrics] = {pm->w1, pm->w2, pm->max_abs, pm->mean_abs, pm->rel_l2};
-        out.push_back(vals[k]);
-      }
+    for (const PairMetric& metric : kPairMetrics)
+      for (const PairMetrics* pm : {&m.at(i, j), &m.at(j, i)}) out.push_back(pm->*metric.value);
   return out;
 }
 
@@ -396,8 +393,8 @@ class StepWork {
     for (std::size_t t : schedule_.order)
       if (schedule_.split[t] || schedule_.owner[t] == world.rank()) mine_.push_back(t);
     for (auto n : plan.sizes) model_values_ += static_cast<std::size_t>(n);
-    which_ = plan.has_metric("w2") ? SortedMetrics::w1_w2 : SortedMetrics::w1;
-    elementwise_ = plan.has_metric("max_abs") || plan.has_metric("mean_abs") || plan.has_metric("rel_l2");
+    which_ = plan.needs(MetricPass::sorted_w2) ? SortedMetrics::w1_w2 : SortedMetrics::w1;
+    elementwise_ = plan.needs(MetricPass::elementwise);
     for (std::size_t t : mine_) mine_values_ += static_cast<double>(plan.sizes[t]) / (schedule_.split[t] ? world.size() : 1);
   }
 
@@ -569,7 +566,7 @@ RankWork compute_steps(const Study& st, const ReducePlan& plan, const std::strin
 // the tasks [reduce] per_tensor or whole_model leave out stay empty.
 TaskResults collect_results(const ReducePlan& plan, const std::vector<std::string>& parts) {
   const std::size_t T = plan.tensors.size(), tasks = plan.steps.size() * T;
-  const std::size_t size = plan.pairs.size() * kMetrics * 2;
+  const std::size_t size = plan.pairs.size() * kPairMetricCount * 2;
   TaskResults results(tasks);
   for (const auto& part : parts) {
     ByteReader in(part, "reduce: the results a rank sent");
@@ -605,8 +602,8 @@ Ranking rank_axes(const ReducePlan& plan, const TaskResults& results, const std:
     const auto& m = results[si * T + (T - 1)];
     StepMatrices s;
     s.step = plan.steps[si];
-    s.w1 = task_matrix(plan, m, 0);
-    s.max_abs = task_matrix(plan, m, 2);
+    s.w1 = task_matrix(plan, m, pair_metric_index("w1"));
+    s.max_abs = task_matrix(plan, m, pair_metric_index("max_abs"));
     sm.push_back(std::move(s));
   }
   ranking = rank_deviation_sources(axes, ranking_variants(plan.variants), sm);

@@ -14,20 +14,20 @@
 
 namespace fastudy {
 
-bool ReducePlan::has_metric(const std::string& name) const {
-  for (int k : metrics)
-    if (name == kMetricNames[k]) return true;
+bool ReducePlan::needs(MetricPass pass) const {
+  for (std::size_t k : metrics)
+    if (kPairMetrics[k].pass == pass) return true;
   return false;
 }
 
-std::vector<double> task_matrix(const ReducePlan& plan, const std::vector<double>& result, int metric) {
+std::vector<double> task_matrix(const ReducePlan& plan, const std::vector<double>& result, std::size_t metric) {
   const std::size_t V = plan.variants.size();
   std::vector<double> m(V * V, std::numeric_limits<double>::quiet_NaN());
   for (std::size_t v = 0; v < V; ++v) m[v * V + v] = 0;
   for (std::size_t p = 0; p < plan.pairs.size() && !result.empty(); ++p) {
     const auto [i, j] = plan.pairs[p];
-    m[i * V + j] = result[(p * kMetrics + static_cast<std::size_t>(metric)) * 2];
-    m[j * V + i] = result[(p * kMetrics + static_cast<std::size_t>(metric)) * 2 + 1];
+    m[i * V + j] = result[(p * kPairMetricCount + metric) * 2];
+    m[j * V + i] = result[(p * kPairMetricCount + metric) * 2 + 1];
   }
   return m;
 }
@@ -73,7 +73,7 @@ void write_deviation_file(const std::string& tmp, const ReducePlan& plan, const 
   root.set_attr("variant_axes", axes);
   root.set_attr("left_out", left);
   std::string metrics;
-  for (int k : plan.metrics) metrics += (metrics.empty() ? "" : ",") + std::string(kMetricNames[k]);
+  for (std::size_t k : plan.metrics) metrics += (metrics.empty() ? "" : ",") + std::string(kPairMetrics[k].name);
   root.set_attr("metrics", metrics);
   root.set_attr("pairs", plan.pairs_note);
   h5::Transfer xfer(f);
@@ -89,8 +89,9 @@ void write_deviation_file(const std::string& tmp, const ReducePlan& plan, const 
       // ".") is an attribute, never a path.
       h5::Group tg = sg.create_group(std::to_string(t));
       tg.set_attr("name", plan.tensors[t]);
-      for (int k : plan.metrics)
-        tg.create_dataset(kMetricNames[k], DType::f64, {v64, v64}).write_rows(task_matrix(plan, r, k).data(), 0, v64, xfer);
+      for (std::size_t k : plan.metrics)
+        tg.create_dataset(std::string(kPairMetrics[k].name), DType::f64, {v64, v64})
+            .write_rows(task_matrix(plan, r, k).data(), 0, v64, xfer);
     }
   }
   f.close();
@@ -113,7 +114,7 @@ void write_deviation_csv(const std::string& path, const ReducePlan& plan, const 
   const std::size_t T = plan.tensors.size();
   std::ostringstream csv;
   csv << prov.header() << "step,tensor,variant_a,variant_b";
-  for (int k : plan.metrics) csv << ',' << kMetricNames[k];
+  for (std::size_t k : plan.metrics) csv << ',' << kPairMetrics[k].name;
   csv << '\n';
   for (std::size_t si = 0; si < plan.steps.size(); ++si)
     for (std::size_t t = 0; t < T; ++t) {
@@ -123,7 +124,7 @@ void write_deviation_csv(const std::string& path, const ReducePlan& plan, const 
         const auto [i, j] = plan.pairs[p];
         csv << plan.steps[si] << ',' << csv_field(plan.tensors[t]) << ',' << csv_field(plan.variants[i]->id) << ','
             << csv_field(plan.variants[j]->id);
-        for (int k : plan.metrics) csv << ',' << number_text(r[(p * kMetrics + static_cast<std::size_t>(k)) * 2]);
+        for (std::size_t k : plan.metrics) csv << ',' << number_text(r[(p * kPairMetricCount + k) * 2]);
         csv << '\n';
       }
     }

@@ -18,14 +18,13 @@
 #include <vector>
 
 #include "analysis/ranking.hpp"
+#include "base/pair_metrics.hpp"
 #include "src/core/config.hpp"
 #include "src/core/provenance.hpp"
 
 namespace fastudy {
 
 inline constexpr const char* kModelTensor = "model";  // the whole-model pseudo-tensor
-inline constexpr int kMetrics = 5;                    // w1, w2, max_abs, mean_abs, rel_l2, in this order
-inline constexpr const char* kMetricNames[kMetrics] = {"w1", "w2", "max_abs", "mean_abs", "rel_l2"};
 
 // What reduce compares: the same on every rank (rank 0 makes it, every rank gets it; the pairs and
 // what to compute every rank derives from the study).
@@ -41,23 +40,25 @@ struct ReducePlan {
   bool f64 = false;  // some tensor is stored as fp64: every value compared as fp64, else fp32
   // What to compute ([reduce] metrics, per_tensor, whole_model) and between which variants (indices
   // into `variants`, i < j, ascending: reduce_pairs in jobs/reduce_work.hpp).
-  std::vector<int> metrics;  // indices into kMetricNames, ascending
+  std::vector<std::size_t> metrics;  // indices into kPairMetrics (base/pair_metrics.hpp), ascending
   bool per_tensor = true;
   bool whole_model = true;
   std::vector<std::pair<std::size_t, std::size_t>> pairs;
   std::string pairs_note;  // how the pairs were chosen ("the verdict's", "all", ...)
-  bool has_metric(const std::string& name) const;
+  // Whether a listed metric is computed by `pass` (MetricPass::sorted: W1 always is, the ranking's).
+  bool needs(MetricPass pass) const;
 };
 
 // The result of task k = (step k / T, tensor k % T) of T tensors (tensor T - 1 the whole model): for
-// every computed pair p = (i, j) of ReducePlan::pairs and metric m, the value for (i, j) and for (j, i)
-// (they differ only for rel_l2, whose reference is the second), at (p kMetrics + m) 2 + {0, 1}. Empty for
+// every computed pair p = (i, j) of ReducePlan::pairs and metric m (index into kPairMetrics, every row
+// whether listed or not), the value for (i, j) and for (j, i) (they differ only for rel_l2, whose
+// reference is the second), at (p kPairMetricCount + m) 2 + {0, 1}. Empty for
 // the tasks [reduce] per_tensor or whole_model leave out.
 using TaskResults = std::vector<std::vector<double>>;
 
-// The V x V row-major matrix of metric m (index into kMetricNames) of one task's result: NaN where no
+// The V x V row-major matrix of metric m (index into kPairMetrics) of one task's result: NaN where no
 // pair was computed, 0 on the diagonal.
-std::vector<double> task_matrix(const ReducePlan& plan, const std::vector<double>& result, int metric);
+std::vector<double> task_matrix(const ReducePlan& plan, const std::vector<double>& result, std::size_t metric);
 
 // The bytes the files above take for `plan`, for the disk check before the reduce works: every matrix
 // value (8 bytes) of deviation.h5 with HDF5's metadata (at most 4 KiB per group, 1 KiB per dataset),

@@ -52,8 +52,8 @@ std::vector<RankingVariant> ranking_variants(const std::vector<const Variant*>& 
 
 void choose_reduce_work(const Study& st, ReducePlan& plan) {
   plan.metrics.clear();
-  for (int k = 0; k < kMetrics; ++k)
-    if (std::find(st.reduce.metrics.begin(), st.reduce.metrics.end(), kMetricNames[k]) != st.reduce.metrics.end())
+  for (std::size_t k = 0; k < kPairMetricCount; ++k)
+    if (std::find(st.reduce.metrics.begin(), st.reduce.metrics.end(), kPairMetrics[k].name) != st.reduce.metrics.end())
       plan.metrics.push_back(k);
   plan.per_tensor = st.reduce.per_tensor;
   plan.whole_model = st.reduce.whole_model;
@@ -87,8 +87,8 @@ ReduceShape reduce_shape(const ReducePlan& plan, double stored_bytes) {
   s.stored_bytes = stored_bytes;
   s.per_tensor = plan.per_tensor;
   s.whole_model = plan.whole_model;
-  s.elementwise = plan.has_metric("max_abs") || plan.has_metric("mean_abs") || plan.has_metric("rel_l2");
-  s.w2 = plan.has_metric("w2");
+  s.elementwise = plan.needs(MetricPass::elementwise);
+  s.w2 = plan.needs(MetricPass::sorted_w2);
   return s;
 }
 

@@ -5,7 +5,8 @@
 //
 // The renderer is the Python package analysis/report (matplotlib, numpy, h5py from Debian's
 // python3-* packages). This job finds an interpreter and the package, checks that the modules import,
-// runs `PYTHON -B REPORT_DIR OUT --quiet --into OUT/report.staging` (posix_spawn through
+// runs `PYTHON -B REPORT_DIR OUT --quiet --into OUT/report.staging` with FASTUDY_BIN set to this
+// program, whose `fastudy readings --json` the renderer reads (posix_spawn through
 // fastudy-spawn, no shell, so no quoting of paths; the child dies with fastudy), moves the finished
 // report into place and turns a failure into a fastudy::Error with a hint, leaving nothing new behind.
 // Under MPI (`fastudy run`, or `mpirun -n N fastudy report OUT`) only rank 0 renders.
@@ -107,6 +108,15 @@ std::string executable_path(const std::string& name) {
   return "";
 }
 
+// This program's path (fastudy-lite or fastudy-main; both answer `readings`).
+std::string this_program() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw Error("cannot tell this program's path (/proc/self/exe: " + ec.message() + ")",
+                      "run fastudy on Linux with /proc mounted");
+  return exe.string();
+}
+
 // fastudy-spawn beside this program (jobs/spawn.cpp), which starts a child that dies with fastudy.
 std::string spawn_helper() {
   std::error_code ec;
@@ -155,6 +165,15 @@ int run_process(const std::vector<std::string>& args, std::string* output) {
     close_all();
     throw Error("stopped by a signal before " + args[0] + " started", "run it again");
   }
+  // The child's environment: this one, with FASTUDY_BIN naming this program, which the renderer asks for
+  // the readings table (`fastudy readings --json`, analysis/report/readings.py): the report describes the
+  // readings of the build that renders it.
+  std::vector<std::string> env_words{"FASTUDY_BIN=" + this_program()};
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::strncmp(*e, "FASTUDY_BIN=", 12) != 0) env_words.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& w : env_words) envp.push_back(w.data());
+  envp.push_back(nullptr);
   std::vector<std::string> words{helper, std::to_string(::getpid()), std::to_string(kErrnoFd), exe};
   words.insert(words.end(), args.begin() + 1, args.end());
   std::vector<char*> argv;
@@ -180,7 +199,7 @@ int run_process(const std::vector<std::string>& args, std::string* output) {
   posix_spawnattr_setsigdefault(&attr, &stops);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
-  const int spawn_errno = ::posix_spawn(&pid, helper.c_str(), &actions, &attr, argv.data(), environ);
+  const int spawn_errno = ::posix_spawn(&pid, helper.c_str(), &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   ::close(exec_fd[1]);
@@ -378,7 +397,8 @@ void render(const Study& st, const std::string& out_dir) {
     fs::remove_all(staging, ec);
     if (rc == kRendererCannotWrite) throw SilentExit(kExitFailure);  // it printed the one line naming the disk
     throw Error("the report renderer failed (exit code " + std::to_string(rc) + "); nothing was written",
-                "its message is above; rerun it alone with: " + python + " " + script.string() + " " + out_dir);
+                "its message is above; rerun it alone with: FASTUDY_BIN=" + shell_quote(this_program()) + " " + python +
+                    " " + script.string() + " " + out_dir);
   }
   try {
     publish(out, staging);

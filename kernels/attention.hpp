@@ -7,6 +7,7 @@
 // lse (log-sum-exp of each softmax row, natural log, scaled scores) is [B, H, N].
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -182,8 +183,8 @@ inline constexpr PolicyStep kPolicySteps[] = {
 // The step named `name`, or null.
 const PolicyStep* find_policy_step(std::string_view name);
 
-// The readings: which implementation of attention in format f each preset models, per kind. Under
-// every reading but pure the baseline kind is the framework baseline as PyTorch users write it:
+// The readings: which implementation of attention in format f each models, per kind. Under every
+// reading but pure the baseline kind is the framework baseline as PyTorch users write it:
 // `softmax((q @ k.T) * scale) @ v` on tensors of f (S and P stored in f, matmuls and the softmax
 // computing in fp32 inside; scale `after`).
 //   pure   every step of both kinds in f, every add of every accumulation rounded: a
@@ -204,23 +205,37 @@ const PolicyStep* find_policy_step(std::string_view name);
 //   mixed  a documented hypothetical reading, no known kernel: storage in f (S included, rounded
 //          after the scale), every in-op value and all of flash's running state in fp32, framework
 //          flash structure (KV tiles first to last, exp of S - m, P rounded before its row sum).
-// Every preset rounds to nearest; fp64 runs every step in fp64.
-struct PolicyPreset {
-  std::string_view name;
-  std::string_view models;
+// Every reading rounds to nearest; fp64 runs every step in fp64.
+//
+// A reading is one row of kReadings (kernels/attention_common.cpp, next to the function that makes its
+// policies): the help, `fastudy readings` (the report reads its --json listing), the grid parser, the
+// CUDA capability check and the tests all read that table. A new reading is a row plus its policy
+// function; the kernels run any policy (kernels/detail/dispatch.hpp picks the rounding object from the
+// policy's formats, not from its name).
+//
+// How a reading makes the policy of one attention kind in format f; `name` becomes the policy's name.
+using ReadingPolicyFn = PrecisionPolicy (*)(std::string_view name, Format f, AttentionKind kind);
+struct Reading {
+  std::string_view name;    // the word of grid.toml ([attention] policy, a custom policy's preset)
+  std::string_view models;  // what code it models, in one line (`fastudy --help`, `fastudy readings`)
+  std::string_view source;  // the source it cites for that code ("" for a reading that models none)
+  ReadingPolicyFn policy;   // how to make its policies
+  bool cuda;                // whether the CUDA attention kernels run it (at fp32, fp16 and bf16): a
+                            // sweep or variant that asks the GPU for another reading is refused at load
+  std::string_view report;  // its description in the report (analysis/report/readings.py)
 };
-inline constexpr PolicyPreset kPolicyPresets[] = {
-    {"pure", "every step in the format, every add of every accumulation rounded"},
-    {"eager", "framework ops (PyTorch) in the format: fp32 inside each op; op outputs and flash's running state "
-              "in the format"},
-    {"fa2", "the FlashAttention-2 CUDA kernel: S, statistics and running O in fp32 registers, P rounded only "
-            "for P.V, scale folded into exp2, KV blocks last to first"},
-    {"fa3", "the FlashAttention-3 Hopper kernel: as fa2 at fp16/bf16; at fp8 its FP8 path (block "
-            "quantization, incoherent processing, P in fp8)"},
-    {"mixed", "hypothetical (no known kernel): storage in the format, S included; inside ops and running "
-              "state in fp32"},
+// The rows, in the order of the help and `fastudy readings` (ReadingTable: begin/end, C++17 has no span).
+struct ReadingTable {
+  const Reading* first;
+  std::size_t count;
+  const Reading* begin() const { return first; }
+  const Reading* end() const { return first + count; }
 };
-// The policy of `kind` under reading `preset` in format f; throws Error for an unknown preset.
+extern const ReadingTable kReadings;
+// The reading named `name`, or null.
+const Reading* find_reading(std::string_view name);
+
+// The policy of `kind` under reading `preset` in format f; throws Error for an unknown reading.
 PrecisionPolicy make_policy(std::string_view preset, Format f, AttentionKind kind);
 // A reading's policies, one per attention kind.
 struct ReadingPolicies {
@@ -230,6 +245,8 @@ struct ReadingPolicies {
 ReadingPolicies make_reading(std::string_view preset, Format f);
 // "pure, eager, fa2, fa3, mixed"
 std::string policy_preset_names();
+// The readings the CUDA kernels run, for messages: "pure, eager, fa2, fa3 and mixed".
+std::string cuda_reading_names();
 bool is_policy_preset(std::string_view name);
 
 // kv_outer: FlashAttention-1 (outer loop over K/V blocks, O re-normalised after every tile).

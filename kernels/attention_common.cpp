@@ -1,6 +1,6 @@
-// Precision-policy presets (one policy per reading and attention kind), the names of attention kinds,
-// loop orders, flash kernels, scale placements and quantizations, and the fp64 golden
-// reference (naive loops, no rounding) that every fast kernel is validated against.
+// The readings (kReadings: a row and a policy function each, one policy per attention kind), the
+// names of attention kinds, loop orders, flash kernels, scale placements and quantizations, and the
+// fp64 golden reference (naive loops, no rounding) that every fast kernel is validated against.
 //
 // B batch, H heads, N sequence, d head dim; tensors are contiguous [B, H, N, d], lse is [B, H, N].
 #include <algorithm>
@@ -75,34 +75,94 @@ PrecisionPolicy fa3_fp8(std::string_view name, Format f, AttentionKind kind) {
   return p;
 }
 
+// ---- the readings: one policy function each, then their table -------------------------------------
+
+PrecisionPolicy pure_policy(std::string_view name, Format f, AttentionKind) { return storage_policy(name, f); }
+
+PrecisionPolicy eager_policy(std::string_view name, Format f, AttentionKind kind) {
+  if (kind == AttentionKind::baseline) return framework_baseline(name, f);
+  PrecisionPolicy p = storage_policy(name, f);
+  in_op_fp32(p, f);
+  p.scale = ScalePlacement::after;  // S = (q @ k.T) * scale per tile, as a re-implementation writes it
+  return p;
+}
+
+PrecisionPolicy fa2_policy(std::string_view name, Format f, AttentionKind kind) {
+  return kind == AttentionKind::flash ? kernel_flash(name, f, FlashKernel::fa2) : framework_baseline(name, f);
+}
+
+PrecisionPolicy fa3_policy(std::string_view name, Format f, AttentionKind kind) {
+  if (is_fp8(f)) return fa3_fp8(name, f, kind);
+  return kind == AttentionKind::flash ? kernel_flash(name, f, FlashKernel::fa3) : framework_baseline(name, f);
+}
+
+PrecisionPolicy mixed_policy(std::string_view name, Format f, AttentionKind kind) {
+  if (kind == AttentionKind::baseline) return framework_baseline(name, f);
+  PrecisionPolicy p = storage_policy(name, f);
+  in_op_fp32(p, f);
+  state_fp32(p, f);
+  return p;
+}
+
+// The readings (kernels/attention.hpp says what each models and how the table is read). `.cuda`: the
+// CUDA kernels' dispatch (kernels/cuda/tile_dispatch.hpp) takes the reading's policies of fp32, fp16 and
+// bf16, both kinds (tests/gpu/test_tile_math.cpp checks the field against it).
+constexpr Reading kReadingRows[] = {
+    {.name = "pure",
+     .models = "every step in the format, every add of every accumulation rounded",
+     .source = "",
+     .policy = pure_policy,
+     .cuda = true,
+     .report = "every step in the format, every add of every accumulation rounded"},
+    {.name = "eager",
+     .models = "framework ops (PyTorch) in the format: fp32 inside each op; op outputs and flash's running state "
+               "in the format",
+     .source = "PyTorch eager ops on bf16/fp16 tensors (aten's opmath_t: fp32 inside each op, its output rounded)",
+     .policy = eager_policy,
+     .cuda = true,
+     .report = "a framework-level re-implementation (PyTorch ops on bf16/fp16 tensors): each op in fp32, its output "
+               "and flash's state between key/value tiles in the format"},
+    {.name = "fa2",
+     .models = "the FlashAttention-2 CUDA kernel: S, statistics and running O in fp32 registers, P rounded only "
+               "for P.V, scale folded into exp2, KV blocks last to first",
+     .source = "Dao-AILab/flash-attention csrc/flash_attn/src (flash_fwd_kernel.h, flash_bwd_kernel.h, softmax.h)",
+     .policy = fa2_policy,
+     .cuda = true,
+     .report = "the FlashAttention-2 CUDA kernel"},
+    {.name = "fa3",
+     .models = "the FlashAttention-3 Hopper kernel: as fa2 at fp16/bf16; at fp8 its FP8 path (block "
+               "quantization, incoherent processing, P in fp8)",
+     .source = "Dao-AILab/flash-attention hopper/ (softmax.h, mainloop_fwd_sm90_tma_gmma_ws.hpp, flash_api.cpp, "
+               "flash_fwd_launch_template.h); FlashAttention-3 paper §3.3, §4.3",
+     .policy = fa3_policy,
+     .cuda = true,
+     .report = "the FlashAttention-3 Hopper kernel"},
+    {.name = "mixed",
+     .models = "hypothetical (no known kernel): storage in the format, S included; inside ops and running "
+               "state in fp32",
+     .source = "",
+     .policy = mixed_policy,
+     .cuda = true,
+     .report = "a hypothetical reading: storage in the format, in-op values and running state in fp32; no known "
+               "kernel does exactly this"},
+};
+
 }  // namespace
+
+const ReadingTable kReadings{kReadingRows, sizeof kReadingRows / sizeof kReadingRows[0]};
+
+const Reading* find_reading(std::string_view name) {
+  for (const Reading& r : kReadings)
+    if (r.name == name) return &r;
+  return nullptr;
+}
 
 Format input_format(const PrecisionPolicy& p, Format storage) {
   return p.quantization == Quantization::none ? storage : Format::fp32;
 }
 
 PrecisionPolicy make_policy(std::string_view preset, Format f, AttentionKind kind) {
-  const bool flash = kind == AttentionKind::flash;
-  if (preset == "pure") return storage_policy(preset, f);
-  if (preset == "eager") {
-    if (!flash) return framework_baseline(preset, f);
-    PrecisionPolicy p = storage_policy(preset, f);
-    in_op_fp32(p, f);
-    p.scale = ScalePlacement::after;  // S = (q @ k.T) * scale per tile, as a re-implementation writes it
-    return p;
-  }
-  if (preset == "mixed") {
-    if (!flash) return framework_baseline(preset, f);
-    PrecisionPolicy p = storage_policy(preset, f);
-    in_op_fp32(p, f);
-    state_fp32(p, f);
-    return p;
-  }
-  if (preset == "fa2") return flash ? kernel_flash(preset, f, FlashKernel::fa2) : framework_baseline(preset, f);
-  if (preset == "fa3") {
-    if (is_fp8(f)) return fa3_fp8(preset, f, kind);
-    return flash ? kernel_flash(preset, f, FlashKernel::fa3) : framework_baseline(preset, f);
-  }
+  if (const Reading* r = find_reading(preset)) return r->policy(preset, f, kind);
   throw Error("unknown precision policy preset '" + std::string(preset) + "'",
               "use one of: " + policy_preset_names() + ", or define [attention.policies." + std::string(preset) +
                   "] in the grid file");
@@ -114,15 +174,21 @@ ReadingPolicies make_reading(std::string_view preset, Format f) {
 
 std::string policy_preset_names() {
   std::string names;
-  for (const auto& preset : kPolicyPresets) names += (names.empty() ? "" : ", ") + std::string(preset.name);
+  for (const Reading& r : kReadings) names += (names.empty() ? "" : ", ") + std::string(r.name);
   return names;
 }
 
-bool is_policy_preset(std::string_view name) {
-  for (const auto& preset : kPolicyPresets)
-    if (preset.name == name) return true;
-  return false;
+std::string cuda_reading_names() {
+  std::vector<std::string_view> names;
+  for (const Reading& r : kReadings)
+    if (r.cuda) names.push_back(r.name);
+  std::string out;
+  for (std::size_t k = 0; k < names.size(); ++k)
+    out += (k == 0 ? "" : k + 1 == names.size() ? " and " : ", ") + std::string(names[k]);
+  return out;
 }
+
+bool is_policy_preset(std::string_view name) { return find_reading(name) != nullptr; }
 
 const PolicyStep* find_policy_step(std::string_view name) {
   for (const auto& step : kPolicySteps)

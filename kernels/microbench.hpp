@@ -43,7 +43,7 @@ std::optional<InputDistribution> parse_input_distribution(std::string_view name)
 struct MicrobenchPoint {
   Pass pass = Pass::forward;
   Format format = Format::fp32;
-  std::string policy = "fa2";  // a reading (pure, eager, fa2, fa3, mixed) or a custom policy's name
+  std::string policy = "fa2";  // a reading (a row of kReadings) or a custom policy's name
   // The rounding mode every step of the policy uses; unset: the policy's own (nearest for a reading).
   std::optional<Rounding> rounding;
   int seq_len = 256, head_dim = 64, block_q = 32, block_kv = 32;

@@ -40,7 +40,7 @@ import numpy as np
 from .doc import Bullets, Section, Table, num, text
 from .figures import COLOURS, KIND_COLOURS, format_key
 from .readers import MICROBENCH_FLOATS, MICROBENCH_INTS, MICROBENCH_OPTIONAL
-from .readings import KERNEL_READINGS, real_codes, reading_words
+from .readings import kernel_readings, real_codes, reading_words
 
 # The columns that identify one measured point (everything but the algorithm and the errors).
 POINT_KEYS = ("sweep", "pass", "format", "policy", "rounding", "seq_len", "head_dim", "block_q", "block_kv", "sram",
@@ -691,7 +691,7 @@ def readings_text(sweep, lines):
         parts += ["No reading reaches the paper's ~10x in this study: the largest flash/baseline ratio is ",
                   num(best[0], "microbench.readings.largest", suffix="x"),
                   f" (`{best[1]}`, {best[2]}, {best[3]} KV tiles, {best[4]}). "]
-    kernels = [name for name in KERNEL_READINGS if any(k[2] == name for k in lines)]
+    kernels = [name for name in kernel_readings() if any(k[2] == name for k in lines)]
     for name in kernels:
         gpu = [(k, v) for k, v in lines.items() if k[2] == name]
         values = [v[m] for _, by_tiles in gpu for v in by_tiles.values() for m in (0, 1) if v[m] == v[m]]
@@ -700,7 +700,7 @@ def readings_text(sweep, lines):
                   num(max(values), f"microbench.readings.{name}.max", suffix="x"),
                   f" over {min(min(b) for _, b in gpu)}–{max(max(b) for _, b in gpu)} KV tiles. "]
     if not kernels:
-        parts.append("The sweep has no reading of a GPU kernel (" + ", ".join(f"`{n}`" for n in KERNEL_READINGS) +
+        parts.append("The sweep has no reading of a GPU kernel (" + ", ".join(f"`{n}`" for n in kernel_readings()) +
                      ") to compare with. ")
     parts.append("Per reading and format, the ratio of max |d| from the fewest to the most tiles: ")
     for i, (k, by_tiles) in enumerate(sorted(lines.items())):

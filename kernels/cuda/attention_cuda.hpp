@@ -1,7 +1,7 @@
 // CUDA attention kernels: baseline (S materialised, softmax, P.V) and flash (tiled online softmax,
 // FA-2 q_outer and FA-1 kv_outer loop orders), forward and backward (flash recomputes P from lse),
 // and the FlashAttention-2/-3 kernels' arithmetic (the fa2, fa3 readings), with storage fp32, fp16
-// (__half) or bf16 (__nv_bfloat16) and the pure, eager, fa2, fa3 and mixed policies.
+// (__half) or bf16 (__nv_bfloat16) and the readings kReadings marks .cuda (cuda_reading_names()).
 // The per-tile arithmetic is kernels/cuda/tile_math.hpp, shared with the host twin
 // (kernels/cuda/tile_reference.hpp) that tests/gpu checks on the CPU. Torch-free.
 //
@@ -30,8 +30,8 @@ bool device_available(std::string* why = nullptr);
 std::size_t check_flash_tiles(std::int64_t br, std::int64_t bc, std::int64_t d);
 
 // storage: the element type of q, k, v, o (fp32 -> float, fp16 -> __half, bf16 -> __nv_bfloat16).
-// params.policy must be a policy the tiles run (cuda_tile::tile_storage_format: pure, eager, fa2, fa3,
-// mixed of fp32/fp16/bf16);
+// params.policy must be a policy the tiles run (cuda_tile::tile_storage_format: a reading kReadings marks
+// .cuda, of fp32/fp16/bf16);
 // with fp16/bf16 storage it must be that format's policy, with fp32 storage any of them (values are
 // rounded on load). B*H at most 65535, d at most 1024. lse may be null. params.threads is ignored.
 // The flash kind of the readings whose products are tensor-core products (eager, mixed, fa2, fa3 at

@@ -29,7 +29,7 @@ namespace fastudy::cuda {
 bool cpu_bit_identity_promised(const MicrobenchRun& run, AttentionKind kind);
 
 // The two rows (cuda_flash, cuda_baseline) of a run filled by run_microbench_point(..., keep). The
-// policies must be ones the CUDA kernels run (a pure, eager, fa2, fa3 or mixed reading of fp32, fp16 or bf16,
+// policies must be ones the CUDA kernels run (a reading kReadings marks .cuda, of fp32, fp16 or bf16,
 // rounding to nearest): UsageError otherwise. Runs on the current CUDA device.
 // `values`, when given, receives each row's output under its algorithm's name (OUT/microbench_outputs.h5).
 std::vector<MicrobenchRow> microbench_cuda_rows(const MicrobenchRun& run,

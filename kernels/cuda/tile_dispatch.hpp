@@ -5,8 +5,9 @@
 // of fp32, fp16, bf16 and (C, R) = (S, S) (pure), (fp32, S) (eager and the framework baseline) or
 // (fp32, fp32) (mixed, fa2, fa3); s in S, or in fp32 with the FlashAttention kernels (fa2, fa3); no
 // quantization, FrameworkOps::opmath (LibTorch 1.x's CPU semantics are the CPU kernels' only), rounding
-// to nearest. Other policies throw UsageError naming the policy (the CPU
-// kernels run every policy).
+// to nearest. Other policies throw UsageError naming the policy (the CPU kernels run every policy).
+// The readings whose policies of fp32, fp16 and bf16 are all among these say so in their row
+// (kReadings' .cuda, kernels/attention_common.cpp; tests/gpu/test_tile_math.cpp holds the two together).
 #pragma once
 
 #include <string>
@@ -36,8 +37,9 @@ inline Format tile_storage_format(const PrecisionPolicy& p) {
                          std::string(to_string(p.quantization)) + ", framework ops " +
                          std::string(to_string(p.framework_ops)) + ", rounding " +
                          std::string(to_string(p.rounding)) + ") is not available in the CUDA attention kernels",
-                     "the CUDA kernels run the pure, eager, fa2, fa3 and mixed readings of fp32, fp16 and bf16 "
-                     "rounding to nearest; use the CPU kernels for other policies");
+                     "the CUDA kernels run the " + cuda_reading_names() +
+                         " readings of fp32, fp16 and bf16 rounding to nearest; use the CPU kernels for other "
+                         "policies");
   }
   return s;
 }

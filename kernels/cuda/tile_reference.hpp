@@ -12,7 +12,7 @@
 namespace fastudy::cuda_tile {
 
 // Baseline or flash (params.attention, params.order or the policy's kernel, block sizes) in a policy of
-// the readings the tiles run (pure, eager, fa2, fa3, mixed of fp32/fp16/bf16);
+// the readings the tiles run (those kReadings marks .cuda, of fp32/fp16/bf16);
 // throws UsageError for other policies. lse may be null.
 AttentionStats attention_forward_host(const AttentionShape& shape, const AttentionParams& params, const float* q,
                                       const float* k, const float* v, float* o, float* lse);

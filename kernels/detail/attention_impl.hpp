@@ -28,12 +28,12 @@
 //                      parameters) and forward_heads / backward_heads, the ISA table's functions
 //
 // How to add
-//   a reading   a row of kPolicyPresets and a branch of make_policy (kernels/attention.hpp,
-//               attention_common.cpp). When its storage, in-op and state steps are each in one format,
-//               a line in dispatch_classes (dispatch.hpp) gives it a StaticRounding; any other policy
-//               runs on RuntimeRounding, with the same results, only slower.
+//   a reading   a row of kReadings and the function that makes its policies (kernels/attention_common.cpp;
+//               .cuda where the CUDA dispatch takes them). When its storage, in-op and state steps are each
+//               in one format, a line in dispatch_classes (dispatch.hpp) gives it a StaticRounding; any
+//               other policy runs on RuntimeRounding, with the same results, only slower.
 //   a step      a PrecisionPolicy member, its kPolicySteps row (kernels/attention.hpp) and its format
-//               in each preset (make_policy); in rounding.hpp a StepId value and a method of the same
+//               in each reading (kReadings); in rounding.hpp a StepId value and a method of the same
 //               name in StaticRounding (with its class in format_of) and RuntimeRounding (and its
 //               format_of case); its class in the uniformity test of dispatch_rounding; then
 //               rd.<step>(x) where the kernels round it, a line in the op decomposition below, and the

@@ -64,11 +64,12 @@ std::optional<SweepProblem> real_kernel_problem(const MicrobenchSweep& sw) {
                                 " (they run fp32, fp16 and bf16)",
                             "put the other formats in a sweep of their own without \"cuda\""};
     for (const auto& p : sw.policies)
-      if (p != "pure" && p != "eager" && p != "fa2" && p != "fa3" && p != "mixed")
+      if (const Reading* r = find_reading(p); r == nullptr || !r->cuda)
         return SweepProblem{"policies",
                             "devices lists \"cuda\", and the CUDA kernels do not run policy \"" + p +
-                                "\" (they run the readings pure, eager, fa2, fa3 and mixed)",
-                            "put custom policies in a sweep of their own without \"cuda\""};
+                                "\" (they run the readings " + cuda_reading_names() + ")",
+                            r == nullptr ? "put custom policies in a sweep of their own without \"cuda\""
+                                         : "put the reading " + p + " in a sweep of its own without \"cuda\""};
     for (Rounding r : sw.roundings)
       if (r != Rounding::nearest)
         return SweepProblem{"roundings",

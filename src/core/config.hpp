@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/pair_metrics.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/format.hpp"
 #include "kernels/fa2_launch.hpp"
@@ -120,7 +121,7 @@ struct AttentionConfig {
   int block_q = 32;
   int block_kv = 32;
   LoopOrder loop_order = LoopOrder::q_outer;
-  // A reading (pure, eager, fa2, fa3, mixed) or the name of a [attention.policies.NAME]. The default stays
+  // A reading (a row of kReadings: pure, eager, ...) or the name of a [attention.policies.NAME]. The default stays
   // mixed (the hypothetical reading), so that grids without the key keep their resolved text and hash.
   std::string policy = "mixed";
   std::map<std::string, CustomPolicy> custom_policies;
@@ -207,7 +208,7 @@ struct MicrobenchConfig {
 };
 
 struct ReduceConfig {
-  std::vector<std::string> metrics{"w1", "max_abs", "mean_abs", "rel_l2"};  // written; w2 only when listed
+  std::vector<std::string> metrics = default_pair_metrics();  // kPairMetrics' names (base/pair_metrics.hpp)
   std::vector<std::int64_t> steps;   // empty: every checkpoint step
   bool per_tensor = true;            // the distances of every tensor (false: the whole model's only)
   bool whole_model = true;           // the whole model's (false: no ranking or verdict, which rest on them)

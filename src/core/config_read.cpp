@@ -30,7 +30,6 @@ namespace {
 
 const std::vector<std::string> kTileRules{"paper", "swapped", "square"};
 const std::vector<std::string> kMicrobenchDevices{"cpu", "cuda"};  // [microbench] devices
-const std::vector<std::string> kMetrics{"w1", "w2", "max_abs", "mean_abs", "rel_l2"};
 
 std::vector<std::string> policy_step_names() {
   std::vector<std::string> out;
@@ -40,7 +39,7 @@ std::vector<std::string> policy_step_names() {
 
 std::vector<std::string> preset_names() {
   std::vector<std::string> names;
-  for (const auto& preset : kPolicyPresets) names.emplace_back(preset.name);
+  for (const Reading& r : kReadings) names.emplace_back(r.name);
   return names;
 }
 
@@ -624,7 +623,7 @@ void read_reduce_pairs(Section& red, ReduceConfig& rc) {
 }
 
 void read_reduce(Section red, ReduceConfig& rc) {
-  red.get_words("metrics", rc.metrics, kMetrics);
+  red.get_words("metrics", rc.metrics, pair_metric_names());
   if (const toml::array* steps = red.array("steps")) {
     rc.steps.clear();
     for (const auto& el : *steps) {

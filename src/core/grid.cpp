@@ -469,7 +469,7 @@ std::string axis_value_problem(const Study& st, const GridAxis& row, const std::
   switch (row.type) {
     case AxisType::word: {
       std::vector<std::string> policies;
-      for (const auto& preset : kPolicyPresets) policies.emplace_back(preset.name);
+      for (const Reading& r : kReadings) policies.emplace_back(r.name);
       for (const auto& [name, custom] : st.attention.custom_policies) policies.push_back(name);
       const std::vector<std::string> allowed = row.allowed(policies);
       if (std::find(allowed.begin(), allowed.end(), x) != allowed.end()) return "";

@@ -366,6 +366,28 @@ TEST(Pairwise, APairListGivesThoseEntriesOfAllPairs) {
   EXPECT_THROW(listed.combine(other), DistanceError);
 }
 
+// Every row of kPairMetrics (base/pair_metrics.hpp) names a value the engine fills, which the reduce
+// writes by the row alone: positive and finite for two different variants, NaN for a pair the partials
+// did not list.
+TEST(Pairwise, EveryMetricRowIsAValueTheEngineFills) {
+  const Data d = make_data(3, kPairwiseBlock + 7, 6);
+  SortedSet<float> set;
+  for (const float* v : d.ptrs()) set.add(ArrayView<float>(v, d.n));
+  PairwisePartials listed(3, {{0, 1}});
+  accumulate_sorted(set, 0, d.n, listed);
+  accumulate_elementwise(d.ptrs(), 0, d.n, listed);
+  const PairwiseMatrix m = listed.finalize();
+  for (const PairMetric& metric : kPairMetrics) {
+    EXPECT_GT(m.at(0, 1).*metric.value, 0.0) << metric.name;
+    EXPECT_TRUE(std::isfinite(m.at(1, 0).*metric.value)) << metric.name;
+    EXPECT_TRUE(std::isnan(m.at(0, 2).*metric.value)) << metric.name;
+    EXPECT_EQ(m.at(1, 1).*metric.value, 0.0) << metric.name;
+    EXPECT_EQ(pair_metric_index(metric.name), static_cast<std::size_t>(&metric - kPairMetrics));
+  }
+  EXPECT_EQ(pair_metric_index("w3"), kPairMetricCount);
+  EXPECT_EQ(m.at(0, 1).w1, m.at(0, 1).*kPairMetrics[pair_metric_index("w1")].value);
+}
+
 TEST(Pairwise, InputChecks) {
   SortedSet<float> set;
   set.add(std::vector<float>{1, 2, 3});

@@ -8,9 +8,12 @@
 #include <string>
 
 #include "fastudy/version.hpp"  // FASTUDY_CUDA_KERNELS, FASTUDY_TORCH_SDPA, FASTUDY_TORCH_CUDA
+#include "kernels/attention.hpp"
 #include "tests/cli/cli_util.hpp"
 
 using namespace fastudy::test;
+using fastudy::kReadings;
+using fastudy::Reading;
 namespace fs = std::filesystem;
 
 namespace {
@@ -27,6 +30,25 @@ TEST(Cli, HelpAndVersion) {
   RunResult v = run_fastudy("--version");
   EXPECT_EQ(v.code, 0);
   EXPECT_NE(v.output.find("fastudy 0."), std::string::npos);
+}
+
+// `fastudy readings`: the readings table (kReadings) as text and as the JSON the report's renderer
+// reads, answered without a grid; anything but --json is a usage error.
+TEST(Cli, ReadingsListsEveryRowOfTheTable) {
+  const RunResult text = run_fastudy("readings");
+  EXPECT_EQ(text.code, 0) << text.output;
+  const RunResult json = run_fastudy("readings --json");
+  EXPECT_EQ(json.code, 0) << json.output;
+  for (const Reading& r : kReadings) {
+    EXPECT_NE(text.output.find("  " + std::string(r.name) + " "), std::string::npos) << r.name;
+    EXPECT_NE(json.output.find("\"name\": \"" + std::string(r.name) + "\""), std::string::npos) << r.name;
+    EXPECT_NE(json.output.find("\"report\": \"" + std::string(r.report) + "\""), std::string::npos) << r.name;
+  }
+  EXPECT_NE(text.output.find("source: Dao-AILab/flash-attention csrc/flash_attn/src"), std::string::npos) << text.output;
+  EXPECT_NE(run_fastudy("--help").output.find("  readings    list the readings"), std::string::npos);
+  const RunResult bad = run_fastudy("readings --csv");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("takes no argument but --json (got '--csv')"), std::string::npos) << bad.output;
 }
 
 TEST(Cli, EveryJobHasHelp) {

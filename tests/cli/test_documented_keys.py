@@ -1432,6 +1432,23 @@ def _(t, s, name):
     t.assertRegex(fastudy("--version").output, r"fastudy \d+\.\d+\.\d+")
 
 
+@option("readings --json", studies=())
+def _(t, s, name):
+    # The readings table as a reader sees it, then as the report's renderer reads it (analysis/report/readings.py).
+    text = fastudy("readings").output
+    for reading in ("pure", "eager", "fa2", "fa3", "mixed"):
+        t.assertRegex(text, rf"(?m)^  {reading} +\S")
+    t.assertIn("source: Dao-AILab/flash-attention csrc/flash_attn/src", text)
+    t.assertIn("runs on: the CPU and the CUDA kernels", text)
+    rows = json.loads(fastudy("readings", "--json").output)["readings"]
+    t.assertEqual([r["name"] for r in rows], ["pure", "eager", "fa2", "fa3", "mixed"])
+    t.assertEqual([r["name"] for r in rows if r["gpu_kernel"]], ["fa2", "fa3"])
+    t.assertTrue(all(r["cuda"] for r in rows))
+    t.assertEqual(rows[2]["report"], "the FlashAttention-2 CUDA kernel")
+    bad = fastudy("readings", "--xml", expect=2)
+    t.assertIn("`fastudy readings` takes no argument but --json (got '--xml')", bad.output)
+
+
 @option("* --out", studies=("heads",))
 def _(t, s, name):
     t.assertTrue((s["heads"].out / "checkpoints" / "fp32").is_dir())

@@ -123,6 +123,9 @@ const BadCase kCases[] = {
      "did you mean `sdpa_flash`?"},
     {"microbench_cuda_fp64", "[microbench]\nformats = [\"fp64\", \"bf16\"]\ndevices = [\"cpu\", \"cuda\"]\n", 2,
      "microbench.formats", "the CUDA kernels do not run fp64"},
+    {"microbench_cuda_custom_policy", "[attention.policies.x]\npreset = \"fa2\"\n[microbench]\nformats = [\"bf16\"]\n"
+     "policies = [\"x\"]\ndevices = [\"cpu\", \"cuda\"]\n", 5, "microbench.policies",
+     "do not run policy \"x\" (they run the readings pure, eager, fa2, fa3 and mixed)"},
     {"microbench_cuda_stochastic", "[microbench]\nformats = [\"bf16\"]\nroundings = [\"stochastic\"]\n"
      "devices = [\"cpu\", \"cuda\"]\n", 3, "microbench.roundings", "round to nearest only"},
     {"microbench_framework_fp32", "[microbench]\nformats = [\"fp32\", \"bf16\"]\nframework = [\"sdpa_flash\"]\n", 2,

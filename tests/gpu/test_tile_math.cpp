@@ -118,7 +118,8 @@ void check_twin_forward(std::int64_t n, std::int64_t d) {
     const AttentionShape shape = make_shape(n, d, causal);
     const std::size_t size = static_cast<std::size_t>(shape.batch * shape.heads * n * d);
     const std::vector<float> q0 = random_normal(size, 11), k0 = random_normal(size, 12), v0 = random_normal(size, 13);
-    for (const auto& reading : kPolicyPresets) {
+    for (const auto& reading : kReadings) {
+      if (!reading.cuda) continue;
       const std::string preset(reading.name);
       for (Format f : kCudaFormats) {
         // The reference on Q, K, V rounded to f, as the kernels store them (both kinds alike).
@@ -160,7 +161,8 @@ TEST(TileMath, BackwardWithinUnitRoundoffBoundOfReference) {
     const std::size_t size = static_cast<std::size_t>(shape.batch * shape.heads * 21 * 8);
     const std::vector<float> q0 = random_normal(size, 21), k0 = random_normal(size, 22), v0 = random_normal(size, 23);
     const std::vector<float> g0 = random_normal(size, 24);
-    for (const auto& reading : kPolicyPresets) {
+    for (const auto& reading : kReadings) {
+      if (!reading.cuda) continue;
       const std::string preset(reading.name);
       for (Format f : kCudaFormats) {
         // Q, K, V and dO rounded to f (the storage and grad formats of both kinds).
@@ -263,8 +265,9 @@ TEST(TileMath, MaxOffsetMatchesTheCpuKernels) {
       for (std::int64_t t = 0; t < d; ++t) k0[(h * n + j) * d + t] = 3.0f * q0[(h * n + 5) * d + t];
   // bf16 (the tensor-core readings within the bounds, pure bit for bit with the CPU kernels) and fp32
   // (every reading bit for bit).
-  for (const auto& reading : kPolicyPresets)
+  for (const auto& reading : kReadings)
   for (Format f : {Format::bf16, Format::fp32}) {
+    if (!reading.cuda) continue;
     const std::string preset(reading.name);
     for (const Variant& var : kVariants) {
       PrecisionPolicy policy = make_policy(preset, f, var.attention);
@@ -284,6 +287,25 @@ TEST(TileMath, MaxOffsetMatchesTheCpuKernels) {
       EXPECT_TRUE(bit_equal(twin_b.grad, check_backward<float>(ref, params).grad)) << what << " grad";
     }
   }
+}
+
+// A reading's row says whether the CUDA kernels run it (kReadings' .cuda: the sweep check and the help
+// read it); the dispatch decides from the policies themselves. The two agree: a reading marked cuda has
+// every policy of fp32, fp16 and bf16 (both kinds) accepted, any other has one refused.
+TEST(TileMath, ReadingRowsSayWhatTheDispatchRuns) {
+  for (const auto& reading : kReadings) {
+    std::string refused;
+    for (Format f : kCudaFormats)
+      for (AttentionKind kind : {AttentionKind::flash, AttentionKind::baseline}) {
+        try {
+          EXPECT_EQ(cuda_tile::tile_storage_format(make_policy(reading.name, f, kind)), f) << reading.name;
+        } catch (const UsageError& e) {
+          refused = e.what();
+        }
+      }
+    EXPECT_EQ(refused.empty(), reading.cuda) << reading.name << ": " << refused;
+  }
+  EXPECT_EQ(cuda_reading_names(), "pure, eager, fa2, fa3 and mixed");
 }
 
 TEST(TileMath, UnsupportedPoliciesAreRefusedWithTheirName) {

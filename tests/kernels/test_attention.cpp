@@ -86,7 +86,7 @@ template <class T>
 void check_forward_against_reference(int block_q, int block_kv, std::int64_t n, std::int64_t d) {
   for (bool causal : {false, true}) {
     const Inputs in = make_inputs(1, 2, n, d, causal, 100 + n);
-    for (const auto& reading : kPolicyPresets) {
+    for (const auto& reading : kReadings) {
       const std::string_view preset = reading.name;
       for (Format f : kAllFormats) {
         // The reference sees the inputs as the kernels hold them (rounded to the reading's input formats
@@ -150,7 +150,7 @@ TEST(Attention, OneHotAttentionIsExact) {
       for (std::int64_t t = 0; t < d; ++t) q[i * d + t] = t == target[i] ? 0.0 : -256.0;
       for (std::int64_t t = 0; t < d; ++t) v[i * d + t] = vals[(i + 3 * t) % 8];
     }
-    for (const auto& reading : kPolicyPresets) {
+    for (const auto& reading : kReadings) {
       for (Format f : kAllFormats) {
         for (const Variant& var : kVariants) {
           // FA3's FP8 path quantizes V with a scale: O is V up to that rounding, not exactly.
@@ -241,7 +241,7 @@ void check_backward_against_reference() {
   for (bool causal : {false, true}) {
     const Inputs in = make_inputs(1, 2, 21, 8, causal, 300);
     const std::vector<double> dout_raw = random_normal(in.q.size(), 301);
-    for (const auto& reading : kPolicyPresets) {
+    for (const auto& reading : kReadings) {
       const std::string_view preset = reading.name;
       for (Format f : {Format::fp64, Format::fp32, Format::tf32, Format::fp16, Format::bf16}) {
         // Q, K, V, dO rounded to f (the storage and grad formats, the same for both kinds).
@@ -346,7 +346,7 @@ TEST(Attention, RescaleCounts) {
 // never uses, moves the policy from the first path to the second.
 TEST(Attention, StaticAndRuntimeRoundingAgreeBitForBit) {
   const Inputs in = make_inputs(1, 2, 40, 16, true, 55);
-  for (const auto& reading : kPolicyPresets) {
+  for (const auto& reading : kReadings) {
     for (Format f : kAllFormats) {
       for (const Variant& var : kVariants) {
         AttentionParams params = var.params(make_policy(reading.name, f, var.attention), 9, 16);
@@ -371,7 +371,7 @@ TEST(Attention, StaticAndRuntimeRoundingAgreeBitForBit) {
 TEST(Attention, RoundingModesWithinBoundAndReproducible) {
   const Inputs in = make_inputs(2, 2, 45, 16, true, 71);
   for (Rounding mode : {Rounding::zero, Rounding::stochastic}) {
-    for (const auto& reading : kPolicyPresets) {
+    for (const auto& reading : kReadings) {
       const std::string_view preset = reading.name;
       for (Format f : {Format::fp16, Format::bf16, Format::fp8_e4m3}) {
         PrecisionPolicy flash_policy = make_policy(preset, f, AttentionKind::flash);
@@ -542,7 +542,7 @@ TEST(Attention, NamesAndPolicies) {
                          &PrecisionPolicy::division})
     EXPECT_EQ(eager.*m, Format::fp32);
   EXPECT_EQ(make_policy("eager", Format::fp64, AttentionKind::flash).accum, Format::fp64);
-  for (const auto& preset : kPolicyPresets) {
+  for (const auto& preset : kReadings) {
     EXPECT_TRUE(is_policy_preset(preset.name));
     for (AttentionKind kind : {AttentionKind::flash, AttentionKind::baseline})
       EXPECT_EQ(make_policy(preset.name, Format::fp16, kind).rounding, Rounding::nearest);

@@ -5,14 +5,18 @@ outside the bounds, informative intervals, and partial studies (microbenchmark o
 still training). Run: PYTHONPATH=analysis:tests/report /usr/bin/python3 -m unittest test_report
 """
 
+import json
+import os
 import re
 import shutil
+import subprocess
 import tempfile
 import unittest
 from pathlib import Path
 
 import checks
 import synthetic
+from report import readings
 from report.cli import build_report, main
 
 
@@ -534,6 +538,37 @@ class PartialStudyTest(unittest.TestCase):
         self.render(out)
         self.assertFalse((out / "report_files" / "stale.png").exists())
         self.assertFalse((out / "report_files" / "deviation_heatmap.png").exists())
+
+
+class ReadingsFromTheBinaryTest(unittest.TestCase):
+    """The readings' words come from `fastudy readings --json` of the program FASTUDY_BIN names (the test
+    environment sets it to the build's fastudy, as `fastudy report` sets it to itself)."""
+
+    def setUp(self):
+        readings.table.cache_clear()
+        self.saved = os.environ.get("FASTUDY_BIN")
+
+    def tearDown(self):
+        readings.table.cache_clear()
+        if self.saved is None:
+            os.environ.pop("FASTUDY_BIN", None)
+        else:
+            os.environ["FASTUDY_BIN"] = self.saved
+
+    def test_words_and_kernel_readings_are_the_binarys(self):
+        listed = subprocess.run([os.environ["FASTUDY_BIN"], "readings", "--json"], capture_output=True, text=True,
+                                check=True)
+        rows = json.loads(listed.stdout)["readings"]
+        self.assertEqual([r["name"] for r in rows], list(readings.table()))
+        for r in rows:
+            self.assertEqual(readings.reading_words(r["name"]), r["report"])
+        self.assertEqual(readings.kernel_readings(), ("fa2", "fa3"))
+        self.assertEqual(readings.reading_words("no-such-reading"), "unknown reading")
+
+    def test_a_program_that_cannot_answer_is_named(self):
+        os.environ["FASTUDY_BIN"] = "/bin/false"
+        with self.assertRaisesRegex(readings.ReadingsUnavailable, r"/bin/false readings --json failed \(exit code 1\)"):
+            readings.table()
 
 
 if __name__ == "__main__":

@@ -331,19 +331,29 @@ void fa2_forward_rows(const Fa2Geometry& g, const Fa2Operand& qt, const Fa2Opera
     // row_sum *= scale and acc_o *= scale.
     const FV m_prev = m;
     m = vmax(m, m_tile);
+    FV rescale = splat(1.0f);
     if (!first) {
       const FV cur = m == kNegInf<float> ? FV{} : m;
-      const FV rescale = ex2_lanes((m_prev - cur) * sl2);
-      for (auto& x : l) x *= rescale;
+      rescale = ex2_lanes((m_prev - cur) * sl2);
       for (auto& x : acc) x *= rescale;
     }
     // scale_apply_exp2 with PyTorch's UNFUSE_FMA (softmax.h: `#define UNFUSE_FMA`): max_scaled = max *
     // scale_log2 (0 for -inf), P = exp2f(__fmul_rn(S, scale_log2) - max_scaled); reduce_sum adds each lane's
     // columns 2q, 2q + 1, 8 + 2q, 9 + 2q, ... (q = lane % 4) of the block in order into its own row_sum.
+    // After the first block, `row_sum(mi) *= scores_scale` (softmax_rescale_o) feeds only the first add of
+    // reduce_sum<zero_init=false> (utils.h thread_reduce_: summary(mi) = op(summary(mi), tensor(mi, 0))),
+    // and nvcc (-fmad=true, its default) contracts the two into one fma: row_sum = fma(row_sum,
+    // scores_scale, P of the lane's first column) (the PTX nvcc 13.0 emits for this code:
+    // scripts/fa2_row_sum_ptx.sh). On the first block zero_init starts row_sum at that P (0 + P here).
     const FV max_scaled = m == kNegInf<float> ? FV{} : m * sl2;
     for (int c = 0; c < block_n; ++c) {
       const FV p = ex2_lanes(s[static_cast<std::size_t>(c)] * sl2 - max_scaled);
-      l[(c % 8) / 2] += p;
+      FV& sum = l[(c % 8) / 2];
+      if (c < 8 && c % 2 == 0) {
+        for (int lane = 0; lane < kFL; ++lane) sum[lane] = std::fma(sum[lane], rescale[lane], p[lane]);
+      } else {
+        sum += p;
+      }
       const FV r = round_lanes<F>(p);  // convert_type<Element>(acc_s): P as the A operand of P V
       vstore(p16.data() + c * kFL, r);
       vstore(pe.data() + c * kFL, exponent_lanes<F>(r));

@@ -12,7 +12,8 @@
 //   exp2f, __logf ex2.approx.f32 and lg2.approx.f32, the special function unit's table interpolation
 //                 (kernels/nv_math_model.hpp), logf and expf of the combine kernel libdevice's accurate code;
 //   the rest      one fp32 operation each, rounded to nearest, contracted into an fma where nvcc contracts
-//                 it (checked in the PTX nvcc 13.0 emits for the same expressions) and nowhere else.
+//                 it (checked in the PTX nvcc 13.0 emits for the same expressions, tests/kernels/
+//                 fa2_softmax_ptx.cu for the softmax's) and nowhere else.
 // Storage format F is fp16 or bf16 (FlashAttention-2 runs no other); T is float.
 //
 // B batch, H heads, N sequence, d head dim; one head's tensors are [N, d]; L the vector lanes (rows).
@@ -343,8 +344,8 @@ void fa2_forward_rows(const Fa2Geometry& g, const Fa2Operand& qt, const Fa2Opera
     // After the first block, `row_sum(mi) *= scores_scale` (softmax_rescale_o) feeds only the first add of
     // reduce_sum<zero_init=false> (utils.h thread_reduce_: summary(mi) = op(summary(mi), tensor(mi, 0))),
     // and nvcc (-fmad=true, its default) contracts the two into one fma: row_sum = fma(row_sum,
-    // scores_scale, P of the lane's first column) (the PTX nvcc 13.0 emits for this code:
-    // scripts/fa2_row_sum_ptx.sh). On the first block zero_init starts row_sum at that P (0 + P here).
+    // scores_scale, P of the lane's first column) (the PTX nvcc 13.0 emits for these expressions, checked by
+    // ctest -R fa2_softmax_ptx). On the first block zero_init starts row_sum at that P (0 + P here).
     const FV max_scaled = m == kNegInf<float> ? FV{} : m * sl2;
     for (int c = 0; c < block_n; ++c) {
       const FV p = ex2_lanes(s[static_cast<std::size_t>(c)] * sl2 - max_scaled);
@@ -367,7 +368,8 @@ void fa2_forward_rows(const Fa2Geometry& g, const Fa2Operand& qt, const Fa2Opera
   }
   // normalize_softmax_lse: quad_allreduce_ of row_sum (shfl_xor 2, then 1: (s0 + s2) + (s1 + s3)),
   // inv_sum = 1 / sum (IEEE division; 1 for 0 or NaN), acc_o *= inv_sum, lse = row_max * softmax_scale +
-  // __logf(sum), contracted to fma(row_max, softmax_scale, lg2.approx(sum) * ln2) (PTX of nvcc 13.0).
+  // __logf(sum), contracted to fma(row_max, softmax_scale, lg2.approx(sum) * ln2) (PTX of nvcc 13.0,
+  // ctest -R fa2_softmax_ptx).
   const FV sum = (l[0] + l[2]) + (l[1] + l[3]);
   for (int lane = 0; lane < kFL; ++lane) {
     const float sm = sum[lane];

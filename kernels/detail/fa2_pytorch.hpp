@@ -12,7 +12,8 @@
 //   exp2f, __logf ex2.approx.f32 and lg2.approx.f32, the special function unit's table interpolation
 //                 (kernels/nv_math_model.hpp), logf and expf of the combine kernel libdevice's accurate code;
 //   the rest      one fp32 operation each, rounded to nearest, contracted into an fma where nvcc contracts
-//                 it (checked in the PTX nvcc 13.0 emits for the same expressions) and nowhere else.
+//                 it (checked in the PTX nvcc 13.0 emits for the same expressions, tests/kernels/
+//                 fa2_softmax_ptx.cu for the softmax's) and nowhere else.
 // Storage format F is fp16 or bf16 (FlashAttention-2 runs no other); T is float.
 //
 // B batch, H heads, N sequence, d head dim; one head's tensors are [N, d]; L the vector lanes (rows).
@@ -331,19 +332,29 @@ void fa2_forward_rows(const Fa2Geometry& g, const Fa2Operand& qt, const Fa2Opera
     // row_sum *= scale and acc_o *= scale.
     const FV m_prev = m;
     m = vmax(m, m_tile);
+    FV rescale = splat(1.0f);
     if (!first) {
       const FV cur = m == kNegInf<float> ? FV{} : m;
-      const FV rescale = ex2_lanes((m_prev - cur) * sl2);
-      for (auto& x : l) x *= rescale;
+      rescale = ex2_lanes((m_prev - cur) * sl2);
       for (auto& x : acc) x *= rescale;
     }
     // scale_apply_exp2 with PyTorch's UNFUSE_FMA (softmax.h: `#define UNFUSE_FMA`): max_scaled = max *
     // scale_log2 (0 for -inf), P = exp2f(__fmul_rn(S, scale_log2) - max_scaled); reduce_sum adds each lane's
     // columns 2q, 2q + 1, 8 + 2q, 9 + 2q, ... (q = lane % 4) of the block in order into its own row_sum.
+    // After the first block, `row_sum(mi) *= scores_scale` (softmax_rescale_o) feeds only the first add of
+    // reduce_sum<zero_init=false> (utils.h thread_reduce_: summary(mi) = op(summary(mi), tensor(mi, 0))),
+    // and nvcc (-fmad=true, its default) contracts the two into one fma: row_sum = fma(row_sum,
+    // scores_scale, P of the lane's first column) (the PTX nvcc 13.0 emits for these expressions, checked by
+    // ctest -R fa2_softmax_ptx). On the first block zero_init starts row_sum at that P (0 + P here).
     const FV max_scaled = m == kNegInf<float> ? FV{} : m * sl2;
     for (int c = 0; c < block_n; ++c) {
       const FV p = ex2_lanes(s[static_cast<std::size_t>(c)] * sl2 - max_scaled);
-      l[(c % 8) / 2] += p;
+      FV& sum = l[(c % 8) / 2];
+      if (c < 8 && c % 2 == 0) {
+        for (int lane = 0; lane < kFL; ++lane) sum[lane] = std::fma(sum[lane], rescale[lane], p[lane]);
+      } else {
+        sum += p;
+      }
       const FV r = round_lanes<F>(p);  // convert_type<Element>(acc_s): P as the A operand of P V
       vstore(p16.data() + c * kFL, r);
       vstore(pe.data() + c * kFL, exponent_lanes<F>(r));
@@ -357,7 +368,8 @@ void fa2_forward_rows(const Fa2Geometry& g, const Fa2Operand& qt, const Fa2Opera
   }
   // normalize_softmax_lse: quad_allreduce_ of row_sum (shfl_xor 2, then 1: (s0 + s2) + (s1 + s3)),
   // inv_sum = 1 / sum (IEEE division; 1 for 0 or NaN), acc_o *= inv_sum, lse = row_max * softmax_scale +
-  // __logf(sum), contracted to fma(row_max, softmax_scale, lg2.approx(sum) * ln2) (PTX of nvcc 13.0).
+  // __logf(sum), contracted to fma(row_max, softmax_scale, lg2.approx(sum) * ln2) (PTX of nvcc 13.0,
+  // ctest -R fa2_softmax_ptx).
   const FV sum = (l[0] + l[2]) + (l[1] + l[3]);
   for (int lane = 0; lane < kFL; ++lane) {
     const float sm = sum[lane];

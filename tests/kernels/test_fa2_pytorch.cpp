@@ -4,8 +4,9 @@
 // shared/gpu-truth by scripts/gpu_truth_input.py (fp16 causal d64, bf16 d64, and two d128 cases that take
 // the split-KV kernel and its combine step). The promise, element by element on the same inputs: at
 // least 99% of O, dK and dV (and dQ, whose atomicAdd order the GPU does not fix; two KV blocks here, so
-// every order gives the same sums) bit-identical with the kernel's; lse within 1 fp32 ulp on at least 99%
-// of the rows and within 16 ulp or 2^-22 absolute on all. Also: the launch rules against PyTorch's
+// every order gives the same sums) bit-identical with the kernel's, lse within 1 fp32 ulp on every row.
+// What the reading gives on these cases, and what is asserted: every element of O, lse, dQ, dK and dV
+// bit-identical (docs/benchmarks.md has all eleven recorded cases). Also: the launch rules against PyTorch's
 // heuristic on known shapes, and the CUDA math models against correctly rounded references and against
 // what the H200's special function unit returned (tests/data/sfu_probe/).
 #include <gtest/gtest.h>
@@ -91,15 +92,14 @@ TEST_P(RecordedKernel, ForwardAgreesBitForBit) {
   EXPECT_EQ(fa2_forward_launch(r.shape, kHopperSmCount).num_splits, c.splits);
   std::vector<float> o(r.o.size()), lse(r.lse.size());
   attention_forward<float>(r.shape, pytorch_params(r.format), r.q.data(), r.k.data(), r.v.data(), o.data(), lse.data());
-  EXPECT_GE(identical(o, r.o), 0.99) << c.file;
-  std::size_t within_one = 0;
+  EXPECT_EQ(identical(o, r.o), 1.0) << c.file;  // the promise is >= 99%; every element on these cases
+  // lse: within 1 fp32 ulp on every row; bit-identical is what the reading gives on these cases (the row
+  // sum's rescale contracted into an fma as nvcc compiles it, ex2/lg2.approx as the H200 computes them).
   for (std::size_t i = 0; i < lse.size(); ++i) {
     const std::int64_t ulps = fp32_ulps(lse[i], r.lse[i]);
-    within_one += ulps <= 1;
-    EXPECT_TRUE(ulps <= 16 || std::fabs(lse[i] - r.lse[i]) <= 0x1p-22f)
-        << c.file << " row " << i << ": " << lse[i] << " vs " << r.lse[i];
+    EXPECT_LE(ulps, 1) << c.file << " row " << i << ": " << lse[i] << " vs " << r.lse[i];
   }
-  EXPECT_GE(static_cast<double>(within_one) / static_cast<double>(lse.size()), 0.99) << c.file;
+  EXPECT_EQ(identical(lse, r.lse), 1.0) << c.file;
 }
 
 TEST_P(RecordedKernel, BackwardAgreesBitForBit) {
@@ -109,9 +109,11 @@ TEST_P(RecordedKernel, BackwardAgreesBitForBit) {
   std::vector<float> dq(r.q.size()), dk(r.q.size()), dv(r.q.size());
   attention_backward<float>(r.shape, pytorch_params(r.format), r.q.data(), r.k.data(), r.v.data(), r.o.data(),
                             r.lse.data(), r.dout.data(), dq.data(), dk.data(), dv.data());
-  EXPECT_GE(identical(dk, r.dk), 0.99) << c.file;
-  EXPECT_GE(identical(dv, r.dv), 0.99) << c.file;
-  EXPECT_GE(identical(dq, r.dq), 0.99) << c.file;
+  // The promise is >= 99%; on these cases every element agrees (measured), dQ too: two KV blocks, so the
+  // GPU's atomicAdd order cannot change its sums.
+  EXPECT_EQ(identical(dk, r.dk), 1.0) << c.file;
+  EXPECT_EQ(identical(dv, r.dv), 1.0) << c.file;
+  EXPECT_EQ(identical(dq, r.dq), 1.0) << c.file;
 }
 
 INSTANTIATE_TEST_SUITE_P(H200, RecordedKernel,

@@ -1,7 +1,8 @@
 # Test helpers shared by every tests/ subdirectory.
-#   fastudy_gtest(NAME SOURCES a.cpp b.cpp LIBS lib1 lib2 [LABELS l] [RANKS 1 2 4])
+#   fastudy_gtest(NAME SOURCES a.cpp b.cpp LIBS lib1 lib2 [LABELS l] [RANKS 1 2 4 [SINGLETON]])
 # builds one GoogleTest executable. Without RANKS it is registered test by test (gtest_discover_tests);
-# with RANKS it runs whole under mpirun once per rank count (name_np<N>).
+# with RANKS it runs whole under mpirun once per rank count (name_np<N>), and with SINGLETON also once
+# without mpirun (name_singleton: Open MPI's singleton init makes it one rank).
 include(GoogleTest)
 include_guard(GLOBAL)
 
@@ -14,7 +15,7 @@ fastudy_layer_link(${FASTUDY_TESTS_INCLUDE} tests)
 set(FASTUDY_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;FASTUDY_TORCH_THREADS=1")
 
 function(fastudy_gtest name)
-  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS;RANKS" ${ARGN})
+  cmake_parse_arguments(T "SINGLETON" "TIMEOUT" "SOURCES;LIBS;LABELS;RANKS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
   # Tests include their own helpers from the project root ("tests/cli/cli_util.hpp") and see the
@@ -34,6 +35,11 @@ function(fastudy_gtest name)
       set_tests_properties(${name}_np${n} PROPERTIES ENVIRONMENT "${FASTUDY_MPI_ENV}"
                            TIMEOUT ${T_TIMEOUT} LABELS "mpi;${T_LABELS}" PROCESSORS ${n})
     endforeach()
+    if(T_SINGLETON)
+      add_test(NAME ${name}_singleton COMMAND ${name})
+      set_tests_properties(${name}_singleton PROPERTIES ENVIRONMENT "${FASTUDY_MPI_ENV}" TIMEOUT ${T_TIMEOUT}
+                           LABELS "mpi;${T_LABELS}")
+    endif()
   else()
     # List-valued properties (ENVIRONMENT, LABELS) cannot go through gtest_discover_tests' PROPERTIES:
     # it splits them into separate arguments, keeping only the first element. They are set by a

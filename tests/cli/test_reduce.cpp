@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli_util.hpp"
+#include "tests/common/suite_fixture.hpp"
 
 namespace fastudy::test {
 namespace {
@@ -56,18 +57,13 @@ std::size_t count_rows(const std::map<std::string, std::string>& rows, const std
   return n;
 }
 
-class Reduce : public ::testing::Test {
+class Reduce : public testing_fixture::SuiteFixture<Reduce> {
  protected:
-  // A failing fixture script fails every test (a failure in SetUpTestSuite would only skip them).
-  static inline bool written_ = false;
-  static inline std::string failed_command_;
-  void SetUp() override { ASSERT_TRUE(written_) << "the fixture script failed: " << failed_command_; }
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     const std::string cmd = std::string(FASTUDY_PYTHON) + " " FASTUDY_SOURCE_DIR "/tests/cli/write_reduce_runs.py " +
                             (*dir_ / "runs").string();
-    written_ = std::system(cmd.c_str()) == 0;
-    if (!written_) failed_command_ = cmd;  // no assertion here: any failure in SetUpTestSuite skips the tests
+    if (!run_fixture_script(cmd)) return;
   }
   static void TearDownTestSuite() { delete dir_; }
 

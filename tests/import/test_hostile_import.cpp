@@ -19,6 +19,7 @@
 #include "base/checksum.hpp"
 #include "base/quote.hpp"
 #include "cli_util.hpp"
+#include "tests/common/suite_fixture.hpp"
 
 namespace fastudy::test {
 namespace {
@@ -48,24 +49,19 @@ RunResult bounded(const std::string& args) {
   return run_command("timeout -s KILL " + std::to_string(kBoundSeconds) + " " + FASTUDY_EXE + " " + args);
 }
 
-class HostileImport : public ::testing::Test {
+class HostileImport : public testing_fixture::SuiteFixture<HostileImport> {
  protected:
-  // A failing fixture script fails every test (a failure in SetUpTestSuite would only skip them).
-  static inline bool written_ = false;
-  static inline std::string failed_command_;
-  void SetUp() override { ASSERT_TRUE(written_) << "the fixture script failed: " << failed_command_; }
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     std::string cmd = std::string(FASTUDY_PYTHON) + " " FASTUDY_SOURCE_DIR "/tests/import/write_hostile_imports.py " + dir_->str();
     for (const char* c : kCases) cmd += std::string(" ") + c;
-    written_ = std::system(cmd.c_str()) == 0;
-    if (!written_) failed_command_ = cmd;  // no assertion here: any failure in SetUpTestSuite skips the tests
+    if (!run_fixture_script(cmd)) return;
     // Special files where a checkpoint is expected: a FIFO nobody writes, /dev/zero.
     const fs::path d = dir_->str();
     for (const fs::path& f : {d / "fifo_safetensors/s2/step_10.safetensors", d / "fifo_index/s2/step_10/model.safetensors.index.json",
                               d / "fifo_shard/s2/step_10/model-00001-of-00001.safetensors"}) {
       fs::remove(f);
-      ASSERT_EQ(::mkfifo(f.c_str(), 0600), 0) << f;
+      if (::mkfifo(f.c_str(), 0600) != 0) return fixture_problem("mkfifo " + f.string() + " failed");
     }
     fs::remove(d / "devzero_pt/s2/step_10.pt");
     fs::create_symlink("/dev/zero", d / "devzero_pt/s2/step_10.pt");

@@ -16,6 +16,7 @@
 
 #include "cli_util.hpp"
 #include "src/core/config.hpp"
+#include "tests/common/suite_fixture.hpp"
 
 namespace fastudy::test {
 namespace {
@@ -42,18 +43,13 @@ std::string data_rows(const fs::path& p) {
   return out;
 }
 
-class Import : public ::testing::Test {
+class Import : public testing_fixture::SuiteFixture<Import> {
  protected:
-  // A failing fixture script fails every test (a failure in SetUpTestSuite would only skip them).
-  static inline bool written_ = false;
-  static inline std::string failed_command_;
-  void SetUp() override { ASSERT_TRUE(written_) << "the fixture script failed: " << failed_command_; }
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     std::string cmd = std::string(FASTUDY_PYTHON) + " " + FASTUDY_SOURCE_DIR "/tests/import/write_import_runs.py " + dir_->str();
     for (const char* c : kCases) cmd += std::string(" ") + c;
-    written_ = std::system(cmd.c_str()) == 0;
-    if (!written_) failed_command_ = cmd;  // no assertion here: any failure in SetUpTestSuite skips the tests
+    if (!run_fixture_script(cmd)) return;
   }
   static void TearDownTestSuite() { delete dir_; }
 

@@ -12,25 +12,21 @@
 #include "base/error.hpp"
 #include "src/io/h5.hpp"
 #include "src/io/tensor_file.hpp"
+#include "tests/common/suite_fixture.hpp"
 
 namespace fastudy::io {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TensorFileTest : public ::testing::Test {
+class TensorFileTest : public testing_fixture::SuiteFixture<TensorFileTest> {
  protected:
-  // A failing fixture script fails every test (a failure in SetUpTestSuite would only skip them).
-  static inline bool written_ = false;
-  static inline std::string failed_command_;
-  void SetUp() override { ASSERT_TRUE(written_) << "the fixture script failed: " << failed_command_; }
   static void SetUpTestSuite() {
     dir_ = new std::string((fs::temp_directory_path() / ("fastudy_tensor_file_" + std::to_string(::getpid()))).string());
     fs::remove_all(*dir_);
     fs::create_directories(*dir_);
     const std::string cmd = std::string(FASTUDY_PYTHON) + " " + FASTUDY_SOURCE_DIR "/tests/io/write_tensor_files.py " + *dir_;
-    written_ = std::system(cmd.c_str()) == 0;
-    if (!written_) failed_command_ = cmd;  // no assertion here: any failure in SetUpTestSuite skips the tests
+    if (!run_fixture_script(cmd)) return;
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);

@@ -13,13 +13,14 @@
 #include "base/error.hpp"
 #include "jobs/microbench/file.hpp"
 #include "src/io/tensor_file.hpp"
+#include "tests/common/suite_fixture.hpp"
 
 namespace fastudy {
 namespace {
 
 namespace fs = std::filesystem;
 
-class MicrobenchFileTest : public ::testing::Test {
+class MicrobenchFileTest : public testing_fixture::SuiteFixture<MicrobenchFileTest> {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(
@@ -28,11 +29,8 @@ class MicrobenchFileTest : public ::testing::Test {
     fs::create_directories(*dir_);
     const std::string cmd =
         std::string(FASTUDY_PYTHON) + " " + FASTUDY_SOURCE_DIR "/tests/jobs/microbench/write_microbench_files.py " + *dir_;
-    written_ = std::system(cmd.c_str()) == 0;
-    if (!written_) failed_command_ = cmd;  // no assertion here: any failure in SetUpTestSuite skips the tests
+    if (!run_fixture_script(cmd)) return;
   }
-  // A failing fixture script fails every test (a failure in SetUpTestSuite would only skip them).
-  void SetUp() override { ASSERT_TRUE(written_) << "the fixture script failed: " << failed_command_; }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
     delete dir_;
@@ -50,8 +48,6 @@ class MicrobenchFileTest : public ::testing::Test {
   }
 
   static std::string* dir_;
-  static inline bool written_ = false;
-  static inline std::string failed_command_;
 };
 std::string* MicrobenchFileTest::dir_ = nullptr;
 

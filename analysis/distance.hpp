@@ -51,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "analysis/value_buffer.hpp"
 #include "base/error.hpp"
 #include "base/pair_metrics.hpp"
 
@@ -168,7 +169,7 @@ class SortedSet {
   std::vector<const T*> views_;           // every variant's window (into owned_ or the caller's memory)
   std::vector<std::uint64_t> nonfinite_;
   // The radix sort's scratch (2n keys), kept between add() calls.
-  std::vector<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>> scratch_;
+  ValueBuffer<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>> scratch_;
 };
 
 // Sort values ascending in place with the same radix sort.

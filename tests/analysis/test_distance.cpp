@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "analysis/distance.hpp"
+#include "analysis/radix_sort.hpp"
 
 namespace fastudy {
 namespace {
@@ -222,6 +225,75 @@ TEST(RadixSort, MatchesStdSortIncludingSignedZeroAndInfinities) {
   radix_sort(d.data(), d.size());
   EXPECT_TRUE(std::isnan(d.back()));
   EXPECT_TRUE(std::is_sorted(d.begin(), d.end() - 1));
+}
+
+// The sizes past the caches (more than 2^17 floats, 2^16 doubles): the first pass's balanced buckets
+// of the top bits, a bucket of one fine bin too large for the cache (a cluster of close values: more
+// MSD passes on fewer bits), and the pieces of radix_sort_spans, against std::sort in the bit-pattern
+// order.
+template <class T, class U>
+U bits_of(T x) {
+  U u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+template <class T>
+bool key_less(T a, T b) {
+  return sort_key(a) < sort_key(b);
+}
+
+template <class T>
+std::vector<T> large_mix(std::size_t n, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<T> weights(0, T(0.02));
+  std::uniform_real_distribution<T> near_one(T(1), T(1) + T(1e-4));
+  std::vector<T> x(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto r = rng() % 8;
+    x[i] = r < 4 ? weights(rng) : r < 7 ? near_one(rng) : T(std::ldexp(weights(rng), int(rng() % 200) - 100));
+  }
+  x[1] = -0.0;
+  x[2] = 0.0;
+  x[3] = std::numeric_limits<T>::infinity();
+  x[4] = -std::numeric_limits<T>::infinity();
+  x[5] = std::numeric_limits<T>::denorm_min();
+  x[6] = std::numeric_limits<T>::quiet_NaN();
+  return x;
+}
+
+template <class T>
+void expect_sorted_like_std(std::vector<T> x) {
+  using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  std::vector<T> want(x);
+  std::sort(want.begin(), want.end(), key_less<T>);
+  radix_sort(x.data(), x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ((bits_of<T, U>(x[i])), (bits_of<T, U>(want[i]))) << i;
+}
+
+TEST(RadixSort, LargeInputsPastTheCachesMatchStdSort) {
+  expect_sorted_like_std(large_mix<float>(600001, 5));
+  expect_sorted_like_std(large_mix<double>(300007, 6));
+  // One value a million times (a bucket no bin split can shrink) and sorted input.
+  std::vector<float> same(1 << 20, 0.5f);
+  same[7] = -1.0f;
+  expect_sorted_like_std(same);
+  std::vector<float> up = large_mix<float>(400000, 7);
+  std::sort(up.begin(), up.end(), key_less<float>);
+  expect_sorted_like_std(up);
+}
+
+TEST(RadixSort, SpansIntoPiecesInPlace) {
+  const std::vector<float> x = large_mix<float>(500000, 8);
+  std::vector<float> want(x);
+  std::sort(want.begin(), want.end(), key_less<float>);
+  // Three spans of one buffer, sorted back into it as four pieces of other lengths.
+  std::vector<float> buf(x);
+  ValueBuffer<std::uint32_t> scratch;
+  radix_sort_spans({{buf.data(), 100000}, {buf.data() + 100000, 1}, {buf.data() + 100001, 399999}},
+                   {{buf.data(), 7}, {buf.data() + 7, 250000}, {buf.data() + 250007, 0}, {buf.data() + 250007, 249993}},
+                   scratch);
+  for (std::size_t i = 0; i < buf.size(); ++i)
+    ASSERT_EQ((bits_of<float, std::uint32_t>(buf[i])), (bits_of<float, std::uint32_t>(want[i]))) << i;
 }
 
 }  // namespace

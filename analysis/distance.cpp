@@ -236,12 +236,22 @@ void SortedSet<T>::add_sorted_view(const T* window, std::size_t length, std::siz
                             ") differs from the others' [" + std::to_string(window_begin()) + ", " +
                             std::to_string(window_end()) + ")",
                         "every variant must hold the same sorted positions");
-  // One branch-free pass (it vectorises): the count of non-finite values and whether any value is
-  // below its predecessor; the position is looked up only for the message.
+  // One branch-free pass in blocks that vectorise: the count of non-finite values and whether any value
+  // is below its predecessor; the position is looked up only for the message.
   std::uint64_t bad = 0;
-  bool unsorted = false;
-  for (std::size_t i = 0; i < length; ++i) bad += !std::isfinite(window[i]);
-  for (std::size_t i = 1; i < length; ++i) unsorted |= window[i] < window[i - 1];
+  unsigned unsorted = 0;
+  if (length > 0) bad += !std::isfinite(window[0]);
+  constexpr std::size_t kBlock = 1024;
+  for (std::size_t b = 1; b < length; b += kBlock) {
+    const std::size_t e = std::min(length, b + kBlock);
+    unsigned block_bad = 0, block_unsorted = 0;
+    for (std::size_t i = b; i < e; ++i) {
+      block_bad += static_cast<unsigned>(!(std::fabs(window[i]) <= std::numeric_limits<T>::max()));
+      block_unsorted |= static_cast<unsigned>(window[i] < window[i - 1]);
+    }
+    bad += block_bad;
+    unsorted |= block_unsorted;
+  }
   if (unsorted)
     for (std::size_t i = 1; i < length; ++i)
       if (window[i] < window[i - 1]) throw DistanceError(which + " is not sorted at index " + std::to_string(offset + i));

@@ -284,22 +284,17 @@ void DistributedSort<T>::sort_to_windows(const std::vector<std::vector<SortSpan<
 }
 
 template <class T>
-void DistributedSort<T>::sort_windows(ValueBuffer<T>& values, std::size_t variants, std::size_t n,
-                                      const std::vector<T*>& windows) {
-  const std::size_t V = variants, R = static_cast<std::size_t>(world_.size()), r = static_cast<std::size_t>(world_.rank());
+void DistributedSort<T>::sort_windows(const std::vector<T*>& values, std::size_t n, const std::vector<T*>& windows) {
+  const std::size_t V = values.size(), R = static_cast<std::size_t>(world_.size()), r = static_cast<std::size_t>(world_.rank());
   const IndexRange w = block_aligned_part(n, R, r);
   const std::size_t L = w.end - w.begin;
-  if (values.size() != V * L)
-    throw Error("distributed sort: " + std::to_string(values.size()) + " values for " + std::to_string(V) +
-                " windows of " + std::to_string(L));
   if (!windows.empty() && windows.size() != V)
     throw Error("distributed sort: " + std::to_string(windows.size()) + " windows for " + std::to_string(V) + " variants");
   if (R == 1) {
-    sort_each(values, V, L, windows);
+    sort_each(values, L, windows);
     return;
   }
-  std::vector<const T*> ptrs;
-  for (std::size_t v = 0; v < V; ++v) ptrs.push_back(values.data() + v * L);
+  const std::vector<const T*> ptrs(values.begin(), values.end());
   const std::vector<Key> spl = splitters(ptrs, L, n, sort_samples(R));
   // Partition: counts[q V + v] values of variant v go to rank q; send_ holds them by rank, then variant.
   std::vector<std::size_t> part_counts(R * V);
@@ -334,10 +329,8 @@ void DistributedSort<T>::sort_windows(ValueBuffer<T>& values, std::size_t varian
     }
     if (L > 0) traffic_.largest_excess = std::max(traffic_.largest_excess, static_cast<double>(m) / static_cast<double>(L) - 1.0);
   }
-  std::vector<T*> out(windows);
-  if (out.empty())
-    for (std::size_t v = 0; v < V; ++v) out.push_back(values.data() + v * L);  // its values are in send_ now
-  sort_to_windows(ranges, n, out);
+  // The values are in send_ now: their places may take the windows.
+  sort_to_windows(ranges, n, windows.empty() ? values : windows);
 }
 
 template <class T>
@@ -421,20 +414,11 @@ void DistributedSort<T>::sort_shares(std::vector<ValueBuffer<T>>& shares, std::s
 }
 
 template <class T>
-void DistributedSort<T>::sort_each(ValueBuffer<T>& values, std::size_t variants, std::size_t length,
-                                   const std::vector<T*>& windows) {
-  if (!windows.empty() && windows.size() != variants)
-    throw Error("distributed sort: " + std::to_string(windows.size()) + " windows for " + std::to_string(variants) + " variants");
-  for (std::size_t v = 0; v < variants; ++v)
-    radix_sort_into(values.data() + v * length, windows.empty() ? values.data() + v * length : windows[v], length, keys_);
-}
-
-template <class T>
-void DistributedSort<T>::release() {
-  send_.release();
-  sorted_.release();
-  ranges_.release();
-  keys_ = {};
+void DistributedSort<T>::sort_each(const std::vector<T*>& values, std::size_t length, const std::vector<T*>& windows) {
+  if (!windows.empty() && windows.size() != values.size())
+    throw Error("distributed sort: " + std::to_string(windows.size()) + " windows for " + std::to_string(values.size()) + " variants");
+  for (std::size_t v = 0; v < values.size(); ++v)
+    radix_sort_into(values[v], windows.empty() ? values[v] : windows[v], length, keys_);
 }
 
 void allreduce_partials(const mpi::Comm& world, PairwisePartials& partials) {

@@ -64,7 +64,6 @@ struct PartitionScratch {
   ValueBuffer<std::uint8_t> b1;
   ValueBuffer<std::uint16_t> b2;
   ValueBuffer<std::uint32_t> b4;
-  void release() { b1.release(), b2.release(), b4.release(); }
 };
 
 template <class T>
@@ -74,12 +73,12 @@ class DistributedSort {
   explicit DistributedSort(const mpi::Comm& world, std::size_t exchange_bytes = kExchangeBytes)
       : world_(world), exchange_bytes_(exchange_bytes) {}
 
-  // Collective. `values` holds V unsorted windows of a distribution of n values per variant: variant
-  // v's values at positions block_aligned_part(n, R, r) of the unsorted distribution, at
-  // values[v L, (v+1) L) with L the window's length. On return the same positions of every variant's
-  // sorted distribution are at windows[v] (L values each; empty `windows`: in `values` instead of the
-  // unsorted ones, at the same places). `values`' contents are lost either way.
-  void sort_windows(ValueBuffer<T>& values, std::size_t variants, std::size_t n, const std::vector<T*>& windows = {});
+  // Collective. values[v] points at variant v's unsorted window of a distribution of n values per
+  // variant: its values at positions block_aligned_part(n, R, r) of the unsorted distribution (L, the
+  // window's length, of them). On return the same positions of every variant's sorted distribution are
+  // at windows[v] (L values each; empty `windows`, or windows that are `values`: in place of the
+  // unsorted ones). `values`' contents are lost either way.
+  void sort_windows(const std::vector<T*>& values, std::size_t n, const std::vector<T*>& windows = {});
 
   // Collective. shares[v] is this rank's share of variant v's n values (the ranks' shares together hold
   // every value once; any split will do; the same length for every variant). `runs` lists the lengths
@@ -88,13 +87,11 @@ class DistributedSort {
   // sorted values.
   void sort_shares(std::vector<ValueBuffer<T>>& shares, std::size_t n, const std::vector<std::size_t>& runs);
 
-  // This rank alone: each of the V runs of `values` (L values each) sorted to windows[v] (empty: in
-  // place), with the sort's scratch kept for the next call.
-  void sort_each(ValueBuffer<T>& values, std::size_t variants, std::size_t length, const std::vector<T*>& windows = {});
+  // This rank alone: each of the V runs values[v] (`length` values each) sorted to windows[v] (empty,
+  // or windows[v] == values[v]: in place), with the sort's scratch kept for the next call.
+  void sort_each(const std::vector<T*>& values, std::size_t length, const std::vector<T*>& windows = {});
 
   const SortTraffic& traffic() const { return traffic_; }
-  // Gives the exchange buffers' memory back (between steps).
-  void release();
 
   using Key = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
 
@@ -114,7 +111,7 @@ class DistributedSort {
   ValueBuffer<T> send_;    // partitioned values (by destination rank)
   ValueBuffer<T> sorted_;  // the received value ranges (then the values arriving for the windows)
   PartitionScratch ranges_;  // the partition's range of each value
-  std::vector<Key> keys_;  // the radix sort's scratch
+  ValueBuffer<Key> keys_;  // the radix sort's scratch
   SortTraffic traffic_;
 };
 

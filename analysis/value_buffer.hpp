@@ -1,6 +1,6 @@
 // A buffer of trivially copyable values that is reused rather than reallocated: the reduce job's
-// read slots, exchange buffers and whole-model shares keep their memory from task to task (and from
-// step to step until release()), so the pages are touched once, not once per task. Unlike
+// read slots, exchange buffers, sort scratch and whole-model shares keep their memory from task to
+// task and from step to step, so each page is touched once per reduce, not once per task. Unlike
 // std::vector, growing never zero-fills: resize() copies what the buffer holds, assign_uninitialized()
 // not even that.
 #pragma once
@@ -60,16 +60,6 @@ class ValueBuffer {
     std::copy(values, values + n, data_.get() + at);
   }
   void clear() { size_ = 0; }
-  // When the buffer holds room for more than twice n values, gives it back (what it holds is lost):
-  // a buffer that served one large task does not keep its pages through many small ones.
-  void shrink_to(std::size_t n) {
-    if (capacity_ > 2 * n) release();
-  }
-  // Gives the memory back.
-  void release() {
-    data_.reset();
-    size_ = capacity_ = 0;
-  }
 
  private:
   std::unique_ptr<T[]> data_;

@@ -39,6 +39,7 @@
 #include <condition_variable>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -264,32 +265,33 @@ struct TaskRead {
   std::size_t begin = 0, end = 0;
 };
 
-// This rank's task reads of a step, in order, each into a buffer of its own slot: with `ahead`, a
-// thread reads task k + 1 while the caller works on task k (two slots, reused: no fresh pages per
-// task); without, get() reads. A read's error is thrown by get().
+// This rank's task reads of a step, in order, each to the places `places` gives it (one pointer per
+// variant, L values each): with `ahead`, a thread reads task k + 1 while the caller works on task k
+// (places(k + 1) must not be in use by task k); without, get() reads. A read's error is thrown by get().
 template <class T>
 class TaskReader {
  public:
-  TaskReader(StepValues& values, std::vector<TaskRead> reads, std::size_t variants, bool ahead)
-      : values_(values), reads_(std::move(reads)), variants_(variants) {
+  using Places = std::function<std::vector<T*>(std::size_t k)>;
+  TaskReader(StepValues& values, std::vector<TaskRead> reads, std::size_t variants, Places places, bool ahead)
+      : values_(values), reads_(std::move(reads)), variants_(variants), places_(std::move(places)) {
     if (ahead && reads_.size() > 1) thread_ = std::thread([this] { run(); });
   }
   ~TaskReader() { stop(); }
   TaskReader(const TaskReader&) = delete;
   TaskReader& operator=(const TaskReader&) = delete;
 
-  // The values of read k (call in order, each after done(k - 1)).
-  ValueBuffer<T>& get(std::size_t k) {
+  // The places of read k, filled (call in order, each after done(k - 1)).
+  const std::vector<T*>& get(std::size_t k) {
     if (!thread_.joinable()) {
       fill(k);
-      return slots_[k % 2];
+      return filled_[k % 2];
     }
     std::unique_lock<std::mutex> lock(mutex_);
     changed_.wait(lock, [&] { return read_ > k || error_; });
     if (error_) std::rethrow_exception(error_);
-    return slots_[k % 2];
+    return filled_[k % 2];
   }
-  // The caller is done with read k: its slot may take read k + 2.
+  // The caller is done with read k: its places may take read k + 2.
   void done(std::size_t k) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -297,13 +299,7 @@ class TaskReader {
     }
     changed_.notify_all();
   }
-  // Ends the reading and gives the slots' memory back.
-  void release() {
-    stop();
-    for (auto& s : slots_) s.release();
-  }
-
- private:
+  // Ends the reading.
   void stop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -312,13 +308,13 @@ class TaskReader {
     changed_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
+
+ private:
   void fill(std::size_t k) {
     const TaskRead& r = reads_[k];
-    ValueBuffer<T>& slot = slots_[k % 2];
-    const std::size_t L = r.end - r.begin;
-    slot.shrink_to(variants_ * L);
-    slot.assign_uninitialized(variants_ * L);
-    for (std::size_t v = 0; v < variants_; ++v) values_.read(v, r.tensor, r.begin, r.end, slot.data() + v * L);
+    std::vector<T*>& at = filled_[k % 2];
+    at = places_(k);
+    for (std::size_t v = 0; v < variants_; ++v) values_.read(v, r.tensor, r.begin, r.end, at[v]);
   }
   void run() {
     for (std::size_t k = 0; k < reads_.size(); ++k) {
@@ -346,7 +342,8 @@ class TaskReader {
   StepValues& values_;
   const std::vector<TaskRead> reads_;
   const std::size_t variants_;
-  ValueBuffer<T> slots_[2];
+  const Places places_;
+  std::vector<T*> filled_[2];
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable changed_;
@@ -408,21 +405,36 @@ class StepWork {
     auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<StepValues> values = step_values(st_, plan_, out_, si);
     std::vector<TaskRead> reads;
+    std::vector<std::size_t> at;  // each task's place in the shares
     std::size_t share = 0;
     for (std::size_t t : mine_) {
       const auto n = static_cast<std::size_t>(plan_.sizes[t]);
       const IndexRange w = schedule_.split[t] ? block_aligned_part(n, R, r) : IndexRange{0, n};
       reads.push_back({t, w.begin, w.end});
+      at.push_back(share);
       share += w.end - w.begin;
     }
+    // With the whole model, each task's values are read straight to their place in the shares (the
+    // rank's share of each variant: its tasks' values in task order), sorted there and kept; the
+    // shares keep their memory from step to step (and hold the model's window after its sort).
+    // Without, to two slots that the reader and the caller take turns with.
     if (plan_.whole_model)
       for (auto& s : shares_) {
         s.clear();
         s.reserve(std::max(share, model_window()));
+        s.assign_uninitialized(share);
       }
+    const auto places = [&](std::size_t k) {
+      std::vector<T*> p(V);
+      const std::size_t L = reads[k].end - reads[k].begin;
+      ValueBuffer<T>& slot = slots_[k % 2];
+      if (!plan_.whole_model) slot.assign_uninitialized(V * L);
+      for (std::size_t v = 0; v < V; ++v) p[v] = plan_.whole_model ? shares_[v].data() + at[k] : slot.data() + v * L;
+      return p;
+    };
     std::vector<std::size_t> runs;
     work.read_s += since(t0, std::chrono::steady_clock::now());
-    TaskReader<T> reader(*values, reads, V, true);
+    TaskReader<T> reader(*values, reads, V, places, true);
     // This rank's share of the whole model's elementwise sums (its tasks, its windows of split ones).
     PairwisePartials model_elementwise(V, plan_.pairs);
     for (std::size_t k = 0; k < mine_.size(); ++k) {
@@ -433,38 +445,21 @@ class StepWork {
       // together with the other ranks (the check after the loop then fails the job everywhere).
       if (!split && stop_signal_received()) continue;
       const auto t1 = std::chrono::steady_clock::now();
-      ValueBuffer<T>& x = reader.get(k);
+      const std::vector<T*>& x = reader.get(k);
       const auto t2 = std::chrono::steady_clock::now();
       work.wait_s += since(t1, t2);
       const TaskRead& rd = reads[k];
       const std::size_t n = static_cast<std::size_t>(plan_.sizes[t]), L = rd.end - rd.begin;
       PairwisePartials p(V, plan_.pairs);
-      if (elementwise_) {
-        std::vector<const T*> ptrs;
-        for (std::size_t v = 0; v < V; ++v) ptrs.push_back(x.data() + v * L);
-        accumulate_elementwise(ptrs, rd.begin, rd.end, p, rd.begin);
-      }
+      if (elementwise_) accumulate_elementwise(std::vector<const T*>(x.begin(), x.end()), rd.begin, rd.end, p, rd.begin);
       model_elementwise.combine_elementwise(p);
       if (plan_.per_tensor) {
-        // The sorted windows go straight to the end of the shares (reserved: nothing moves), or back
-        // into x without the whole model.
-        std::vector<T*> sorted(V);
-        for (std::size_t v = 0; v < V; ++v) {
-          if (!plan_.whole_model) {
-            sorted[v] = x.data() + v * L;
-            continue;
-          }
-          const std::size_t at = shares_[v].size();
-          shares_[v].resize(at + L);
-          sorted[v] = shares_[v].data() + at;
-        }
-        if (split) sorter_.sort_windows(x, V, n, sorted);
-        else sorter_.sort_each(x, V, L, sorted);
+        // Sorted where they were read (in the shares: the sorted runs of the model's sort).
+        if (split) sorter_.sort_windows(x, n);
+        else sorter_.sort_each(x, L);
         SortedSet<T> set;
-        for (std::size_t v = 0; v < V; ++v) set.add_sorted_view(sorted[v], L, rd.begin, n);
+        for (std::size_t v = 0; v < V; ++v) set.add_sorted_view(x[v], L, rd.begin, n);
         accumulate_sorted(set, rd.begin, rd.end, p, which_);
-      } else if (plan_.whole_model) {
-        for (std::size_t v = 0; v < V; ++v) shares_[v].append(x.data() + v * L, L);
       }
       if (plan_.whole_model) runs.push_back(L);
       reader.done(k);
@@ -477,11 +472,8 @@ class StepWork {
       }
       task_done(static_cast<double>(L));
       work.compute_s += since(t2, std::chrono::steady_clock::now());
-      // After the split tasks (largest first), the big buffers are given back: the dealt tensors are
-      // small, and the model's sort needs the room.
-      if (split && (k + 1 == mine_.size() || !schedule_.split[mine_[k + 1]])) sorter_.release();
     }
-    reader.release();
+    reader.stop();
     if (world_.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) return false;
     if (plan_.whole_model) {
       const auto t3 = std::chrono::steady_clock::now();
@@ -496,7 +488,6 @@ class StepWork {
       p.set_has_w2(which_ == SortedMetrics::w1_w2);
       if (world_.is_root()) put_result(work, si * NT + (NT - 1), task_result(plan_, p));
       task_done(static_cast<double>(w.end - w.begin));
-      release();  // the next step's large tensors need the room before its shares fill
       work.compute_s += since(t3, std::chrono::steady_clock::now());
     }
     return true;
@@ -508,10 +499,6 @@ class StepWork {
   }
 
  private:
-  void release() {
-    for (auto& s : shares_) s.release();
-    sorter_.release();
-  }
   std::size_t model_window() const {
     const IndexRange w = block_aligned_part(model_values_, static_cast<std::size_t>(world_.size()),
                                             static_cast<std::size_t>(world_.rank()));
@@ -525,7 +512,11 @@ class StepWork {
   DistributedSort<T> sorter_;
   ReduceSchedule schedule_;
   std::vector<std::size_t> mine_;  // tensors this rank takes part in, in the schedule's order
+  // The buffers keep their memory from task to task and step to step (each page is touched once per
+  // reduce, not once per task or step): the shares (with the whole model) or the reader's two slots
+  // (without), and the distributed sort's.
   std::vector<ValueBuffer<T>> shares_;
+  ValueBuffer<T> slots_[2];
   std::size_t model_values_ = 0;
   double mine_values_ = 0;
   SortedMetrics which_ = SortedMetrics::w1;

@@ -175,6 +175,14 @@ void expect_windows(const std::vector<std::vector<T>>& sorted, IndexRange w, con
   }
 }
 
+// Variant v's window of a buffer of V windows of L values each: buf[v L, (v+1) L).
+template <class T>
+std::vector<T*> variant_windows(ValueBuffer<T>& buf, std::size_t V, std::size_t L) {
+  std::vector<T*> out;
+  for (std::size_t v = 0; v < V; ++v) out.push_back(buf.data() + v * L);
+  return out;
+}
+
 template <class T>
 void check_sort_windows(Kind kind, std::size_t V, std::size_t n, std::size_t exchange_bytes) {
   mpi::Comm world = mpi::Comm::world();
@@ -188,14 +196,14 @@ void check_sort_windows(Kind kind, std::size_t V, std::size_t n, std::size_t exc
   DistributedSort<T> sorter(world, exchange_bytes);
   ValueBuffer<T> again;
   again.append(buf.data(), buf.size());
-  sorter.sort_windows(buf, V, n);
+  sorter.sort_windows(variant_windows(buf, V, L), n);
   ASSERT_EQ(buf.size(), V * L);
   expect_windows(sorted, w, buf.data(), L, "sort_windows");
   // The same into windows elsewhere (the reduce's: each variant's window at the end of its share).
   std::vector<std::vector<T>> shares(V, std::vector<T>(L + 3));
   std::vector<T*> windows;
   for (auto& s : shares) windows.push_back(s.data() + 3);
-  sorter.sort_windows(again, V, n, windows);
+  sorter.sort_windows(variant_windows(again, V, L), n, windows);
   for (std::size_t v = 0; v < V; ++v)
     EXPECT_EQ(std::memcmp(sorted[v].data() + w.begin, windows[v], L * sizeof(T)), 0) << "sort_windows elsewhere, variant " << v;
 }
@@ -285,7 +293,7 @@ TEST(DistributedSort, ARepeatedValueDoesNotOverloadOneRank) {
   ValueBuffer<float> buf;
   buf.assign_uninitialized(2 * (w.end - w.begin));
   std::fill(buf.data(), buf.data() + buf.size(), 1.0f);
-  sorter.sort_windows(buf, 2, n);
+  sorter.sort_windows(variant_windows(buf, 2, w.end - w.begin), n);
   // Round robin over the ranks that the repeated splitter bounds: within a value or two of the window.
   EXPECT_LT(sorter.traffic().largest_excess, 0.01);
 }
@@ -306,7 +314,7 @@ TEST(DistributedSort, ASubsetOfPairsGivesThoseEntriesOfAllPairs) {
   accumulate_elementwise(unsorted, w.begin, w.end, all, w.begin);
   accumulate_elementwise(unsorted, w.begin, w.end, subset, w.begin);
   DistributedSort<float> sorter(world);
-  sorter.sort_windows(buf, V, n);
+  sorter.sort_windows(variant_windows(buf, V, w.end - w.begin), n);
   SortedSet<float> set;
   for (std::size_t v = 0; v < V; ++v) set.add_sorted_view(buf.data() + v * (w.end - w.begin), w.end - w.begin, w.begin, n);
   accumulate_sorted(set, w.begin, w.end, all);

@@ -148,11 +148,11 @@ std::string reduce_estimate_text(const ReducePlan& plan, double stored_bytes, co
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   "reduce estimate on %d rank%s, %s: %.3g s per step, %s in all (per step on the busiest rank: reading %.3g s, "
-                  "sorting %.3g s, moving values %.3g s, pairwise sums %.3g s); peak memory %s per rank (of it the whole "
-                  "model's shares %s)\n",
+                  "sorting %.3g s, moving values %.3g s, pairwise sums %.3g s; once: fresh pages %.3g s); peak memory %s per "
+                  "rank (of it the whole model's shares %s)\n",
                   ranks, ranks == 1 ? "" : "s", where.c_str(), e.step_seconds, duration_text(e.seconds).c_str(),
-                  e.read_seconds, e.sort_seconds, e.move_seconds, e.pair_seconds, human_bytes(e.peak_bytes).c_str(),
-                  human_bytes(e.share_bytes).c_str());
+                  e.read_seconds, e.sort_seconds, e.move_seconds, e.pair_seconds, e.touch_seconds,
+                  human_bytes(e.peak_bytes).c_str(), human_bytes(e.share_bytes).c_str());
     os << buf;
   };
   line("a core each", ranks);
@@ -221,7 +221,7 @@ int plan_imported(const JobContext& ctx, int ranks) {
     os << line;
   }
   const double stored = static_cast<double>(check.data_bytes) / static_cast<double>(elements * p.variants.size() * p.steps.size());
-  ReduceRates rates = measure_reduce_rates(p.f64 ? 8 : 4, ranks);
+  ReduceRates rates = measure_reduce_rates(p.f64 ? 8 : 4, ranks, p.variants.size(), p.pairs.size());
   measure_import_reads(st, p, stored, rates);
   os << "\n" << reduce_estimate_text(p, stored, rates, ranks);
   std::cout << os.str();
@@ -292,7 +292,7 @@ int job_plan(JobContext& ctx) {
     // the page cache: a copy with conversion.
     const ReducePlan reduce = planned_reduce(st);
     const double stored = reduce.f64 ? 8.0 : 4.0;
-    ReduceRates rates = measure_reduce_rates(reduce.f64 ? 8 : 4, ranks);
+    ReduceRates rates = measure_reduce_rates(reduce.f64 ? 8 : 4, ranks, reduce.variants.size(), reduce.pairs.size());
     os << reduce_estimate_text(reduce, stored, rates, ranks);
   }
   // Where the variants train: [train] device (or --device), auto resolved as the train job does, on

@@ -126,23 +126,72 @@ std::vector<std::pair<std::size_t, std::size_t>> reduce_pairs(const Study& st, c
   return pairs;
 }
 
+namespace {
+
+// The tensors dealt whole when the `k` largest of `splittable` are split: their owners, and whether
+// every rank's values (its dealt tensors plus its window of the split ones) stay within kDealBalance of
+// the mean.
+struct Deal {
+  std::vector<int> owner;  // per tensor, -1 when split
+  bool balanced = false;
+};
+Deal deal_unsplit(const std::vector<std::int64_t>& sizes, const std::vector<std::size_t>& splittable, std::size_t k,
+                  int ranks) {
+  std::vector<char> split(sizes.size(), 0);
+  for (std::size_t i = 0; i < k; ++i) split[splittable[i]] = 1;
+  std::vector<std::size_t> dealt;
+  std::vector<double> costs;
+  double total = 0, split_values = 0;
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    const double n = static_cast<double>(sizes[t]);
+    total += n;
+    if (split[t]) {
+      split_values += n;
+    } else {
+      dealt.push_back(t);
+      costs.push_back(std::max(n, 1.0));
+    }
+  }
+  Deal d;
+  d.owner.assign(sizes.size(), -1);
+  const std::vector<int> to = deal_largest_first(costs, ranks);
+  std::vector<double> load(static_cast<std::size_t>(ranks), split_values / ranks);
+  for (std::size_t i = 0; i < dealt.size(); ++i) {
+    d.owner[dealt[i]] = to[i];
+    load[static_cast<std::size_t>(to[i])] += static_cast<double>(sizes[dealt[i]]);
+  }
+  d.balanced = *std::max_element(load.begin(), load.end()) <= (1.0 + kDealBalance) * total / ranks;
+  return d;
+}
+
+}  // namespace
+
 ReduceSchedule schedule_reduce(const std::vector<std::int64_t>& sizes, int ranks) {
   ReduceSchedule s;
   const std::size_t T = sizes.size();
   s.split.assign(T, 0);
   s.owner.assign(T, -1);
-  std::vector<std::size_t> dealt;
-  std::vector<double> costs;
-  for (std::size_t t = 0; t < T; ++t) {
-    if (ranks > 1 && static_cast<std::size_t>(sizes[t]) >= kSplitElements) {
-      s.split[t] = 1;
+  // The tensors that may be split, largest first (ties in tensor order); the fewest of them split
+  // (found by bisection over how many) that let the rest be dealt within the balance, else all.
+  std::vector<std::size_t> splittable;
+  if (ranks > 1)
+    for (std::size_t t = 0; t < T; ++t)
+      if (static_cast<std::size_t>(sizes[t]) >= kSplitElements) splittable.push_back(t);
+  std::stable_sort(splittable.begin(), splittable.end(), [&](std::size_t a, std::size_t b) { return sizes[a] > sizes[b]; });
+  std::size_t lo = 0, hi = splittable.size();
+  Deal best = deal_unsplit(sizes, splittable, hi, ranks);
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    Deal d = deal_unsplit(sizes, splittable, mid, ranks);
+    if (d.balanced) {
+      hi = mid;
+      best = std::move(d);
     } else {
-      dealt.push_back(t);
-      costs.push_back(static_cast<double>(std::max<std::int64_t>(sizes[t], 1)));
+      lo = mid + 1;
     }
   }
-  const std::vector<int> to = deal_largest_first(costs, ranks);
-  for (std::size_t i = 0; i < dealt.size(); ++i) s.owner[dealt[i]] = to[i];
+  s.owner = best.owner;
+  for (std::size_t t = 0; t < T; ++t) s.split[t] = s.owner[t] < 0 ? 1 : 0;
   for (std::size_t t = 0; t < T; ++t) s.order.push_back(t);
   // Split tensors first (every rank takes them together), then the dealt ones; largest first within
   // each, ties in tensor order: the big exchange buffers are needed while the model's shares are small.
@@ -192,17 +241,37 @@ double resident_bytes() {
 
 // Each rate on buffers of 2^22 values (16 or 32 MiB each, several of them at once): larger than the
 // last-level caches of most machines, as the reduce's buffers are, so that a copy is timed at the
-// speed of memory, not of a cache that holds both its ends.
+// speed of memory, not of a cache that holds both its ends. The pairwise sums are timed on as many
+// variants and pairs as the study has, up to 8 and 28 (per pair they cost less the more pairs share a
+// variant's values).
 template <class T>
-ReduceRates measure(std::size_t value_bytes, int ranks) {
+ReduceRates measure(std::size_t value_bytes, int ranks, std::size_t variants, std::size_t pairs) {
   constexpr std::size_t n = std::size_t{1} << 22;
   ReduceRates r;
   r.base_bytes = resident_bytes();
+  // A fresh buffer's first write: the kernel's zeroing of its pages (the reduce writes each page of its
+  // buffers once, in the first step).
+  {
+    ValueBuffer<T> fresh;
+    fresh.assign_uninitialized(n);
+    std::size_t third = 0;  // each timing writes a third of it not written before
+    r.touch_byte = median3([&] {
+                     T* at = fresh.data() + third++ * (n / 3);
+                     std::fill(at, at + n / 3, T(1));
+                   }) / static_cast<double>(n / 3 * sizeof(T));
+  }
   std::mt19937 rng(11);
   std::normal_distribution<double> normal(0.0, 0.02);
-  std::vector<T> a(n), b(n), c(n);
-  for (std::size_t i = 0; i < n; ++i) a[i] = static_cast<T>(normal(rng)), b[i] = a[i] + static_cast<T>(1e-4 * normal(rng));
-  std::vector<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>> keys;
+  const std::size_t V = std::clamp<std::size_t>(variants, 2, 8);
+  const std::size_t K = std::clamp<std::size_t>(pairs, 1, V * (V - 1) / 2);
+  std::vector<std::vector<T>> runs(V, std::vector<T>(n));
+  for (std::size_t i = 0; i < n; ++i) {
+    runs[0][i] = static_cast<T>(normal(rng));
+    for (std::size_t v = 1; v < V; ++v) runs[v][i] = runs[0][i] + static_cast<T>(1e-4 * normal(rng));
+  }
+  std::vector<T>& a = runs[0];
+  std::vector<T> c(n);
+  ValueBuffer<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>> keys;
   r.sort_value = median3([&] { radix_sort_into(a.data(), c.data(), n, keys); }) / static_cast<double>(n);
   // The partition into the ranks' value ranges (a binary search over R - 1 splitters per value).
   const auto R = static_cast<std::size_t>(std::max(ranks, 2));
@@ -216,31 +285,34 @@ ReduceRates measure(std::size_t value_bytes, int ranks) {
   r.partition_value = median3([&] { partition_values(unsorted, n, splitters.data(), R, 0, counts.data(), out.data(), scratch); }) /
                       static_cast<double>(n);
   r.move_byte = median3([&] { std::memcpy(c.data(), a.data(), n * sizeof(T)); }) / static_cast<double>(n * sizeof(T));
-  radix_sort_into(a.data(), a.data(), n, keys);
-  radix_sort_into(b.data(), b.data(), n, keys);
-  SortedSet<T> set;
-  set.add_sorted_view(a.data(), n, 0, n);
-  set.add_sorted_view(b.data(), n, 0, n);
-  r.sorted_pair = median3([&] {
-                    PairwisePartials p(2);
-                    accumulate_sorted(set, 0, n, p, SortedMetrics::w1);
-                  }) / static_cast<double>(n);
-  r.sorted_pair_w2 = median3([&] {
-                       PairwisePartials p(2);
-                       accumulate_sorted(set, 0, n, p, SortedMetrics::w1_w2);
-                     }) / static_cast<double>(n);
-  const std::vector<const T*> both{a.data(), b.data()};
+  std::vector<VariantPair> some;
+  for (std::size_t i = 0; i < V && some.size() < K; ++i)
+    for (std::size_t j = i + 1; j < V && some.size() < K; ++j) some.emplace_back(i, j);
+  std::vector<const T*> each;
+  for (const auto& x : runs) each.push_back(x.data());
   r.elementwise_pair = median3([&] {
-                         PairwisePartials p(2);
-                         accumulate_elementwise(both, 0, n, p);
-                       }) / static_cast<double>(n);
+                         PairwisePartials p(V, some);
+                         accumulate_elementwise(each, 0, n, p);
+                       }) / static_cast<double>(n * K);
+  for (auto& x : runs) radix_sort_into(x.data(), x.data(), n, keys);
+  SortedSet<T> set;
+  for (const auto& x : runs) set.add_sorted_view(x.data(), n, 0, n);
+  r.sorted_pair = median3([&] {
+                    PairwisePartials p(V, some);
+                    accumulate_sorted(set, 0, n, p, SortedMetrics::w1);
+                  }) / static_cast<double>(n * K);
+  r.sorted_pair_w2 = median3([&] {
+                       PairwisePartials p(V, some);
+                       accumulate_sorted(set, 0, n, p, SortedMetrics::w1_w2);
+                     }) / static_cast<double>(n * K);
   r.read_byte = r.move_byte;  // the caller measures the study's own files where there are some
-  char what[256];
+  char what[512];
   std::snprintf(what, sizeof what,
                 "%s values, %zu per timing: sort %.3g ns, partition into %zu ranges %.3g ns, pairwise sums %.3g ns "
-                "(sorted) and %.3g ns (elementwise) per value, copies %.3g GB/s",
+                "(sorted) and %.3g ns (elementwise) per value and pair (%zu pairs of %zu runs), copies %.3g GB/s, "
+                "fresh pages %.3g GB/s",
                 value_bytes == 8 ? "fp64" : "fp32", n, 1e9 * r.sort_value, R, 1e9 * r.partition_value, 1e9 * r.sorted_pair,
-                1e9 * r.elementwise_pair, 1e-9 / r.move_byte);
+                1e9 * r.elementwise_pair, K, V, 1e-9 / r.move_byte, 1e-9 / r.touch_byte);
   r.source = what;
   return r;
 }
@@ -253,8 +325,8 @@ double thread_cpu_seconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
-ReduceRates measure_reduce_rates(std::size_t value_bytes, int ranks) {
-  return value_bytes == 8 ? measure<double>(8, ranks) : measure<float>(4, ranks);
+ReduceRates measure_reduce_rates(std::size_t value_bytes, int ranks, std::size_t variants, std::size_t pairs) {
+  return value_bytes == 8 ? measure<double>(8, ranks, variants, pairs) : measure<float>(4, ranks, variants, pairs);
 }
 
 ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, const ReduceRates& rates) {
@@ -302,56 +374,56 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
   if (shape.whole_model) {
     e.sort_seconds += V * W * excess * rates.sort_value;
     // Packed by destination from the sorted runs (or partitioned, unsorted), then the all-to-all; one
-    // rank sorts its share in place. Without per-tensor sorts the values read are kept as the share (a
-    // copy).
-    const double keep = shape.per_tensor ? 0.0 : vb * rates.move_byte;
+    // rank sorts its share in place. (The values were read straight into the shares.)
     const double pack = shape.per_tensor ? vb * rates.move_byte : rates.partition_value;
-    e.move_seconds += V * S * keep + (N > 1 ? V * S * (pack + exchanged) : 0.0);
+    e.move_seconds += N > 1 ? V * S * (pack + exchanged) : 0.0;
     e.pair_seconds += K * W * sorted_pair;
   }
   const double slower = (ranks > cores && cores > 0) ? static_cast<double>(ranks) / cores : 1.0;
   e.read_seconds *= slower, e.sort_seconds *= slower, e.move_seconds *= slower, e.pair_seconds *= slower;
   e.step_seconds = e.read_seconds + e.sort_seconds + e.move_seconds + e.pair_seconds;
   e.seconds = e.step_seconds * static_cast<double>(shape.steps);
-  // Memory: the buffers as jobs/reduce.cpp keeps them (analysis/value_buffer.hpp: grown to what a task
-  // needs, given back when a task needs less than half). Pass 1: the two read slots (task k's and task
-  // k + 1's, read meanwhile), the distributed sort's partition, received ranges and keys (given back
-  // after the split tensors), the partition's range of each value, and the shares filled so far. Pass
-  // 2: the shares (each becomes its window), the partition of one run's share, its received range and
-  // keys.
+  // Memory: the buffers as jobs/reduce.cpp keeps them, each grown to the most any task or step asks of
+  // it and kept to the end (analysis/value_buffer.hpp). With the whole model: the shares, which every
+  // task's values are read into and sorted in (then hold the model's window); without: the reader's
+  // two slots of a task's values. The distributed sort's: the partition (send), the received ranges
+  // (sorted), the partition's range of each value and the radix sort's keys (two per value of the
+  // largest range it sorts). Pass 2 on several ranks packs one run's share (send), receives its value
+  // range (sorted) and sorts it; on one rank it sorts each share in place.
   const double kb = vb;  // a radix-sort key is as wide as the value
   const double db = N <= 256 ? 1 : N <= 65536 ? 2 : 4;  // the partition's range of a value (PartitionScratch)
-  double slot[2] = {0, 0}, send = 0, sorted = 0, keys = 0, ranges = 0, shares = 0, peak = 0;
-  const auto fill = [&](std::size_t k) {
-    double& cap = slot[k % 2];
-    const double need = V * lengths[k] * vb;
-    if (cap > 2 * need) cap = 0;
-    cap = std::max(cap, need);
-  };
-  if (!lengths.empty()) fill(0);
+  double slot = 0, send = 0, sorted = 0, keys = 0, ranges = 0, shares = 0;
   for (std::size_t k = 0; k < lengths.size(); ++k) {
-    if (k + 1 < lengths.size()) fill(k + 1);
     const double L = lengths[k];
-    if (split[k] && shape.per_tensor) {
+    if (!shape.whole_model) slot = std::max(slot, V * L * vb);
+    if (!shape.per_tensor) continue;
+    if (split[k]) {
       send = std::max(send, V * L * vb);
       ranges = std::max(ranges, V * L * db);
       sorted = std::max(sorted, V * L * excess * vb);
       keys = std::max(keys, 2 * L * excess * kb);
-    } else if (shape.per_tensor) {
+    } else {
       keys = std::max(keys, 2 * L * kb);
     }
-    if (shape.whole_model) shares += V * L * vb;
-    peak = std::max(peak, slot[0] + slot[1] + send + sorted + keys + ranges + shares);
-    if (split[k] && (k + 1 == lengths.size() || !split[k + 1])) send = sorted = keys = ranges = 0;
   }
   e.share_values = static_cast<std::size_t>(S);
   if (shape.whole_model) {
     e.share_bytes = V * std::max(S, W) * vb;
-    const double partition = shape.per_tensor ? 0.0 : S * db;  // unsorted shares are partitioned
-    const double pass2 = N > 1 ? S * vb + partition + W * excess * vb + 2 * W * excess * kb : 2 * W * kb;
-    peak = std::max(peak, e.share_bytes + pass2);
+    shares = e.share_bytes;
+    if (N > 1) {
+      send = std::max(send, S * vb);
+      sorted = std::max(sorted, W * excess * vb);
+      keys = std::max(keys, 2 * W * excess * kb);
+      if (!shape.per_tensor) ranges = std::max(ranges, S * db);  // unsorted shares are partitioned
+    } else {
+      keys = std::max(keys, 2 * S * kb);
+    }
   }
+  const double peak = 2 * slot + send + sorted + keys + ranges + shares;
   e.peak_bytes = rates.base_bytes + peak;
+  // Every buffer's pages are written for the first time in the first step: the kernel zeroes them.
+  e.touch_seconds = peak * rates.touch_byte * slower;
+  e.seconds += e.touch_seconds;
   return e;
 }
 

@@ -55,9 +55,12 @@ std::vector<std::pair<std::size_t, std::size_t>> reduce_pairs(const Study& st, c
                                                               const std::vector<RankingVariant>& variants,
                                                               std::string* note);
 
-// A tensor at least this large (elements) is sorted over all ranks rather than dealt whole to one:
-// below it the exchanges cost more than they save.
+// Only a tensor at least this large (elements) may be sorted over all ranks rather than dealt whole to
+// one: below it the exchanges cost more than they save.
 inline constexpr std::size_t kSplitElements = std::size_t{1} << 18;
+// Tensors are dealt whole (no partition, no exchange) as long as every rank's values stay within this
+// fraction of the mean; the largest ones are split over all ranks only as far as the balance needs.
+inline constexpr double kDealBalance = 0.03;
 
 // What one reduce compares and computes.
 struct ReduceShape {
@@ -83,8 +86,9 @@ struct ReduceSchedule {
   // dealt tensors whole).
   std::size_t share(std::size_t q, const std::vector<std::int64_t>& sizes, int ranks) const;
 };
-// Tensors of at least kSplitElements are split when ranks > 1; the rest are dealt largest first to the
-// least loaded rank (src/runtime/deal.hpp).
+// The tensors are dealt largest first to the least loaded rank (src/runtime/deal.hpp); when that leaves
+// a rank more than kDealBalance above the mean, the largest tensors (of at least kSplitElements) are
+// split over all ranks instead, the fewest that restore the balance (or all of them).
 ReduceSchedule schedule_reduce(const std::vector<std::int64_t>& sizes, int ranks);
 
 // The shape of a plan's work; stored_bytes: bytes per value in its files.
@@ -100,14 +104,16 @@ struct ReduceRates {
   double sorted_pair = 0;        // W1 sums, per pair and sorted position (W2 with them: sorted_pair_w2)
   double sorted_pair_w2 = 0;
   double elementwise_pair = 0;   // max |d|, sum |d|, sum d^2, per pair and position
+  double touch_byte = 0;         // the first write of a byte of fresh memory (the kernel zeroes its page)
   double base_bytes = 0;         // this process's resident memory before any reduce buffer
   std::string source;            // what was measured ("fp32, ..."), for the printout
 };
-// Times each kind of work (about a second in all; the partition for `ranks` ranks) in CPU time
-// (thread_cpu_seconds): the rates of a core of its own, as the estimate assumes, also while other
-// work shares the machine. The read rates are set to a memory copy's, for the caller to measure on the
-// study's own files where it has some (by the same clock).
-ReduceRates measure_reduce_rates(std::size_t value_bytes, int ranks);
+// Times each kind of work (about a second in all; the partition for `ranks` ranks, the pairwise sums
+// on `variants` runs and `pairs` pairs, at most 8 and 28) in CPU time (thread_cpu_seconds, which holds
+// the kernel's time of the thread's page faults): the rates of a core of its own, as the estimate
+// assumes, also while other work shares the machine. The read rates are set to a memory copy's, for
+// the caller to measure on the study's own files where it has some (by the same clock).
+ReduceRates measure_reduce_rates(std::size_t value_bytes, int ranks, std::size_t variants, std::size_t pairs);
 // This thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID): the clock of the rates.
 double thread_cpu_seconds();
 
@@ -118,6 +124,7 @@ struct ReduceEstimate {
   double sort_seconds = 0;      //   sorting (per tensor and whole model)
   double move_seconds = 0;      //   partitions, packing and all-to-alls
   double pair_seconds = 0;      //   the pairwise sums
+  double touch_seconds = 0;     // once, in the first step: the first write of every buffer's pages
   double peak_bytes = 0;        // resident memory of the largest rank
   double share_bytes = 0;       //   of it, the whole model's shares
   std::size_t share_values = 0; // values per run in the largest share

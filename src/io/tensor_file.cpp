@@ -257,6 +257,17 @@ SafetensorsFile open_safetensors(const std::string& path) {
   return f;
 }
 
+// Values of format f are stored with the bytes of a T in this machine's order (safetensors and the raw
+// layouts here are little-endian).
+template <class T>
+bool stored_as_native(Format f) {
+  const std::uint32_t one = 1;
+  unsigned char first;
+  std::memcpy(&first, &one, 1);
+  const bool little = first == 1;
+  return little && ((std::is_same_v<T, float> && f == Format::fp32) || (std::is_same_v<T, double> && f == Format::fp64));
+}
+
 class SafetensorsSource : public TensorSource {
  public:
   // One file, or the shards of an index (`index` the index's path, "" for one file).
@@ -290,6 +301,12 @@ class SafetensorsSource : public TensorSource {
     const SafetensorsFile& f = shards_.at(where_.at(t.name));
     const std::size_t element = stored_element_bytes(*t.format);
     std::uint64_t at = f.buffer_offset + f.ranges.at(t.name).begin + begin * element;
+    // Stored as the caller's type (F32 into float, F64 into double) on a little-endian machine (as
+    // safetensors' bytes are): read straight into the caller's buffer, no piece and no conversion.
+    if (stored_as_native<T>(*t.format)) {
+      read_exactly(f.file, f.path, out, static_cast<std::size_t>(count * element), at, tensor_of(t.name) + ": ");
+      return;
+    }
     std::vector<char> piece(static_cast<std::size_t>(std::min<std::uint64_t>(count * element, kReadPiece)));
     const std::uint64_t per_piece = piece.size() / element;
     for (std::uint64_t done = 0; done < count;) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install fastudy's dependencies from Debian's packages and build the program, `fastudy` (Release, CPU;
-# CUDA parts too when nvcc is found): what the demo needs. The tests and benchmarks are built by
+# the CUDA parts too when this machine has a GPU and nvcc): what the demo needs. The tests and benchmarks are built by
 # scripts/test.sh, in the same build folder, on top of this build. Usage: scripts/setup.sh [BUILD_DIR]
 # (default: build)
 # FASTUDY_EXTRA_PACKAGES (space-separated) adds Debian packages to the same install (scripts/test.sh
@@ -34,6 +34,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
+# The CUDA parts (kernels/cuda, the NCCL reducer) are built where a GPU is visible. Without one the demo
+# runs none of them, and nvcc's compiles are about a third of the program's build: they are left out
+# (FASTUDY_CUDA=OFF). scripts/test.sh builds them wherever nvcc is found (FASTUDY_SETUP_CUDA=AUTO), for
+# the GPU code's compile checks.
+cuda=${FASTUDY_SETUP_CUDA:-}
+if [ -z "$cuda" ]; then
+  if [ -e /dev/nvidiactl ] || nvidia-smi -L > /dev/null 2>&1; then cuda=AUTO; else cuda=OFF; fi
+fi
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DFASTUDY_CUDA="$cuda"
 cmake --build "$build_dir" -j2 --target fastudy
 echo "setup: built $build_dir/fastudy"

@@ -8,7 +8,9 @@ build_dir=${1:-build}
 # write torch.save files and run examples/pytorch; headless Chromium to lay the report out at 1280x800
 # (tests/report/test_browser.py); clang with libFuzzer and the sanitizers' runtimes for the fuzz
 # harnesses of the readers of untrusted files (tests/fuzz).
-FASTUDY_EXTRA_PACKAGES="python3-torch chromium clang libclang-rt-dev ${FASTUDY_EXTRA_PACKAGES:-}" scripts/setup.sh "$build_dir"
+# The CUDA parts wherever nvcc is found (setup.sh alone builds them only where a GPU is visible).
+FASTUDY_SETUP_CUDA=AUTO FASTUDY_EXTRA_PACKAGES="python3-torch chromium clang libclang-rt-dev ${FASTUDY_EXTRA_PACKAGES:-}" \
+  scripts/setup.sh "$build_dir"
 # Everything else (the tests, the benchmarks), on top of the program setup.sh built.
 cmake --build "$build_dir" -j2
 # A single-node Slurm (munge, slurmctld, slurmd) for the real-Slurm test; the test starts and stops it.

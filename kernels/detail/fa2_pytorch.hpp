@@ -102,6 +102,20 @@ FASTUDY_INLINE E8V load_e8(const std::int8_t* p) {
   return v;
 }
 FASTUDY_INLINE void store_e8(std::int8_t* p, E8V v) { __builtin_memcpy(p, &v, sizeof v); }
+typedef std::uint8_t U8V __attribute__((vector_size(kFL)));
+FASTUDY_INLINE void store_u8(std::uint8_t* p, U8V v) { __builtin_memcpy(p, &v, sizeof v); }
+// L uint8 values widened to int32 lanes (vpmovzxbd where the build has it).
+FASTUDY_INLINE IV load_u8_lanes(const std::uint8_t* p) {
+#if FASTUDY_FA2_AVX512
+  return (IV)_mm512_maskz_cvtepu8_epi32(0xFFFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#elif FASTUDY_FA2_AVX2
+  return (IV)_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+#else
+  U8V v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v, IV);
+#endif
+}
 // L int8 values widened to int32 lanes (vpmovsxbd where the build has it).
 FASTUDY_INLINE IV load_e8_lanes(const std::int8_t* p) {
 #if FASTUDY_FA2_AVX512
@@ -120,46 +134,11 @@ FASTUDY_INLINE IV load_e8_lanes(const std::int8_t* p) {
 // b_i is exact in fp32 (22 significant bits at most), scaling it by 2^(25 - e_max) is exact, and the
 // truncating conversion to int32 is MMA-Sim's truncation of the term. The vector path holds where e_max is
 // in [-100, 100] (and so every operand and the sum are far from fp32's range ends) and the operands are
-// finite; each lane that it does not hold for takes mma::dot_k16 itself (mma_lanes_fixup).
-//   mma_lanes       the exponent maxima summed per call from int32 exponent arrays (the backward);
-//   mma_chunk       from exponent_max_tile's int8 maxima, the A vectors already in registers (the forward).
-template <Format F>
-__attribute__((noinline)) FV mma_lanes_scalar(FV acc, const float* a, std::int64_t lda, const float* b,
-                                              std::int64_t ldb) {
-  FV out;
-  for (int l = 0; l < kFL; ++l) {
-    float av[16], bv[16];
-    for (int i = 0; i < 16; ++i) av[i] = a[i * lda + l], bv[i] = b[i * ldb];
-    out[l] = mma::dot_k16<F>(av, bv, acc[l]);
-  }
-  return out;
-}
+// finite; each lane that it does not hold for takes mma::dot_k16 itself (mma_lanes_fixup). The exponent
+// maxima come from exponent_max_tile, for a chunk's outputs at once; mma_chunk is then one output's dot
+// products with the chunk's 16 A vectors held in registers.
 
-template <Format F>
-FASTUDY_INLINE FV mma_lanes(FV acc, const float* a, const std::int32_t* ae, std::int64_t lda, const float* b,
-                            const std::int32_t* be, std::int64_t ldb) {
-  const IV acc_bits = (IV)acc;
-  const IV field = (acc_bits >> 23) & 0xFF;
-  IV emax = field == 0 ? IV{} - 126 : field - 127;
-  for (int i = 0; i < 16; ++i) {
-    const IV e = vload(ae + i * lda) + be[i * ldb];
-    emax = emax > e ? emax : e;
-  }
-  if (__builtin_expect(any_lane((emax < -100) | (emax > 100) | (field == 255)), 0))
-    return mma_lanes_scalar<F>(acc, a, lda, b, ldb);
-  const IV scale_bits = (152 - emax) << 23;  // 2^(25 - e_max)
-  const FV scale = (FV)scale_bits;
-  IV lo = __builtin_convertvector(acc * scale, IV), hi = IV{};
-  for (int i = 0; i < 8; ++i) lo += __builtin_convertvector(vload(a + i * lda) * b[i * ldb] * scale, IV);
-  for (int i = 8; i < 16; ++i) hi += __builtin_convertvector(vload(a + i * lda) * b[i * ldb] * scale, IV);
-  const DVL total = __builtin_convertvector(lo, DVL) + __builtin_convertvector(hi, DVL);
-  const LVL cleared = (LVL)total & ~((std::int64_t{1} << 29) - 1);
-  const FV top24 = __builtin_convertvector((DVL)cleared, FV);
-  const IV back_bits = (emax + 102) << 23;  // 2^(e_max - 25)
-  return top24 * (FV)back_bits;
-}
-
-// One operand's exponents for the forward's dot products (mma::split's e, precomputed): int8, [R][C] with R
+// One operand's exponents for the dot products (mma::split's e, precomputed): int8, [R][C] with R
 // along the dot product (d for Q^T and K^T, the keys for V), zero padded (zero's exponent -126). Finite
 // values' exponents fit ([-126, 127]); inf and NaN (exponent 128) are stored as 127, and poison[(r / 16) C +
 // c] is 127 where the chunk of 16 along R at column c holds one, else -128; `any` says whether one does.
@@ -183,16 +162,17 @@ struct Fa2Exponents {
 };
 
 // The exponent step of a chunk of 16 products for `count` outputs (a multiple of 4) at once, mma's e_max
-// without its accumulator: e[o L + l] = max over i < 16 of ea[i lda + l] + eb[i ldb + o] (the A exponents of
-// lane l, the B exponents of output o), saturated to int8. The saturation keeps e_max exact wherever it
-// decides anything: x -> min(max(x, -128), 127) is monotonic, so the maximum of the saturated sums is the
-// saturated maximum; where that is inside [-100, 100] it is the maximum itself, and where the maximum is
-// above 127 (saturated: 127) or below -128 (-128, under every accumulator's exponent, at least -126) the
-// dot product's e_max is above 100 or the accumulator's, as without saturation.
+// without its accumulator: E = max over i < 16 of ea[i lda + l] + eb[i ldb + o] (the A exponents of lane l,
+// the B exponents of output o), clamped to [-127, 127] and stored biased, e[o L + l] = E + 127 (2^E's
+// exponent field). The clamp keeps e_max exact wherever it decides anything: x -> min(max(x, -127), 127) is
+// monotonic, so the maximum of the clamped (saturated) sums is the clamped maximum; where that is inside
+// [-100, 100] it is the maximum itself, and where the maximum is above 127 (clamped: 127) or below -127
+// (-127, under every accumulator's exponent, at least -126) the dot product's e_max is above 100 or the
+// accumulator's, as without the clamp.
 // AVX-512: 64 int8 lanes, [4 outputs][16 lanes]; the A exponents of the 16 lanes are repeated in each
 // 128-bit lane, and output q's B exponent is spread over 128-bit lane q (vpshufb of the 4 bytes). (The
 // maskz forms of the intrinsics here: the plain ones trip GCC 12's -Wmaybe-uninitialized in its header.)
-FASTUDY_INLINE void exponent_max_tile(std::int8_t* e, const std::int8_t* ea, std::int64_t lda, const std::int8_t* eb,
+FASTUDY_INLINE void exponent_max_tile(std::uint8_t* e, const std::int8_t* ea, std::int64_t lda, const std::int8_t* eb,
                                       std::int64_t ldb, std::int64_t count) {
 #if FASTUDY_FA2_AVX512
   const __m512i spread = _mm512_set_epi32(0x03030303, 0x03030303, 0x03030303, 0x03030303, 0x02020202, 0x02020202,
@@ -202,31 +182,31 @@ FASTUDY_INLINE void exponent_max_tile(std::int8_t* e, const std::int8_t* ea, std
   for (int i = 0; i < 16; ++i)
     a[i] = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(ea + i * lda)));
   for (std::int64_t o = 0; o < count; o += 4) {
-    __m512i m = _mm512_set1_epi8(-128);
+    __m512i m = _mm512_set1_epi8(-127);
     for (int i = 0; i < 16; ++i) {
       std::int32_t four;
       std::memcpy(&four, eb + i * ldb + o, sizeof four);
       m = _mm512_max_epi8(m, _mm512_adds_epi8(a[i], _mm512_shuffle_epi8(_mm512_set1_epi32(four), spread)));
     }
-    _mm512_storeu_si512(e + o * kFL, m);
+    _mm512_storeu_si512(e + o * kFL, _mm512_add_epi8(m, _mm512_set1_epi8(127)));  // [0, 254] as bytes
   }
 #else
   IV a[16];
   for (int i = 0; i < 16; ++i) a[i] = load_e8_lanes(ea + i * lda);
   for (std::int64_t o = 0; o < count; ++o) {
-    IV m = IV{} - 128;
+    IV m = IV{} - 127;
     for (int i = 0; i < 16; ++i) m = vmax(m, a[i] + static_cast<std::int32_t>(eb[i * ldb + o]));
-    store_e8(e + o * kFL, __builtin_convertvector(m > 127 ? IV{} + 127 : m, E8V));
+    store_u8(e + o * kFL, __builtin_convertvector((m > 127 ? IV{} + 127 : m) + 127, U8V));
   }
 #endif
 }
 
 // The outputs whose chunk holds an inf or NaN (lanes where pa[l] > 0, outputs where pb[o] > 0; null when
-// none can) get the exponent 127, out of the vector path's range: they take mma::dot_k16.
-inline void poison_tile(std::int8_t* e, std::int64_t count, const std::int8_t* pa, const std::int8_t* pb) {
+// none can) get the exponent 127 (stored 254), out of the vector path's range: they take mma::dot_k16.
+inline void poison_tile(std::uint8_t* e, std::int64_t count, const std::int8_t* pa, const std::int8_t* pb) {
   for (std::int64_t o = 0; o < count; ++o)
     for (int l = 0; l < kFL; ++l)
-      if ((pa && pa[l] > 0) || (pb && pb[o] > 0)) e[o * kFL + l] = 127;
+      if ((pa && pa[l] > 0) || (pb && pb[o] > 0)) e[o * kFL + l] = 254;
 }
 
 // The truncated sum (units of 2^(e_max - 25)) rounded to fp32 toward zero: 24 significant bits (embedded
@@ -256,39 +236,42 @@ FASTUDY_INLINE bool lanes_exact(IV emax, IV sum) {
 #endif
 }
 
-// The lanes where lanes_exact fails, by mma::dot_k16 (a lane whose A values and accumulator are all zero,
-// with finite B values, is +0 without it: the causal mask's zero P).
+// The lanes where lanes_exact fails, by mma::dot_k16 (a lane whose accumulator is zero and whose A values or
+// B values are all zero, the others finite, is +0 without it: the causal mask's zero P and dS, zero padding).
 template <Format F>
 __attribute__((noinline, cold)) FV mma_lanes_fixup(FV out, IV emax, IV sum, FV acc, const float* a, std::int64_t lda,
                                                    const float* b, std::int64_t ldb) {
   float bv[16];
-  bool b_finite = true;
+  bool b_finite = true, b_zero = true;
   for (int i = 0; i < 16; ++i) {
     bv[i] = b[i * ldb];
     b_finite &= std::isfinite(bv[i]);
+    b_zero &= bv[i] == 0.0f;
   }
   for (int l = 0; l < kFL; ++l) {
     const std::uint32_t magnitude = sum[l] < 0 ? 0u - static_cast<std::uint32_t>(sum[l]) : static_cast<std::uint32_t>(sum[l]);
     if (static_cast<std::uint32_t>(emax[l] - (27 << 23)) <= (200u << 23) && magnitude <= 0x7C000000u) continue;
     float av[16];
-    bool zero = acc[l] == 0.0f;
+    bool a_finite = true, a_zero = true;
     for (int i = 0; i < 16; ++i) {
       av[i] = a[i * lda + l];
-      zero &= av[i] == 0.0f;
+      a_finite &= std::isfinite(av[i]);
+      a_zero &= av[i] == 0.0f;
     }
-    out[l] = zero && b_finite ? 0.0f : mma::dot_k16<F>(av, bv, acc[l]);
+    const bool zero = acc[l] == 0.0f && ((a_zero && b_finite) || (b_zero && a_finite));
+    out[l] = zero ? 0.0f : mma::dot_k16<F>(av, bv, acc[l]);
   }
   return out;
 }
 
 // mma_chunk: the dot products of one chunk for one output (B values b[i * ldb]), the 16 A vectors in a (also
-// at a_mem for the fixup), e8 the output's exponent maxima from exponent_max_tile. kZeroAcc: acc is +0.
+// at a_mem for the fixup), e8 the output's biased exponent maxima from exponent_max_tile. kZeroAcc: acc is +0.
 template <Format F, bool kZeroAcc>
-FASTUDY_INLINE FV mma_chunk(FV acc, const FV* a, const float* b, std::int64_t ldb, const std::int8_t* e8,
+FASTUDY_INLINE FV mma_chunk(FV acc, const FV* a, const float* b, std::int64_t ldb, const std::uint8_t* e8,
                             const float* a_mem, std::int64_t lda) {
   // e_max as the bits of 2^e_max: the larger of the accumulator's exponent field (0 for zero and subnormals,
   // whose exponent -126 decides nothing in range: e_max >= -100 > -126 there) and the products'.
-  const IV products = (IV)((UV)(load_e8_lanes(e8) + 127) << 23);
+  const IV products = load_u8_lanes(e8) << 23;
   const IV emax = kZeroAcc ? products : vmax((IV)acc & 0x7F800000, products);
   const FV scale = (FV)((279u << 23) - (UV)emax);  // 2^(25 - e_max)
   IV sum = kZeroAcc ? IV{} : __builtin_convertvector(acc * scale, IV);
@@ -358,7 +341,7 @@ FASTUDY_INLINE IV sfu_square_lanes(IV r) {
 // (H 2^9 + L) >> 15 = (H + (L >> 9)) >> 6.
 FASTUDY_INLINE FV ex2_lanes(FV x) {
   if (__builtin_expect(any_nan(x), 0)) {
-    FV out;
+    FV out{};
     for (int l = 0; l < kFL; ++l) out[l] = nv::ex2_approx(x[l]);
     return out;
   }
@@ -397,37 +380,17 @@ FASTUDY_INLINE FV round_lanes(FV x) {
 }
 
 // mma::split's exponent of values of F, lane by lane: the fp32 exponent, at least F's smallest normal
-// exponent (a subnormal of F keeps it), -126 for zero.
+// exponent (a subnormal of F keeps it), -126 for zero (which the floor gives already where F's smallest
+// normal exponent is -126: bf16).
 template <Format F>
 FASTUDY_INLINE IV exponent_lanes(FV x) {
   const IV field = ((IV)x >> 23) & 0xFF;
   const IV e = field - 127;
   const IV floor = IV{} + FormatTraits<F>::emin;
   const IV clamped = e > floor ? e : floor;
-  return x == 0.0f ? IV{} + mma::kZeroExponent : clamped;
+  if constexpr (FormatTraits<F>::emin == mma::kZeroExponent) return clamped;
+  else return x == 0.0f ? IV{} + mma::kZeroExponent : clamped;
 }
-
-// One head's operands as the tensor cores read them: values of F and their mma exponents, transposed
-// (lanes = rows: [t][rows]) or not ([rows][t]), zero padded to whole vectors and to d rounded up to 16
-// (a chunk of zero products leaves an accumulator unchanged, so this is the kernel's kHeadDim padding).
-struct Fa2Operand {
-  std::vector<float> x;
-  std::vector<std::int32_t> e;
-  std::int64_t ld = 0;  // row length
-  void resize(std::int64_t rows, std::int64_t cols) {
-    ld = cols;
-    x.assign(static_cast<std::size_t>(rows * cols), 0.0f);
-    e.assign(static_cast<std::size_t>(rows * cols), mma::kZeroExponent);
-  }
-  template <Format F>
-  void set(std::int64_t r, std::int64_t c, float v) {
-    const float f = round_to_format<F>(v);
-    x[static_cast<std::size_t>(r * ld + c)] = f;
-    e[static_cast<std::size_t>(r * ld + c)] = mma::split<F>(f).e;
-  }
-  const float* at(std::int64_t r, std::int64_t c) const { return x.data() + r * ld + c; }
-  const std::int32_t* exp_at(std::int64_t r, std::int64_t c) const { return e.data() + r * ld + c; }
-};
 
 struct Fa2Geometry {
   std::int64_t n, d, d16, rows;  // rows: N rounded up to the lanes
@@ -449,98 +412,76 @@ inline Fa2Geometry fa2_geometry(const AttentionShape& shape) {
   return g;
 }
 
-// S for L rows (row0 ...) and key j: the chain of mma over d from a zero accumulator (gemm over the
-// k-slices of sQ and sK), masked: keys past N (mask.h, col >= max_seqlen_k) and causal keys after the row
-// (apply_mask_causal: col > row) are -inf.
-template <Format F>
-FASTUDY_INLINE FV score_lanes(const Fa2Geometry& g, const Fa2Operand& at, const Fa2Operand& b, std::int64_t row0,
-                              std::int64_t j) {
-  if (j >= g.n || (g.causal && j > row0 + kFL - 1)) return splat(kNegInf<float>);  // masked for every lane
-  FV s{};
-  for (std::int64_t t = 0; t < g.d16; t += 16) s = mma_lanes<F>(s, at.at(t, row0), at.exp_at(t, row0), at.ld, b.at(j, t), b.exp_at(j, t), 1);
-  if (g.causal)
-    for (int l = 0; l < kFL; ++l)
-      if (j > row0 + l) s[l] = kNegInf<float>;
-  return s;
-}
-
-// The forward's operands: values of F (zero padded: rows to whole vectors, keys to whole KV blocks, d to a
-// multiple of 16) laid out for the dot products' A vectors and B scalars, and their exponents laid out for
-// exponent_max_tile. Rows past N take the exponent 0 (not zero's -126): their dot products, zero and never
-// read, stay on the vector path.
-struct Fa2ForwardOperands {
-  std::vector<float> qt, kk, vt;  // Q^T [d16][rows], K [keys][d16], V^T [d16][keys]
-  Fa2Exponents qe, ke, ve;        // Q^T's [d16][rows], K^T's [d16][keys], V's [keys][d16]
-  std::int64_t rows = 0, keys = 0, d16 = 0;
-  const float* q_at(std::int64_t t, std::int64_t row) const { return qt.data() + t * rows + row; }
-  const float* k_at(std::int64_t key, std::int64_t t) const { return kk.data() + key * d16 + t; }
-  const float* v_at(std::int64_t t, std::int64_t key) const { return vt.data() + t * keys + key; }
+// One input tensor ([N, d]) rounded to F in the layouts the dot products read, zero padded to R rows (whole
+// vectors or KV blocks) and d16 columns: its values by rows ([R][d16]: the B scalars of S = Q K^T and dP = dO
+// V^T, the A vectors of dV, dK and dQ, lanes along d) and by columns ([d16][R]: the A vectors of S and dP,
+// lanes along the rows; the B scalars of P V), and their exponents for exponent_max_tile the same two ways
+// (rows_e: chunks of 16 rows; cols_e: of 16 columns). In cols_e the padded rows are lanes or outputs and take
+// the exponent 0 rather than zero's -126: their dot products, zero and never read, stay on the vector path.
+// Each layout only where the kernel reads it (Fa2Layout).
+enum Fa2Layout : unsigned { kByRows = 1, kByCols = 2, kExpByRows = 4, kExpByCols = 8 };
+struct Fa2Layouts {
+  std::vector<float> rows, cols;
+  Fa2Exponents rows_e, cols_e;
+  std::int64_t r = 0, d16 = 0;
+  const float* row_at(std::int64_t i, std::int64_t t) const { return rows.data() + i * d16 + t; }
+  const float* col_at(std::int64_t t, std::int64_t i) const { return cols.data() + t * r + i; }
 };
 
-// Each row of Q, K and V rounded to F L values at a time, with its exponents (exponent_lanes: mma::split's e
-// for the values of F; 127 for inf and NaN, which are marked), L rows at a time so that the transposed
-// layouts are written a whole vector at a time from an [d16][L] staging tile.
+// The exponents the vector path reads for values of F, lane by lane (exponent_lanes: mma::split's e), as
+// int8; 127 for inf and NaN, whose chunks are poisoned.
 template <Format F>
-void fa2_forward_operands(const Fa2Geometry& g, std::int64_t keys, const float* q, const float* k, const float* v,
-                          Fa2ForwardOperands& in) {
-  const std::int64_t d16 = g.d16;
-  in.rows = g.rows;
-  in.keys = keys;
-  in.d16 = d16;
-  in.qt.assign(static_cast<std::size_t>(d16 * g.rows), 0.0f);
-  in.kk.assign(static_cast<std::size_t>(keys * d16), 0.0f);
-  in.vt.assign(static_cast<std::size_t>(d16 * keys), 0.0f);
-  in.qe.resize(d16, g.rows);
-  in.ke.resize(d16, keys);
-  in.ve.resize(keys, d16);
+FASTUDY_INLINE E8V exponents8(FV f) {
+  return __builtin_convertvector(nonfinite_lanes(f) ? IV{} + 127 : exponent_lanes<F>(f), E8V);
+}
+
+// x's rows rounded to F L values at a time, with their exponents, L rows at a time so that the layouts by
+// columns are written a whole vector at a time from a [d16][L] staging tile; each inf or NaN marked.
+template <Format F>
+void fa2_layouts(const float* x, std::int64_t n, std::int64_t d, std::int64_t d16, std::int64_t r, unsigned want,
+                 Fa2Layouts& out) {
+  out.r = r;
+  out.d16 = d16;
+  out.rows.assign(want & kByRows ? static_cast<std::size_t>(r * d16) : 0, 0.0f);
+  out.cols.assign(want & kByCols ? static_cast<std::size_t>(d16 * r) : 0, 0.0f);
+  out.rows_e.resize(want & kExpByRows ? r : 0, d16);
+  out.cols_e.resize(want & kExpByCols ? d16 : 0, r);
+  if (want & kExpByCols)
+    for (std::int64_t t = 0; t < d16; ++t) std::fill(out.cols_e.at(t, n), out.cols_e.at(t, 0) + r, 0);
   std::vector<float> row(static_cast<std::size_t>(d16), 0.0f);  // one input row, zero padded to d16
-  FVs q_tile(static_cast<std::size_t>(d16)), v_tile(static_cast<std::size_t>(d16));
-  std::vector<std::int8_t> qe_tile(static_cast<std::size_t>(d16 * kFL)), ke_tile(qe_tile.size());
-  // Lanes t0 .. t0 + L of `row` (row i of its tensor) rounded, with their exponents in e8; each inf or NaN
-  // marked in `mark` at (t, i) (transposed) or (i, t).
-  auto load = [&](std::int64_t i, std::int64_t t0, Fa2Exponents& mark, bool transposed, E8V& e8) {
-    const FV f = round_lanes<F>(vload(row.data() + t0));
-    const IV special = nonfinite_lanes(f);
-    e8 = __builtin_convertvector(special ? IV{} + 127 : exponent_lanes<F>(f), E8V);
-    if (__builtin_expect(any_lane(special), 0))
+  FVs col_tile(static_cast<std::size_t>(d16));
+  std::vector<std::int8_t> col_e_tile(static_cast<std::size_t>(d16 * kFL));
+  for (std::int64_t i0 = 0; i0 < n; i0 += kFL) {
+    const int valid = static_cast<int>(std::min<std::int64_t>(kFL, n - i0));
+    std::fill(col_tile.begin(), col_tile.end(), FV{});
+    for (std::int64_t t = 0; t < d16; ++t)
       for (int l = 0; l < kFL; ++l)
-        if (special[l]) transposed ? mark.mark_special(t0 + l, i) : mark.mark_special(i, t0 + l);
-    return f;
-  };
-  for (std::int64_t i0 = 0; i0 < g.n; i0 += kFL) {
-    // Rows past N: zero, with the exponent 0 for Q (Fa2ForwardOperands) and zero's for K and V.
-    std::fill(q_tile.begin(), q_tile.end(), FV{});
-    std::fill(v_tile.begin(), v_tile.end(), FV{});
-    std::fill(qe_tile.begin(), qe_tile.end(), 0);
-    std::fill(ke_tile.begin(), ke_tile.end(), static_cast<std::int8_t>(mma::kZeroExponent));
-    for (std::int64_t i = i0; i < std::min(i0 + kFL, g.n); ++i) {
-      const int lane = static_cast<int>(i - i0);
-      E8V e8;
-      std::memcpy(row.data(), q + i * g.d, static_cast<std::size_t>(g.d) * sizeof(float));
-      for (std::int64_t t0 = 0; t0 < g.d; t0 += kFL) {
-        const FV f = load(i, t0, in.qe, true, e8);
-        for (int l = 0; l < kFL; ++l) {
-          q_tile[static_cast<std::size_t>(t0 + l)][lane] = f[l];
-          qe_tile[static_cast<std::size_t>((t0 + l) * kFL + lane)] = e8[l];
+        col_e_tile[static_cast<std::size_t>(t * kFL + l)] = l < valid ? static_cast<std::int8_t>(mma::kZeroExponent) : 0;
+    for (int lane = 0; lane < valid; ++lane) {
+      const std::int64_t i = i0 + lane;
+      std::memcpy(row.data(), x + i * d, static_cast<std::size_t>(d) * sizeof(float));
+      for (std::int64_t t0 = 0; t0 < d; t0 += kFL) {
+        const FV f = round_lanes<F>(vload(row.data() + t0));
+        const E8V e8 = exponents8<F>(f);
+        if (__builtin_expect(any_nonfinite(f), 0)) {
+          const IV special = nonfinite_lanes(f);
+          for (int l = 0; l < kFL; ++l) {
+            if (!special[l]) continue;
+            if (want & kExpByRows) out.rows_e.mark_special(i, t0 + l);
+            if (want & kExpByCols) out.cols_e.mark_special(t0 + l, i);
+          }
         }
-      }
-      std::memcpy(row.data(), k + i * g.d, static_cast<std::size_t>(g.d) * sizeof(float));
-      for (std::int64_t t0 = 0; t0 < g.d; t0 += kFL) {
-        vstore(in.kk.data() + i * d16 + t0, load(i, t0, in.ke, true, e8));
-        for (int l = 0; l < kFL; ++l) ke_tile[static_cast<std::size_t>((t0 + l) * kFL + lane)] = e8[l];
-      }
-      std::memcpy(row.data(), v + i * g.d, static_cast<std::size_t>(g.d) * sizeof(float));
-      for (std::int64_t t0 = 0; t0 < g.d; t0 += kFL) {
-        const FV f = load(i, t0, in.ve, false, e8);
-        for (int l = 0; l < kFL; ++l) v_tile[static_cast<std::size_t>(t0 + l)][lane] = f[l];
-        store_e8(in.ve.at(i, t0), e8);
+        if (want & kByRows) vstore(out.rows.data() + i * d16 + t0, f);
+        if (want & kExpByRows) store_e8(out.rows_e.at(i, t0), e8);
+        for (int l = 0; l < kFL; ++l) {
+          col_tile[static_cast<std::size_t>(t0 + l)][lane] = f[l];
+          col_e_tile[static_cast<std::size_t>((t0 + l) * kFL + lane)] = e8[l];
+        }
       }
     }
     for (std::int64_t t = 0; t < d16; ++t) {
-      vstore(in.qt.data() + t * g.rows + i0, q_tile[static_cast<std::size_t>(t)]);
-      vstore(in.vt.data() + t * keys + i0, v_tile[static_cast<std::size_t>(t)]);
-      std::memcpy(in.qe.at(t, i0), qe_tile.data() + t * kFL, kFL);
-      std::memcpy(in.ke.at(t, i0), ke_tile.data() + t * kFL, kFL);
+      if (want & kByCols) vstore(out.cols.data() + t * r + i0, col_tile[static_cast<std::size_t>(t)]);
+      if (want & kExpByCols) std::memcpy(out.cols_e.at(t, i0), col_e_tile.data() + t * kFL, kFL);
     }
   }
 }
@@ -551,49 +492,70 @@ void fa2_forward_operands(const Fa2Geometry& g, std::int64_t keys, const float* 
 struct Fa2RowTiles {
   FVs s;
   std::vector<float> p;
-  std::vector<std::int8_t> pe, p_poison, e;
+  std::vector<std::int8_t> pe, p_poison;
+  std::vector<std::uint8_t> e;
 };
 
-// S = Q K^T for L rows (row0 ...) and the keys j0 .. j0 + count: per chunk of 16 along d (gemm over the
-// k-slices of sQ and sK, from a zero accumulator), the exponent maxima of every key, then each key's mma
-// with the chunk's 16 Q^T vectors held.
+// s[j] = A B^T for L rows (row0 ...) and the keys j0 .. j0 + count, S = Q K^T or dP = dO V^T: per chunk of 16
+// along d (gemm over the k-slices of sQ and sK, from a zero accumulator) the exponent maxima of every key,
+// then each key's mma with the chunk's 16 A^T vectors held. a by columns, b by rows; e the maxima's tile.
 template <Format F>
-void score_tile(const Fa2ForwardOperands& in, std::int64_t row0, std::int64_t j0, std::int64_t count, Fa2RowTiles& w) {
-  std::int8_t* e = w.e.data();
-  for (std::int64_t t = 0; t < in.d16; t += 16) {
-    exponent_max_tile(e, in.qe.at(t, row0), in.qe.ld, in.ke.at(t, j0), in.ke.ld, round_up(count, 4));
-    if (in.qe.any || in.ke.any)
-      poison_tile(e, count, in.qe.any ? in.qe.poison_at(t, row0) : nullptr, in.ke.any ? in.ke.poison_at(t, j0) : nullptr);
-    FV a[16];
-    for (int i = 0; i < 16; ++i) a[i] = vload(in.q_at(t + i, row0));
-    const float* a_mem = in.q_at(t, row0);
+void score_tile(const Fa2Layouts& a, const Fa2Layouts& b, std::int64_t row0, std::int64_t j0, std::int64_t count,
+                FV* s, std::uint8_t* e) {
+  for (std::int64_t t = 0; t < a.d16; t += 16) {
+    exponent_max_tile(e, a.cols_e.at(t, row0), a.cols_e.ld, b.cols_e.at(t, j0), b.cols_e.ld, round_up(count, 4));
+    if (a.cols_e.any || b.cols_e.any)
+      poison_tile(e, count, a.cols_e.any ? a.cols_e.poison_at(t, row0) : nullptr,
+                  b.cols_e.any ? b.cols_e.poison_at(t, j0) : nullptr);
+    FV at[16];
+    for (int i = 0; i < 16; ++i) at[i] = vload(a.col_at(t + i, row0));
+    const float* a_mem = a.col_at(t, row0);
     if (t == 0)
       for (std::int64_t j = 0; j < count; ++j)
-        w.s[static_cast<std::size_t>(j)] = mma_chunk<F, true>(FV{}, a, in.k_at(j0 + j, t), 1, e + j * kFL, a_mem, in.rows);
+        s[j] = mma_chunk<F, true>(FV{}, at, b.row_at(j0 + j, t), 1, e + j * kFL, a_mem, a.r);
     else
       for (std::int64_t j = 0; j < count; ++j)
-        w.s[static_cast<std::size_t>(j)] =
-            mma_chunk<F, false>(w.s[static_cast<std::size_t>(j)], a, in.k_at(j0 + j, t), 1, e + j * kFL, a_mem, in.rows);
+        s[j] = mma_chunk<F, false>(s[j], at, b.row_at(j0 + j, t), 1, e + j * kFL, a_mem, a.r);
   }
+}
+
+// S for L rows (row0 ...) and a KV block's keys j0 .. j0 + block_n, masked: keys past N (mask.h, col >=
+// max_seqlen_k) and causal keys after the row (apply_mask_causal: col > row) are -inf; keys masked for
+// every lane skip their dot products.
+template <Format F>
+void masked_score_tile(const Fa2Geometry& g, const Fa2Layouts& q, const Fa2Layouts& k, std::int64_t row0,
+                       std::int64_t j0, int block_n, FV* s, std::uint8_t* e) {
+  std::int64_t end = std::min(g.n, j0 + block_n);
+  if (g.causal) end = std::min(end, row0 + kFL);
+  const std::int64_t count = std::max<std::int64_t>(end - j0, 0);
+  score_tile<F>(q, k, row0, j0, count, s, e);
+  IV lane;
+  for (int l = 0; l < kFL; ++l) lane[l] = l;
+  for (std::int64_t c = 0; c < block_n; ++c)
+    if (c >= count) s[c] = splat(kNegInf<float>);
+    else if (g.causal)  // lane l's row is row0 + l: the key is masked where it is ahead by more than l
+      s[c] = IV{} + static_cast<std::int32_t>(std::clamp<std::int64_t>(j0 + c - row0, -1, kFL)) > lane
+                 ? splat(kNegInf<float>)
+                 : s[c];
 }
 
 // gemm_rs(acc_o, tOrP, tOrVt): acc_o += P V over the block's keys j0 .. j0 + block_n in k-slices of 16, the
 // exponent maxima of every column of V per slice, then each column's mma with the slice's 16 P vectors held.
 template <Format F>
-void pv_tile(const Fa2Geometry& g, const Fa2ForwardOperands& in, std::int64_t j0, int block_n, bool p_poisoned,
-             FVs& acc, Fa2RowTiles& w) {
-  std::int8_t* e = w.e.data();
+void pv_tile(const Fa2Geometry& g, const Fa2Layouts& v, std::int64_t j0, int block_n, bool p_poisoned, FVs& acc,
+             Fa2RowTiles& w) {
+  std::uint8_t* e = w.e.data();
   for (int c = 0; c < block_n; c += 16) {
-    exponent_max_tile(e, w.pe.data() + c * kFL, kFL, in.ve.at(j0 + c, 0), in.ve.ld, round_up(g.d, 4));
-    if (p_poisoned || in.ve.any)
+    exponent_max_tile(e, w.pe.data() + c * kFL, kFL, v.rows_e.at(j0 + c, 0), v.rows_e.ld, round_up(g.d, 4));
+    if (p_poisoned || v.rows_e.any)
       poison_tile(e, g.d, p_poisoned ? w.p_poison.data() + c / 16 * kFL : nullptr,
-                  in.ve.any ? in.ve.poison_at(j0 + c, 0) : nullptr);
+                  v.rows_e.any ? v.rows_e.poison_at(j0 + c, 0) : nullptr);
     FV a[16];
     for (int i = 0; i < 16; ++i) a[i] = vload(w.p.data() + (c + i) * kFL);
     const float* a_mem = w.p.data() + c * kFL;
     for (std::int64_t t = 0; t < g.d; ++t)
       acc[static_cast<std::size_t>(t)] =
-          mma_chunk<F, false>(acc[static_cast<std::size_t>(t)], a, in.v_at(t, j0 + c), 1, e + t * kFL, a_mem, kFL);
+          mma_chunk<F, false>(acc[static_cast<std::size_t>(t)], a, v.col_at(t, j0 + c), 1, e + t * kFL, a_mem, kFL);
   }
 }
 
@@ -618,7 +580,7 @@ bool p_tile(Fa2RowTiles& w, int block_n, FV sl2, FV max_scaled, FV rescale, FV* 
     sum = fused ? fma_lanes(sum, rescale, p) : sum + p;
     const FV r = round_lanes<F>(p);
     vstore(w.p.data() + c * kFL, r);
-    store_e8(w.pe.data() + c * kFL, __builtin_convertvector(exponent_lanes<F>(r), E8V));
+    store_e8(w.pe.data() + c * kFL, __builtin_convertvector(exponent_lanes<F>(r), E8V));  // a NaN's: poisoned
     if (__builtin_expect(any_nonfinite(r), 0)) {  // a NaN P: its lane's chunk takes mma::dot_k16
       if (!poisoned) w.p_poison.assign(static_cast<std::size_t>(block_n / 16 * kFL), -128);
       poisoned = true;
@@ -640,35 +602,24 @@ bool p_tile(Fa2RowTiles& w, int block_n, FV sl2, FV max_scaled, FV rescale, FV* 
 // from the last to the first, then normalize_softmax_lse. acc receives acc_o * (1 / sum) in fp32 ([d16]
 // vectors), lse the split's lse (Split: -inf for an empty row, else +inf).
 template <Format F>
-void fa2_forward_rows(const Fa2Geometry& g, const Fa2ForwardOperands& in, std::int64_t row0, int block_n,
-                      std::int64_t nb_lo, std::int64_t nb_hi, bool split, FVs& acc, Fa2RowTiles& w, FV* lse_out) {
+void fa2_forward_rows(const Fa2Geometry& g, const Fa2Layouts& q, const Fa2Layouts& k, const Fa2Layouts& v,
+                      std::int64_t row0, int block_n, std::int64_t nb_lo, std::int64_t nb_hi, bool split, FVs& acc,
+                      Fa2RowTiles& w, FV* lse_out) {
   const FV sl2 = splat(g.scale_log2);
   acc.assign(static_cast<std::size_t>(g.d16), FV{});
   w.s.resize(static_cast<std::size_t>(block_n));
   w.p.resize(static_cast<std::size_t>(block_n * kFL));
   w.pe.resize(static_cast<std::size_t>(block_n * kFL));
   w.e.resize(static_cast<std::size_t>(std::max<std::int64_t>(block_n, g.d16) * kFL));
-  IV lane;
-  for (int l = 0; l < kFL; ++l) lane[l] = l;
   FV m = splat(kNegInf<float>);
   FV l[4] = {FV{}, FV{}, FV{}, FV{}};  // the row sum of each lane of an MMA quad (softmax.h reduce_sum)
   for (std::int64_t nb = nb_hi - 1; nb >= nb_lo; --nb) {  // "We iterate over the blocks in reverse order"
     const bool first = nb == nb_hi - 1;
     const std::int64_t j0 = nb * block_n;
-    // S, masked: keys past N (mask.h, col >= max_seqlen_k) and causal keys after the row (apply_mask_causal:
-    // col > row) are -inf; keys masked for every lane skip their dot products.
-    std::int64_t end = std::min(g.n, j0 + block_n);
-    if (g.causal) end = std::min(end, row0 + kFL);
-    const std::int64_t count = std::max<std::int64_t>(end - j0, 0);
-    score_tile<F>(in, row0, j0, count, w);
+    masked_score_tile<F>(g, q, k, row0, j0, block_n, w.s.data(), w.e.data());
     FV m_tile = splat(kNegInf<float>);
-    for (int c = 0; c < block_n; ++c) {
-      FV& s = w.s[static_cast<std::size_t>(c)];
-      if (c >= count) s = splat(kNegInf<float>);
-      else if (g.causal)  // lane l's row is row0 + l: the key is masked where it is ahead by more than l
-        s = IV{} + static_cast<std::int32_t>(std::clamp<std::int64_t>(j0 + c - row0, -1, kFL)) > lane ? splat(kNegInf<float>) : s;
-      if (c % 2 == 1) m_tile = vmax(m_tile, vmax(w.s[static_cast<std::size_t>(c - 1)], s));
-    }
+    for (int c = 0; c < block_n; c += 2)
+      m_tile = vmax(m_tile, vmax(w.s[static_cast<std::size_t>(c)], w.s[static_cast<std::size_t>(c + 1)]));
     // softmax_rescale_o: reduce_max (the quad all-reduce of a max is exact), then for a block after the
     // first scores_scale = exp2f((max_prev - max_cur) * scale_log2) with Check_inf (-inf counts as 0),
     // row_sum *= scale and acc_o *= scale.
@@ -691,7 +642,7 @@ void fa2_forward_rows(const Fa2Geometry& g, const Fa2ForwardOperands& in, std::i
     // P is kept as F with its exponents, the A operand of P V (convert_type<Element>(acc_s)): p_tile.
     const FV max_scaled = m == kNegInf<float> ? FV{} : m * sl2;
     const bool p_poisoned = p_tile<F>(w, block_n, sl2, max_scaled, rescale, l);
-    pv_tile<F>(g, in, j0, block_n, p_poisoned, acc, w);
+    pv_tile<F>(g, v, j0, block_n, p_poisoned, acc, w);
   }
   // normalize_softmax_lse: quad_allreduce_ of row_sum (shfl_xor 2, then 1: (s0 + s2) + (s1 + s3)),
   // inv_sum = 1 / sum (IEEE division; 1 for 0 or NaN), acc_o *= inv_sum, lse = row_max * softmax_scale +
@@ -755,8 +706,10 @@ void fa2_pytorch_forward_head(const AttentionShape& shape, int sm_count, const f
   const int block_n = launch.block_n;
   const std::int64_t n_blocks = (g.n + block_n - 1) / block_n;
   const std::int64_t keys = n_blocks * block_n;  // K, V zero padded to whole blocks (Clear_OOB_MN)
-  Fa2ForwardOperands in;
-  fa2_forward_operands<F>(g, keys, q, k, v, in);
+  Fa2Layouts ql, kl, vl;  // Q^T (A of S), K (B of S), V^T (B of P V)
+  fa2_layouts<F>(q, g.n, g.d, g.d16, g.rows, kByCols | kExpByCols, ql);
+  fa2_layouts<F>(k, g.n, g.d, g.d16, keys, kByRows | kExpByCols, kl);
+  fa2_layouts<F>(v, g.n, g.d, g.d16, keys, kByCols | kExpByRows, vl);
   FVs acc;
   Fa2RowTiles tiles;
   const int splits = launch.num_splits;
@@ -773,7 +726,7 @@ void fa2_pytorch_forward_head(const AttentionShape& shape, int sm_count, const f
     if (g.causal) causal_max = std::min(n_blocks, ((m_block + 1) * launch.block_m + block_n - 1) / block_n);
     if (splits == 1) {
       FV lse_v;
-      fa2_forward_rows<F>(g, in, row0, block_n, 0, causal_max, false, acc, tiles, &lse_v);
+      fa2_forward_rows<F>(g, ql, kl, vl, row0, block_n, 0, causal_max, false, acc, tiles, &lse_v);
       for (int lane = 0; lane < kFL && row0 + lane < g.n; ++lane) {
         const std::int64_t i = row0 + lane;
         for (std::int64_t t = 0; t < g.d; ++t) o[i * g.d + t] = round_to_format<F>(acc[static_cast<std::size_t>(t)][lane]);
@@ -791,7 +744,7 @@ void fa2_pytorch_forward_head(const AttentionShape& shape, int sm_count, const f
         lse_vec[static_cast<std::size_t>(sidx)] = splat(kNegInf<float>);
         continue;
       }
-      fa2_forward_rows<F>(g, in, row0, block_n, lo, hi, true, o_vec[static_cast<std::size_t>(sidx)], tiles,
+      fa2_forward_rows<F>(g, ql, kl, vl, row0, block_n, lo, hi, true, o_vec[static_cast<std::size_t>(sidx)], tiles,
                           &lse_vec[static_cast<std::size_t>(sidx)]);
     }
     for (int lane = 0; lane < kFL && row0 + lane < g.n; ++lane) {
@@ -808,6 +761,50 @@ void fa2_pytorch_forward_head(const AttentionShape& shape, int sm_count, const f
       if (lse) lse[i] = l;
     }
   }
+}
+
+// acc[c][t] += the row block's rows i0 .. i0 + bm of B^T A for its keys c < bn and all of d: dV += P^T dO,
+// dK += dS^T Q (over the row block's rows in k-slices of 16: for each key, acc's chain over the slices in
+// order). Per slice and vector of d the exponent maxima of every key, then each key's mma with the slice's
+// 16 A vectors held. a by rows; b the block's [key][bm] values, be their exponents by rows.
+template <Format F>
+void key_grad_tile(const Fa2Layouts& a, std::int64_t i0, int bm, const float* b, const Fa2Exponents& be, int bn,
+                   float* acc, std::uint8_t* e) {
+  const std::int64_t d16 = a.d16;
+  for (int r = 0; r < bm; r += 16)
+    for (std::int64_t t = 0; t < d16; t += kFL) {
+      exponent_max_tile(e, a.rows_e.at(i0 + r, t), a.rows_e.ld, be.at(r, 0), be.ld, bn);
+      if (a.rows_e.any || be.any)
+        poison_tile(e, bn, a.rows_e.any ? a.rows_e.poison_at(i0 + r, t) : nullptr, be.any ? be.poison_at(r, 0) : nullptr);
+      FV av[16];
+      for (int i = 0; i < 16; ++i) av[i] = vload(a.row_at(i0 + r + i, t));
+      const float* a_mem = a.row_at(i0 + r, t);
+      for (int c = 0; c < bn; ++c)
+        vstore(acc + c * d16 + t, mma_chunk<F, false>(vload(acc + c * d16 + t), av, b + c * bm + r, 1, e + c * kFL, a_mem, d16));
+    }
+}
+
+// out[r][t] = the KV block's keys j0 .. j0 + bn of B A for each row r < bm of the row block and all of d: dQ =
+// dS K from a fresh accumulator (per row, the chain over the block's k-slices of 16 keys in order). k by rows;
+// b the block's dS as [key][bm], be its exponents by keys.
+template <Format F>
+void query_grad_tile(const Fa2Layouts& k, std::int64_t j0, int bn, const float* b, const Fa2Exponents& be, int bm,
+                     float* out, std::uint8_t* e) {
+  const std::int64_t d16 = k.d16;
+  for (int c0 = 0; c0 < bn; c0 += 16)
+    for (std::int64_t t = 0; t < d16; t += kFL) {
+      exponent_max_tile(e, k.rows_e.at(j0 + c0, t), k.rows_e.ld, be.at(c0, 0), be.ld, bm);
+      if (k.rows_e.any || be.any)
+        poison_tile(e, bm, k.rows_e.any ? k.rows_e.poison_at(j0 + c0, t) : nullptr, be.any ? be.poison_at(c0, 0) : nullptr);
+      FV av[16];
+      for (int i = 0; i < 16; ++i) av[i] = vload(k.row_at(j0 + c0 + i, t));
+      const float* a_mem = k.row_at(j0 + c0, t);
+      for (int r = 0; r < bm; ++r) {
+        const FV acc = c0 == 0 ? mma_chunk<F, true>(FV{}, av, b + c0 * bm + r, bm, e + r * kFL, a_mem, d16)
+                               : mma_chunk<F, false>(vload(out + r * d16 + t), av, b + c0 * bm + r, bm, e + r * kFL, a_mem, d16);
+        vstore(out + r * d16 + t, acc);
+      }
+    }
 }
 
 // compute_dot_do_o's dot_do_o for one row: each of `threads` threads sums its 8-column chunks (page width
@@ -841,24 +838,13 @@ void fa2_pytorch_backward_head(const AttentionShape& shape, int sm_count, const 
   const int bm = launch.block_m, bn = launch.block_n;
   const std::int64_t m_blocks = (g.n + bm - 1) / bm, n_blocks = (g.n + bn - 1) / bn;
   const std::int64_t rows = m_blocks * bm, keys = n_blocks * bn;  // zero padded to whole blocks
-  // A operands with lanes over rows ([t][rows]: Q^T, dO^T), B operands of scalars per key ([keys][t]: K, V),
-  // and the row-major [rows][t] operands whose vectors run over t (Q, dO, K for dK, dV, dQ).
-  Fa2Operand qt, dot, kk, vv, qr, dor;
-  qt.resize(g.d16, rows);
-  dot.resize(g.d16, rows);
-  kk.resize(keys, g.d16);
-  vv.resize(keys, g.d16);
-  qr.resize(rows, g.d16);
-  dor.resize(rows, g.d16);
-  for (std::int64_t i = 0; i < g.n; ++i)
-    for (std::int64_t t = 0; t < g.d; ++t) {
-      qt.set<F>(t, i, q[i * g.d + t]);
-      qr.set<F>(i, t, q[i * g.d + t]);
-      dot.set<F>(t, i, dout[i * g.d + t]);
-      dor.set<F>(i, t, dout[i * g.d + t]);
-      kk.set<F>(i, t, k[i * g.d + t]);
-      vv.set<F>(i, t, v[i * g.d + t]);
-    }
+  // A operands with lanes over rows (by columns: Q^T and dO^T for S and dP), B operands of scalars per key (by
+  // rows: K and V), and A operands whose vectors run over d (by rows: dO, Q and K for dV, dK and dQ).
+  Fa2Layouts ql, dol, kl, vl;
+  fa2_layouts<F>(q, g.n, g.d, g.d16, rows, kByCols | kExpByCols | kByRows | kExpByRows, ql);
+  fa2_layouts<F>(dout, g.n, g.d, g.d16, rows, kByCols | kExpByCols | kByRows | kExpByRows, dol);
+  fa2_layouts<F>(k, g.n, g.d, g.d16, keys, kByRows | kExpByCols | kExpByRows, kl);
+  fa2_layouts<F>(v, g.n, g.d, g.d16, keys, kByRows | kExpByCols, vl);
   // compute_dot_do_o: D = rowsum(dO * O) on the forward's O as stored (F); scale_apply_exp2<Scale_max=false>
   // in the backward subtracts lse * float(M_LOG2E) (0 for -inf; an empty row's +inf gives P = 0).
   std::vector<float> delta(static_cast<std::size_t>(rows), 0.0f), lse2(static_cast<std::size_t>(rows), INFINITY);
@@ -874,10 +860,13 @@ void fa2_pytorch_backward_head(const AttentionShape& shape, int sm_count, const 
     lse2[static_cast<std::size_t>(i)] = l == -INFINITY ? 0.0f : l * log2e;
   }
   const FV sl2 = splat(g.scale_log2);
-  // P and dS of one (KV block, row block) as [key][rows of the block] (values of F and exponents).
+  // P and dS of one (KV block, row block) as [key][rows of the block], values of F; their exponents by rows
+  // ([rows][keys], the B operands of dV and dK) and dS's by keys (the B operand of dQ).
   std::vector<float> p16(static_cast<std::size_t>(bn * bm)), ds16(static_cast<std::size_t>(bn * bm));
-  std::vector<std::int32_t> pe(p16.size()), dse(ds16.size());
-  std::vector<float> acc_dk(static_cast<std::size_t>(bn * g.d16)), acc_dv(acc_dk.size());
+  Fa2Exponents pe_rows, dse_rows, dse_keys;
+  FVs s(static_cast<std::size_t>(bn)), dp(static_cast<std::size_t>(bn));
+  std::vector<std::uint8_t> e(static_cast<std::size_t>(std::max(bm, bn) * kFL));
+  std::vector<float> acc_dk(static_cast<std::size_t>(bn * g.d16)), acc_dv(acc_dk.size()), acc_dq(static_cast<std::size_t>(bm * g.d16));
   std::vector<float> dq_accum(static_cast<std::size_t>(launch.dq_splits * rows * g.d16), 0.0f);
   for (std::int64_t nb = 0; nb < n_blocks; ++nb) {  // one thread block per KV block
     const std::int64_t j0 = nb * bn;
@@ -887,54 +876,53 @@ void fa2_pytorch_backward_head(const AttentionShape& shape, int sm_count, const 
     const std::int64_t mb_min = g.causal ? (nb * bn) / bm : 0;
     for (std::int64_t mb = m_blocks - 1; mb >= mb_min; --mb) {
       const std::int64_t i0 = mb * bm;
+      pe_rows.resize(bm, bn);
+      dse_rows.resize(bm, bn);
+      dse_keys.resize(bn, bm);
       for (std::int64_t r0 = 0; r0 < bm; r0 += kFL) {
         const std::int64_t row0 = i0 + r0;
-        FV lse_v, d_v;
-        for (int l = 0; l < kFL; ++l) {
-          lse_v[l] = lse2[static_cast<std::size_t>(row0 + l)];
-          d_v[l] = delta[static_cast<std::size_t>(row0 + l)];
-        }
+        const FV lse_v = vload(lse2.data() + row0), d_v = vload(delta.data() + row0);
+        // S = Q K^T (gemm), masked; dP = dO V^T (gemm).
+        masked_score_tile<F>(g, ql, kl, row0, j0, bn, s.data(), e.data());
+        score_tile<F>(dol, vl, row0, j0, bn, dp.data(), e.data());
         for (int c = 0; c < bn; ++c) {
-          // S = Q K^T (gemm), masked; P = exp2f(__fmul_rn(S, scale_log2) - lse * log2e) in fp32.
-          const FV s = score_lanes<F>(g, qt, kk, row0, j0 + c);
-          const FV p = ex2_lanes(s * sl2 - lse_v);
-          // dP = dO V^T (gemm); dS = P (dP - D) on the fp32 P (pointwise_mult), then both as F.
-          FV dp{};
-          for (std::int64_t t = 0; t < g.d16; t += 16)
-            dp = mma_lanes<F>(dp, dot.at(t, row0), dot.exp_at(t, row0), dot.ld, vv.at(j0 + c, t), vv.exp_at(j0 + c, t), 1);
-          const FV ds = p * (dp - d_v);
+          // P = exp2f(__fmul_rn(S, scale_log2) - lse * log2e) in fp32; dS = P (dP - D) on the fp32 P
+          // (pointwise_mult), then both as F.
+          const FV p = ex2_lanes(s[static_cast<std::size_t>(c)] * sl2 - lse_v);
+          const FV ds = p * (dp[static_cast<std::size_t>(c)] - d_v);
           const FV pr = round_lanes<F>(p), dsr = round_lanes<F>(ds);
-          const std::size_t at = static_cast<std::size_t>(c * bm + r0);
-          vstore(p16.data() + at, pr);
-          vstore(pe.data() + at, exponent_lanes<F>(pr));
-          vstore(ds16.data() + at, dsr);
-          vstore(dse.data() + at, exponent_lanes<F>(dsr));
+          vstore(p16.data() + c * bm + r0, pr);
+          vstore(ds16.data() + c * bm + r0, dsr);
+          // Exponents where a key or row past N is an output (zero, never read): 0, the vector path's.
+          const bool key_past = j0 + c >= g.n;
+          const E8V pe = exponents8<F>(pr), dse = exponents8<F>(dsr);
+          E8V dse_out = dse;
+          for (int l = 0; l < kFL; ++l) {
+            if (row0 + l >= g.n) dse_out[l] = 0;
+            *pe_rows.at(r0 + l, c) = key_past ? 0 : pe[l];
+            *dse_rows.at(r0 + l, c) = key_past ? 0 : dse[l];
+          }
+          store_e8(dse_keys.at(c, r0), dse_out);
+          if (__builtin_expect(any_nonfinite(pr) || any_nonfinite(dsr), 0)) {
+            const IV p_special = nonfinite_lanes(pr), ds_special = nonfinite_lanes(dsr);
+            for (int l = 0; l < kFL; ++l) {
+              if (p_special[l]) pe_rows.mark_special(r0 + l, c);
+              if (ds_special[l]) dse_rows.mark_special(r0 + l, c), dse_keys.mark_special(c, r0 + l);
+            }
+          }
         }
       }
       // dV += P^T dO and dK += dS^T Q over the row block's rows in k-slices of 16 (lanes over t).
-      for (int c = 0; c < bn; ++c)
-        for (std::int64_t t = 0; t < g.d16; t += kFL) {
-          FV av = vload(acc_dv.data() + c * g.d16 + t), ak = vload(acc_dk.data() + c * g.d16 + t);
-          for (int r = 0; r < bm; r += 16) {
-            av = mma_lanes<F>(av, dor.at(i0 + r, t), dor.exp_at(i0 + r, t), dor.ld, p16.data() + c * bm + r,
-                              pe.data() + c * bm + r, 1);
-            ak = mma_lanes<F>(ak, qr.at(i0 + r, t), qr.exp_at(i0 + r, t), qr.ld, ds16.data() + c * bm + r,
-                              dse.data() + c * bm + r, 1);
-          }
-          vstore(acc_dv.data() + c * g.d16 + t, av);
-          vstore(acc_dk.data() + c * g.d16 + t, ak);
-        }
+      key_grad_tile<F>(dol, i0, bm, p16.data(), pe_rows, bn, acc_dv.data(), e.data());
+      key_grad_tile<F>(ql, i0, bm, ds16.data(), dse_rows, bn, acc_dk.data(), e.data());
       // dQ = dS K over the KV block's keys (a fresh accumulator), added into dq_accum split nb % dq_splits
       // (deterministic mode; with atomicAdd the GPU's order of these adds varies).
+      query_grad_tile<F>(kl, j0, bn, ds16.data(), dse_keys, bm, acc_dq.data(), e.data());
       float* accum = dq_accum.data() + (nb % launch.dq_splits) * rows * g.d16;
       for (int r = 0; r < bm; ++r)
         for (std::int64_t t = 0; t < g.d16; t += kFL) {
-          FV a{};
-          for (int c0 = 0; c0 < bn; c0 += 16)
-            a = mma_lanes<F>(a, kk.at(j0 + c0, t), kk.exp_at(j0 + c0, t), kk.ld, ds16.data() + c0 * bm + r,
-                             dse.data() + c0 * bm + r, bm);
           float* dst = accum + (i0 + r) * g.d16 + t;
-          vstore(dst, vload(dst) + a);
+          vstore(dst, vload(dst) + vload(acc_dq.data() + r * g.d16 + t));
         }
     }
     // Epilogue: dK = acc_dk * softmax_scale (scale_softmax_rp_dropout), dV = acc_dv, each converted to F.

@@ -55,7 +55,8 @@ float lanes_value(std::mt19937_64& rng, int center, int spread, int zeros, int s
 // chunks that hold an inf or NaN, then mma_chunk per output; each lane against mma::dot_k16.
 template <Format F, bool kZeroAcc>
 std::int64_t chunk_mismatches(const LanesChunk& c, int& shown) {
-  std::int8_t ea[16 * kFL], eb[16 * 4], e[4 * kFL], pa[kFL], pb[4];
+  std::int8_t ea[16 * kFL], eb[16 * 4], pa[kFL], pb[4];
+  std::uint8_t e[4 * kFL];
   bool a_special = false, b_special = false;
   for (int l = 0; l < kFL; ++l) pa[l] = -128;
   for (int o = 0; o < 4; ++o) pb[o] = -128;
@@ -134,14 +135,22 @@ std::int64_t mma_chunk_mismatches() {
       else if (r < 60) x = s * std::ldexp(sig(rng), 2 * center + pick(rng) % 11 - 5);
       else x = s * std::ldexp(sig(rng), pick(rng) % 254 - 126);
     }
-    // Lanes whose 16 A values are all zero (the causal mask's P), mostly with zero accumulators.
-    if (kind == 4 || kind == 5)
+    // Lanes whose 16 A values are all zero (the causal mask's P), outputs whose 16 B values are (dS, zero
+    // padding), mostly with zero accumulators.
+    if (kind == 4 || kind == 5) {
       for (int l = 0; l < kFL; ++l) {
         if (pick(rng) % 3 != 0) continue;
         for (int i = 0; i < 16; ++i) c.a[i * kFL + l] = pick(rng) % 2 ? -0.0f : 0.0f;
         for (int o = 0; o < 4; ++o)
           if (pick(rng) % 4 != 0) c.acc[o * kFL + l] = pick(rng) % 2 ? -0.0f : 0.0f;
       }
+      for (int o = 0; o < 4; ++o) {
+        if (pick(rng) % 3 != 0) continue;
+        for (int i = 0; i < 16; ++i) c.b[i * 4 + o] = pick(rng) % 2 ? -0.0f : 0.0f;
+        for (int l = 0; l < kFL; ++l)
+          if (pick(rng) % 4 != 0) c.acc[o * kFL + l] = pick(rng) % 2 ? -0.0f : 0.0f;
+      }
+    }
     bad += chunk_mismatches<F, false>(c, shown) + chunk_mismatches<F, true>(c, shown);
   }
   return bad;

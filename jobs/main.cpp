@@ -35,6 +35,7 @@
 #include "jobs/collective.hpp"
 #include "jobs/job.hpp"
 #include "jobs/preflight.hpp"
+#include "jobs/reduce_import.hpp"
 #include "jobs/study_lock.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/microbench.hpp"
@@ -359,16 +360,10 @@ bool reads_hdf5_of_others(const std::optional<Study>& st) {
 }
 
 #ifdef FASTUDY_LITE
-// Whether the job's study imports torch.save files (.pt, .pth, .bin), which only fastudy-main reads
-// (through LibTorch): then fastudy-lite hands the command line over, before MPI starts. A grid that
-// does not load is left to the job, which reports it.
-bool imports_torch_files(const std::optional<Study>& st) {
-  if (!st) return false;
-  const std::string& path = st->import.path;
-  for (const char* ext : {".pt", ".pth", ".bin"})
-    if (path.size() > std::strlen(ext) && path.compare(path.size() - std::strlen(ext), std::strlen(ext), ext) == 0) return true;
-  return false;
-}
+// Whether the job's study imports torch.save files, which only fastudy-main reads (through LibTorch):
+// then fastudy-lite hands the command line over, before MPI starts. A grid that does not load is left
+// to the job, which reports it.
+bool imports_torch_files(const std::optional<Study>& st) { return st && imports_torch_files(*st); }
 #endif
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -152,6 +153,13 @@ io::ImportLayout only_reduced_steps(const Study& st, io::ImportLayout layout) {
 }
 
 }  // namespace
+
+bool imports_torch_files(const Study& st) {
+  const std::string& path = st.import.path;
+  for (const char* ext : {".pt", ".pth", ".bin"})
+    if (path.size() > std::strlen(ext) && path.compare(path.size() - std::strlen(ext), std::strlen(ext), ext) == 0) return true;
+  return false;
+}
 
 ImportCheck check_imports(const Study& st, mpi::Comm* world) {
   if (st.variants.size() < 2)

@@ -27,6 +27,10 @@ struct ImportCheck {
 // elsewhere), before any distance is computed. world may be null (one process: `fastudy plan`).
 ImportCheck check_imports(const Study& st, mpi::Comm* world);
 
+// Whether the study imports torch.save files (.pt, .pth, .bin), which only fastudy-main reads (through
+// LibTorch); every other reduce runs in fastudy-lite (jobs/launcher.cpp).
+bool imports_torch_files(const Study& st);
+
 // OUT/imported.csv, sealed: one row per file (path, bytes, crc32; the path escaped onto one line,
 // base/quote.hpp escaped(), and quoted). Before it is replaced, the files that differ from the previous
 // one's rows are named in warnings; a previous one that does not match its checksum or holds a

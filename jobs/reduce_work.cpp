@@ -250,15 +250,15 @@ ReduceRates measure(std::size_t value_bytes, int ranks, std::size_t variants, st
   ReduceRates r;
   r.base_bytes = resident_bytes();
   // A fresh buffer's first write: the kernel's zeroing of its pages (the reduce writes each page of its
-  // buffers once, in the first step).
+  // buffers once, in the first step). 256 MiB: on a virtual machine a page's first write costs more
+  // where the host has not backed it before, and this averages over many pages.
   {
+    const std::size_t bytes = std::size_t{1} << 28;
     ValueBuffer<T> fresh;
-    fresh.assign_uninitialized(n);
-    std::size_t third = 0;  // each timing writes a third of it not written before
-    r.touch_byte = median3([&] {
-                     T* at = fresh.data() + third++ * (n / 3);
-                     std::fill(at, at + n / 3, T(1));
-                   }) / static_cast<double>(n / 3 * sizeof(T));
+    fresh.assign_uninitialized(bytes / sizeof(T));
+    const double t0 = thread_cpu_seconds();
+    std::fill(fresh.data(), fresh.data() + bytes / sizeof(T), T(1));
+    r.touch_byte = (thread_cpu_seconds() - t0) / static_cast<double>(bytes);
   }
   std::mt19937 rng(11);
   std::normal_distribution<double> normal(0.0, 0.02);
@@ -272,7 +272,16 @@ ReduceRates measure(std::size_t value_bytes, int ranks, std::size_t variants, st
   std::vector<T>& a = runs[0];
   std::vector<T> c(n);
   ValueBuffer<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>> keys;
-  r.sort_value = median3([&] { radix_sort_into(a.data(), c.data(), n, keys); }) / static_cast<double>(n);
+  {
+    // The sort on 2^24 values (its rate grows a little with the size: a reduce sorts a run's tensor or
+    // share, millions of values), the keys' pages written once before the timing.
+    const std::size_t big = n * 4;
+    std::vector<T> in(big), sorted(big);
+    for (std::size_t i = 0; i < big; ++i) in[i] = runs[i % V][(i * 2654435761u) % n];
+    radix_sort_into(in.data(), sorted.data(), big, keys);
+    r.sort_value = median3([&] { radix_sort_into(in.data(), sorted.data(), big, keys); }) / static_cast<double>(big);
+  }
+  radix_sort_into(a.data(), c.data(), n, keys);
   // The partition into the ranks' value ranges (a binary search over R - 1 splitters per value).
   const auto R = static_cast<std::size_t>(std::max(ranks, 2));
   std::vector<typename DistributedSort<T>::Key> splitters;
@@ -296,6 +305,11 @@ ReduceRates measure(std::size_t value_bytes, int ranks, std::size_t variants, st
                        }) / static_cast<double>(n * K);
   for (auto& x : runs) radix_sort_into(x.data(), x.data(), n, keys);
   SortedSet<T> set;
+  // Each task's set of sorted windows checks every value once (its order, the non-finite count).
+  r.sorted_view = median3([&] {
+                    SortedSet<T> s;
+                    for (const auto& x : runs) s.add_sorted_view(x.data(), n, 0, n);
+                  }) / static_cast<double>(n * V);
   for (const auto& x : runs) set.add_sorted_view(x.data(), n, 0, n);
   r.sorted_pair = median3([&] {
                     PairwisePartials p(V, some);
@@ -308,11 +322,12 @@ ReduceRates measure(std::size_t value_bytes, int ranks, std::size_t variants, st
   r.read_byte = r.move_byte;  // the caller measures the study's own files where there are some
   char what[512];
   std::snprintf(what, sizeof what,
-                "%s values, %zu per timing: sort %.3g ns, partition into %zu ranges %.3g ns, pairwise sums %.3g ns "
-                "(sorted) and %.3g ns (elementwise) per value and pair (%zu pairs of %zu runs), copies %.3g GB/s, "
-                "fresh pages %.3g GB/s",
-                value_bytes == 8 ? "fp64" : "fp32", n, 1e9 * r.sort_value, R, 1e9 * r.partition_value, 1e9 * r.sorted_pair,
-                1e9 * r.elementwise_pair, K, V, 1e-9 / r.move_byte, 1e-9 / r.touch_byte);
+                "%s values, %zu per timing: sort %.3g ns (of %zu), partition into %zu ranges %.3g ns, sorted sets' checks "
+                "%.3g ns, per value; pairwise sums %.3g ns (sorted) and %.3g ns (elementwise) per value and pair (%zu "
+                "pairs of %zu runs); copies %.3g GB/s, fresh pages %.3g GB/s",
+                value_bytes == 8 ? "fp64" : "fp32", n, 1e9 * r.sort_value, 4 * n, R, 1e9 * r.partition_value,
+                1e9 * r.sorted_view, 1e9 * r.sorted_pair, 1e9 * r.elementwise_pair, K, V, 1e-9 / r.move_byte,
+                1e-9 / r.touch_byte);
   r.source = what;
   return r;
 }
@@ -367,12 +382,14 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
   const double exchanged = (copies + 3 * (excess - 1)) * vb * rates.move_byte;
   if (shape.per_tensor) {
     e.sort_seconds += V * S * rates.sort_value;
+    e.pair_seconds += V * S * rates.sorted_view;
     // The partition and the all-to-all (the sort writes the windows: the shares, with the whole model).
     e.move_seconds += V * split_values * (rates.partition_value + exchanged);
     e.pair_seconds += K * S * sorted_pair;
   }
   if (shape.whole_model) {
     e.sort_seconds += V * W * excess * rates.sort_value;
+    e.pair_seconds += V * W * rates.sorted_view;
     // Packed by destination from the sorted runs (or partitioned, unsorted), then the all-to-all; one
     // rank sorts its share in place. (The values were read straight into the shares.)
     const double pack = shape.per_tensor ? vb * rates.move_byte : rates.partition_value;
@@ -381,7 +398,11 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
   }
   const double slower = (ranks > cores && cores > 0) ? static_cast<double>(ranks) / cores : 1.0;
   e.read_seconds *= slower, e.sort_seconds *= slower, e.move_seconds *= slower, e.pair_seconds *= slower;
-  e.step_seconds = e.read_seconds + e.sort_seconds + e.move_seconds + e.pair_seconds;
+  // With a core of its own for each rank's reader thread (cores >= 2 ranks), the reads of the next task
+  // run beside the current task's work: a step takes the longer of the two.
+  const bool reader_core = cores >= 2 * ranks;
+  const double compute = e.sort_seconds + e.move_seconds + e.pair_seconds;
+  e.step_seconds = reader_core ? std::max(e.read_seconds, compute) : e.read_seconds + compute;
   e.seconds = e.step_seconds * static_cast<double>(shape.steps);
   // Memory: the buffers as jobs/reduce.cpp keeps them, each grown to the most any task or step asks of
   // it and kept to the end (analysis/value_buffer.hpp). With the whole model: the shares, which every
@@ -421,8 +442,13 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
   }
   const double peak = 2 * slot + send + sorted + keys + ranges + shares;
   e.peak_bytes = rates.base_bytes + peak;
-  // Every buffer's pages are written for the first time in the first step: the kernel zeroes them.
+  // Every buffer's pages are written for the first time in the first step: the kernel zeroes them. The
+  // shares are first written by the reads (by the reader thread, beside the work when it has a core).
   e.touch_seconds = peak * rates.touch_byte * slower;
+  if (reader_core) {
+    const double shares_touch = shares * rates.touch_byte, other_touch = e.touch_seconds - shares_touch;
+    e.touch_seconds = std::max(e.read_seconds + shares_touch, compute + other_touch) - e.step_seconds;
+  }
   e.seconds += e.touch_seconds;
   return e;
 }

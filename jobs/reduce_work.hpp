@@ -101,6 +101,7 @@ struct ReduceRates {
   double sort_value = 0;         // the radix sort
   double partition_value = 0;    // the distributed sort's partition of an unsorted value
   double move_byte = 0;          // one memory copy of a byte (buffers larger than the caches)
+  double sorted_view = 0;        // a sorted set's check of its windows, per variant and position
   double sorted_pair = 0;        // W1 sums, per pair and sorted position (W2 with them: sorted_pair_w2)
   double sorted_pair_w2 = 0;
   double elementwise_pair = 0;   // max |d|, sum |d|, sum d^2, per pair and position
@@ -124,12 +125,14 @@ struct ReduceEstimate {
   double sort_seconds = 0;      //   sorting (per tensor and whole model)
   double move_seconds = 0;      //   partitions, packing and all-to-alls
   double pair_seconds = 0;      //   the pairwise sums
-  double touch_seconds = 0;     // once, in the first step: the first write of every buffer's pages
+  double touch_seconds = 0;     // once, in the first step: the first write of every buffer's pages (what
+                                // of it the reads' overlap does not hide)
   double peak_bytes = 0;        // resident memory of the largest rank
   double share_bytes = 0;       //   of it, the whole model's shares
   std::size_t share_values = 0; // values per run in the largest share
 };
-// `cores` is the cores the N ranks share (N when each rank has its own core).
+// `cores` is the cores the N ranks share (N when each rank has its own core; fewer: they take turns; at
+// least 2N: each rank's reader thread has a core too, and the reads overlap the work).
 ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, const ReduceRates& rates);
 
 }  // namespace fastudy

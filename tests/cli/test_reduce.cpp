@@ -249,8 +249,12 @@ TEST_F(Reduce, PlanPrintsThePairsAndTheEstimate) {
   EXPECT_NE(r.output.find("peak memory "), std::string::npos) << r.output;
   // The rates behind the estimate, as measured here (the partition's for the 4 ranks asked for).
   EXPECT_NE(r.output.find("(rates measured here: fp32 values, 4194304 per timing: sort "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(" ns, partition into 4 ranges "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" ns (of 16777216), partition into 4 ranges "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" GB/s"), std::string::npos) << r.output;
+  // The first write of the buffers' pages (once) and the reads of the study's own files.
+  EXPECT_NE(r.output.find("; once: fresh pages "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", fresh pages "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("; reads "), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(out("plan")));
   r = run_fastudy("plan " + grid("plan-all", "pairs = \"all\"\nper_tensor = false\n"));
   ASSERT_EQ(r.code, 0) << r.output;

@@ -12,19 +12,21 @@
 // same bits whichever other pairs are computed (analysis/distance.hpp).
 //
 // Work split, per checkpoint step (the schedule and its cost: jobs/reduce_work.hpp):
-//   pass 1, per tensor: a tensor of at least kSplitElements values is split over all ranks: rank q
-//     reads window q (block_aligned_part) of every variant's values, accumulates the elementwise sums
-//     over it, and the ranks sort the tensor together (analysis/sorted_exchange.hpp, a sample sort that
-//     leaves each rank window q of the sorted positions) and accumulate the sorted sums over their
-//     windows; the partial sums are combined with MPI_Allreduce. Smaller tensors are dealt whole to one
-//     rank (largest first to the least loaded) and computed there. Whatever a rank read it keeps, as its
-//     share of the whole model (its per-tensor sorted windows, which the sorts write there: sorted runs);
+//   pass 1, per tensor: the tensors are dealt whole to one rank (largest first to the least loaded) and
+//     computed there, as long as every rank stays within kDealBalance of the mean; the largest ones the
+//     balance needs are split over all ranks (schedule_reduce, jobs/reduce_work.hpp): rank q reads window
+//     q (block_aligned_part) of every variant's values, accumulates the elementwise sums over it, and
+//     the ranks sort the tensor together (analysis/sorted_exchange.hpp, a sample sort that leaves each
+//     rank window q of the sorted positions) and accumulate the sorted sums over their windows; the
+//     partial sums are combined with MPI_Allreduce. A rank reads each task's values straight into their
+//     place in its share of the whole model, sorts them there and keeps them (sorted runs);
 //   pass 2, whole model: the shares are sorted over the ranks by value range, one variant at a time
 //     (DistributedSort::sort_shares), so each rank holds window q of every variant's sorted model, about
 //     R P / N values, never the whole model; the sorted sums over the windows are combined with the
 //     elementwise sums of every tensor (PairwisePartials::combine_elementwise: additive over tensors).
 // Every value is read once per step, by one rank. A reader thread reads the next task's values while
-// the current task is sorted and exchanged; the buffers are reused from task to task. Block-aligned
+// the current task is sorted and exchanged; the buffers keep their memory from task to task and step
+// to step. Block-aligned
 // windows give bit-identical sums, so the results do not depend on the number of ranks. Rank 0 gathers
 // the results in task order and writes deviation.h5/.csv, axes.csv, ranking.csv, verdict.csv and
 // twins.csv (jobs/reduce_output.hpp).

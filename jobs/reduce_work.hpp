@@ -4,22 +4,24 @@
 // when it starts), from rates measured on this machine.
 //
 // The work of one checkpoint step (jobs/reduce.cpp; R runs, P parameters, K pairs, N ranks):
-//   read      every value once: R P / N values per rank (a window of each large tensor, the whole of
-//             the small tensors dealt to it), converted to fp32 (fp64 when a tensor is stored so);
-//   per tensor  the elementwise sums over the values read (K pairs), each tensor's values sorted
-//             (small ones whole on their rank; large ones by the distributed sort: a partition by
-//             value range and one all-to-all of their R n / N values per rank), the sort writing this
-//             rank's window into its share of the whole model, and the sorted sums (K pairs);
+//   read      every value once: R P / N values per rank (the tensors dealt to it whole, a window of each
+//             split one), converted to fp32 (fp64 when a tensor is stored so), into its share of the
+//             whole model;
+//   per tensor  the elementwise sums over the values read (K pairs), each tensor's values sorted where
+//             they were read (a dealt one on its rank; a split one by the distributed sort: a partition
+//             by value range and one all-to-all of its R n / N values per rank, the sort writing this
+//             rank's window), each sorted set checked, and the sorted sums (K pairs);
 //   whole model  the shares (R P / N values, sorted runs), sorted over the ranks by value range
 //             (analysis/sorted_exchange.hpp: packed by destination, one all-to-all, one variant at a
 //             time), the sort writing the rank's window in place, and the sorted sums over it (K pairs).
 // After each sort's all-to-all only the values outside the rank's window move once more (the ranges'
 // excess over the windows, a few per cent). So a step costs about
-//   (R P / N) (t_read + 2 t_sort + t_partition + 5 t_copy) + (K P / N) (t_elementwise + 2 t_sorted)
-// per rank (an all-to-all copies what stays once and what leaves twice: MPI's shared-memory transport
-// copies through a buffer; across nodes it is the network's; one rank partitions and copies nothing),
-// and holds R P / N values of the model's shares plus one large tensor's exchange buffers (or, in the
-// model's sort, one run's worth).
+//   (R P / N) (t_read + 2 t_sort + 2 t_check + t_pack + 2 t_copy) + (K P / N) (t_elementwise + 2 t_sorted)
+// per rank, plus t_partition for each split tensor's values (an all-to-all copies what stays once and
+// what leaves twice: MPI's shared-memory transport copies through a buffer; across nodes it is the
+// network's; one rank packs and copies nothing), and holds R P / N values of the model's shares plus
+// the exchange buffers of its largest split tensor or of one run's share, whichever is larger; the
+// first step writes every buffer's pages for the first time.
 #pragma once
 
 #include <cstddef>

@@ -20,3 +20,9 @@
 #include "kernels/attention.hpp"
 #include "kernels/format.hpp"
 #include "kernels/round.hpp"
+// The models the fa2 reading's vector paths fall back to (kernels/detail/fa2_pytorch.hpp): their
+// templates too must be defined for the baseline, or the linker may keep an AVX-512 instance of one for
+// every caller.
+#include "kernels/fa2_launch.hpp"
+#include "kernels/mma_model.hpp"
+#include "kernels/nv_math_model.hpp"

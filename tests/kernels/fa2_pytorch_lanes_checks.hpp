@@ -6,6 +6,9 @@
 // each check returns the number of mismatching lanes and prints the first few. Deterministic (fixed seeds).
 //
 // L the vector lanes.
+// Its standard headers (<cstdio>, <random>) are included by each translation unit before it switches the
+// target: a template first defined under `#pragma GCC target` is compiled for that target, and the linker
+// keeps one instance for every caller (an AVX-512 mersenne_twister_engine in the AVX2 and portable tests).
 #pragma once
 
 #include <cstdio>

@@ -2,6 +2,9 @@
 // vectors under the target kernels/attention_isa_avx512.cpp compiles them for, run where the CPU has it.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <random>
+
 #include "kernels/detail/attention_deps.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)

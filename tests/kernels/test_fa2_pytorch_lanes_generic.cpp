@@ -2,6 +2,9 @@
 // 16-byte vectors, no FMA, as kernels/attention_isa_generic.cpp compiles them (every CPU runs it).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <random>
+
 #include "kernels/detail/attention_deps.hpp"
 
 #define FASTUDY_VEC_BYTES 16

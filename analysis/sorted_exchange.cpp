@@ -49,6 +49,20 @@ auto key_of(T x) {
   return sort_key(x);
 }
 
+// Room for n values in b (what it holds is lost where it grows), and an eighth more: a buffer's pages
+// cost memory from their first write only, and the next variant's or step's range, a little larger,
+// then finds room without a new allocation whose every page is written for the first time again.
+template <class U>
+void make_room(ValueBuffer<U>& b, std::size_t n) {
+  if (n > b.capacity()) b.assign_uninitialized(n + n / 8);
+}
+// n uninitialised values in b, with make_room's margin where it grows.
+template <class U>
+void take(ValueBuffer<U>& b, std::size_t n) {
+  make_room(b, n);
+  b.assign_uninitialized(n);
+}
+
 }  // namespace
 
 namespace {
@@ -254,7 +268,7 @@ void DistributedSort<T>::sort_to_windows(const std::vector<std::vector<SortSpan<
       const auto [fq, eq] = range_of(q, v);
       recv_counts[q] += overlap(fq, eq, w.begin, w.end);
     }
-  send_.assign_uninitialized(leaving);
+  take(send_, leaving);
   for (std::size_t v = 0; v < V; ++v) {
     const auto [f, e] = range_of(r, v);
     std::vector<OutSpan<T>> outs;
@@ -267,7 +281,7 @@ void DistributedSort<T>::sort_to_windows(const std::vector<std::vector<SortSpan<
   }
   std::size_t arriving = 0;
   for (auto c : recv_counts) arriving += c;
-  sorted_.assign_uninitialized(arriving);  // the ranges are read
+  take(sorted_, arriving);  // the ranges are read
   exchange(send_.data(), send_counts, sorted_.data(), recv_counts);
   // From rank q: its piece of each variant's window, variants in order.
   std::size_t from = 0;
@@ -298,7 +312,7 @@ void DistributedSort<T>::sort_windows(const std::vector<T*>& values, std::size_t
   const std::vector<Key> spl = splitters(ptrs, L, n, sort_samples(R));
   // Partition: counts[q V + v] values of variant v go to rank q; send_ holds them by rank, then variant.
   std::vector<std::size_t> part_counts(R * V);
-  send_.assign_uninitialized(V * L);
+  take(send_, V * L);
   partition_values(ptrs, L, spl.data(), R, r, part_counts.data(), send_.data(), ranges_);
   std::vector<std::int64_t> counts(part_counts.begin(), part_counts.end());
   std::vector<std::int64_t> received(R * V);
@@ -314,7 +328,7 @@ void DistributedSort<T>::sort_windows(const std::vector<T*>& values, std::size_t
     total += recv_counts[q];
     if (q != r) traffic_.values_sent += send_counts[q];
   }
-  sorted_.assign_uninitialized(total);
+  take(sorted_, total);
   exchange(send_.data(), send_counts, sorted_.data(), recv_counts);
   // Each variant's value range: rank q's piece of it, for every q.
   std::vector<std::vector<SortSpan<T>>> ranges(V);
@@ -349,68 +363,124 @@ void DistributedSort<T>::sort_shares(std::vector<ValueBuffer<T>>& shares, std::s
     for (auto& s : shares) radix_sort_into(s.data(), s.data(), S, keys_);
     return;
   }
+  const IndexRange w = block_aligned_part(n, R, r);
+  const std::size_t W = w.end - w.begin;
+  // Each share ends as the window: its memory takes the window without moving (the pieces this rank
+  // keeps are read from it by the sort, before the sort writes the window there).
+  for (auto& s : shares) s.reserve(W);
   std::vector<const T*> ptrs;
   for (const auto& s : shares) ptrs.push_back(s.data());
   const std::vector<Key> spl = splitters(ptrs, S, n, sort_samples(R));
-  const IndexRange w = block_aligned_part(n, R, r);
   std::vector<std::size_t> send_counts(R), recv_counts(R);
+  // The ranks take one path together: the sorted runs' when every rank's share is made of them (an
+  // empty share has none and takes either).
+  if (world_.allreduce_max(static_cast<std::int64_t>(runs.empty() && S > 0)) != 0) {
+    for (std::size_t v = 0; v < V; ++v) {
+      std::fill(send_counts.begin(), send_counts.end(), 0);
+      take(send_, S);
+      partition_values(std::vector<const T*>{shares[v].data()}, S, spl.data() + v * (R - 1), R, r + v, send_counts.data(),
+                       send_.data(), ranges_);
+      std::vector<std::int64_t> c64(send_counts.begin(), send_counts.end()), r64(R);
+      world_.alltoall(c64.data(), 1, r64.data());
+      std::size_t total = 0;
+      for (std::size_t q = 0; q < R; ++q) {
+        recv_counts[q] = static_cast<std::size_t>(r64[q]);
+        total += recv_counts[q];
+        if (q != r) traffic_.values_sent += send_counts[q];
+      }
+      take(sorted_, total);
+      exchange(send_.data(), send_counts, sorted_.data(), recv_counts);
+      if (W > 0) traffic_.largest_excess = std::max(traffic_.largest_excess, static_cast<double>(total) / static_cast<double>(W) - 1.0);
+      shares[v].assign_uninitialized(W);  // its values are in send_ now
+      sort_to_windows({{{sorted_.data(), total}}}, n, {shares[v].data()});
+    }
+    return;
+  }
+  // Sorted runs: rank d's piece of run u of variant v is [cut[d], cut[d + 1]) of the run, cut at
+  // cuts[(v U + u) (R + 1)]; keys equal to a splitter are split evenly between the ranks that splitter
+  // bounds (as Partition deals them one by one). Every variant's pieces are cut first, so that the
+  // counts go in one all-to-all and the buffers are sized once for the largest variant.
+  const std::size_t U = runs.size();
+  std::vector<std::size_t> cuts(V * U * (R + 1));
+  std::vector<std::int64_t> counts(R * V, 0), received(R * V);  // [d V + v]: variant v's values to / from rank d
+  const auto below = [](T a, Key k) { return key_of(a) < k; };
+  const auto above = [](Key k, T a) { return k < key_of(a); };
   for (std::size_t v = 0; v < V; ++v) {
     const Key* s = spl.data() + v * (R - 1);
-    const T* x = shares[v].data();
-    std::fill(send_counts.begin(), send_counts.end(), 0);
-    send_.assign_uninitialized(S);
-    if (!runs.empty()) {
-      // Sorted runs: rank d's piece of each run starts at cut[d]; keys equal to a splitter are split
-      // evenly between the ranks that splitter bounds (as Partition deals them one by one).
-      std::vector<std::size_t> cuts(runs.size() * (R + 1));
-      std::size_t start = 0;
-      const auto below = [](T a, Key k) { return key_of(a) < k; };
-      const auto above = [](Key k, T a) { return k < key_of(a); };
-      for (std::size_t u = 0; u < runs.size(); ++u) {
-        const T* a = x + start;
-        const std::size_t len = runs[u];
-        std::size_t* cut = &cuts[u * (R + 1)];
-        cut[0] = 0;
-        cut[R] = len;
-        for (std::size_t d = 1; d < R; ++d) {
-          const Key k = s[d - 1];
-          const std::size_t lo = static_cast<std::size_t>(std::lower_bound(s, s + R - 1, k) - s);
-          const std::size_t hi = static_cast<std::size_t>(std::upper_bound(s, s + R - 1, k) - s);
-          const std::size_t e0 = static_cast<std::size_t>(std::lower_bound(a, a + len, k, below) - a);
-          const std::size_t e1 = static_cast<std::size_t>(std::upper_bound(a, a + len, k, above) - a);
-          cut[d] = e0 + (d - lo) * (e1 - e0) / (hi - lo + 1);
-        }
-        for (std::size_t d = 0; d < R; ++d) send_counts[d] += cut[d + 1] - cut[d];
-        start += len;
+    std::size_t start = 0;
+    for (std::size_t u = 0; u < U; ++u) {
+      const T* a = shares[v].data() + start;
+      const std::size_t len = runs[u];
+      std::size_t* cut = &cuts[(v * U + u) * (R + 1)];
+      cut[0] = 0;
+      cut[R] = len;
+      for (std::size_t d = 1; d < R; ++d) {
+        const Key k = s[d - 1];
+        const std::size_t lo = static_cast<std::size_t>(std::lower_bound(s, s + R - 1, k) - s);
+        const std::size_t hi = static_cast<std::size_t>(std::upper_bound(s, s + R - 1, k) - s);
+        const std::size_t e0 = static_cast<std::size_t>(std::lower_bound(a, a + len, k, below) - a);
+        const std::size_t e1 = static_cast<std::size_t>(std::upper_bound(a, a + len, k, above) - a);
+        cut[d] = e0 + (d - lo) * (e1 - e0) / (hi - lo + 1);
       }
-      std::size_t o = 0;
-      for (std::size_t d = 0; d < R; ++d) {
-        start = 0;
-        for (std::size_t u = 0; u < runs.size(); ++u) {
-          const std::size_t* cut = &cuts[u * (R + 1)];
-          std::copy(x + start + cut[d], x + start + cut[d + 1], send_.data() + o);
-          o += cut[d + 1] - cut[d];
-          start += runs[u];
-        }
-      }
-    } else {
-      partition_values(std::vector<const T*>{x}, S, s, R, r + v, send_counts.data(), send_.data(), ranges_);
+      for (std::size_t d = 0; d < R; ++d) counts[d * V + v] += static_cast<std::int64_t>(cut[d + 1] - cut[d]);
+      start += len;
     }
-    std::vector<std::int64_t> c64(send_counts.begin(), send_counts.end()), r64(R);
-    world_.alltoall(c64.data(), 1, r64.data());
-    std::size_t total = 0;
-    for (std::size_t q = 0; q < R; ++q) {
-      recv_counts[q] = static_cast<std::size_t>(r64[q]);
-      total += recv_counts[q];
-      if (q != r) traffic_.values_sent += send_counts[q];
-    }
-    sorted_.assign_uninitialized(total);
-    exchange(send_.data(), send_counts, sorted_.data(), recv_counts);
-    if (w.end > w.begin)
-      traffic_.largest_excess = std::max(traffic_.largest_excess, static_cast<double>(total) / static_cast<double>(w.end - w.begin) - 1.0);
-    shares[v].assign_uninitialized(w.end - w.begin);  // its values are in send_ now
-    sort_to_windows({{{sorted_.data(), total}}}, n, {shares[v].data()});
   }
+  world_.alltoall(counts.data(), V, received.data());
+  // This rank's own pieces stay in its shares: only the others' are packed and exchanged (a copy less
+  // of each value that stays, and of the one that leaves; the buffers hold only what moves).
+  std::size_t most_sent = 0, most_received = 0, most_range = 0;
+  for (std::size_t v = 0; v < V; ++v) {
+    std::size_t sent = 0, arriving = 0;
+    for (std::size_t q = 0; q < R; ++q)
+      if (q != r) sent += static_cast<std::size_t>(counts[q * V + v]), arriving += static_cast<std::size_t>(received[q * V + v]);
+    most_sent = std::max(most_sent, sent);
+    most_received = std::max(most_received, arriving);
+    most_range = std::max(most_range, arriving + static_cast<std::size_t>(counts[r * V + v]));
+  }
+  make_room(send_, most_sent);
+  make_room(sorted_, most_received);
+  reserve_sort(most_range);
+  for (std::size_t v = 0; v < V; ++v) {
+    const T* x = shares[v].data();
+    std::vector<SortSpan<T>> range;  // this rank's value range of v: its own pieces, then the others'
+    std::size_t o = 0, start = 0, total = 0;
+    for (std::size_t u = 0; u < U; ++u) {
+      const std::size_t* cut = &cuts[(v * U + u) * (R + 1)];
+      if (cut[r + 1] > cut[r]) range.push_back({x + start + cut[r], cut[r + 1] - cut[r]});
+      total += cut[r + 1] - cut[r];
+      start += runs[u];
+    }
+    for (std::size_t d = 0; d < R; ++d) {
+      send_counts[d] = 0;
+      recv_counts[d] = 0;
+      if (d == r) continue;
+      start = 0;
+      for (std::size_t u = 0; u < U; ++u) {
+        const std::size_t* cut = &cuts[(v * U + u) * (R + 1)];
+        std::copy(x + start + cut[d], x + start + cut[d + 1], send_.data() + o);
+        o += cut[d + 1] - cut[d];
+        start += runs[u];
+      }
+      send_counts[d] = static_cast<std::size_t>(counts[d * V + v]);
+      recv_counts[d] = static_cast<std::size_t>(received[d * V + v]);
+      traffic_.values_sent += send_counts[d];
+    }
+    std::size_t arriving = 0;
+    for (auto c : recv_counts) arriving += c;
+    take(sorted_, arriving);
+    exchange(send_.data(), send_counts, sorted_.data(), recv_counts);
+    if (arriving > 0) range.push_back({sorted_.data(), arriving});
+    total += arriving;
+    if (W > 0) traffic_.largest_excess = std::max(traffic_.largest_excess, static_cast<double>(total) / static_cast<double>(W) - 1.0);
+    shares[v].assign_uninitialized(W);  // within its capacity: the pieces it keeps stay where they are
+    sort_to_windows({range}, n, {shares[v].data()});
+  }
+}
+
+template <class T>
+void DistributedSort<T>::reserve_sort(std::size_t values) {
+  make_room(keys_, 2 * values);
 }
 
 template <class T>

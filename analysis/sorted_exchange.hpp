@@ -24,9 +24,14 @@
 //
 // Memory per rank: sort_windows needs three buffers of the task's V n / R values (the caller's, the
 // partition's and the received ranges), the partition's range of each value (a byte up to 256 ranks)
-// and the sort's keys of one range; sort_shares (the whole model)
-// holds the V shares and exchanges one variant at a time, with two buffers of n / R values. Exchanges larger than MPI's int counts go in pieces. Part of
-// fastudy_analysis_mpi: the rest of analysis/ stays free of MPI.
+// and the sort's keys of one range; sort_shares (the whole model) holds the V shares and exchanges one
+// variant at a time. Of shares made of sorted runs, each is cut into the ranks' value ranges by binary
+// searches, only the pieces that leave are packed and exchanged (two buffers of about (R - 1) n / R^2
+// values), and the rank's own pieces are read by its sort where they lie in the share, which then
+// takes the window in place. The buffers are sized for the largest variant, with a margin that costs
+// no memory until written (a page is taken on its first write), so a step allocates each once.
+// Exchanges larger than MPI's int counts go in pieces. Part of fastudy_analysis_mpi: the rest of
+// analysis/ stays free of MPI.
 #pragma once
 
 #include <cstddef>
@@ -90,6 +95,11 @@ class DistributedSort {
   // This rank alone: each of the V runs values[v] (`length` values each) sorted to windows[v] (empty,
   // or windows[v] == values[v]: in place), with the sort's scratch kept for the next call.
   void sort_each(const std::vector<T*>& values, std::size_t length, const std::vector<T*>& windows = {});
+
+  // Room for the radix sort's scratch of sorts of up to `values` values: a caller that knows its largest
+  // sort asks for it first, so that the scratch is allocated once and each of its pages written for the
+  // first time once, not again by a larger sort after a smaller one.
+  void reserve_sort(std::size_t values);
 
   const SortTraffic& traffic() const { return traffic_; }
 

@@ -395,6 +395,18 @@ class StepWork {
     which_ = plan.needs(MetricPass::sorted_w2) ? SortedMetrics::w1_w2 : SortedMetrics::w1;
     elementwise_ = plan.needs(MetricPass::elementwise);
     for (std::size_t t : mine_) mine_values_ += static_cast<double>(plan.sizes[t]) / (schedule_.split[t] ? world.size() : 1);
+    // The sort's scratch for the largest sort of any step (a dealt tensor, a split one's window, the
+    // model's window; a received range may pass its window by a few per cent, within reserve_sort's
+    // margin), taken once: a later, larger sort would take new memory and write its pages anew.
+    std::size_t largest = plan.whole_model ? model_window() : 0;
+    for (std::size_t t : mine_) {
+      const auto n = static_cast<std::size_t>(plan.sizes[t]);
+      const IndexRange w = schedule_.split[t] ? block_aligned_part(n, static_cast<std::size_t>(world.size()),
+                                                                   static_cast<std::size_t>(world.rank()))
+                                              : IndexRange{0, n};
+      largest = std::max(largest, w.end - w.begin);
+    }
+    sorter_.reserve_sort(largest);
   }
 
   const SortTraffic& traffic() const { return sorter_.traffic(); }

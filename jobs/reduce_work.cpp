@@ -387,13 +387,19 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
     e.move_seconds += V * split_values * (rates.partition_value + exchanged);
     e.pair_seconds += K * S * sorted_pair;
   }
+  // Of a share, the part that leaves the rank in the whole model's sort (about all but 1/N of it; what
+  // stays is sorted where it is), and of a value range, the part that arrives.
+  const double away = N > 1 ? 1.0 - 1.0 / static_cast<double>(N) : 0.0;
   if (shape.whole_model) {
     e.sort_seconds += V * W * excess * rates.sort_value;
     e.pair_seconds += V * W * rates.sorted_view;
-    // Packed by destination from the sorted runs (or partitioned, unsorted), then the all-to-all; one
-    // rank sorts its share in place. (The values were read straight into the shares.)
-    const double pack = shape.per_tensor ? vb * rates.move_byte : rates.partition_value;
-    e.move_seconds += N > 1 ? V * S * (pack + exchanged) : 0.0;
+    // From the sorted runs: the pieces that leave packed by destination, then the all-to-all (through
+    // shared memory: copied twice); the rank's own pieces are read by its sort where they are.
+    // Unsorted shares: partitioned, every value, and what stays copied once by the all-to-all. One rank
+    // sorts its share in place. (The values were read straight into the shares.)
+    const double moved = shape.per_tensor ? (3 * away + 3 * (excess - 1)) * vb * rates.move_byte
+                                          : rates.partition_value + exchanged;
+    e.move_seconds += N > 1 ? V * S * moved : 0.0;
     e.pair_seconds += K * W * sorted_pair;
   }
   const double slower = (ranks > cores && cores > 0) ? static_cast<double>(ranks) / cores : 1.0;
@@ -432,8 +438,11 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
     e.share_bytes = V * std::max(S, W) * vb;
     shares = e.share_bytes;
     if (N > 1) {
-      send = std::max(send, S * vb);
-      sorted = std::max(sorted, W * excess * vb);
+      // From sorted runs only what leaves is packed and only what arrives received (the rest stays in
+      // the shares); unsorted shares are partitioned whole.
+      const double moving = shape.per_tensor ? away : 1.0;
+      send = std::max(send, S * moving * vb);
+      sorted = std::max(sorted, W * excess * moving * vb);
       keys = std::max(keys, 2 * W * excess * kb);
       if (!shape.per_tensor) ranges = std::max(ranges, S * db);  // unsorted shares are partitioned
     } else {

@@ -12,16 +12,17 @@
 //             by value range and one all-to-all of its R n / N values per rank, the sort writing this
 //             rank's window), each sorted set checked, and the sorted sums (K pairs);
 //   whole model  the shares (R P / N values, sorted runs), sorted over the ranks by value range
-//             (analysis/sorted_exchange.hpp: packed by destination, one all-to-all, one variant at a
-//             time), the sort writing the rank's window in place, and the sorted sums over it (K pairs).
+//             (analysis/sorted_exchange.hpp: the pieces that leave packed by destination, one
+//             all-to-all, one variant at a time; the rank's own pieces sorted where they are), the sort
+//             writing the rank's window in place, and the sorted sums over it (K pairs).
 // After each sort's all-to-all only the values outside the rank's window move once more (the ranges'
 // excess over the windows, a few per cent). So a step costs about
-//   (R P / N) (t_read + 2 t_sort + 2 t_check + t_pack + 2 t_copy) + (K P / N) (t_elementwise + 2 t_sorted)
-// per rank, plus t_partition for each split tensor's values (an all-to-all copies what stays once and
+//   (R P / N) (t_read + 2 t_sort + 2 t_check + (1 - 1/N) (t_pack + 2 t_copy)) + (K P / N) (t_elementwise + 2 t_sorted)
+// per rank, plus t_partition for each split tensor's values (its all-to-all copies what stays once and
 // what leaves twice: MPI's shared-memory transport copies through a buffer; across nodes it is the
 // network's; one rank packs and copies nothing), and holds R P / N values of the model's shares plus
-// the exchange buffers of its largest split tensor or of one run's share, whichever is larger; the
-// first step writes every buffer's pages for the first time.
+// the exchange buffers of its largest split tensor or of what leaves and arrives of one run's share,
+// whichever is larger; the first step writes every buffer's pages for the first time.
 #pragma once
 
 #include <cstddef>

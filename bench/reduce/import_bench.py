@@ -19,8 +19,12 @@ the largest tensor and their sorted copy); the plan's estimates within 0.8-1.25x
 The machine's load (`uptime`) before and after is printed with the rows: on a shared machine the wall
 times, and the rank scaling with them, move with what else runs.
 
+With --against OTHER (another build folder, say one of the commit before a change), every reduce runs
+with both builds, OTHER's right before BUILD's on the same files, and rows compare them: each one's
+wall time and 1 rank / 2 ranks, peak RSS and minor page faults side by side.
+
   import_bench.py BUILD [--dir DIR] [--d-model 768] [--layers 12] [--vocab 50257] [--ctx 1024]
-                        [--dtypes fp32] [--ranks 1,2,4] [--repeats 1]
+                        [--dtypes fp32] [--ranks 1,2,4] [--repeats 1] [--against OTHER]
 Prints the rows of bench/run.sh's table (bench/table.py imports rows() from here).
 """
 import argparse
@@ -165,7 +169,7 @@ def load():
 
 
 def rows(build, d_model=768, layers=12, vocab=50257, ctx=1024, dtypes=("fp32",), repeats=1, workdir=None,
-         ranks=(1, 2, 4)):
+         ranks=(1, 2, 4), against=None):
     """[(figure, ours, anchor, ratio, aim, met)] for bench/run.sh's table."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     tensors = gpt2_tensors(d_model, layers, vocab, ctx)
@@ -182,9 +186,13 @@ def rows(build, d_model=768, layers=12, vocab=50257, ctx=1024, dtypes=("fp32",),
             a = subprocess.run([f"{build}/bench/reduce/import_anchor", "4" if dtype == "fp32" else "2"] + files,
                                capture_output=True, text=True, check=True).stdout
             anchor = float(re.search(r"read_s (\S+)", a).group(1)) + float(re.search(r"sort_s (\S+)", a).group(1))
-            best, estimate = {}, {}
+            best, estimate, other = {}, {}, {}
             for _ in range(repeats):
                 for k in ranks:
+                    if against:
+                        got = timed_reduce(against, toml, os.path.join(d, "out-" + dtype), k, env)
+                        if k not in other or got["wall"] < other[k]["wall"]:
+                            other[k] = got
                     estimate[k] = planned(build, toml, k, env)
                     got = timed_reduce(build, toml, os.path.join(d, "out-" + dtype), k, env)
                     if k not in best or got["wall"] < best[k]["wall"]:
@@ -219,6 +227,17 @@ def rows(build, d_model=768, layers=12, vocab=50257, ctx=1024, dtypes=("fp32",),
                 out_rows.append((f"import reduce, {label}: {k} rank(s), wall / rank 0's compute / minor page faults "
                                  f"(load average {load_before} before, {load()} after)", f"{best[k]['wall']:.3g} s",
                                  f"{best[k]['computed'] or 0:.3g} s", best[k]["faults"], "-", True))
+            if against:
+                for k in ranks:
+                    a, b = other[k], best[k]
+                    out_rows.append((f"import reduce, {label}: {k} rank(s), wall: this build / {against} (interleaved, "
+                                     f"best of {repeats}); their peak RSS per rank {max(b['rss']) / GIB:.2f} / "
+                                     f"{max(a['rss']) / GIB:.2f} GiB, minor page faults {b['faults']} / {a['faults']}",
+                                     f"{b['wall']:.3g} s", f"{a['wall']:.3g} s", b["wall"] / a["wall"], "-", True))
+                if 1 in other and 2 in other:
+                    out_rows.append((f"import reduce, {label}: 1 rank vs 2 ranks (wall), {against}",
+                                     f"{other[2]['wall']:.3g} s", f"{other[1]['wall']:.3g} s",
+                                     other[1]["wall"] / other[2]["wall"], ">= 1.7", other[1]["wall"] / other[2]["wall"] >= 1.7))
             shutil.rmtree(root, ignore_errors=True)
     return out_rows
 
@@ -234,10 +253,11 @@ def main():
     ap.add_argument("--dtypes", default="fp32")
     ap.add_argument("--ranks", default="1,2,4")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--against", default=None, help="another build folder, run beside BUILD on the same files")
     args = ap.parse_args()
     for figure, ours, anchor, ratio, aim, met in rows(args.build, args.d_model, args.layers, args.vocab, args.ctx,
                                                       tuple(args.dtypes.split(",")), args.repeats, args.dir,
-                                                      tuple(int(k) for k in args.ranks.split(","))):
+                                                      tuple(int(k) for k in args.ranks.split(",")), args.against):
         print(f"| {figure} | {ours} | {anchor} | {ratio:.3g}{'x' if aim != '-' else ''} | {aim} | {'yes' if met else 'no'} |")
 
 

@@ -232,7 +232,7 @@ void check_sort_shares(Kind kind, std::size_t V, const std::vector<std::size_t>&
       if (sorted_runs) radix_sort(part.data(), part.size());
       shares[v].append(part.data(), part.size());
     }
-    runs.push_back(piece.end - piece.begin);
+    if (piece.end > piece.begin) runs.push_back(piece.end - piece.begin);  // as reduce lists its tasks
     at += size;
   }
   DistributedSort<T> sorter(world, exchange_bytes);
@@ -280,6 +280,10 @@ TEST(DistributedSort, SharesBecomeTheSortedWindowsAndGiveTheSumsOfOneProcess) {
     }
   check_sort_shares<float>(Kind::ties, 4, tensors, true, kPieces);
   check_sort_shares<float>(Kind::smooth, 4, tensors, false, kPieces);
+  // Fewer tensors than ranks: a rank with an empty share (no runs) takes the sorted runs' path with the
+  // others.
+  check_sort_shares<float>(Kind::smooth, 3, {100, 3}, true, kWhole);
+  check_sort_shares<float>(Kind::ties, 3, {1, 2 * kPairwiseBlock + 9}, true, kPieces);
 }
 
 // A value repeated far more often than a window holds is spread over the ranks, not sent to one.

@@ -444,7 +444,10 @@ void DistributedSort<T>::sort_shares(std::vector<ValueBuffer<T>>& shares, std::s
   for (std::size_t v = 0; v < V; ++v) {
     const T* x = shares[v].data();
     std::vector<SortSpan<T>> range;  // this rank's value range of v: its own pieces, then the others'
-    std::size_t o = 0, start = 0, total = 0;
+    std::size_t o = 0, start = 0, total = 0, leaving = 0;
+    for (std::size_t q = 0; q < R; ++q)
+      if (q != r) leaving += static_cast<std::size_t>(counts[q * V + v]);
+    take(send_, leaving);  // within the room made above
     for (std::size_t u = 0; u < U; ++u) {
       const std::size_t* cut = &cuts[(v * U + u) * (R + 1)];
       if (cut[r + 1] > cut[r]) range.push_back({x + start + cut[r], cut[r + 1] - cut[r]});

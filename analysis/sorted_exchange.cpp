@@ -67,17 +67,50 @@ void take(ValueBuffer<U>& b, std::size_t n) {
 
 namespace {
 
+// The splitters by the top 16 bits of the key: below[b], the number of splitters whose top bits are
+// less than b (b in [0, 65536]). A key whose top bits hold no splitter (below[b] == below[b + 1]) goes
+// to rank below[b] with no search: the splitters before it are all smaller, those after all larger
+// (and none equals it, so no tie). Weights fill thousands of such bins, the R - 1 splitters at most
+// R - 1 of them: the search runs for few keys.
+constexpr int kTableBits = 16;
+constexpr std::size_t kTableMin = std::size_t{1} << 15;  // fewer keys than this: the table costs more
+
+template <class Key>
+void splitter_table(const Key* s, std::size_t m, std::vector<std::uint16_t>& below) {
+  constexpr int shift = static_cast<int>(sizeof(Key)) * 8 - kTableBits;
+  below.assign((std::size_t{1} << kTableBits) + 1, 0);
+  std::size_t j = 0;
+  for (std::size_t b = 0; b <= (std::size_t{1} << kTableBits); ++b) {
+    while (j < m && static_cast<std::size_t>(s[j] >> shift) < b) ++j;
+    below[b] = static_cast<std::uint16_t>(j);
+  }
+}
+
 template <class D, class T, class Key>
 void partition_as(ValueBuffer<D>& range, const std::vector<const T*>& x, std::size_t L, const Key* splitters,
                   std::size_t R, std::size_t tie, std::size_t* counts, T* out) {
   const std::size_t V = x.size();
   range.assign_uninitialized(V * L);
   std::fill(counts, counts + R * V, 0);
+  constexpr int shift = static_cast<int>(sizeof(Key)) * 8 - kTableBits;
+  std::vector<std::uint16_t> below;
   for (std::size_t v = 0; v < V; ++v) {
     const Partition<Key> part{splitters + v * (R - 1), R - 1};
     std::size_t t = tie + v;
     const T* xv = x[v];
     D* dv = range.data() + v * L;
+    if (L >= kTableMin && R - 1 < (std::size_t{1} << 16)) {
+      splitter_table(part.s, part.m, below);
+      for (std::size_t i = 0; i < L; ++i) {
+        const Key k = key_of(xv[i]);
+        const std::size_t b = static_cast<std::size_t>(k >> shift);
+        const std::size_t lo = below[b];
+        const std::size_t d = lo == below[b + 1] ? lo : part.dest(k, t);
+        dv[i] = static_cast<D>(d);
+        ++counts[d * V + v];
+      }
+      continue;
+    }
     for (std::size_t i = 0; i < L; ++i) {
       const std::size_t d = part.dest(key_of(xv[i]), t);
       dv[i] = static_cast<D>(d);

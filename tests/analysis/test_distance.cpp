@@ -282,6 +282,24 @@ TEST(RadixSort, LargeInputsPastTheCachesMatchStdSort) {
   expect_sorted_like_std(up);
 }
 
+// Sizes whose first pass scatters through 64-byte lines (8 MiB of keys or more), an odd count so that
+// the buckets' first lines start before them: weights whose fine bins are buckets of their own (each
+// sorted on its low bits alone), a mix whose buckets take a pass by bin in the cache, a mix of
+// clusters, and sorted runs as the whole-model sort receives them.
+TEST(RadixSort, StreamedFirstPassAndBinPassesMatchStdSort) {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> weights(0.0f, 0.02f);
+  std::vector<float> w((std::size_t{1} << 21) + 4097);
+  for (auto& v : w) v = weights(rng);
+  expect_sorted_like_std(w);
+  expect_sorted_like_std(large_mix<float>((std::size_t{1} << 21) + 333, 12));
+  expect_sorted_like_std(large_mix<double>((std::size_t{1} << 20) + 77, 13));
+  for (std::size_t at = 0; at < w.size(); at += 100003)
+    std::sort(w.begin() + static_cast<std::ptrdiff_t>(at), w.begin() + static_cast<std::ptrdiff_t>(std::min(w.size(), at + 100003)),
+              key_less<float>);
+  expect_sorted_like_std(w);
+}
+
 TEST(RadixSort, SpansIntoPiecesInPlace) {
   const std::vector<float> x = large_mix<float>(500000, 8);
   std::vector<float> want(x);

@@ -268,6 +268,13 @@ TEST(DistributedSort, WindowsAreExactlyTheSortedPositionsOfOneProcess) {
   }
   check_sort_windows<float>(Kind::smooth, 5, 9 * kPairwiseBlock + 777, kPieces);
   check_sort_windows<float>(Kind::smooth, 2, kPairwiseBlock + 3, kWhole);  // fewer blocks than 4 ranks
+  // Windows of 32,768 values or more on 1, 2 and 4 ranks: the partition finds most keys' ranks by their
+  // top bits in a table, and searches the splitters only for keys whose top bits hold one (ties too).
+  for (Kind kind : {Kind::smooth, Kind::ties, Kind::nonfinite}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    check_sort_windows<float>(kind, 2, 70 * kPairwiseBlock + 777, kWhole);
+    check_sort_windows<double>(kind, 1, 70 * kPairwiseBlock + 1, kWhole);
+  }
 }
 
 TEST(DistributedSort, SharesBecomeTheSortedWindowsAndGiveTheSumsOfOneProcess) {

@@ -198,7 +198,7 @@ constexpr std::size_t kFineBins = std::size_t{1} << kFineBits;
 constexpr std::size_t kMaxFirstBuckets = 2048;
 // A bucket's pass by fine bin pays where its bins hold this many keys on average (each then sorts on
 // its low bits alone, in fewer and narrower passes); with smaller bins, their sorts' fixed costs win.
-constexpr std::size_t kBinPassKeys = 2048;
+constexpr std::size_t kBinPassKeys = 512;
 
 // keys[0, n) scattered to out by bucket (bucket_of[key >> shift]; next[c], bucket c's first place),
 // through a 64-byte line per bucket, written out whole when it fills (software write combining) and
@@ -207,7 +207,7 @@ constexpr std::size_t kBinPassKeys = 2048;
 // the 64-byte boundary before its first place (the slots before it are the previous bucket's).
 // Keys at least this large scatter through lines (scatter_by_line); smaller ones would still be in
 // the caches when their buckets are sorted, and are scattered key by key.
-constexpr std::size_t kStreamBytes = std::size_t{8} << 20;
+constexpr std::size_t kStreamBytes = std::size_t{4} << 20;
 template <class U>
 void scatter_by_line(const U* keys, U* out, std::size_t n, const std::uint16_t* bucket_of, const std::size_t* next,
                      std::size_t buckets, int shift) {
@@ -265,8 +265,8 @@ void scatter_by_line(const U* keys, U* out, std::size_t n, const std::uint16_t* 
 // A bucket of the first pass (keys, its fine bins [first, last) with their counts, tmp as scratch)
 // sorted and emitted: when it is in the caches, one pass by fine bin with the counts known, then each
 // bin on its low bits (sort_bucket); else sort_bucket on the bits where its keys differ.
-template <class T, class U>
-void sort_first_bucket(U* keys, U* tmp, std::size_t n, std::size_t first, std::size_t last, const std::uint64_t* fine,
+template <class T, class U, class Count>
+void sort_first_bucket(U* keys, U* tmp, std::size_t n, std::size_t first, std::size_t last, const Count* fine,
                        Emitter<T, U>& emit) {
   constexpr int kBits = static_cast<int>(sizeof(U)) * 8;
   constexpr int kFineShift = kBits - kFineBits;
@@ -283,6 +283,50 @@ void sort_first_bucket(U* keys, U* tmp, std::size_t n, std::size_t first, std::s
   for (std::size_t i = 0; i < n; ++i) tmp[next[(keys[i] >> kFineShift) - first]++] = keys[i];
   for (std::size_t f = first, o = 0; f < last; o += fine[f], ++f)
     if (fine[f] > 0) sort_bucket(tmp + o, keys + o, fine[f], kFineShift, emit);
+}
+
+// The keys a[0, n) (fine[f]: the number in fine bin f) into buckets of fine bins (b), each bucket
+// sorted in the caches and emitted; a is scratch afterwards.
+template <class T, class U, class Count>
+void sort_by_fine_bins(U* a, U* b, std::size_t n, const Count* fine, Emitter<T, U>& emit) {
+  constexpr int kBits = static_cast<int>(sizeof(U)) * 8;
+  constexpr int kFineShift = kBits - kFineBits;
+  constexpr std::size_t kCacheKeys = kCacheBytes / (2 * sizeof(U));
+  // Fine bins merged in order: a new bucket where the current one would pass the cap. A bin of at least
+  // `alone` keys is a bucket of its own (its keys then sort on their low bits alone, with no pass by bin
+  // in the cache): at most n / alone such bins, and at most 2 n / cap buckets of the others.
+  const std::size_t cap = std::max(kCacheKeys, (n + kMaxFirstBuckets - 1) / kMaxFirstBuckets);
+  const std::size_t alone = std::max(kBinPassKeys, (n + kMaxFirstBuckets - 1) / kMaxFirstBuckets);
+  std::vector<std::uint16_t> bucket_of(kFineBins);
+  std::vector<std::size_t> offset{0};  // the buckets' starts
+  std::vector<std::uint32_t> first_bin{0};
+  std::size_t filled = 0;
+  for (std::size_t f = 0; f < kFineBins; ++f) {
+    const bool own = fine[f] >= alone, was_own = f > 0 && fine[f - 1] >= alone;
+    if (filled > 0 && (filled + fine[f] > cap || own || was_own)) {
+      offset.push_back(offset.back() + filled);
+      first_bin.push_back(static_cast<std::uint32_t>(f));
+      filled = 0;
+    }
+    filled += fine[f];
+    bucket_of[f] = static_cast<std::uint16_t>(offset.size() - 1);
+  }
+  offset.push_back(n);
+  first_bin.push_back(static_cast<std::uint32_t>(kFineBins));
+  const std::size_t buckets = offset.size() - 1;
+  if (n * sizeof(U) >= kStreamBytes) {
+    scatter_by_line(a, b, n, bucket_of.data(), offset.data(), buckets, kFineShift);
+  } else {
+    std::vector<std::size_t> next(offset.begin(), offset.end() - 1);
+    for (std::size_t i = 0; i < n; ++i) {
+      const U k = a[i];
+      b[next[bucket_of[k >> kFineShift]]++] = k;
+    }
+  }
+  for (std::size_t c = 0; c < buckets; ++c) {
+    const std::size_t len = offset[c + 1] - offset[c];
+    if (len > 0) sort_first_bucket(b + offset[c], a + offset[c], len, first_bin[c], first_bin[c + 1], fine, emit);
+  }
 }
 
 // The spans' keys sorted (the first pass into balanced buckets of the top bits, then each bucket in the
@@ -321,49 +365,15 @@ void radix_sort_impl(const std::vector<SortSpan<T>>& spans, const std::vector<Ou
     emit.put(lsd_sort(a, b, n, kBits), n);
     return;
   }
-  // Counted in 32 bits where they fit (256 KiB of counters, in the second-level cache), then widened.
-  std::vector<std::uint64_t> fine(kFineBins, 0);
+  // Counted in 32 bits where they fit (256 KiB of counters, in the second-level cache).
   if (n <= UINT32_MAX) {
-    std::vector<std::uint32_t> fine32(kFineBins, 0);
-    keys_of_spans([&](U k) { ++fine32[k >> kFineShift]; });
-    std::copy(fine32.begin(), fine32.end(), fine.begin());
-  } else {
+    std::vector<std::uint32_t> fine(kFineBins, 0);
     keys_of_spans([&](U k) { ++fine[k >> kFineShift]; });
-  }
-  // Fine bins merged in order: a new bucket where the current one would pass the cap. A bin of at least
-  // `alone` keys is a bucket of its own (its keys then sort on their low bits alone, with no pass by bin
-  // in the cache): at most n / alone such bins, and at most 2 n / cap buckets of the others.
-  const std::size_t cap = std::max(kCacheKeys, (n + kMaxFirstBuckets - 1) / kMaxFirstBuckets);
-  const std::size_t alone = std::max(kBinPassKeys, (n + kMaxFirstBuckets - 1) / kMaxFirstBuckets);
-  std::vector<std::uint16_t> bucket_of(kFineBins);
-  std::vector<std::size_t> offset{0};  // the buckets' starts
-  std::vector<std::uint32_t> first_bin{0};
-  std::size_t filled = 0;
-  for (std::size_t f = 0; f < kFineBins; ++f) {
-    const bool own = fine[f] >= alone, was_own = f > 0 && fine[f - 1] >= alone;
-    if (filled > 0 && (filled + fine[f] > cap || own || was_own)) {
-      offset.push_back(offset.back() + filled);
-      first_bin.push_back(static_cast<std::uint32_t>(f));
-      filled = 0;
-    }
-    filled += fine[f];
-    bucket_of[f] = static_cast<std::uint16_t>(offset.size() - 1);
-  }
-  offset.push_back(n);
-  first_bin.push_back(static_cast<std::uint32_t>(kFineBins));
-  const std::size_t buckets = offset.size() - 1;
-  if (n * sizeof(U) >= kStreamBytes) {
-    scatter_by_line(a, b, n, bucket_of.data(), offset.data(), buckets, kFineShift);
+    sort_by_fine_bins(a, b, n, fine.data(), emit);
   } else {
-    std::vector<std::size_t> next(offset.begin(), offset.end() - 1);
-    for (std::size_t i = 0; i < n; ++i) {
-      const U k = a[i];
-      b[next[bucket_of[k >> kFineShift]]++] = k;
-    }
-  }
-  for (std::size_t c = 0; c < buckets; ++c) {
-    const std::size_t len = offset[c + 1] - offset[c];
-    if (len > 0) sort_first_bucket(b + offset[c], a + offset[c], len, first_bin[c], first_bin[c + 1], fine.data(), emit);
+    std::vector<std::uint64_t> fine(kFineBins, 0);
+    keys_of_spans([&](U k) { ++fine[k >> kFineShift]; });
+    sort_by_fine_bins(a, b, n, fine.data(), emit);
   }
 }
 

@@ -200,14 +200,15 @@ constexpr std::size_t kMaxFirstBuckets = 2048;
 // its low bits alone, in fewer and narrower passes); with smaller bins, their sorts' fixed costs win.
 constexpr std::size_t kBinPassKeys = 512;
 
+// Keys at least this large scatter through lines (scatter_by_line); smaller ones would still be in
+// the caches when their buckets are sorted, and are scattered key by key.
+constexpr std::size_t kStreamBytes = std::size_t{4} << 20;
+
 // keys[0, n) scattered to out by bucket (bucket_of[key >> shift]; next[c], bucket c's first place),
 // through a 64-byte line per bucket, written out whole when it fills (software write combining) and
 // past the caches where the target allows: thousands of streams then cost a DRAM page's translation
 // and a write per line, not per key, and no read of the line first. A bucket's first line starts at
 // the 64-byte boundary before its first place (the slots before it are the previous bucket's).
-// Keys at least this large scatter through lines (scatter_by_line); smaller ones would still be in
-// the caches when their buckets are sorted, and are scattered key by key.
-constexpr std::size_t kStreamBytes = std::size_t{4} << 20;
 template <class U>
 void scatter_by_line(const U* keys, U* out, std::size_t n, const std::uint16_t* bucket_of, const std::size_t* next,
                      std::size_t buckets, int shift) {

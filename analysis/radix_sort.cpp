@@ -295,7 +295,8 @@ void sort_by_fine_bins(U* a, U* b, std::size_t n, const Count* fine, Emitter<T, 
   constexpr std::size_t kCacheKeys = kCacheBytes / (2 * sizeof(U));
   // Fine bins merged in order: a new bucket where the current one would pass the cap. A bin of at least
   // `alone` keys is a bucket of its own (its keys then sort on their low bits alone, with no pass by bin
-  // in the cache): at most n / alone such bins, and at most 2 n / cap buckets of the others.
+  // in the cache): at most n / alone such bins, each closing at most one bucket of the others before it,
+  // and at most 2 n / cap more (with kMaxFirstBuckets 2048, about 8,200 buckets: bucket_of's 16 bits).
   const std::size_t cap = std::max(kCacheKeys, (n + kMaxFirstBuckets - 1) / kMaxFirstBuckets);
   const std::size_t alone = std::max(kBinPassKeys, (n + kMaxFirstBuckets - 1) / kMaxFirstBuckets);
   std::vector<std::uint16_t> bucket_of(kFineBins);

@@ -282,7 +282,7 @@ TEST(RadixSort, LargeInputsPastTheCachesMatchStdSort) {
   expect_sorted_like_std(up);
 }
 
-// Sizes whose first pass scatters through 64-byte lines (8 MiB of keys or more), an odd count so that
+// Sizes whose first pass scatters through 64-byte lines (4 MiB of keys or more), an odd count so that
 // the buckets' first lines start before them: weights whose fine bins are buckets of their own (each
 // sorted on its low bits alone), a mix whose buckets take a pass by bin in the cache, a mix of
 // clusters, and sorted runs as the whole-model sort receives them.

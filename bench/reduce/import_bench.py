@@ -6,7 +6,9 @@ Writes 8 runs (attention math/flash x precision fp32/bf16 x seed 1/2) x 2 steps 
 safetensors checkpoints with GPT-2 small's tensors (124.4M parameters at the default size; HF names,
 transformer.h.N.*), as F32 (and BF16 with --dtypes fp32,bf16) files, then for each dtype, side by side:
   - the anchor (bench/reduce/import_anchor): reading every file once from the page cache plus one
-    radix sort of as many fp32 values as the files hold;
+    radix sort of as many fp32 values as the files hold; and the same work in one process against two
+    processes at once on half the files each (`import_anchor --processes 1|2`): how this machine's
+    memory-bound read and sort scale to two cores (the two share memory, caches and host as 2 ranks do);
   - `fastudy reduce` on 1, 2 (and, with --ranks 1,2,4, 4) ranks, each into a fresh study folder,
     interleaved, best of --repeats: wall time, peak RSS and CPU time (user + sys) per rank
     (/usr/bin/time -v), minor page faults, and rank 0's own account of its compute time (`-v`:
@@ -186,6 +188,17 @@ def rows(build, d_model=768, layers=12, vocab=50257, ctx=1024, dtypes=("fp32",),
             a = subprocess.run([f"{build}/bench/reduce/import_anchor", "4" if dtype == "fp32" else "2"] + files,
                                capture_output=True, text=True, check=True).stdout
             anchor = float(re.search(r"read_s (\S+)", a).group(1)) + float(re.search(r"sort_s (\S+)", a).group(1))
+            # What two cores give this machine on the anchor's work: one process on every file against two
+            # at once on half the files each, started together (interleaved, best of two). The two share
+            # the memory, the caches and the host as two ranks do; the reduce's sorts are mostly of
+            # tensors that fit the caches, so its scaling can pass this one.
+            alone, together = [], []
+            for _ in range(2):
+                for procs, into in ((1, alone), (2, together)):
+                    t = subprocess.run([f"{build}/bench/reduce/import_anchor", "--processes", str(procs),
+                                        "4" if dtype == "fp32" else "2"] + files,
+                                       capture_output=True, text=True, check=True).stdout
+                    into.append(float(re.search(r"together_s (\S+)", t).group(1)))
             best, estimate, other = {}, {}, {}
             for _ in range(repeats):
                 for k in ranks:
@@ -203,6 +216,9 @@ def rows(build, d_model=768, layers=12, vocab=50257, ctx=1024, dtypes=("fp32",),
                              f"{anchor:.3g} s", two / anchor, "<= 2", two / anchor <= 2))
             out_rows.append((f"import reduce, {label}: 1 rank vs 2 ranks (wall)", f"{two:.3g} s", f"{one:.3g} s",
                              one / two, ">= 1.7", one / two >= 1.7))
+            out_rows.append((f"import reduce, {label}: the anchor's work in one process vs in two at once, half the "
+                             f"files each (how this machine's read and sort scale to two cores; not a bound on the reduce)", f"{min(together):.3g} s",
+                             f"{min(alone):.3g} s", min(alone) / min(together), "-", True))
             budget = 2 * n * 4 + 2 * len(RUNS) * largest * 4
             peak = max(best[2]["rss"] or [0])
             out_rows.append((f"import reduce, {label}: peak RSS per rank (2 ranks) vs 2 checkpoints + working set",

@@ -95,11 +95,25 @@ def plan_estimate(build, toml, ranks, env, which="last"):
 
 def measured(build, toml, out, ranks, env):
     shutil.rmtree(out, ignore_errors=True)
-    cmd = mpi(ranks) + ["/usr/bin/time", "-v", f"{build}/fastudy", "reduce", toml, "-v"]
+    # Each rank's /usr/bin/time report goes to a file of its own: ranks writing to one pipe cut each
+    # other's lines (and the CPU times went unread).
+    times = f"{out}.time"
+    shutil.rmtree(times, ignore_errors=True)
+    os.makedirs(times)
+    report = os.path.join(times, "rank-${OMPI_COMM_WORLD_RANK:-0}")
+    cmd = mpi(ranks) + ["sh", "-c", f'exec /usr/bin/time -v -o "{report}" "$@"', "sh", f"{build}/fastudy", "reduce",
+                        toml, "-v"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"reduce on {ranks} rank(s) failed: {(r.stdout + r.stderr).strip()[-600:]}")
-    text = r.stdout + r.stderr
+    reports = ""
+    for name in sorted(os.listdir(times)):
+        with open(os.path.join(times, name)) as f:
+            reports += f.read()
+    shutil.rmtree(times, ignore_errors=True)
+    if len(re.findall(r"Maximum resident set size", reports)) != ranks:
+        raise RuntimeError(f"reduce on {ranks} rank(s): expected {ranks} /usr/bin/time reports, got: {reports[-600:]}")
+    text = r.stdout + r.stderr + reports
     rss = max(int(k) * 1024 for k in re.findall(r"Maximum resident set size \(kbytes\): (\d+)", text))
     m = re.search(r"opened them for ([\d.e+-]+) s, computed for ([\d.e+-]+) s", text)
     user = [float(k) for k in re.findall(r"User time \(seconds\): ([\d.]+)", text)]

@@ -20,15 +20,13 @@ import argparse
 import json
 import os
 import re
-import shutil
 import struct
 import subprocess
 import tempfile
-import time
 
 import numpy as np
 
-from import_bench import GIB, load, mpi
+from import_bench import GIB, load, timed_reduce
 
 AXES = {"attention": ["baseline", "flash"], "precision": ["bf16", "fp32"], "data_seed": [1, 2, 3, 4, 5],
         "seed": [1, 2, 3, 4, 5]}
@@ -94,31 +92,9 @@ def plan_estimate(build, toml, ranks, env, which="last"):
 
 
 def measured(build, toml, out, ranks, env):
-    shutil.rmtree(out, ignore_errors=True)
-    # Each rank's /usr/bin/time report goes to a file of its own: ranks writing to one pipe cut each
-    # other's lines (and the CPU times went unread).
-    times = f"{out}.time"
-    shutil.rmtree(times, ignore_errors=True)
-    os.makedirs(times)
-    report = os.path.join(times, "rank-${OMPI_COMM_WORLD_RANK:-0}")
-    cmd = mpi(ranks) + ["sh", "-c", f'exec /usr/bin/time -v -o "{report}" "$@"', "sh", f"{build}/fastudy", "reduce",
-                        toml, "-v"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        raise RuntimeError(f"reduce on {ranks} rank(s) failed: {(r.stdout + r.stderr).strip()[-600:]}")
-    reports = ""
-    for name in sorted(os.listdir(times)):
-        with open(os.path.join(times, name)) as f:
-            reports += f.read()
-    shutil.rmtree(times, ignore_errors=True)
-    if len(re.findall(r"Maximum resident set size", reports)) != ranks:
-        raise RuntimeError(f"reduce on {ranks} rank(s): expected {ranks} /usr/bin/time reports, got: {reports[-600:]}")
-    text = r.stdout + r.stderr + reports
-    rss = max(int(k) * 1024 for k in re.findall(r"Maximum resident set size \(kbytes\): (\d+)", text))
-    m = re.search(r"opened them for ([\d.e+-]+) s, computed for ([\d.e+-]+) s", text)
-    user = [float(k) for k in re.findall(r"User time \(seconds\): ([\d.]+)", text)]
-    system = [float(k) for k in re.findall(r"System time \(seconds\): ([\d.]+)", text)]
-    return float(m.group(1)) + float(m.group(2)), rss, max([u + s for u, s in zip(user, system)] or [0])
+    """(rank 0's opening + computing time, the largest peak RSS of a rank, the most CPU time of a rank)."""
+    got = timed_reduce(build, toml, out, ranks, env)
+    return got["computed"], max(got["rss"]), max(got["cpu"] or [0])
 
 
 def rows(build, d_model=256, workdir=None, ranks=(1, 2, 4)):

@@ -11,6 +11,7 @@
 // what P cores give this machine on the anchor's memory-bound work (not a bound on P ranks: the reduce's
 // sorts are mostly of tensors that fit the caches).
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -120,6 +121,8 @@ int together(int processes, long long element_bytes, const std::vector<const cha
   }
   ::close(ready[1]);
   ::close(go[0]);
+  // With every process gone the release's write fails (EPIPE) instead of ending this one unnamed.
+  ::signal(SIGPIPE, SIG_IGN);
   for (int p = 0; p < processes; ++p) {  // every child ready (or gone: read returns 0)
     char c = 0;
     if (::read(ready[0], &c, 1) != 1) break;
@@ -153,7 +156,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: import_anchor [--processes P] ELEMENT_BYTES FILE...\n");
     return 2;
   }
-  const long long element_bytes = std::atoll(argv[first]);
+  const std::string element = argv[first];
+  if (element != "4" && element != "2") {
+    std::fprintf(stderr, "import_anchor: ELEMENT_BYTES is %s; it must be 4 (fp32 files) or 2 (bf16)\n", element.c_str());
+    return 2;
+  }
+  const long long element_bytes = std::atoll(element.c_str());
   const std::vector<const char*> files(argv + first + 1, argv + argc);
   if (processes > 0) return together(processes, element_bytes, files);
   return anchor(element_bytes, files, true, [] { return true; });

@@ -114,9 +114,9 @@ def mpi(ranks):
     return ["mpirun", "-n", str(ranks), "--oversubscribe"] if ranks > 1 else []
 
 
-def reduce_with_reports(build, toml, out, ranks, env):
-    """`fastudy reduce TOML -v` on `ranks` ranks into a fresh folder, each rank under /usr/bin/time -v:
-    (wall seconds, its stdout + stderr followed by every rank's time report)."""
+def timed_reduce(build, toml, out, ranks, env):
+    """One reduce into a fresh folder: {wall, rss: [bytes per rank], faults, computed (rank 0's opening
+    + computing time, from -v), cpu: [user + sys per rank]}."""
     shutil.rmtree(out, ignore_errors=True)
     # Each rank's /usr/bin/time report goes to a file of its own (ranks writing to one pipe can cut
     # each other's lines).
@@ -138,13 +138,7 @@ def reduce_with_reports(build, toml, out, ranks, env):
     shutil.rmtree(times, ignore_errors=True)
     if len(re.findall(r"Maximum resident set size", reports)) != ranks:
         raise RuntimeError(f"reduce on {ranks} rank(s): expected {ranks} /usr/bin/time reports, got: {reports[-600:]}")
-    return wall, r.stdout + r.stderr + reports
-
-
-def timed_reduce(build, toml, out, ranks, env):
-    """One reduce into a fresh folder: {wall, rss: [bytes per rank], faults, computed (rank 0's opening
-    + computing time, from -v), cpu: [user + sys per rank]}."""
-    wall, text = reduce_with_reports(build, toml, out, ranks, env)
+    text = r.stdout + r.stderr + reports
     rss = [int(k) * 1024 for k in re.findall(r"Maximum resident set size \(kbytes\): (\d+)", text)]
     faults = sum(int(k) for k in re.findall(r"Minor \(reclaiming a frame\) page faults: (\d+)", text))
     user = [float(k) for k in re.findall(r"User time \(seconds\): ([\d.]+)", text)]

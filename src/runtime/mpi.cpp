@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -40,6 +41,34 @@ ThreadLevel from_mpi(int t) {
   if (t >= MPI_THREAD_SERIALIZED) return ThreadLevel::serialized;
   if (t >= MPI_THREAD_FUNNELED) return ThreadLevel::funneled;
   return ThreadLevel::single;
+}
+
+// Open MPI 4 names every isolated singleton [[0,1],0], so concurrent singletons of one user on one host
+// share the session directory TMP/ompi.HOST.UID/jf.0/1/0: the first to finish removes it while another
+// creates or uses it ("A call to mkdir was unable to create the desired directory:
+// /tmp/ompi.HOST.UID/jf.0", then MPI_Init fails). A top session directory of this process's own keeps
+// them apart; Open MPI removes it at MPI_Finalize (orte_session_dir_cleanup), and only a killed process
+// leaves it behind, as it would leave its part of the shared one. The place is Open MPI's own choice
+// (orte_tmpdir_base, else TMPDIR, TEMP, TMP, else /tmp: opal_tmp_directory) with the process id added;
+// the user's orte_top_session_dir wins.
+void private_singleton_session_dir() {
+#if defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION == 4
+  if (std::getenv("OMPI_MCA_orte_top_session_dir") != nullptr) return;
+  std::string base = "/tmp";
+  for (const char* name : {"OMPI_MCA_orte_tmpdir_base", "TMPDIR", "TEMP", "TMP"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') {
+      base = value;
+      break;
+    }
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "localhost");
+  std::string node(host);
+  node = node.substr(0, node.find('.'));
+  const std::string top = base + "/ompi." + node + "." + std::to_string(getuid()) + ".pid." + std::to_string(getpid());
+  ::setenv("OMPI_MCA_orte_top_session_dir", top.c_str(), 0);
+#endif
 }
 
 // The single places that call MPI_Initialized/MPI_Finalized, MPI_Comm_rank and MPI_Comm_set_errhandler
@@ -108,7 +137,10 @@ MpiSession::MpiSession(int* argc, char*** argv, ThreadLevel requested, ThreadLev
     ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     // A singleton (no mpirun) never spawns processes: no need for Open MPI's helper daemon, which
     // would also outlive a killed process.
-    if (!launched_by_mpirun()) ::setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
+    if (!launched_by_mpirun()) {
+      ::setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
+      private_singleton_session_dir();
+    }
     // HDF5 never uses MPI-IO shared file pointers; Open MPI's `sm` component for them fails with
     // "unable to open file for mmap" when its session directory is busy or gone (concurrent
     // singletons), which then fails H5Fcreate. Every entry point (fastudy, tests, benchmarks)

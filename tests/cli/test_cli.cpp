@@ -153,6 +153,48 @@ TEST(Cli, BadConfigUnderMpiExitsTwoOnceWithoutHanging) {
   EXPECT_EQ(r.output.find(needle, first + 1), std::string::npos) << "printed more than once:\n" << r.output;
 }
 
+// A fastudy started without mpirun keeps its Open MPI session directory to itself (src/runtime/mpi.cpp):
+// concurrent singletons would otherwise share TMP/ompi.HOST.UID/jf.0/1/0, and the first to finish removes
+// it under the others. A plain file where that shared folder goes stands in for the race: it makes every
+// singleton that uses the shared folder fail in MPI_Init, every time. The private folder is gone after the
+// command, and the user's own orte_top_session_dir still wins (then the blocked place fails as it should).
+TEST(Cli, ASingletonKeepsItsOpenMpiSessionDirectoryToItself) {
+  RunResult version = run_command(std::string(FASTUDY_MPIEXEC) + " --version");
+  if (version.output.find("(OpenRTE) 4.") == std::string::npos && version.output.find("(Open MPI) 4.") == std::string::npos) {
+    GTEST_SKIP() << "the session folders of Open MPI 4 only; this MPI: " << version.output;
+  }
+  TempDir dir;
+  const std::string grid = dir.file("grid.toml",
+                                    "[study]\nname = \"session\"\nout = \"" + (dir / "out").string() +
+                                        "\"\nphases = [\"microbench\"]\n"
+                                        "[grid]\nattention = [\"baseline\"]\nprecision = [\"fp32\"]\n"
+                                        "[microbench]\nformats = [\"fp32\"]\npolicies = [\"mixed\"]\nseq_lens = [16]\n"
+                                        "head_dims = [8]\nblocks = [[8, 8]]\nloop_orders = [\"q_outer\"]\n"
+                                        "trials = 1\nheads = 1\n");
+  const fs::path base = dir / "tmp";
+  fs::create_directories(base);
+  RunResult host = run_command("hostname -s; id -u");
+  ASSERT_EQ(host.code, 0) << host.output;
+  std::istringstream lines(host.output);
+  std::string node, uid;
+  lines >> node >> uid;
+  const fs::path shared = base / ("ompi." + node + "." + uid);
+  spit(shared.string(), "");  // a file where Open MPI's shared session folder would go
+
+  const std::string env = "OMPI_MCA_orte_tmpdir_base='" + base.string() + "' ";
+  RunResult r = run_command(env + FASTUDY_EXE + " " + grid + " -q");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "out" / "microbench.h5")) << r.output;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(base)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{shared.filename().string()}) << "the private session folder outlived the command";
+
+  RunResult user = run_command(env + "OMPI_MCA_orte_top_session_dir='" + (shared / "mine").string() + "' " +
+                               FASTUDY_EXE + " " + grid + " -q");
+  EXPECT_NE(user.code, 0) << "the user's orte_top_session_dir was not used:\n" << user.output;
+  EXPECT_NE(user.output.find("MPI_Init"), std::string::npos) << user.output;
+}
+
 TEST(Cli, PlanPrintsVariantsGroupsAndEstimates) {
   RunResult r = run_fastudy("plan " + kConfigs + "/quick.toml --ranks 4");
   EXPECT_EQ(r.code, 0) << r.output;

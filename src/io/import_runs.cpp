@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -12,6 +13,7 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "base/quote.hpp"
+#include "base/read_file.hpp"
 #include "src/io/tensor_file.hpp"
 
 namespace fs = std::filesystem;
@@ -174,6 +176,102 @@ std::optional<std::pair<std::uint64_t, double>> first_not_finite(const TensorFil
   return std::nullopt;
 }
 
+// The first element of `n` stored values (raw bytes read as this machine's integers) that is not finite:
+// its index, and whether it is a NaN (else an Inf); nullopt when all are. A value is not finite when its
+// exponent bits are all ones, and a NaN when its mantissa bits are then not all zeros (IEEE 754
+// binary64/32/16 and bfloat16 alike). A block is searched only when it holds such a value.
+template <class Bits>
+std::optional<std::pair<std::uint64_t, bool>> first_not_finite_bits(const char* p, std::uint64_t n, Bits exponent,
+                                                                     Bits mantissa) {
+  constexpr std::uint64_t kBlock = 1024;
+  const auto at_index = [p](std::uint64_t i) {
+    Bits v;
+    std::memcpy(&v, p + i * sizeof(Bits), sizeof v);
+    return v;
+  };
+  for (std::uint64_t at = 0; at < n; at += kBlock) {
+    const std::uint64_t end = std::min(at + kBlock, n);
+    // An OR of comparisons, which the compiler vectorises: 36 and 42 GB/s for 32- and 16-bit values on
+    // zen5, where an OR of bools or a max of the exponents ran at 4-19 GB/s.
+    Bits hits = 0;
+    for (std::uint64_t i = at; i < end; ++i) hits |= static_cast<Bits>((at_index(i) & exponent) == exponent);
+    if (hits == 0) continue;
+    for (std::uint64_t i = at; i < end; ++i)
+      if ((at_index(i) & exponent) == exponent) return std::make_pair(i, (at_index(i) & mantissa) != 0);
+  }
+  return std::nullopt;
+}
+
+// first_not_finite_bits for stored values of format f (one of the formats a TensorEntry names).
+std::optional<std::pair<std::uint64_t, bool>> first_not_finite_stored(Format f, const char* p, std::uint64_t n) {
+  switch (f) {
+    case Format::fp64:
+      return first_not_finite_bits<std::uint64_t>(p, n, 0x7ff0000000000000ull, 0x000fffffffffffffull);
+    case Format::fp32: return first_not_finite_bits<std::uint32_t>(p, n, 0x7f800000u, 0x007fffffu);
+    case Format::fp16: return first_not_finite_bits<std::uint16_t>(p, n, 0x7c00u, 0x03ffu);
+    case Format::bf16: return first_not_finite_bits<std::uint16_t>(p, n, 0x7f80u, 0x007fu);
+    default: break;
+  }
+  throw Error("import: no finite check for stored " + std::string(to_string(f)) + " values");
+}
+
+const char* const kChangedHint = "check the file (it changed or became unreadable while it was read)";
+
+[[noreturn]] void not_finite(const std::string& path, const TensorEntry& e, std::uint64_t index, bool nan) {
+  throw UsageError("'" + path + "': tensor " + quoted_name(e.name) + " holds " + (nan ? "NaN" : "Inf") + " (element " +
+                       std::to_string(index) + " of " + std::to_string(e.elements) + ")",
+                   "the run diverged or the file is damaged: leave the run out of [grid], or exclude the tensor");
+}
+
+// A tensor to check whose bytes lie in the file being read (TensorFile::stored_bytes).
+struct StoredTensor {
+  std::uint64_t offset = 0, bytes = 0;
+  const TensorEntry* entry = nullptr;
+};
+
+// One read of `file` (of the tensor file `path`): its size and CRC-32, equal to file_sum's, and in the same
+// pass the values of `tensors` (not overlapping) checked to be finite. The check then copies each byte
+// out of the page cache once instead of twice (a read for the values, another for the sum).
+FileSum sum_and_check(const std::string& path, const std::string& file, std::vector<StoredTensor> tensors) {
+  std::string problem;
+  const std::optional<RegularFile> f = RegularFile::open(file, &problem);
+  if (!f) throw UsageError("'" + file + "' " + problem, kChangedHint);
+  std::sort(tensors.begin(), tensors.end(), [](const StoredTensor& a, const StoredTensor& b) { return a.offset < b.offset; });
+  std::vector<char> buf(std::size_t{1} << 20);
+  FileSum sum;
+  // Up to n bytes at sum.size into buf and the sum; fewer only at the end of the file.
+  const auto read = [&](std::size_t n) {
+    const long long got = f->read_at(buf.data(), n, sum.size);
+    if (got < 0) throw UsageError("cannot read '" + file + "': " + std::strerror(errno), kChangedHint);
+    sum.crc = crc32_update(sum.crc, buf.data(), static_cast<std::size_t>(got));
+    sum.size += static_cast<std::uint64_t>(got);
+    return static_cast<std::size_t>(got);
+  };
+  for (const StoredTensor& t : tensors) {
+    const auto shorter = [&] {
+      throw UsageError("'" + file + "': tensor " + quoted_name(t.entry->name) +
+                           ": it changed while it was read (it is now shorter than its header says)",
+                       "run again once nothing writes it");
+    };
+    while (sum.size < t.offset)
+      if (read(static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), t.offset - sum.size))) == 0) shorter();
+    if (sum.size != t.offset) throw Error("import: the tensors of '" + file + "' overlap");
+    const Format format = *t.entry->format;
+    const std::size_t element = stored_element_bytes(format);
+    const std::size_t piece = buf.size() / element * element;  // whole elements only
+    for (std::uint64_t done = 0; done < t.bytes;) {
+      const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(piece, t.bytes - done));
+      if (read(want) != want) shorter();
+      if (const auto bad = first_not_finite_stored(format, buf.data(), want / element))
+        not_finite(path, *t.entry, done / element + bad->first, bad->second);
+      done += want;
+    }
+  }
+  while (read(buf.size()) > 0) {
+  }
+  return sum;
+}
+
 // Why `name` cannot be written into the results whole ("" when it can): each of them (deviation.csv,
 // deviation.h5's name attributes, the report) holds UTF-8 text on one line.
 std::string name_problem(const std::string& name) {
@@ -197,6 +295,7 @@ ImportedFileFacts inspect_import(const std::string& path, const ImportConfig& ic
   ImportedFileFacts facts;
   facts.path = path;
   std::map<std::string, std::string> stored_of;  // study name -> stored name
+  std::vector<const TensorEntry*> checked;       // the tensors compared, in the file's order
   for (const TensorEntry& e : tf.tensors()) {
     const std::optional<std::string> name = ic.tensor_name(e.name);
     if (!name || e.elements == 0) continue;  // excluded, or nothing to compare
@@ -212,29 +311,49 @@ ImportedFileFacts inspect_import(const std::string& path, const ImportConfig& ic
       throw UsageError("'" + path + "': tensor " + quoted_name(e.name) + " has dtype " + e.stored_type +
                            ", which is not a floating-point format fastudy compares (fp64, fp32, fp16, bf16)",
                        "leave it out: [import] exclude = [\"" + *name + "\"]");
-    // Finite values only: a NaN or Inf would make every distance of the run meaningless.
-    const bool wide = *e.format == Format::fp64;
-    const auto bad = wide ? first_not_finite<double>(tf, e) : first_not_finite<float>(tf, e);
-    if (bad)
-      throw UsageError("'" + path + "': tensor " + quoted_name(e.name) + " holds " + (std::isnan(bad->second) ? "NaN" : "Inf") +
-                           " (element " + std::to_string(bad->first) + " of " + std::to_string(e.elements) + ")",
-                       "the run diverged or the file is damaged: leave the run out of [grid], or exclude the tensor");
-    facts.tensors.push_back({*name, e.name, e.stored_type, e.shape, e.elements, wide});
+    facts.tensors.push_back({*name, e.name, e.stored_type, e.shape, e.elements, e.format == Format::fp64});
     facts.data_bytes += e.elements * stored_element_bytes(*e.format);
+    checked.push_back(&e);
   }
   if (facts.tensors.empty())
     throw UsageError("'" + path + "': no tensor is left to compare (the file holds " + std::to_string(tf.tensors().size()) +
                          ", all excluded)",
                      "check [import] exclude");
+  // Finite values only: a NaN or Inf would make every distance of the run meaningless. Where the reader
+  // says where each tensor's bytes lie, one read of each file checks them and sums it; otherwise the
+  // values are read through the reader, then the files summed.
+  std::map<std::string, std::vector<StoredTensor>> stored;  // file -> its tensors to check
+  bool all_stored = true;
+  for (const TensorEntry* e : checked) {
+    const std::optional<StoredBytes> at = tf.stored_bytes(*e);
+    if (!at) {
+      all_stored = false;
+      break;
+    }
+    stored[at->file].push_back({at->offset, e->elements * stored_element_bytes(*e->format), e});
+  }
+  if (!all_stored) {
+    for (const TensorEntry* e : checked) {
+      const auto bad = *e->format == Format::fp64 ? first_not_finite<double>(tf, *e) : first_not_finite<float>(tf, *e);
+      if (bad) not_finite(path, *e, bad->first, std::isnan(bad->second));
+    }
+  }
   for (const auto& file : tf.files()) {
     FileSum sum;
-    try {
-      sum = file_sum(file);
-    } catch (const Error& e) {
-      throw UsageError(e.what(), "check the file (it changed or became unreadable while it was read)");
+    if (all_stored) {
+      const auto it = stored.find(file);
+      sum = sum_and_check(path, file, it == stored.end() ? std::vector<StoredTensor>{} : std::move(it->second));
+      if (it != stored.end()) stored.erase(it);
+    } else {
+      try {
+        sum = file_sum(file);
+      } catch (const Error& e) {
+        throw UsageError(e.what(), kChangedHint);
+      }
     }
     facts.files.push_back({file, sum.size, sum.crc});
   }
+  if (!stored.empty()) throw Error("import: '" + path + "' has tensors in '" + stored.begin()->first + "', a file its reader does not list");
   return facts;
 }
 

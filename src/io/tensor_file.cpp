@@ -292,6 +292,13 @@ class SafetensorsSource : public TensorSource {
   void read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, float* out) const override {
     read_as(t, begin, count, out);
   }
+  // A safetensors buffer holds each tensor's little-endian bytes whole (checked at the open): native on a
+  // little-endian machine.
+  std::optional<StoredBytes> stored_bytes(const TensorEntry& t) const override {
+    if (!stored_as_native<float>(Format::fp32)) return std::nullopt;
+    const SafetensorsFile& f = shards_.at(where_.at(t.name));
+    return StoredBytes{f.path, f.buffer_offset + f.ranges.at(t.name).begin};
+  }
 
  private:
   // Positioned reads of the range, a piece at a time (never a mapping: a file truncated meanwhile is

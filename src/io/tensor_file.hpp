@@ -41,6 +41,14 @@ struct TensorEntry {
   std::string file;              // the file that holds the data (a shard of a sharded checkpoint)
 };
 
+// Where a tensor's stored bytes lie whole in one file, element after element in the format's own
+// layout, read on this machine as its native integers (a safetensors buffer on a little-endian
+// machine): the file and the offset of the first byte; the tensor spans elements x the format's bytes.
+struct StoredBytes {
+  std::string file;
+  std::uint64_t offset = 0;
+};
+
 // One file format's reader; a TensorFile holds one. Its methods may throw anything (a library's own
 // errors included): TensorFile names them.
 class TensorSource {
@@ -53,6 +61,9 @@ class TensorSource {
   // double for every format; into float exact for fp32/fp16/bf16 and rounded to nearest for fp64.
   virtual void read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, double* out) const = 0;
   virtual void read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, float* out) const = 0;
+  // Where t's bytes lie (StoredBytes), for a reader of files that hold them so; nullopt otherwise
+  // (HDF5's chunks, a torch.save archive).
+  virtual std::optional<StoredBytes> stored_bytes(const TensorEntry&) const { return std::nullopt; }
 };
 
 class TensorFile {
@@ -73,6 +84,9 @@ class TensorFile {
   // Elements [begin, begin + count) of t (within t.elements; an Error otherwise), converted as read().
   void read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, double* out) const;
   void read_range(const TensorEntry& t, std::uint64_t begin, std::uint64_t count, float* out) const;
+  // Where t's bytes lie in its file, when they lie there whole as stored (StoredBytes); nullopt when the
+  // reader cannot say (read them with read_range then).
+  std::optional<StoredBytes> stored_bytes(const TensorEntry& t) const { return source_->stored_bytes(t); }
 
  private:
   TensorFile(std::string path, std::unique_ptr<TensorSource> source) : path_(std::move(path)), source_(std::move(source)) {}

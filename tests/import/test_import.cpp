@@ -24,7 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const char* const kCases[] = {"good",   "bf16", "h5",    "sharded", "missing", "truncated", "offsets", "nan",
-                              "inf",    "shape", "dtype", "extra",   "twice",   "empty", "names"};
+                              "inf",    "shape", "dtype", "extra",   "twice",   "empty", "names", "nan-bf16",
+                              "inf-f16", "inf-f64", "nan-h5", "nan-late"};
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p);
@@ -57,7 +58,8 @@ class Import : public testing_fixture::SuiteFixture<Import> {
   static std::string grid(const std::string& name, const std::string& kase, const std::string& extra = "",
                           const std::string& pattern = "") {
     const std::string path =
-        pattern.empty() ? "runs/{attention}-{precision}-s{seed}/step_{step}." + std::string(kase == "h5" ? "h5" : "safetensors")
+        pattern.empty() ? "runs/{attention}-{precision}-s{seed}/step_{step}." +
+                              std::string(kase == "h5" || kase == "nan-h5" ? "h5" : "safetensors")
                         : pattern;
     std::ostringstream os;
     os << "[study]\nname = \"imported\"\nout = \"" << (*dir_ / ("out-" + name)).string() << "\"\n"
@@ -172,10 +174,27 @@ TEST_F(Import, EveryFormatGivesTheSameDistances) {
       EXPECT_NE(verdict.find("attention,math,fa2," + condition + "," + reference), std::string::npos)
           << condition << " " << reference << "\n" << verdict;
   EXPECT_EQ(verdict.find(",outside\n"), std::string::npos) << verdict;
-  // Provenance: every file with its size and CRC-32.
+  // Provenance: every file with its size and CRC-32, the CRC as zlib computes it over the whole file (the
+  // check sums a file in the same read that checks its values).
   const std::string imported = read_file(out("good") / "imported.csv");
   EXPECT_NE(imported.find((*dir_ / "good/runs/fa2-bf16-s2/step_20.safetensors").string() + ","), std::string::npos);
   EXPECT_EQ(std::count(imported.begin(), imported.end(), '\n'), std::count(imported.begin(), imported.end(), '#') + 1 + 16);
+  const auto zlib_row = [](const fs::path& file) {
+    const RunResult r = run_command(std::string(FASTUDY_PYTHON) + " -c \"import os, sys, zlib; d = open(sys.argv[1], 'rb').read(); " +
+                                    "print('%s,%d,%08x' % (sys.argv[1], len(d), zlib.crc32(d)))\" '" + file.string() + "'");
+    EXPECT_EQ(r.code, 0) << r.output;
+    return r.output;
+  };
+  for (const std::string kase : {"good", "sharded"}) {
+    const std::string rows = read_file(out(kase) / "imported.csv");
+    const fs::path run = *dir_ / kase / "runs/fa2-bf16-s2";
+    const std::vector<fs::path> files =
+        kase == "good" ? std::vector<fs::path>{run / "step_20.safetensors"}
+                       : std::vector<fs::path>{run / "step_20/model.safetensors.index.json",
+                                               run / "step_20/model-00001-of-00002.safetensors",
+                                               run / "step_20/model-00002-of-00002.safetensors"};
+    for (const auto& file : files) EXPECT_NE(rows.find(zlib_row(file)), std::string::npos) << zlib_row(file) << rows;
+  }
 }
 
 TEST_F(Import, BadInputExitsTwoNamingFileAndTensorAndWritesNothing) {
@@ -190,6 +209,12 @@ TEST_F(Import, BadInputExitsTwoNamingFileAndTensorAndWritesNothing) {
       {"offsets", {faulty, "'module.w'", "point outside"}},
       {"nan", {faulty, "'module.w' holds NaN (element 53 of 128)"}},
       {"inf", {faulty, "'module.b' holds Inf (element 7 of 16)"}},
+      // The same check in every stored format, through the reader (h5py) and past the first MiB of a file.
+      {"nan-bf16", {faulty, "'module.w' holds NaN (element 53 of 128)"}},
+      {"inf-f16", {faulty, "'module.b' holds Inf (element 7 of 16)"}},
+      {"inf-f64", {faulty, "'module.b' holds Inf (element 7 of 16)"}},
+      {"nan-h5", {"runs/fa2-bf16-s2/step_20.h5", "'module.w' holds NaN (element 53 of 128)"}},
+      {"nan-late", {faulty, "'module.big' holds NaN (element 400000 of 600000)"}},
       {"shape", {faulty, "tensor 'b' has shape [16]", "and [15] in run fa2-bf16-s2 at step 20"}},
       {"dtype", {faulty, "tensor 'w' is F32", "and F64 in run fa2-bf16-s2"}},
       {"extra", {faulty, "tensor 'extra' is in run fa2-bf16-s2 at step 20", "exclude it"}},

@@ -11,6 +11,10 @@ programs save them, for a grid of attention x precision x seed and steps 10 and 
   missing, truncated, offsets (a header offset past the end), nan, inf, shape, dtype (F64 instead of
   F32), extra (a tensor the other runs lack), twice (step_20 and step_020 both present), empty (no file)
   names      `good` with "module.model" (the whole model's name once stripped) and an empty "module.none"
+  and values that are not finite in the faulty file of other formats and places: nan-bf16 (the `bf16`
+  runs, w[3, 5] NaN), inf-f16 (module.b stored as F16, b[7] = -Inf), inf-f64 (module.b as F64, b[7] Inf),
+  nan-h5 (the `h5` runs, w[3, 5] NaN), nan-late (every run with a 600000-element "module.big", NaN at its
+  element 400000: past the first MiB the check reads)
 
 The weights drift with the step (in part along a direction of the seed's own); attention moves them by
 a little, precision by more, the seed by most, so the verdict on attention is "within" both references. safetensors is written by a few lines here
@@ -47,7 +51,8 @@ def write_safetensors(path, tensors):
         if isinstance(value, tuple):
             dtype, raw, shape = "BF16", bf16_bits(value[1]).astype("<u2").tobytes(), value[1].shape
         else:
-            dtype = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.int64): "I64"}[value.dtype]
+            dtype = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.float16): "F16",
+                     np.dtype(np.int64): "I64"}[value.dtype]
             raw, shape = value.astype(value.dtype.newbyteorder("<")).tobytes(), value.shape
         header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
@@ -90,9 +95,21 @@ def write_case(root, case):
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"step_{step}.safetensors")
         faulty = (a, p, s, step) == FAULTY
-        if case == "bf16":
+        if faulty and case in ("nan-bf16", "nan-h5"):
+            t["module.w"][3, 5] = np.nan
+        if case == "nan-late":
+            t["module.big"] = np.zeros(600000, dtype=np.float32)
+            if faulty:
+                t["module.big"][400000] = np.nan
+        if faulty and case == "inf-f16":
+            t["module.b"] = t["module.b"].astype(np.float16)
+            t["module.b"][7] = -np.inf
+        if faulty and case == "inf-f64":
+            t["module.b"] = t["module.b"].astype(np.float64)
+            t["module.b"][7] = np.inf
+        if case in ("bf16", "nan-bf16"):
             write_safetensors(path, {k: ("BF16", v) if v.dtype == np.float32 else v for k, v in t.items()})
-        elif case == "h5":
+        elif case in ("h5", "nan-h5"):
             import h5py
             with h5py.File(os.path.join(folder, f"step_{step}.h5"), "w") as f:
                 for k, v in t.items():

@@ -1,6 +1,9 @@
 #include "base/checksum.hpp"
 
 #include <zlib.h>
+#ifdef FASTUDY_LIBDEFLATE
+#include <libdeflate.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -110,6 +113,9 @@ std::optional<std::string> compare(const std::string& path, const std::optional<
 }  // namespace
 
 std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::size_t n) {
+#ifdef FASTUDY_LIBDEFLATE
+  return libdeflate_crc32(crc, data, n);  // zlib's CRC-32 (libdeflate.h), any length
+#else
   const auto* p = static_cast<const unsigned char*>(data);
   constexpr std::size_t kPiece = std::size_t{1} << 30;  // zlib takes uInt lengths
   while (n > 0) {
@@ -119,6 +125,7 @@ std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::size_t n) {
     n -= k;
   }
   return crc;
+#endif
 }
 
 std::uint32_t crc32_join(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t length_b) {

@@ -39,6 +39,7 @@ ROOTS=(
   libgtest-dev libgmock-dev              # GoogleTest / GoogleMock
   libbenchmark-dev                       # Google Benchmark
   zlib1g-dev                             # zlib headers (checksums)
+  libdeflate-dev                         # libdeflate (the checksums' CRC-32; zlib's when absent)
 )
 
 # Never downloaded (nor their dependencies). Shell patterns.

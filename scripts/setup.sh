@@ -15,6 +15,7 @@ packages=(
   libtorch-dev libopenblas0-openmp            # LibTorch; OpenBLAS instead of the reference BLAS (~10x faster)
   libopenmpi-dev openmpi-bin                  # MPI
   libhdf5-openmpi-dev hdf5-tools zlib1g-dev   # parallel HDF5 (+ h5dump), zlib for checksums
+  libdeflate-dev                              # the checksums' CRC-32, twice as fast as zlib's
   libboost-program-options-dev libtomlplusplus-dev nlohmann-json3-dev   # CLI, grid.toml, safetensors headers
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-matplotlib python3-h5py python3-scipy python3-numpy   # plots, report, scipy cross-checks

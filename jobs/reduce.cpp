@@ -362,8 +362,8 @@ class TaskReader {
 struct RankWork {
   ByteWriter results;
   bool stopped = false;
-  double read_s = 0, compute_s = 0, wait_s = 0;  // rank 0's log: reading (the reader thread's share
-                                                  // shows as waiting), computing, waiting for reads
+  double read_s = 0, wait_s = 0;  // rank 0's log: opening the step's files, and waiting for the reader
+                                  // thread's reads
 };
 
 // One task's partials as its result: per listed pair and metric, (i, j) then (j, i).
@@ -485,12 +485,10 @@ class StepWork {
         if (!split || world_.is_root()) put_result(work, si * NT + t, task_result(plan_, p));
       }
       task_done(static_cast<double>(L));
-      work.compute_s += since(t2, std::chrono::steady_clock::now());
     }
     reader.stop();
     if (world_.allreduce_max(static_cast<std::int64_t>(stop_signal_received())) != 0) return false;
     if (plan_.whole_model) {
-      const auto t3 = std::chrono::steady_clock::now();
       sorter_.sort_shares(shares_, model_values_, plan_.per_tensor ? runs : std::vector<std::size_t>{});
       const IndexRange w = block_aligned_part(model_values_, R, r);
       SortedSet<T> set;
@@ -502,7 +500,6 @@ class StepWork {
       p.set_has_w2(which_ == SortedMetrics::w1_w2);
       if (world_.is_root()) put_result(work, si * NT + (NT - 1), task_result(plan_, p));
       task_done(static_cast<double>(w.end - w.begin));
-      work.compute_s += since(t3, std::chrono::steady_clock::now());
     }
     return true;
   }
@@ -680,9 +677,10 @@ int job_reduce(JobContext& ctx) {
     write_twins_csv(path("twins.csv"), ranking, ctx.prov);
     log::info(format_ranking_table(ranking));
     const auto t_end = std::chrono::steady_clock::now();
-    log::debug("reduce: rank 0 checked the files for " + number_text(since(t_start, t_checked)) + " s, opened them for " +
-               number_text(work.read_s) + " s, computed for " + number_text(work.compute_s) + " s (of it waiting for reads " +
-               number_text(work.wait_s) + " s), gathered for " + number_text(since(t_computed, t_gathered)) +
+    // "computed": every step's work on this rank, start to end (what `fastudy plan` estimates).
+    log::debug("reduce: rank 0 checked the files for " + number_text(since(t_start, t_checked)) + " s, computed for " +
+               number_text(since(t_checked, t_computed)) + " s (of it opening the files " + number_text(work.read_s) +
+               " s, waiting for reads " + number_text(work.wait_s) + " s), gathered for " + number_text(since(t_computed, t_gathered)) +
                " s, wrote deviation.h5/.csv for " + number_text(since(t_gathered, t_written)) +
                " s, ranked and wrote the rest for " + number_text(since(t_written, t_end)) + " s");
     log::info("reduce: wrote deviation.h5, deviation.csv, axes.csv, ranking.csv, verdict.csv and twins.csv in " + out);

@@ -11,8 +11,8 @@ transformer.h.N.*), as F32 (and BF16 with --dtypes fp32,bf16) files, then for ea
     memory-bound read and sort scale to two cores (the two share memory, caches and host as 2 ranks do);
   - `fastudy reduce` on 1, 2 (and, with --ranks 1,2,4, 4) ranks, each into a fresh study folder,
     interleaved, best of --repeats: wall time, peak RSS and CPU time (user + sys) per rank
-    (/usr/bin/time -v), minor page faults, and rank 0's own account of its compute time (`-v`:
-    opening, computing);
+    (/usr/bin/time -v), minor page faults, and rank 0's own account of its time in the steps' work (`-v`:
+    start to end, waits for reads included);
   - `fastudy plan --ranks N` right before each reduce: its estimate of the reduce's compute time and
     peak memory per rank, compared with the measured ones.
 Aims: 2 ranks within 2x of the anchor; 2 ranks at least 1.7x faster than 1; peak memory per rank at
@@ -115,8 +115,8 @@ def mpi(ranks):
 
 
 def timed_reduce(build, toml, out, ranks, env):
-    """One reduce into a fresh folder: {wall, rss: [bytes per rank], faults, computed (rank 0's opening
-    + computing time, from -v), cpu: [user + sys per rank]}."""
+    """One reduce into a fresh folder: {wall, rss: [bytes per rank], faults, computed (rank 0's time in
+    the steps' work, start to end, from -v: what `fastudy plan` estimates), cpu: [user + sys per rank]}."""
     shutil.rmtree(out, ignore_errors=True)
     # Each rank's /usr/bin/time report goes to a file of its own (ranks writing to one pipe can cut
     # each other's lines).
@@ -143,8 +143,8 @@ def timed_reduce(build, toml, out, ranks, env):
     faults = sum(int(k) for k in re.findall(r"Minor \(reclaiming a frame\) page faults: (\d+)", text))
     user = [float(k) for k in re.findall(r"User time \(seconds\): ([\d.]+)", text)]
     system = [float(k) for k in re.findall(r"System time \(seconds\): ([\d.]+)", text)]
-    m = re.search(r"opened them for ([\d.e+-]+) s, computed for ([\d.e+-]+) s", text)
-    computed = float(m.group(1)) + float(m.group(2)) if m else None
+    m = re.search(r"checked the files for [\d.e+-]+ s, computed for ([\d.e+-]+) s", text)
+    computed = float(m.group(1)) if m else None
     return {"wall": wall, "rss": rss, "faults": faults, "computed": computed, "cpu": [u + s for u, s in zip(user, system)]}
 
 

@@ -404,11 +404,41 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
   }
   const double slower = (ranks > cores && cores > 0) ? static_cast<double>(ranks) / cores : 1.0;
   e.read_seconds *= slower, e.sort_seconds *= slower, e.move_seconds *= slower, e.pair_seconds *= slower;
-  // With a core of its own for each rank's reader thread (cores >= 2 ranks), the reads of the next task
-  // run beside the current task's work: a step takes the longer of the two.
-  const bool reader_core = cores >= 2 * ranks;
   const double compute = e.sort_seconds + e.move_seconds + e.pair_seconds;
-  e.step_seconds = reader_core ? std::max(e.read_seconds, compute) : e.read_seconds + compute;
+  // Each task's read and work, and the work after the tasks (the whole model's sort and sums), with the
+  // terms above: the step's pipeline below.
+  std::vector<double> task_read(lengths.size()), task_work(lengths.size());
+  double task_work_all = 0;
+  for (std::size_t k = 0; k < lengths.size(); ++k) {
+    const double L = lengths[k];
+    task_read[k] = slower * (V * L * shape.stored_bytes * rates.read_byte + V * rates.read_call);
+    double w = shape.elementwise ? K * L * rates.elementwise_pair : 0.0;
+    if (shape.per_tensor)
+      w += V * L * (rates.sort_value + rates.sorted_view) + K * L * sorted_pair +
+           (split[k] ? V * L * (rates.partition_value + exchanged) : 0.0);
+    task_work[k] = slower * w;
+    task_work_all += task_work[k];
+  }
+  const double after_tasks = std::max(0.0, compute - task_work_all);
+  // With a core of its own for each rank's reader thread (cores >= 2 ranks), the reads run beside the
+  // work as jobs/reduce.cpp's TaskReader does them: read k starts when read k - 1 has ended and the
+  // work is done with read k - 2 (two reads in flight), task k's work when read k has ended and task
+  // k - 1's work is done. The first read has nothing beside it, and the reader stops before the whole
+  // model's sort. Without that core the reader thread takes turns with the work: their sum.
+  const bool reader_core = cores >= 2 * ranks;
+  // `first_read`/`other_first`: the extra seconds of the first step's first writes (see below).
+  const auto pipeline = [&](const std::vector<double>& first_read, double other_first) {
+    std::vector<double> work_end(task_read.size(), 0.0);
+    double read_end = 0;
+    for (std::size_t k = 0; k < task_read.size(); ++k) {
+      const double may_start = std::max(read_end, k >= 2 ? work_end[k - 2] : 0.0);
+      read_end = may_start + task_read[k] + first_read[k];
+      work_end[k] = std::max(k >= 1 ? work_end[k - 1] : 0.0, read_end) + task_work[k];
+    }
+    return (work_end.empty() ? 0.0 : work_end.back()) + after_tasks + other_first;
+  };
+  const std::vector<double> no_first(task_read.size(), 0.0);
+  e.step_seconds = reader_core ? pipeline(no_first, 0.0) : e.read_seconds + compute;
   e.seconds = e.step_seconds * static_cast<double>(shape.steps);
   // Memory: the buffers as jobs/reduce.cpp keeps them, each grown to the most any task or step asks of
   // it and kept to the end (analysis/value_buffer.hpp). With the whole model: the shares, which every
@@ -455,8 +485,18 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
   // shares are first written by the reads (by the reader thread, beside the work when it has a core).
   e.touch_seconds = peak * rates.touch_byte * slower;
   if (reader_core) {
-    const double shares_touch = shares * rates.touch_byte, other_touch = e.touch_seconds - shares_touch;
-    e.touch_seconds = std::max(e.read_seconds + shares_touch, compute + other_touch) - e.step_seconds;
+    // Each read writes its part of the shares (or its slot: the first two reads) for the first time;
+    // the other buffers' first writes are the work's (counted after the tasks: most are the whole
+    // model's sort's, and a task's work mostly waits for its read in the first step).
+    std::vector<double> first_read(task_read.size(), 0.0);
+    double read_touched = 0;
+    for (std::size_t k = 0; k < task_read.size(); ++k) {
+      const double bytes = shape.whole_model ? V * lengths[k] * vb : (k < 2 ? slot : 0.0);
+      first_read[k] = std::min(bytes, std::max(0.0, peak - read_touched)) * rates.touch_byte;
+      read_touched += bytes;
+    }
+    const double other_touch = std::max(0.0, peak - std::min(peak, read_touched)) * rates.touch_byte;
+    e.touch_seconds = pipeline(first_read, other_touch) - e.step_seconds;
   }
   e.seconds += e.touch_seconds;
   return e;

@@ -1,6 +1,7 @@
 // The reduce's schedule (jobs/reduce_work.hpp schedule_reduce): tensors dealt whole while every rank's
 // values stay within kDealBalance of the mean, the largest split over all ranks only as far as the
-// balance needs, and none below kSplitElements.
+// balance needs, and none below kSplitElements. And the cost model's step (estimate_reduce): the
+// reader thread's reads beside the work as jobs/reduce.cpp's TaskReader does them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,6 +71,33 @@ TEST(ReduceSchedule, SplitsTheFewestLargestTensorsTheBalanceNeeds) {
   const ReduceSchedule one = schedule_reduce({1 << 22, 10, 10}, 8);
   EXPECT_EQ(one.split[0], 1);
   EXPECT_EQ(one.split[1], 0);
+}
+
+// Two tensors (3000 and 1000 values) of two runs on one rank, per tensor only: read k takes
+// r_k = 2 L_k 4 read_byte, task k's work w_k = 2 L_k sort_value. With the reader on a core of its own
+// the first read has nothing beside it and the next read runs beside the first task's work; without
+// it, reads and work add up.
+TEST(ReduceEstimate, ReadsRunBesideTheWorkButTheFirst) {
+  ReduceShape shape;
+  shape.runs = 2, shape.steps = 3, shape.sizes = {1000, 3000}, shape.pairs = 1;
+  shape.whole_model = false, shape.elementwise = false;
+  ReduceRates rates;
+  rates.sort_value = 1e-5;
+  // Exact up to a few roundings of doubles (unit roundoff 1.1e-16): a relative 1e-12 is ample.
+  const auto near = [](double got, double want) { EXPECT_NEAR(got, want, 1e-12 * want); };
+  {  // the work the longer: r_0 + w_0 + w_1 (the second read hidden behind w_0)
+    rates.read_byte = 1e-6;
+    const double r0 = 2 * 3000 * 4e-6, r1 = 2 * 1000 * 4e-6, w0 = 2 * 3000 * 1e-5, w1 = 2 * 1000 * 1e-5;
+    const ReduceEstimate beside = estimate_reduce(shape, 1, 2, rates);
+    near(beside.step_seconds, r0 + w0 + w1);
+    near(beside.seconds, 3 * (r0 + w0 + w1));
+    near(estimate_reduce(shape, 1, 1, rates).step_seconds, r0 + r1 + w0 + w1);
+  }
+  {  // the reads the longer: r_0 + r_1 + w_1 (the first task's work hidden behind the second read)
+    rates.read_byte = 1e-4;
+    const double r0 = 2 * 3000 * 4e-4, r1 = 2 * 1000 * 4e-4, w1 = 2 * 1000 * 1e-5;
+    near(estimate_reduce(shape, 1, 2, rates).step_seconds, r0 + r1 + w1);
+  }
 }
 
 }  // namespace

@@ -249,17 +249,6 @@ ReduceRates measure(std::size_t value_bytes, int ranks, std::size_t variants, st
   constexpr std::size_t n = std::size_t{1} << 22;
   ReduceRates r;
   r.base_bytes = resident_bytes();
-  // A fresh buffer's first write: the kernel's zeroing of its pages (the reduce writes each page of its
-  // buffers once, in the first step). 256 MiB: on a virtual machine a page's first write costs more
-  // where the host has not backed it before, and this averages over many pages.
-  {
-    const std::size_t bytes = std::size_t{1} << 28;
-    ValueBuffer<T> fresh;
-    fresh.assign_uninitialized(bytes / sizeof(T));
-    const double t0 = thread_cpu_seconds();
-    std::fill(fresh.data(), fresh.data() + bytes / sizeof(T), T(1));
-    r.touch_byte = (thread_cpu_seconds() - t0) / static_cast<double>(bytes);
-  }
   std::mt19937 rng(11);
   std::normal_distribution<double> normal(0.0, 0.02);
   const std::size_t V = std::clamp<std::size_t>(variants, 2, 8);
@@ -272,15 +261,14 @@ ReduceRates measure(std::size_t value_bytes, int ranks, std::size_t variants, st
   std::vector<T>& a = runs[0];
   std::vector<T> c(n);
   ValueBuffer<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>> keys;
-  {
-    // The sort on 2^24 values (its rate grows a little with the size: a reduce sorts a run's tensor or
-    // share, millions of values), the keys' pages written once before the timing.
-    const std::size_t big = n * 4;
-    std::vector<T> in(big), sorted(big);
-    for (std::size_t i = 0; i < big; ++i) in[i] = runs[i % V][(i * 2654435761u) % n];
-    radix_sort_into(in.data(), sorted.data(), big, keys);
-    r.sort_value = median3([&] { radix_sort_into(in.data(), sorted.data(), big, keys); }) / static_cast<double>(big);
-  }
+  // The sort on 2^24 values (its rate grows a little with the size: a reduce sorts a run's tensor or
+  // share, millions of values), the keys' pages written once before the timing. (Its buffers are kept
+  // to the end: see the fresh pages' timing.)
+  const std::size_t big = n * 4;
+  std::vector<T> in(big), sorted(big);
+  for (std::size_t i = 0; i < big; ++i) in[i] = runs[i % V][(i * 2654435761u) % n];
+  radix_sort_into(in.data(), sorted.data(), big, keys);
+  r.sort_value = median3([&] { radix_sort_into(in.data(), sorted.data(), big, keys); }) / static_cast<double>(big);
   radix_sort_into(a.data(), c.data(), n, keys);
   // The partition into the ranks' value ranges (a binary search over R - 1 splitters per value).
   const auto R = static_cast<std::size_t>(std::max(ranks, 2));
@@ -319,6 +307,21 @@ ReduceRates measure(std::size_t value_bytes, int ranks, std::size_t variants, st
                        PairwisePartials p(V, some);
                        accumulate_sorted(set, 0, n, p, SortedMetrics::w1_w2);
                      }) / static_cast<double>(n * K);
+  // A fresh buffer's first write: the kernel's zeroing of its pages (the reduce writes each page of its
+  // buffers once, in the first step). 256 MiB: on a virtual machine a page's first write costs more
+  // where the host has not backed it before, and this averages over many pages. Timed last, while every
+  // buffer above is held: on a guest whose free memory goes back to its host a few seconds after it is
+  // freed (Linux's free page reporting), pages freed a moment ago come back at memory speed and the
+  // others at the host's. A reduce's gigabytes are mostly the others; this process's own buffers, freed
+  // now, would give the first kind.
+  {
+    const std::size_t bytes = std::size_t{1} << 28;
+    ValueBuffer<T> fresh;
+    fresh.assign_uninitialized(bytes / sizeof(T));
+    const double t0 = thread_cpu_seconds();
+    std::fill(fresh.data(), fresh.data() + bytes / sizeof(T), T(1));
+    r.touch_byte = (thread_cpu_seconds() - t0) / static_cast<double>(bytes);
+  }
   r.read_byte = r.move_byte;  // the caller measures the study's own files where there are some
   char what[512];
   std::snprintf(what, sizeof what,

@@ -72,7 +72,7 @@ namespace {
 
 std::string duration_text(double s) {
   char buf[96];
-  if (s < 120) std::snprintf(buf, sizeof buf, "%.1f s", s);
+  if (s < 120) std::snprintf(buf, sizeof buf, "%.3g s", s);  // 3 digits: a small study's 0.0234 s is not "0.0 s"
   else if (s < 7200) std::snprintf(buf, sizeof buf, "%.0f s (%.0f min %.0f s)", s, std::floor(s / 60), std::fmod(s, 60));
   else std::snprintf(buf, sizeof buf, "%.0f s (%.1f h)", s, s / 3600);
   return buf;

@@ -226,7 +226,7 @@ TEST(Cli, PlanEstimatesTheTrainPhaseFromMeasuredStepTimes) {
   }
   EXPECT_EQ(kinds, 6) << r.output;  // attention[2] x precision[3]
   const double want = 3 * 200 * sum_ms / 1e3;  // three seeds per kind, 200 steps each
-  // Printed to 3 significant digits (ms) and to 0.1 s (1 s from 120 s on): 1% and 0.5 s cover the rounding.
+  // Printed to 3 significant digits (ms, and s below 120 s; 1 s from there on): 1% and 0.5 s cover the rounding.
   EXPECT_NEAR(total, want, 0.01 * want + 0.5) << r.output;
   r = run_fastudy("plan " + kConfigs + "/quick.toml --measure-steps 0");
   EXPECT_EQ(r.code, 0) << r.output;

@@ -371,58 +371,55 @@ ReduceEstimate estimate_reduce(const ReduceShape& shape, int ranks, int cores, c
     lengths.push_back(static_cast<double>(w.end - w.begin));
     split.push_back(s.split[t]);
   }
-  double S = 0, split_values = 0;
-  for (std::size_t k = 0; k < lengths.size(); ++k) S += lengths[k], split_values += split[k] ? lengths[k] : 0;
+  double S = 0;
+  for (double L : lengths) S += L;
   const IndexRange wm = block_aligned_part(P, N, q);
   const double W = static_cast<double>(wm.end - wm.begin);
   // An all-to-all copies what stays once and what leaves twice (through shared memory).
   const double copies = N > 1 ? 2.0 - 1.0 / static_cast<double>(N) : 0.0;
-  e.read_seconds = V * S * shape.stored_bytes * rates.read_byte + V * static_cast<double>(lengths.size()) * rates.read_call;
   const double sorted_pair = shape.w2 ? rates.sorted_pair_w2 : rates.sorted_pair;
-  if (shape.elementwise) e.pair_seconds += K * S * rates.elementwise_pair;
   // The values outside their windows after a sort's all-to-all (sort_to_windows): about the ranges'
   // excess, moved once more.
   const double exchanged = (copies + 3 * (excess - 1)) * vb * rates.move_byte;
-  if (shape.per_tensor) {
-    e.sort_seconds += V * S * rates.sort_value;
-    e.pair_seconds += V * S * rates.sorted_view;
-    // The partition and the all-to-all (the sort writes the windows: the shares, with the whole model).
-    e.move_seconds += V * split_values * (rates.partition_value + exchanged);
-    e.pair_seconds += K * S * sorted_pair;
+  // Each task's read and work (for the step's pipeline below), summed into the step's parts.
+  std::vector<double> task_read(lengths.size()), task_work(lengths.size());
+  for (std::size_t k = 0; k < lengths.size(); ++k) {
+    const double L = lengths[k];
+    task_read[k] = V * L * shape.stored_bytes * rates.read_byte + V * rates.read_call;
+    e.read_seconds += task_read[k];
+    double sort = 0, move = 0, pair = shape.elementwise ? K * L * rates.elementwise_pair : 0.0;
+    if (shape.per_tensor) {
+      sort = V * L * rates.sort_value;
+      pair += V * L * rates.sorted_view + K * L * sorted_pair;
+      // The partition and the all-to-all (the sort writes the windows: the shares, with the whole model).
+      if (split[k]) move = V * L * (rates.partition_value + exchanged);
+    }
+    task_work[k] = sort + move + pair;
+    e.sort_seconds += sort, e.move_seconds += move, e.pair_seconds += pair;
   }
+  // The work after the tasks: the whole model's sort and sums.
+  double after_tasks = 0;
   // Of a share, the part that leaves the rank in the whole model's sort (about all but 1/N of it; what
   // stays is sorted where it is), and of a value range, the part that arrives.
   const double away = N > 1 ? 1.0 - 1.0 / static_cast<double>(N) : 0.0;
   if (shape.whole_model) {
-    e.sort_seconds += V * W * excess * rates.sort_value;
-    e.pair_seconds += V * W * rates.sorted_view;
+    const double sort = V * W * excess * rates.sort_value;
     // From the sorted runs: the pieces that leave packed by destination, then the all-to-all (through
     // shared memory: copied twice); the rank's own pieces are read by its sort where they are.
     // Unsorted shares: partitioned, every value, and what stays copied once by the all-to-all. One rank
     // sorts its share in place. (The values were read straight into the shares.)
     const double moved = shape.per_tensor ? (3 * away + 3 * (excess - 1)) * vb * rates.move_byte
                                           : rates.partition_value + exchanged;
-    e.move_seconds += N > 1 ? V * S * moved : 0.0;
-    e.pair_seconds += K * W * sorted_pair;
+    const double move = N > 1 ? V * S * moved : 0.0;
+    const double pair = V * W * rates.sorted_view + K * W * sorted_pair;
+    after_tasks = sort + move + pair;
+    e.sort_seconds += sort, e.move_seconds += move, e.pair_seconds += pair;
   }
   const double slower = (ranks > cores && cores > 0) ? static_cast<double>(ranks) / cores : 1.0;
   e.read_seconds *= slower, e.sort_seconds *= slower, e.move_seconds *= slower, e.pair_seconds *= slower;
+  after_tasks *= slower;
+  for (std::size_t k = 0; k < lengths.size(); ++k) task_read[k] *= slower, task_work[k] *= slower;
   const double compute = e.sort_seconds + e.move_seconds + e.pair_seconds;
-  // Each task's read and work, and the work after the tasks (the whole model's sort and sums), with the
-  // terms above: the step's pipeline below.
-  std::vector<double> task_read(lengths.size()), task_work(lengths.size());
-  double task_work_all = 0;
-  for (std::size_t k = 0; k < lengths.size(); ++k) {
-    const double L = lengths[k];
-    task_read[k] = slower * (V * L * shape.stored_bytes * rates.read_byte + V * rates.read_call);
-    double w = shape.elementwise ? K * L * rates.elementwise_pair : 0.0;
-    if (shape.per_tensor)
-      w += V * L * (rates.sort_value + rates.sorted_view) + K * L * sorted_pair +
-           (split[k] ? V * L * (rates.partition_value + exchanged) : 0.0);
-    task_work[k] = slower * w;
-    task_work_all += task_work[k];
-  }
-  const double after_tasks = std::max(0.0, compute - task_work_all);
   // With a core of its own for each rank's reader thread (cores >= 2 ranks), the reads run beside the
   // work as jobs/reduce.cpp's TaskReader does them: read k starts when read k - 1 has ended and the
   // work is done with read k - 2 (two reads in flight), task k's work when read k has ended and task
